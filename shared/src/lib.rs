@@ -1,0 +1,29 @@
+//! The wallclock stack-event stream.
+//!
+//! Every wallclock tool reads and writes one line-delimited stream: one JSON
+//! object per line, each with a `"type"` field. The first record is a
+//! [`Header`]; then any mix of [`Thread`], [`Maps`] and [`Stack`] records;
+//! last a [`Stats`] trailer. Time is integer nanoseconds on
+//! `CLOCK_MONOTONIC` throughout. Plain folded lines (`a;b;c 123`) are
+//! accepted wherever a stream is read (see [`folded`]).
+//!
+//! ```text
+//! {"type":"header","format":"wallclock","version":"1.0","tool":"offcputime",...}
+//! {"type":"thread","pid":42,"tid":43,"comm":"worker","on_ns":1200000,...}
+//! {"type":"stack","kind":"off","state":"S","pid":42,"tid":43,"comm":"worker","ustack":[...],"ns":5000000,"count":5}
+//! {"type":"stats","end_ns":...,"counts":{"short_blocks":3}}
+//! ```
+//!
+//! The full specification is `man/wallclock-stream.5`; keep it in step with
+//! this crate.
+
+pub mod cli;
+pub mod folded;
+pub mod reader;
+mod record;
+pub mod units;
+pub mod writer;
+
+pub use reader::{ParseError, Reader, ReaderOptions};
+pub use record::*;
+pub use writer::Writer;

@@ -1,0 +1,216 @@
+//! Reading the stream. Each line is a JSON record (it starts with `{`) or a
+//! plain folded line; `perf script` output is recognised on its first line
+//! and collapsed (as `stackcollapse-perf.pl --all` would) before reading.
+
+use std::fmt;
+use std::io::{BufRead, Cursor};
+
+use crate::folded;
+use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
+
+/// How to read input that is not JSON records.
+#[derive(Debug, Clone, Copy)]
+pub struct ReaderOptions {
+    /// ns per unit of a folded line's value. Default 1000: folded values are
+    /// microseconds, as bcc `offcputime -f` and `stackmerge --folded` write.
+    pub folded_unit_ns: u64,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        ReaderOptions { folded_unit_ns: 1_000 }
+    }
+}
+
+/// A bad line: where and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ParseError {
+    /// Input name (file path, or `<stdin>`).
+    pub source_name: String,
+    /// 1-based line number.
+    pub line: usize,
+    pub msg: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.source_name.is_empty() {
+            write!(f, "line {}: {}", self.line, self.msg)
+        } else {
+            write!(f, "{}: line {}: {}", self.source_name, self.line, self.msg)
+        }
+    }
+}
+
+/// Iterator over the records of one input.
+pub struct Reader<R: BufRead> {
+    inner: R,
+    name: String,
+    opts: ReaderOptions,
+    line_no: usize,
+    buf: Vec<u8>,
+    /// Set once the input turned out to be `perf script` output.
+    collapsed: Option<Cursor<Vec<u8>>>,
+    seen_data: bool,
+}
+
+impl<R: BufRead> Reader<R> {
+    pub fn new(inner: R, name: &str, opts: ReaderOptions) -> Self {
+        Reader {
+            inner,
+            name: name.to_string(),
+            opts,
+            line_no: 0,
+            buf: Vec::new(),
+            collapsed: None,
+            seen_data: false,
+        }
+    }
+
+    fn err(&self, msg: impl Into<String>) -> ParseError {
+        ParseError { source_name: self.name.clone(), line: self.line_no, msg: msg.into() }
+    }
+
+    fn parse(&mut self, line: &str) -> Result<Record, ParseError> {
+        if line.starts_with('{') {
+            let rec: Record = serde_json::from_str(line)
+                .map_err(|e| self.err(format!("invalid record: {e}")))?;
+            if let Record::Header(h) = &rec {
+                check_header(&h.format, &h.version).map_err(|m| self.err(m))?;
+            }
+            return Ok(rec);
+        }
+        folded::parse_line(line, self.opts.folded_unit_ns).map(Record::Stack).map_err(|m| self.err(m))
+    }
+
+    /// The first data line is neither JSON nor folded: is it `perf script`?
+    fn try_perf_script(&mut self, first: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(first);
+        if !looks_like_perf_event_line(&text) {
+            return false;
+        }
+        let mut all = first.to_vec();
+        if self.inner.read_to_end(&mut all).is_err() {
+            return false;
+        }
+        let mut opts = inferno::collapse::perf::Options::default();
+        opts.annotate_kernel = true;
+        opts.annotate_jit = true;
+        let mut folder = inferno::collapse::perf::Folder::from(opts);
+        let mut out = Vec::new();
+        use inferno::collapse::Collapse;
+        if folder.collapse(&all[..], &mut out).is_err() || out.is_empty() {
+            return false;
+        }
+        // Line numbers now refer to the collapsed lines.
+        self.name = format!("{} (perf script, collapsed)", self.name);
+        self.line_no = 0;
+        self.collapsed = Some(Cursor::new(out));
+        true
+    }
+}
+
+/// `comm pid [cpu] time: period event:` — the first line of a perf script sample.
+fn looks_like_perf_event_line(line: &str) -> bool {
+    let t = line.trim_end();
+    t.ends_with(':') && t.split_whitespace().any(|w| w.ends_with(':') && w[..w.len() - 1].contains('.'))
+}
+
+/// Reject streams this reader cannot understand.
+pub fn check_header(format: &str, version: &str) -> Result<(), String> {
+    if format != FORMAT_NAME {
+        return Err(format!("not a {FORMAT_NAME} stream (format {format:?})"));
+    }
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| format!("bad stream version {version:?}"))?;
+    if major > VERSION_MAJOR {
+        return Err(format!(
+            "stream version {version} is newer than this reader understands ({VERSION_MAJOR}.x); upgrade wallclock"
+        ));
+    }
+    Ok(())
+}
+
+impl<R: BufRead> Iterator for Reader<R> {
+    type Item = Result<Record, ParseError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            self.buf.clear();
+            let n = match self.collapsed.as_mut() {
+                Some(c) => c.read_until(b'\n', &mut self.buf),
+                None => self.inner.read_until(b'\n', &mut self.buf),
+            };
+            match n {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => return Some(Err(self.err(format!("read error: {e}")))),
+            }
+            self.line_no += 1;
+            let line = String::from_utf8_lossy(&self.buf).trim().to_string();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let res = self.parse(&line);
+            if res.is_err() && !self.seen_data && self.collapsed.is_none() {
+                let first = std::mem::take(&mut self.buf);
+                if self.try_perf_script(&first) {
+                    continue;
+                }
+            }
+            self.seen_data = true;
+            return Some(res);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Header, Kind};
+
+    fn read(text: &str) -> Vec<Result<Record, ParseError>> {
+        Reader::new(text.as_bytes(), "t", ReaderOptions::default()).collect()
+    }
+
+    #[test]
+    fn mixed_json_and_folded() {
+        let h = serde_json::to_string(&Record::Header(Header::new("x", "0"))).unwrap();
+        let recs = read(&format!("{h}\n\na;b_[c] 3\n"));
+        assert_eq!(recs.len(), 2);
+        match &recs[1] {
+            Ok(Record::Stack(s)) => assert_eq!((s.kind, s.count, s.ns), (Kind::On, 3, 3000)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn newer_major_rejected() {
+        let recs = read(r#"{"type":"header","format":"wallclock","version":"2.0","tool":"x","tool_version":"0","clock":"monotonic"}"#);
+        let e = recs[0].as_ref().unwrap_err();
+        assert_eq!(e.line, 1);
+        assert!(e.msg.contains("newer"), "{e}");
+    }
+
+    #[test]
+    fn error_names_line() {
+        let recs = read("a 1\nb 2\n{\"type\":\"bogus\"}\n");
+        let e = recs[2].as_ref().unwrap_err();
+        assert_eq!(e.to_string().split(':').take(2).collect::<Vec<_>>(), ["t", " line 3"]);
+    }
+
+    #[test]
+    fn perf_script() {
+        let text = "dd 19315 [002]  98.465512:     250000 cpu-clock:\n\
+                    \tffffffff8105f9f6 native_write_msr ([kernel.kallsyms])\n\
+                    \t7f1a2b3c4d5e write (/lib/x86_64-linux-gnu/libc.so.6)\n\n";
+        let recs = read(text);
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        let Ok(Record::Stack(s)) = &recs[0] else { panic!("{recs:?}") };
+        assert_eq!(s.frames.last().unwrap().func, "native_write_msr");
+        assert!(s.frames.last().unwrap().kernel);
+    }
+}

@@ -1,0 +1,377 @@
+//! Record types of the stream. Field order here is the order on the wire.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The value of `Header::format`.
+pub const FORMAT_NAME: &str = "wallclock";
+/// Major version: a reader rejects a stream with a larger one.
+pub const VERSION_MAJOR: u32 = 1;
+/// Minor version: additions only (new optional fields, new count names).
+pub const VERSION_MINOR: u32 = 0;
+
+/// One line of the stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Record {
+    Header(Header),
+    Thread(Thread),
+    Maps(Maps),
+    Stack(Stack),
+    Stats(Stats),
+}
+
+/// First record: makes the stream self-describing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// `"MAJOR.MINOR"`.
+    pub version: String,
+    /// Producing tool, e.g. `offcputime`.
+    pub tool: String,
+    pub tool_version: String,
+    /// Target processes (empty: system-wide).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pids: Vec<u32>,
+    /// Command line of a launched target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Clock of every `*_ns` timestamp: `monotonic` (CLOCK_MONOTONIC).
+    pub clock: String,
+    /// Capture window start, ns on `clock`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    /// Capture window end, ns on `clock` (also in the trailer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ns: Option<u64>,
+    /// On-CPU sampling frequency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freq_hz: Option<u64>,
+    /// Off-CPU blocks shorter than this went to `[short blocks]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_block_ns: Option<u64>,
+    /// Everything that was lost or approximated, by name (see [`Stats`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lost: BTreeMap<String, u64>,
+}
+
+impl Header {
+    /// A header of the current version for `tool`.
+    pub fn new(tool: &str, tool_version: &str) -> Self {
+        Header {
+            format: FORMAT_NAME.to_string(),
+            version: format!("{VERSION_MAJOR}.{VERSION_MINOR}"),
+            tool: tool.to_string(),
+            tool_version: tool_version.to_string(),
+            pids: Vec::new(),
+            command: None,
+            clock: "monotonic".to_string(),
+            start_ns: None,
+            end_ns: None,
+            freq_hz: None,
+            min_block_ns: None,
+            lost: BTreeMap::new(),
+        }
+    }
+
+    /// Window length, when both ends are known.
+    pub fn window_ns(&self) -> Option<u64> {
+        Some(self.end_ns?.saturating_sub(self.start_ns?))
+    }
+}
+
+/// Off-CPU thread state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum State {
+    /// Runnable: preempted or woken, waiting for a CPU.
+    R,
+    /// Interruptible sleep: waiting for an event (sleep, lock, poll...).
+    S,
+    /// Uninterruptible: usually waiting for I/O.
+    D,
+    /// Anything else (stopped, traced, idle...).
+    #[serde(rename = "other")]
+    Other,
+}
+
+impl State {
+    pub const ALL: [State; 4] = [State::R, State::S, State::D, State::Other];
+
+    /// The human name used as the leaf frame by `stackmerge`.
+    pub fn leaf_name(self) -> &'static str {
+        match self {
+            State::R => "[runnable]",
+            State::S => "[sleep]",
+            State::D => "[io]",
+            State::Other => "[other]",
+        }
+    }
+
+    /// Short label for reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            State::R => "runnable",
+            State::S => "sleeping",
+            State::D => "uninterruptible",
+            State::Other => "other",
+        }
+    }
+
+    /// Inverse of `leaf_name`.
+    pub fn from_leaf_name(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|st| st.leaf_name() == s)
+    }
+}
+
+/// Off-CPU ns split by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateNs {
+    #[serde(rename = "R", default)]
+    pub r: u64,
+    #[serde(rename = "S", default)]
+    pub s: u64,
+    #[serde(rename = "D", default)]
+    pub d: u64,
+    #[serde(default)]
+    pub other: u64,
+}
+
+impl StateNs {
+    pub fn total(&self) -> u64 {
+        self.r + self.s + self.d + self.other
+    }
+    pub fn get(&self, st: State) -> u64 {
+        match st {
+            State::R => self.r,
+            State::S => self.s,
+            State::D => self.d,
+            State::Other => self.other,
+        }
+    }
+    pub fn get_mut(&mut self, st: State) -> &mut u64 {
+        match st {
+            State::R => &mut self.r,
+            State::S => &mut self.s,
+            State::D => &mut self.d,
+            State::Other => &mut self.other,
+        }
+    }
+    pub fn add(&mut self, other: &StateNs) {
+        for st in State::ALL {
+            *self.get_mut(st) += other.get(st);
+        }
+    }
+}
+
+/// What the producer knows of one thread over the window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Thread {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// `main`, or a role from the thread name / behaviour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Window clipped to the thread's life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ns: Option<u64>,
+    /// Exact on-CPU time (switch-in to switch-out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_ns: Option<u64>,
+    /// Exact off-CPU time by state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_ns: Option<StateNs>,
+    /// On-CPU samples taken of this thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+}
+
+impl Thread {
+    pub fn new(pid: u32, tid: u32, comm: &str) -> Self {
+        Thread {
+            pid,
+            tid,
+            comm: comm.to_string(),
+            role: None,
+            start_ns: None,
+            end_ns: None,
+            on_ns: None,
+            off_ns: None,
+            samples: None,
+        }
+    }
+    pub fn alive_ns(&self) -> Option<u64> {
+        Some(self.end_ns?.saturating_sub(self.start_ns?))
+    }
+}
+
+/// A process's executable mappings, so that its addresses can be
+/// symbolized after it exited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Maps {
+    pub pid: u32,
+    pub maps: Vec<MapEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MapEntry {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    pub path: String,
+    /// Hex GNU build id of `path`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_id: Option<String>,
+}
+
+/// What a stack's time is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Sampled on-CPU.
+    On,
+    /// Measured off-CPU (blocked or runnable), see `state`.
+    Off,
+    /// Work on a GPU, under the CPU stack that launched it.
+    Gpu,
+    /// Unclassified: plain folded input without a kind marker.
+    Other,
+}
+
+impl Kind {
+    /// Leaf marker in folded output.
+    pub fn marker(self) -> &'static str {
+        match self {
+            Kind::On => "_[c]",
+            Kind::Off => "_[o]",
+            Kind::Gpu => "_[g]",
+            Kind::Other => "",
+        }
+    }
+}
+
+/// One stack and the time spent in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stack {
+    pub kind: Kind,
+    /// Off-CPU thread state (kind `off` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<State>,
+    #[serde(default)]
+    pub pid: u32,
+    #[serde(default)]
+    pub tid: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comm: String,
+    /// Raw user addresses, root first. The last (leaf) is an instruction
+    /// pointer; the others are return addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ustack: Vec<u64>,
+    /// Raw kernel addresses, root first; they sit above `ustack`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kstack: Vec<u64>,
+    /// Symbolized frames, root first. When present, they replace the
+    /// addresses for display.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
+    /// Time in ns: measured (off, gpu) or scaled from samples (on).
+    #[serde(default)]
+    pub ns: u64,
+    /// Events folded into this record (samples, blocks, kernels).
+    #[serde(default)]
+    pub count: u64,
+    /// GPU activity detail (kind `gpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuInfo>,
+}
+
+impl Stack {
+    pub fn new(kind: Kind, pid: u32, tid: u32, comm: &str) -> Self {
+        Stack {
+            kind,
+            state: None,
+            pid,
+            tid,
+            comm: comm.to_string(),
+            ustack: Vec::new(),
+            kstack: Vec::new(),
+            frames: Vec::new(),
+            ns: 0,
+            count: 0,
+            gpu: None,
+        }
+    }
+}
+
+/// One frame of a symbolized stack.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Frame {
+    /// Function name, demangled; `module+0xoffset` when unresolved;
+    /// `[bracketed]` for synthetic frames (`[short blocks]`, `[lost stack]`).
+    pub func: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub inlined: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub kernel: bool,
+    /// Just-in-time compiled code (perf map).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub jit: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Frame {
+    pub fn named(func: impl Into<String>) -> Self {
+        Frame {
+            func: func.into(),
+            module: None,
+            file: None,
+            line: None,
+            inlined: false,
+            kernel: false,
+            jit: false,
+        }
+    }
+    pub fn kernel(func: impl Into<String>) -> Self {
+        Frame { kernel: true, ..Frame::named(func) }
+    }
+}
+
+/// GPU activity detail.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// `kernel`, `memcpy`, `memset`, `sync`, `overhead`...
+    pub activity: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<u32>,
+    /// Summed delay from the launch API call to the activity's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_delay_ns: Option<u64>,
+}
+
+/// Trailer: totals and everything lost, by name. Well-known names:
+/// `short_blocks` (blocks under min-block, kept under `[short blocks]`),
+/// `lost_stacks` (stack unreadable, kept under `[lost stack]`),
+/// `ringbuf_drops`, `map_full`, `samples`, `switches`, `gpu_records_dropped`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counts: BTreeMap<String, u64>,
+}

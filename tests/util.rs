@@ -1,0 +1,122 @@
+//! Finds the built binaries and runs them with input piped in.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Directory of the built tools: `$WALLCLOCK_BIN_DIR`, else target/release.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("WALLCLOCK_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    target.join("release")
+}
+
+/// Path of a built tool; fails with the command that builds it.
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(p.exists(), "{} is not built: run `cargo build --release --workspace` first", p.display());
+    p
+}
+
+/// Run `name args` with `stdin` piped in.
+pub fn run(name: &str, args: &[&str], stdin: &[u8]) -> Output {
+    run_cmd(Command::new(bin(name)).args(args), stdin)
+}
+
+pub fn run_cmd(cmd: &mut Command, stdin: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let mut sin = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    // Write from a thread so a tool that writes before reading all cannot deadlock.
+    let writer = std::thread::spawn(move || {
+        let _ = sin.write_all(&data);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+/// Run and require success; returns stdout as text.
+pub fn ok(name: &str, args: &[&str], stdin: &[u8]) -> String {
+    let out = run(name, args, stdin);
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// A file of `../shared/testdata`. Those inputs are written by other tools
+/// and are not copied into the repository; without the folder the test
+/// fails, saying so, unless WALLCLOCK_NO_TESTDATA=1 asks to skip.
+pub fn testdata(rel: &str) -> Option<PathBuf> {
+    let dir = root().join("../shared/testdata");
+    if !dir.is_dir() {
+        if std::env::var_os("WALLCLOCK_NO_TESTDATA").is_some() {
+            eprintln!("SKIPPED: {} is absent (WALLCLOCK_NO_TESTDATA set)", dir.display());
+            return None;
+        }
+        panic!("{} is absent: these tests read inputs written by other tools from there (set WALLCLOCK_NO_TESTDATA=1 to skip)", dir.display());
+    }
+    let p = dir.join(rel);
+    assert!(p.exists(), "{} missing", p.display());
+    Some(p)
+}
+
+/// A fresh scratch directory under target/test-tmp.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = root().join("target/test-tmp").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { geteuid() == 0 }
+}
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// Golden-file compare: with WALLCLOCK_BLESS=1 the file is (re)written.
+pub fn golden(rel: &str, actual: &str) {
+    let p = root().join("tests/data").join(rel);
+    if std::env::var_os("WALLCLOCK_BLESS").is_some() {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with WALLCLOCK_BLESS=1 to create)", p.display()));
+    if expected != actual {
+        let diff_at = expected.lines().zip(actual.lines()).position(|(a, b)| a != b);
+        panic!(
+            "{} differs (first differing line {:?}); rerun with WALLCLOCK_BLESS=1 if the change is intended.\n--- actual (head) ---\n{}",
+            p.display(),
+            diff_at.map(|i| i + 1),
+            actual.lines().take(20).collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}

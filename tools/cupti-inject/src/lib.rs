@@ -1,0 +1,1 @@
+//! CUPTI injection library (skeleton: being built)

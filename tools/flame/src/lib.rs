@@ -1,0 +1,1 @@
+//! flame (skeleton: being built)

@@ -1,0 +1,1 @@
+//! gputrace (skeleton: being built)

@@ -1,0 +1,1 @@
+//! mangen (skeleton: being built)

@@ -1,0 +1,1 @@
+//! offcputime (skeleton: being built)

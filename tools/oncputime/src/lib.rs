@@ -1,0 +1,1 @@
+//! oncputime (skeleton: being built)

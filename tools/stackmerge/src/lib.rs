@@ -1,0 +1,1 @@
+//! stackmerge (skeleton: being built)

@@ -1,0 +1,1 @@
+//! stacksym (skeleton: being built)

@@ -1,0 +1,1 @@
+//! wcreport (skeleton: being built)
