@@ -1,1 +1,3 @@
 //! Tests of capture.
+
+mod util;

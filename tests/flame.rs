@@ -1,1 +1,3 @@
 //! Tests of flame.
+
+mod util;

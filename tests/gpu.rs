@@ -1,1 +1,3 @@
 //! Tests of gpu.
+
+mod util;

@@ -1,1 +1,3 @@
 //! Tests of manpages.
+
+mod util;

@@ -1,1 +1,3 @@
 //! Tests of stackmerge.
+
+mod util;

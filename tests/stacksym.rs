@@ -1,1 +1,3 @@
 //! Tests of stacksym.
+
+mod util;

@@ -1,1 +1,3 @@
 //! Tests of stream.
+
+mod util;

@@ -1,1 +1,3 @@
 //! Tests of wcreport.
+
+mod util;

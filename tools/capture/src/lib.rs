@@ -1,0 +1,1 @@
+//! Capture common code (skeleton: being built)
