@@ -17,6 +17,7 @@
 //! The full specification is `man/wallclock-stream.5`; keep it in step with
 //! this crate.
 
+pub mod accounting;
 pub mod cli;
 pub mod folded;
 pub mod reader;

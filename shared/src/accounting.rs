@@ -1,0 +1,260 @@
+//! Per-thread accounting rules that several tools must apply the same way:
+//! the role string of a thread (used in file names by `flame --per-thread`,
+//! `wcreport --split-dir` and in `stackmerge`'s thread records), the scaling
+//! of on-CPU samples to exact on-CPU time, and the behaviour class.
+
+use crate::record::{Frame, Stack, State, StateNs, Thread};
+
+/// Role of a thread, safe in a file name (`[a-z0-9_]`, never empty):
+/// `main` for the main thread (tid == pid); else the producer's role when it
+/// set one; else a role from the thread name (`worker`, `pool`, `io`, `gc`,
+/// `timer`, `net`, `log`), else the name itself, lowercased, its trailing
+/// numbers dropped (`pt_main_thread`, `python3` -> `python`).
+pub fn role_for(t: &Thread) -> String {
+    if t.tid != 0 && t.tid == t.pid {
+        return "main".to_string();
+    }
+    if let Some(r) = t.role.as_deref() {
+        let r = file_safe(r);
+        if !r.is_empty() {
+            return r;
+        }
+    }
+    role_from_name(&t.comm)
+}
+
+/// The role a thread name suggests.
+pub fn role_from_name(comm: &str) -> String {
+    let n = comm.to_ascii_lowercase();
+    const TABLE: &[(&[&str], &str)] = &[
+        (&["pool", "rayon", "threadpool", "tp-"], "pool"),
+        (&["worker", "wrk", "work"], "worker"),
+        (&["aio", "disk", "flush", "fsync", "writer", "reader", "io-", "io_", "-io", "_io", "jbd2", "kworker"], "io"),
+        (&["gc", "finaliz"], "gc"),
+        (&["timer", "tick", "cron"], "timer"),
+        (&["net", "http", "epoll", "accept", "listen", "socket", "rpc", "grpc"], "net"),
+        (&["log"], "log"),
+    ];
+    if n == "io" {
+        return "io".to_string();
+    }
+    for (pats, role) in TABLE {
+        if pats.iter().any(|p| n.contains(p)) {
+            return role.to_string();
+        }
+    }
+    let base = n.trim_end_matches(|c: char| c.is_ascii_digit() || matches!(c, '-' | '_' | '.' | ':' | '/' | ' '));
+    let r = file_safe(base);
+    if r.is_empty() {
+        "thread".to_string()
+    } else {
+        r
+    }
+}
+
+/// `[a-z0-9_]` only, at most 32 characters, no leading/trailing `_`.
+fn file_safe(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .take(32)
+        .collect();
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out.trim_start_matches('_').to_string()
+}
+
+/// width(stack) = on_ns(thread) x samples(stack) / samples(thread), rounded
+/// to the nearest ns without overflow.
+pub fn scale_samples(on_ns: u64, samples: u64, thread_samples: u64) -> u64 {
+    if thread_samples == 0 {
+        return 0;
+    }
+    let t = thread_samples as u128;
+    ((on_ns as u128 * samples as u128 + t / 2) / t) as u64
+}
+
+/// ns of `samples` taken at `freq_hz`, rounded to the nearest ns.
+pub fn samples_to_ns(samples: u64, freq_hz: u64) -> u64 {
+    if freq_hz == 0 {
+        return 0;
+    }
+    let f = freq_hz as u128;
+    ((samples as u128 * 1_000_000_000 + f / 2) / f) as u64
+}
+
+/// What a thread mostly did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Behaviour {
+    CpuBound,
+    IoBound,
+    LockWaiting,
+    Sleeping,
+    RunnableStarved,
+    Idle,
+}
+
+impl Behaviour {
+    pub fn name(self) -> &'static str {
+        match self {
+            Behaviour::CpuBound => "cpu-bound",
+            Behaviour::IoBound => "io-bound",
+            Behaviour::LockWaiting => "lock-waiting",
+            Behaviour::Sleeping => "sleeping",
+            Behaviour::RunnableStarved => "runnable-starved",
+            Behaviour::Idle => "idle",
+        }
+    }
+}
+
+/// What an off-CPU stack waits for, from its frame names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    Lock,
+    Io,
+    Sleep,
+    Poll,
+    Unknown,
+}
+
+const LOCK: &[&str] = &[
+    "futex", "pthread_mutex", "pthread_cond", "pthread_rwlock", "pthread_barrier", "pthread_join", "__lll_lock",
+    "lll_lock", "sem_wait", "sem_timedwait", "mutex_lock", "rwsem", "parking_lot", "condvar", "mutex::lock",
+    "std::sync", "rt_mutex",
+];
+const IO: &[&str] = &[
+    "fsync", "fdatasync", "sync_file", "pread", "pwrite", "vfs_read", "vfs_write", "ksys_read", "ksys_write",
+    "io_schedule", "blk_", "bio_", "submit_bio", "ext4_", "xfs_", "btrfs_", "nfs_", "io_uring", "aio_",
+    "wait_on_page", "folio_wait", "filemap_", "__x64_sys_read", "__x64_sys_write",
+];
+const SLEEP: &[&str] = &["nanosleep", "usleep", "sleep", "hrtimer_nanosleep", "do_nanosleep"];
+const POLL: &[&str] = &["epoll_wait", "epoll_pwait", "do_epoll", "poll", "select", "accept", "recv", "sigtimedwait", "pause"];
+
+/// Classify an off-CPU stack by its frames, leaf first (the innermost
+/// recognisable wait wins: `pthread_mutex_lock -> futex_wait` is a lock).
+pub fn wait_of(frames: &[Frame]) -> Wait {
+    let mut found = Wait::Unknown;
+    for f in frames.iter().rev() {
+        let n = f.func.to_ascii_lowercase();
+        let w = if LOCK.iter().any(|p| n.contains(p)) {
+            Wait::Lock
+        } else if IO.iter().any(|p| n.contains(p)) {
+            Wait::Io
+        } else if SLEEP.iter().any(|p| n.contains(p)) {
+            Wait::Sleep
+        } else if POLL.iter().any(|p| n.contains(p)) {
+            Wait::Poll
+        } else {
+            continue;
+        };
+        // A lock or I/O frame anywhere decides; sleep/poll only if nothing
+        // more specific sits in the stack.
+        match (found, w) {
+            (_, Wait::Lock) => return Wait::Lock,
+            (_, Wait::Io) => found = Wait::Io,
+            (Wait::Unknown, w) => found = w,
+            _ => {}
+        }
+    }
+    found
+}
+
+/// Behaviour of a thread from its exact split (`on_ns`, `off` by state)
+/// and its off-CPU stacks (which say what the S time waited for). The
+/// largest share wins: on-CPU -> cpu-bound, R -> runnable-starved,
+/// D and S-in-I/O -> io-bound, S-in-a-lock -> lock-waiting, S-in-sleep ->
+/// sleeping, S-in-poll and state other -> idle. A thread that used under 1%
+/// of `alive_ns` and waited only in poll or in unknown places is idle.
+pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]) -> Behaviour {
+    let total = on_ns + off.total();
+    if total == 0 {
+        return Behaviour::Idle;
+    }
+    // Split the S time in proportion to the S stacks' reasons.
+    let mut by_wait = [0u64; 5]; // lock, io, sleep, poll, unknown
+    for s in off_stacks {
+        if s.state.unwrap_or(State::S) != State::S {
+            continue;
+        }
+        let i = match wait_of(&s.frames) {
+            Wait::Lock => 0,
+            Wait::Io => 1,
+            Wait::Sleep => 2,
+            Wait::Poll => 3,
+            Wait::Unknown => 4,
+        };
+        by_wait[i] += s.ns;
+    }
+    let s_total: u64 = by_wait.iter().sum();
+    let share = |i: usize| -> u64 {
+        if s_total == 0 {
+            if i == 4 {
+                off.s
+            } else {
+                0
+            }
+        } else {
+            ((off.s as u128 * by_wait[i] as u128) / s_total as u128) as u64
+        }
+    };
+    let candidates = [
+        (on_ns, Behaviour::CpuBound),
+        (off.r, Behaviour::RunnableStarved),
+        (off.d + share(1), Behaviour::IoBound),
+        (share(0), Behaviour::LockWaiting),
+        (share(2) + share(4), Behaviour::Sleeping),
+        (share(3) + off.other, Behaviour::Idle),
+    ];
+    let best = candidates.iter().max_by_key(|(v, _)| *v).map(|c| c.1).unwrap_or(Behaviour::Idle);
+    let busy = on_ns + off.r + off.d + share(0) + share(1);
+    if alive_ns > 0 && (busy as u128) * 100 < alive_ns as u128 && matches!(best, Behaviour::Sleeping | Behaviour::Idle) {
+        return Behaviour::Idle;
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn th(pid: u32, tid: u32, comm: &str) -> Thread {
+        Thread::new(pid, tid, comm)
+    }
+
+    #[test]
+    fn roles() {
+        assert_eq!(role_for(&th(10, 10, "anything")), "main");
+        assert_eq!(role_for(&th(10, 11, "worker-3")), "worker");
+        assert_eq!(role_for(&th(10, 12, "ThreadPool-7")), "pool");
+        assert_eq!(role_for(&th(10, 13, "io")), "io");
+        assert_eq!(role_for(&th(10, 14, "python3")), "python");
+        assert_eq!(role_for(&th(10, 15, "a b/c")), "a_b_c");
+        assert_eq!(role_for(&th(10, 16, "1234")), "thread");
+        let mut t = th(10, 17, "x");
+        t.role = Some("My Role!".into());
+        assert_eq!(role_for(&t), "my_role");
+    }
+
+    #[test]
+    fn scaling() {
+        assert_eq!(scale_samples(1_000, 1, 3), 333);
+        assert_eq!(scale_samples(1_000, 2, 3), 667);
+        assert_eq!(scale_samples(u64::MAX, 1, 1), u64::MAX);
+        assert_eq!(samples_to_ns(49, 49), 1_000_000_000);
+        assert_eq!(samples_to_ns(1, 49), 20_408_163);
+    }
+
+    #[test]
+    fn classes() {
+        let mut lock = Stack::new(crate::Kind::Off, 1, 2, "w");
+        lock.state = Some(State::S);
+        lock.frames = ["main", "pthread_mutex_lock", "futex_wait"].map(Frame::named).to_vec();
+        lock.ns = 900;
+        let off = StateNs { s: 900, ..Default::default() };
+        assert_eq!(behaviour(100, &off, 1000, &[&lock]), Behaviour::LockWaiting);
+        assert_eq!(behaviour(900, &StateNs { s: 100, ..Default::default() }, 1000, &[&lock]), Behaviour::CpuBound);
+        assert_eq!(behaviour(0, &StateNs::default(), 1000, &[]), Behaviour::Idle);
+        assert_eq!(behaviour(0, &StateNs { d: 10, s: 5, ..Default::default() }, 15, &[]), Behaviour::IoBound);
+    }
+}
