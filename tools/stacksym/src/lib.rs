@@ -1,1 +1,188 @@
-//! stacksym (skeleton: being built)
+//! `stacksym [FILE...] [-o FILE]`: raw stack addresses to function names.
+//!
+//! Reads the wallclock stream (stdin or files) and writes it again, every
+//! `stack` record that has `ustack`/`kstack` addresses and no `frames` now
+//! carrying `frames` (root first: user part, then kernel part). Every other
+//! record passes through unchanged, `maps` records included, so the output
+//! can be symbolized again.
+//!
+//! ```text
+//! in:  {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[94219371237552,94219371237901],"ns":5000,"count":1}
+//! out: {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[...],
+//!       "frames":[{"func":"main","module":"prog","file":"/src/prog.cc","line":40},
+//!                 {"func":"ns::work(int)","module":"prog","file":"/src/prog.cc","line":12}],"ns":5000,"count":1}
+//! ```
+//!
+//! Conventions relied on (producers write them): user and kernel stacks root
+//! first; the last address of each is an instruction pointer, every other one
+//! a return address (looked up at `addr - 1`); a `maps` record for a pid (its
+//! file-backed mappings with `start`, `end`, file `offset`, `path`, optional
+//! hex `build_id`) lets the pid's addresses be symbolized after it exited.
+//! Within a chunk of input (64k records) a `maps` record may come after the
+//! stacks it describes; across chunks it must come before them.
+
+mod engine;
+mod names;
+mod procmaps;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Parser;
+use wallclock_stream::cli::{inputs_or_stdin, open_input, open_output};
+use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
+
+pub use engine::{Engine, Options, KERNEL_MODULE};
+pub use names::demangle;
+
+/// Records symbolized together: addresses are deduplicated within a chunk
+/// and cached across chunks.
+const CHUNK: usize = 1 << 16;
+
+const EXAMPLES: &str = "\
+EXAMPLES:
+    sudo offcputime -p 1234 10 | stacksym > off.sym
+        symbolize a capture while the process still runs
+    stacksym off.raw -o off.sym
+        symbolize a saved stream (maps records make exited processes work)
+    stacksym --no-inline --no-lines < off.raw | stackmerge --folded
+        one frame per address, without file:line, straight to folded output
+    stacksym --force --strip old.sym -o new.sym
+        symbolize again (e.g. with debug info installed) and drop addresses";
+
+/// Turn the raw stack addresses of a wallclock stream into function names
+/// (user code, kernel, JIT perf maps, inlined functions, demangled C++/Rust).
+#[derive(Debug, Parser)]
+#[command(name = "stacksym", version, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Input streams; stdin when none or `-`.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// Write the stream to FILE instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// One frame per address: do not show inlined functions as frames.
+    #[arg(long)]
+    pub no_inline: bool,
+    /// Keep names as the binary has them (mangled).
+    #[arg(long)]
+    pub no_demangle: bool,
+    /// Do not look up source file and line (faster).
+    #[arg(long)]
+    pub no_lines: bool,
+    /// Never read live processes (/proc/PID): use only the stream's maps
+    /// records and /tmp/perf-PID.map files.
+    #[arg(long)]
+    pub no_live: bool,
+    /// Symbolize stacks that already have frames again.
+    #[arg(long)]
+    pub force: bool,
+    /// Drop the raw addresses (ustack/kstack) of symbolized stacks.
+    #[arg(long)]
+    pub strip: bool,
+    /// Kernel symbols from FILE instead of /proc/kallsyms.
+    #[arg(long, value_name = "FILE")]
+    pub kallsyms: Option<PathBuf>,
+    /// No warnings about unreadable files or symbols.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+impl Cli {
+    pub fn options(&self) -> Options {
+        Options {
+            no_inline: self.no_inline,
+            no_demangle: self.no_demangle,
+            no_lines: self.no_lines,
+            no_live: self.no_live,
+            force: self.force,
+            strip: self.strip,
+            kallsyms: self.kallsyms.clone(),
+            quiet: self.quiet,
+        }
+    }
+}
+
+/// The clap command (for man pages and completions).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Run the tool as the command line asks.
+pub fn run(cli: &Cli) -> Result<i32> {
+    let mut out = Writer::new(open_output(cli.output.as_deref())?);
+    let mut engine = Engine::new(cli.options());
+    for p in inputs_or_stdin(&cli.files) {
+        let (name, input) = open_input(&p)?;
+        symbolize_into(&mut engine, input, &name, &mut out)?;
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// Symbolize one input into `out` (library entry point: `BufRead -> Write`).
+pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, out: W) -> Result<()> {
+    let mut engine = Engine::new(opts);
+    let mut w = Writer::new(out);
+    symbolize_into(&mut engine, input, "<input>", &mut w)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Read `input` in chunks, symbolize each, write it. On a bad line, what was
+/// read before it is written and flushed, then the error (naming the input
+/// and line) is returned.
+pub fn symbolize_into<R: BufRead, W: Write>(
+    engine: &mut Engine,
+    input: R,
+    name: &str,
+    out: &mut Writer<W>,
+) -> Result<()> {
+    let mut chunk: Vec<Record> = Vec::with_capacity(1024);
+    for rec in Reader::new(input, name, ReaderOptions::default()) {
+        match rec {
+            Ok(r) => {
+                chunk.push(r);
+                if chunk.len() >= CHUNK {
+                    write_chunk(engine, &mut chunk, out)?;
+                }
+            }
+            Err(e) => {
+                write_chunk(engine, &mut chunk, out)?;
+                out.flush()?;
+                return Err(e.into());
+            }
+        }
+    }
+    write_chunk(engine, &mut chunk, out)
+}
+
+fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
+    for r in chunk.iter() {
+        if let Record::Maps(m) = r {
+            engine.add_maps(m);
+        }
+    }
+    let todo: Vec<&wallclock_stream::Stack> = chunk
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) if engine.needs(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    engine.prepare(todo.into_iter());
+    for mut r in chunk.drain(..) {
+        if let Record::Stack(s) = &mut r {
+            if engine.needs(s) {
+                s.frames = engine.frames(s);
+                if engine.options().strip {
+                    s.ustack.clear();
+                    s.kstack.clear();
+                }
+            }
+        }
+        out.write(&r)?;
+    }
+    Ok(())
+}

@@ -1,4 +1,7 @@
+//! stacksym: raw stack addresses to names. The work is in the library.
+use clap::Parser;
+
 fn main() {
-    eprintln!("stacksym: not built yet");
-    std::process::exit(2);
+    let cli = stacksym::Cli::parse();
+    wallclock_stream::cli::run_main("stacksym", || stacksym::run(&cli));
 }

@@ -1,0 +1,116 @@
+//! What we read of a process ourselves: `/proc/PID/maps` (for module names
+//! and offsets, and as a snapshot should the process exit mid-stream) and
+//! `/tmp/perf-PID.map` (JIT symbols, still readable after the process exited).
+
+use std::path::Path;
+
+use wallclock_stream::MapEntry;
+
+/// Is `pid` a live process?
+pub fn is_live(pid: u32) -> bool {
+    pid != 0 && Path::new(&format!("/proc/{pid}/maps")).exists()
+}
+
+/// Every mapping of `pid` (anonymous ones with an empty path), or `None`
+/// when the process is gone or unreadable.
+pub fn read_proc_maps(pid: u32) -> Option<Vec<MapEntry>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(text.lines().filter_map(parse_maps_line).collect())
+}
+
+/// One line of `/proc/PID/maps`: `start-end perms offset dev inode [path]`.
+pub fn parse_maps_line(line: &str) -> Option<MapEntry> {
+    let mut it = line.splitn(6, ' ');
+    let range = it.next()?;
+    let _perms = it.next()?;
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let _dev = it.next()?;
+    let _inode = it.next()?;
+    let path = it.next().unwrap_or("").trim_start().to_string();
+    let (s, e) = range.split_once('-')?;
+    Some(MapEntry {
+        start: u64::from_str_radix(s, 16).ok()?,
+        end: u64::from_str_radix(e, 16).ok()?,
+        offset,
+        path,
+        build_id: None,
+    })
+}
+
+/// The mapping holding `addr`; later entries win (a newer Maps record).
+pub fn find(maps: &[MapEntry], addr: u64) -> Option<&MapEntry> {
+    find_idx(maps, addr).map(|i| &maps[i])
+}
+
+pub fn find_idx(maps: &[MapEntry], addr: u64) -> Option<usize> {
+    maps.iter().rposition(|m| m.start <= addr && addr < m.end)
+}
+
+/// A mapping backed by a file we can open (not `[vdso]`, not anonymous).
+pub fn is_file(m: &MapEntry) -> bool {
+    m.path.starts_with('/')
+}
+
+/// Symbols of a perf map file: `START SIZE NAME` per line, hex numbers.
+#[derive(Debug, Default)]
+pub struct PerfMap {
+    /// (start, end, name), sorted by start.
+    syms: Vec<(u64, u64, String)>,
+}
+
+impl PerfMap {
+    /// `/tmp/perf-PID.map`, if there is one.
+    pub fn load(pid: u32) -> Option<PerfMap> {
+        let text = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).ok()?;
+        let mut syms: Vec<(u64, u64, String)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.trim().splitn(3, ' ');
+                let start = hex(it.next()?)?;
+                let size = hex(it.next()?)?;
+                let name = it.next()?.trim().to_string();
+                Some((start, start.checked_add(size)?, name))
+            })
+            .collect();
+        // Later lines win over earlier ones for the same start (code regenerated).
+        syms.reverse();
+        syms.sort_by_key(|s| s.0);
+        syms.dedup_by_key(|s| s.0);
+        Some(PerfMap { syms })
+    }
+
+    pub fn lookup(&self, addr: u64) -> Option<&str> {
+        let i = self.syms.partition_point(|s| s.0 <= addr);
+        let (start, end, name) = self.syms.get(i.checked_sub(1)?)?;
+        (*start <= addr && addr < *end).then_some(name.as_str())
+    }
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let m = parse_maps_line("55d0c0a00000-55d0c0a21000 r-xp 00002000 08:01 1234     /usr/bin/prog").unwrap();
+        assert_eq!((m.start, m.end, m.offset, m.path.as_str()), (0x55d0c0a00000, 0x55d0c0a21000, 0x2000, "/usr/bin/prog"));
+        let anon = parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
+        assert_eq!(anon.path, "");
+        assert!(!is_file(&anon));
+        assert!(parse_maps_line("garbage").is_none());
+    }
+
+    #[test]
+    fn perf_map_lookup() {
+        let pm = PerfMap { syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())] };
+        assert_eq!(pm.lookup(0x1000), Some("a"));
+        assert_eq!(pm.lookup(0x100f), Some("a"));
+        assert_eq!(pm.lookup(0x1010), None);
+        assert_eq!(pm.lookup(0x20ff), Some("b c"));
+        assert_eq!(pm.lookup(0xfff), None);
+    }
+}
