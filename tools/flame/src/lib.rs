@@ -1,1 +1,234 @@
-//! flame (skeleton: being built)
+//! flame: an interactive flame graph (SVG) from the wallclock stream or
+//! from plain folded lines.
+//!
+//! ```text
+//! flame [FILE...] [-o OUT.svg]
+//! in:  {"type":"stack","kind":"off","state":"S","frames":[{"func":"main"},...],"ns":5000000,...}
+//!      main;worker;[sleep]_[o] 5000
+//! out: <svg ...> (inferno's SVG: zoom, search, tooltips with time and %)
+//! ```
+//!
+//! The layout is inferno's; titles and colours are ours (see [`render`]).
+
+pub mod input;
+pub mod layout;
+pub mod render;
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use inferno::flamegraph::color::Palette;
+
+use input::{Loaded, Profile, ThreadName};
+use layout::Entry;
+use render::{RenderOptions, ValueUnit};
+
+const EXAMPLES: &str = "\
+COLOURS:
+  Each box takes the colour of the kind of time with the largest share
+  beneath it: on-CPU red-yellow (kernel frames orange), off-CPU blue (kernel
+  frames aqua), GPU green (kernel frames yellow-green). The kind comes from
+  the stream record's `kind`, or from the `_[c]` / `_[o]` / `_[g]` marker on
+  a folded line's leaf; markers never show in labels. Folded lines without a
+  marker use --colors (default hot; `_[k]` kernel, `_[j]` JIT, `_[i]`
+  inlined as inferno does). A box with time of several kinds lists the split
+  in its tooltip.
+
+UNITS:
+  Stream records carry ns. Folded values are --unit: by default us when the
+  lines carry kind markers (stackmerge --folded), else samples.
+
+EXAMPLES:
+  stackmerge --on on.txt off.txt | flame > wall.svg
+  flame profile.folded --title 'my service' -o out.svg
+  perf script | flame --unit samples > cpu.svg
+  flame --inverted --min-width 0.5 merged.txt > icicle.svg
+  flame --per-thread -o threads/ merged.txt     # threads/thread_<TID>_<role>.svg
+  flame --diff before.folded after.folded > diff.svg";
+
+/// Interactive flame graph (SVG) from the wallclock stream or folded stacks.
+#[derive(Debug, Parser)]
+#[command(name = "flame", version, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Inputs: stream, folded lines or perf script output (stdin when none or `-`).
+    pub files: Vec<PathBuf>,
+    /// Output file (default stdout); with --per-thread, a directory.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Title at the top of the graph.
+    #[arg(long, default_value = "Flame Graph")]
+    pub title: String,
+    /// Second line under the title.
+    #[arg(long)]
+    pub subtitle: Option<String>,
+    /// Image width in pixels (default: fluid, 1200 before the script runs).
+    #[arg(long, value_name = "PX")]
+    pub width: Option<usize>,
+    /// Omit boxes narrower than this percentage of the total.
+    #[arg(long, value_name = "PCT", default_value_t = 0.01)]
+    pub min_width: f64,
+    /// Icicle graph: roots at the top.
+    #[arg(long)]
+    pub inverted: bool,
+    /// Palette for frames without a kind (hot, mem, io, red, green, blue,
+    /// aqua, yellow, purple, orange, java, js, perl, python, rust, wakeup).
+    #[arg(long, default_value = "hot", value_parser = parse_palette)]
+    pub colors: Palette,
+    /// Unit of folded values: ns, us, ms or samples (default: us with kind
+    /// markers, else samples).
+    #[arg(long, value_parser = ["ns", "us", "ms", "samples"])]
+    pub unit: Option<String>,
+    /// One SVG per thread into the directory -o: thread_<TID>_<role>.svg.
+    #[arg(long, requires = "output")]
+    pub per_thread: bool,
+    /// Differential graph: shape of AFTER, red where time grew, blue where it shrank.
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["files", "per_thread"])]
+    pub diff: Option<Vec<PathBuf>>,
+}
+
+fn parse_palette(s: &str) -> Result<Palette, String> {
+    s.parse::<Palette>().map_err(|e| format!("{e}; use one of {}", Palette::VARIANTS.join(", ")))
+}
+
+/// The clap command (for man pages and completions).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Run flame as the binary does.
+pub fn run(cli: &Cli) -> Result<i32> {
+    let explicit_unit = cli.unit.as_deref().map(|u| match u {
+        "samples" => None,
+        "ns" => Some(1),
+        "us" => Some(1_000),
+        _ => Some(1_000_000),
+    });
+    let stream_folded_ns = explicit_unit.flatten().unwrap_or(1_000);
+    if let Some(diff) = &cli.diff {
+        let before = input::load(&diff[..1])?;
+        let after = input::load(&diff[1..])?;
+        let (pb, pa) = (profile(&before, false, stream_folded_ns)?, profile(&after, false, stream_folded_ns)?);
+        let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
+        let mut map: std::collections::HashMap<Cow<'_, str>, Entry<'_>> = Default::default();
+        for (k, mix) in flatten(&pa, scale) {
+            map.insert(k.clone(), Entry { stack: "", mix, before: 0 });
+        }
+        for (k, mix) in flatten(&pb, scale) {
+            map.entry(k.clone()).or_insert(Entry { stack: "", mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
+        }
+        let entries = map.iter().map(|(k, e)| Entry { stack: k.as_ref(), ..e.clone() }).collect();
+        let opts = RenderOptions { diff: true, ..render_options(cli, unit) };
+        return write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w)).map(|_| 0);
+    }
+
+    let inputs = input::load(&cli.files)?;
+    let p = profile(&inputs, cli.per_thread, stream_folded_ns)?;
+    let (unit, scale) = resolve_unit(&[&p], explicit_unit)?;
+    let opts = render_options(cli, unit);
+    if !cli.per_thread {
+        let stacks = flatten(&p, scale);
+        let entries = stacks.iter().map(|(k, mix)| Entry { stack: k.as_ref(), mix: *mix, before: 0 }).collect();
+        write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
+        return Ok(0);
+    }
+
+    if !p.folded.is_empty() {
+        bail!("--per-thread needs stream records (they carry the tid); folded lines carry no thread");
+    }
+    let dir = cli.output.as_deref().expect("clap requires -o");
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut tids: Vec<u32> = p.stream.keys().map(|(t, _)| *t).collect();
+    tids.sort_unstable();
+    tids.dedup();
+    for tid in tids {
+        let t = p.threads.get(&tid).cloned().unwrap_or_default();
+        let role = thread_role(tid, &t);
+        let entries = p
+            .stream
+            .iter()
+            .filter(|((t, _), _)| *t == tid)
+            .map(|((_, k), mix)| Entry { stack: k.as_ref(), mix: *mix, before: 0 })
+            .collect();
+        let sub = format!("thread {tid} {} ({role})", t.comm);
+        let o = RenderOptions { subtitle: Some(opts.subtitle.clone().unwrap_or(sub)), ..opts.clone() };
+        let path = dir.join(format!("thread_{tid}_{role}.svg"));
+        write_to(Some(&path), |w| render::render(entries, &o, w))?;
+    }
+    Ok(0)
+}
+
+fn profile(inputs: &[Loaded], per_thread: bool, stream_folded_ns: u64) -> Result<Profile<'_>> {
+    let mut p = Profile::default();
+    for i in inputs {
+        p.add(i, per_thread, stream_folded_ns)?;
+    }
+    Ok(p)
+}
+
+/// The display unit, and the factor for folded values: they are converted
+/// to ns only when mixed with a stream.
+fn resolve_unit(ps: &[&Profile<'_>], explicit: Option<Option<u64>>) -> Result<(ValueUnit, u64)> {
+    let any_stream = ps.iter().any(|p| !p.stream.is_empty());
+    let any_folded = ps.iter().any(|p| !p.folded.is_empty());
+    let markers = ps.iter().any(|p| p.markers);
+    let folded_unit = match explicit {
+        Some(u) => u,
+        None if markers => Some(1_000),
+        None => None,
+    };
+    match (any_stream, any_folded, folded_unit) {
+        (true, true, None) => bail!("stream input (ns) mixed with folded samples: give the folded unit with --unit"),
+        (true, _, ns) => Ok((ValueUnit::Time(1), ns.unwrap_or(1))),
+        (false, _, Some(ns)) => Ok((ValueUnit::Time(ns), 1)),
+        (false, _, None) => Ok((ValueUnit::Samples, 1)),
+    }
+}
+
+/// All stacks of a profile; folded values times `folded_scale`.
+fn flatten<'p, 'a>(p: &'p Profile<'a>, folded_scale: u64) -> Vec<(&'p Cow<'a, str>, input::Mix)> {
+    let mut out: Vec<_> = p.stream.iter().map(|((_, k), m)| (k, *m)).collect();
+    out.extend(p.folded.iter().map(|(k, m)| (k, m.map(|v| v.saturating_mul(folded_scale)))));
+    out
+}
+
+/// `role` of the Thread record, else `main` for the process's main thread,
+/// else the thread name made safe for a file name.
+pub fn thread_role(tid: u32, t: &ThreadName) -> String {
+    let raw = match &t.role {
+        Some(r) if !r.is_empty() => r.clone(),
+        _ if tid == t.pid && t.pid != 0 => "main".to_string(),
+        _ => t.comm.clone(),
+    };
+    let s: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .collect();
+    let s = s.trim_matches(['_', '.']).to_string();
+    if s.is_empty() {
+        "thread".to_string()
+    } else {
+        s
+    }
+}
+
+fn render_options(cli: &Cli, unit: ValueUnit) -> RenderOptions {
+    RenderOptions {
+        title: cli.title.clone(),
+        subtitle: cli.subtitle.clone(),
+        width: cli.width,
+        min_width: cli.min_width,
+        inverted: cli.inverted,
+        colors: cli.colors,
+        unit,
+        diff: false,
+    }
+}
+
+fn write_to(path: Option<&Path>, f: impl FnOnce(&mut dyn std::io::Write) -> Result<()>) -> Result<()> {
+    let mut w = wallclock_stream::cli::open_output(path)?;
+    f(&mut *w)?;
+    w.flush()?;
+    Ok(())
+}

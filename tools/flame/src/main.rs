@@ -1,4 +1,7 @@
+//! flame: see the library docs and `flame --help`.
+use clap::Parser;
+
 fn main() {
-    eprintln!("flame: not built yet");
-    std::process::exit(2);
+    let cli = flame::Cli::parse();
+    wallclock_stream::cli::run_main("flame", || flame::run(&cli));
 }

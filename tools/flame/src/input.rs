@@ -1,0 +1,251 @@
+//! Reading inputs: the wallclock stream (JSON records), plain folded lines
+//! and `perf script` output, aggregated by stack.
+//!
+//! Plain folded files take a fast path that borrows the stack text from the
+//! file's buffer (1M lines in well under a second); everything else goes
+//! through the shared [`Reader`].
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use wallclock_stream::{folded, Kind, Reader, ReaderOptions, Record, Stack, State};
+
+/// Kinds, as indexes into a [`Mix`].
+pub const ON: usize = 0;
+pub const OFF: usize = 1;
+pub const GPU: usize = 2;
+pub const OTHER: usize = 3;
+
+/// Time (or samples) of one stack or frame box, split by kind.
+pub type Mix = [u64; 4];
+
+pub fn kind_index(k: Kind) -> usize {
+    match k {
+        Kind::On => ON,
+        Kind::Off => OFF,
+        Kind::Gpu => GPU,
+        Kind::Other => OTHER,
+    }
+}
+
+/// One input, read whole.
+pub struct Loaded {
+    pub name: String,
+    pub text: String,
+}
+
+/// Read every input (stdin for `-` or none) into memory.
+pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>> {
+    let mut out = Vec::new();
+    for p in wallclock_stream::cli::inputs_or_stdin(paths) {
+        let (name, mut r) = wallclock_stream::cli::open_input(&p)?;
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes).with_context(|| format!("cannot read {name}"))?;
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        out.push(Loaded { name, text });
+    }
+    Ok(out)
+}
+
+/// What a thread is called in per-thread output.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadName {
+    pub pid: u32,
+    pub comm: String,
+    pub role: Option<String>,
+}
+
+/// All stacks of the inputs, aggregated.
+#[derive(Default)]
+pub struct Profile<'a> {
+    /// Stream stacks: (tid, or 0 unless split per thread; folded stack) -> ns by kind.
+    pub stream: HashMap<(u32, Cow<'a, str>), Mix>,
+    /// Folded and perf-script stacks -> raw values by kind.
+    pub folded: HashMap<Cow<'a, str>, Mix>,
+    /// Threads seen (Thread records, else the stacks' pid and comm).
+    pub threads: BTreeMap<u32, ThreadName>,
+    /// A folded line carried a `_[c]`/`_[o]`/`_[g]` marker.
+    pub markers: bool,
+}
+
+impl<'a> Profile<'a> {
+    /// Add one input. `per_thread` keys stream stacks by tid.
+    pub fn add(&mut self, input: &'a Loaded, per_thread: bool, stream_folded_unit_ns: u64) -> Result<()> {
+        let first = input
+            .text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'));
+        let Some(first) = first else { return Ok(()) };
+        if first.starts_with('{') {
+            return self.add_stream(input, per_thread, stream_folded_unit_ns);
+        }
+        if parse_folded(first).is_ok() {
+            return self.add_folded(input);
+        }
+        // perf script output (or garbage: the reader names the line).
+        let opts = ReaderOptions { folded_unit_ns: 1 };
+        for rec in Reader::new(input.text.as_bytes(), &input.name, opts) {
+            if let Record::Stack(s) = rec? {
+                if s.count > 0 {
+                    let mix = self.folded.entry(Cow::Owned(stack_text(&s))).or_default();
+                    mix[kind_index(s.kind)] += s.count;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn add_folded(&mut self, input: &'a Loaded) -> Result<()> {
+        for (i, raw) in input.text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (stack, value, kind) = parse_folded(line)
+                .map_err(|m| anyhow::anyhow!("{}: line {}: {m}", input.name, i + 1))?;
+            if kind != OTHER {
+                self.markers = true;
+            }
+            if value > 0 {
+                self.folded.entry(stack).or_default()[kind] += value;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_stream(&mut self, input: &'a Loaded, per_thread: bool, unit_ns: u64) -> Result<()> {
+        let opts = ReaderOptions { folded_unit_ns: unit_ns };
+        for rec in Reader::new(input.text.as_bytes(), &input.name, opts) {
+            match rec? {
+                Record::Thread(t) => {
+                    self.threads.insert(t.tid, ThreadName { pid: t.pid, comm: t.comm, role: t.role });
+                }
+                Record::Stack(s) => {
+                    self.threads.entry(s.tid).or_insert_with(|| ThreadName {
+                        pid: s.pid,
+                        comm: s.comm.clone(),
+                        role: None,
+                    });
+                    if s.ns == 0 {
+                        continue;
+                    }
+                    let tid = if per_thread { s.tid } else { 0 };
+                    let mix = self.stream.entry((tid, Cow::Owned(stack_text(&s)))).or_default();
+                    mix[kind_index(s.kind)] += s.ns;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The folded text of a stack record: its frames when symbolized, else its
+/// raw addresses in hex (user root first, then kernel with `_[k]`). An
+/// off-CPU stack whose frames do not end in a state leaf gets one, so
+/// runnable, sleeping and I/O time stay apart.
+pub fn stack_text(s: &Stack) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let sep = |out: &mut String| {
+        if !out.is_empty() {
+            out.push(';');
+        }
+    };
+    if !s.frames.is_empty() {
+        for f in &s.frames {
+            sep(&mut out);
+            out.push_str(&folded::frame_text(f));
+        }
+    } else {
+        for a in &s.ustack {
+            sep(&mut out);
+            let _ = write!(out, "0x{a:x}");
+        }
+        for a in &s.kstack {
+            sep(&mut out);
+            let _ = write!(out, "0x{a:x}_[k]");
+        }
+    }
+    if out.is_empty() {
+        out.push_str("[no frames]");
+    }
+    if let (Kind::Off, Some(st)) = (s.kind, s.state) {
+        let has_leaf = s.frames.last().is_some_and(|f| State::from_leaf_name(&f.func).is_some());
+        if !has_leaf {
+            out.push(';');
+            out.push_str(st.leaf_name());
+        }
+    }
+    out
+}
+
+const KIND_MARKERS: [(&str, usize); 3] = [("_[c]", ON), ("_[o]", OFF), ("_[g]", GPU)];
+
+/// One folded line -> (stack without kind marker, value, kind), borrowing
+/// the stack text whenever the marker is a plain suffix.
+pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, u64, usize), String> {
+    let (stack, value) = line
+        .rsplit_once([' ', '\t'])
+        .ok_or_else(|| "expected a folded line 'frame;frame;... VALUE'".to_string())?;
+    let value = parse_value(value)
+        .ok_or_else(|| format!("expected a number at the end of a folded line, found {value:?}"))?;
+    let stack = stack.trim_end();
+    if stack.is_empty() {
+        return Err("folded line has a value but no stack".to_string());
+    }
+    for (m, k) in KIND_MARKERS {
+        if let Some(base) = stack.strip_suffix(m) {
+            if !KIND_MARKERS.iter().any(|(m2, _)| base.contains(m2)) {
+                return Ok((Cow::Borrowed(base), value, k));
+            }
+        }
+    }
+    if !KIND_MARKERS.iter().any(|(m, _)| stack.contains(m)) {
+        return Ok((Cow::Borrowed(stack), value, OTHER));
+    }
+    // A marker elsewhere (`leaf_[o]_[k]`, or not on the leaf): the shared parser decides.
+    let s = folded::parse_line(line, 1)?;
+    let text: Vec<String> = s.frames.iter().map(folded::frame_text).collect();
+    Ok((Cow::Owned(text.join(";")), value, kind_index(s.kind)))
+}
+
+fn parse_value(v: &str) -> Option<u64> {
+    if let Ok(n) = v.parse::<u64>() {
+        return Some(n);
+    }
+    let f: f64 = v.parse().ok()?;
+    (f.is_finite() && f >= 0.0).then(|| f.round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_stripped_and_borrowed() {
+        let (s, v, k) = parse_folded("a;b;[sleep]_[o] 12").unwrap();
+        assert_eq!((s.as_ref(), v, k), ("a;b;[sleep]", 12, OFF));
+        assert!(matches!(s, Cow::Borrowed(_)));
+        let (s, _, k) = parse_folded("a;write_[o]_[k] 3").unwrap();
+        assert_eq!((s.as_ref(), k), ("a;write_[k]", OFF));
+        let (s, _, k) = parse_folded("a;b_[k] 3").unwrap();
+        assert_eq!((s.as_ref(), k), ("a;b_[k]", OTHER));
+        assert!(parse_folded("a;b").is_err());
+        assert!(parse_folded("a;b x").is_err());
+    }
+
+    #[test]
+    fn raw_addresses_and_state_leaf() {
+        let mut s = Stack::new(Kind::Off, 1, 2, "x");
+        s.state = Some(State::D);
+        s.ustack = vec![0x401000, 0x401234];
+        s.kstack = vec![0xffffffff81000000];
+        assert_eq!(stack_text(&s), "0x401000;0x401234;0xffffffff81000000_[k];[io]");
+    }
+}

@@ -1,0 +1,309 @@
+//! SVG output: inferno draws the graph; each frame's title and fill are then
+//! rewritten from our own box list (see [`crate::layout`]) so that tooltips
+//! show time and colours follow the kind of time.
+//!
+//! Colours (documented in `flame --help` and tested):
+//! a box is coloured by the kind with the most time beneath it (ties: on,
+//! off, GPU, other). Shades vary with a hash of the name, within:
+//!
+//! | kind | user frames | kernel frames (`_[k]`) |
+//! | --- | --- | --- |
+//! | on-CPU  | red-yellow `rgb(205-255, 0-230, 0-55)` | orange `rgb(190-255, 90-155, 0)` |
+//! | off-CPU | blue `rgb(80-140, 80-140, 190-245)` | aqua `rgb(50-110, 165-220, 165-220)` |
+//! | GPU     | green `rgb(40-90, 175-255, 40-90)` | yellow-green `rgb(140-190, 200-255, 40-70)` |
+//! | other (folded without markers) | inferno's `--colors` palette | |
+
+use std::io::{self, Write};
+
+use anyhow::{bail, Result};
+use inferno::flamegraph::{self, color::Palette, Direction};
+use wallclock_stream::units::human_ns;
+
+use crate::input::{Mix, GPU, OFF, ON, OTHER};
+use crate::layout::{self, Entry, FrameBox};
+
+/// How values are shown.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueUnit {
+    /// Values are durations, this many ns each.
+    Time(u64),
+    /// Values are counts (samples).
+    Samples,
+}
+
+impl ValueUnit {
+    pub fn text(self, v: u64) -> String {
+        match self {
+            ValueUnit::Time(ns) => human_ns(v.saturating_mul(ns)),
+            ValueUnit::Samples => format!("{} samples", thousands(v)),
+        }
+    }
+}
+
+fn thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    pub title: String,
+    pub subtitle: Option<String>,
+    pub width: Option<usize>,
+    /// Percent of the total below which boxes are not drawn.
+    pub min_width: f64,
+    pub inverted: bool,
+    /// Palette of frames without a kind.
+    pub colors: Palette,
+    pub unit: ValueUnit,
+    /// Differential mode: colour by AFTER - BEFORE.
+    pub diff: bool,
+}
+
+/// Draw `entries` (any order) as an SVG into `out`.
+pub fn render<W: Write>(mut entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: W) -> Result<()> {
+    entries.retain(|e| e.total() > 0 || (opts.diff && e.before > 0));
+    layout::sort_entries(&mut entries);
+    let (mut boxes, total) = layout::boxes(&entries);
+    if total == 0 {
+        write_empty(&mut out, opts)?;
+        return Ok(out.flush()?);
+    }
+    // Stacks only in BEFORE (diff) add to their parents' before-time but are not drawn.
+    boxes.retain(|b| b.end > b.start);
+    layout::prune(&mut boxes, total, opts.min_width);
+
+    let mut lines = String::with_capacity(entries.iter().map(|e| e.stack.len() + 22).sum());
+    for e in entries.iter().filter(|e| e.total() > 0) {
+        lines.push_str(e.stack);
+        lines.push(' ');
+        lines.push_str(itoa_u64(e.total()).as_str());
+        lines.push('\n');
+    }
+    let mut iopt = flamegraph::Options::default();
+    iopt.title = opts.title.clone();
+    iopt.subtitle = opts.subtitle.clone();
+    iopt.image_width = opts.width;
+    iopt.min_width = opts.min_width;
+    iopt.colors = opts.colors;
+    iopt.deterministic = true;
+    iopt.no_sort = true;
+    if opts.inverted {
+        iopt.direction = Direction::Inverted;
+    }
+    let mut svg = Vec::with_capacity(lines.len() / 2 + (boxes.len() * 300));
+    flamegraph::from_lines(&mut iopt, lines.split('\n'), &mut svg)?;
+    let svg = String::from_utf8(svg).map_err(|_| anyhow::anyhow!("internal: inferno wrote invalid UTF-8"))?;
+    rewrite(&svg, &boxes, total, opts, &mut out)?;
+    Ok(out.flush()?)
+}
+
+fn itoa_u64(v: u64) -> String {
+    v.to_string()
+}
+
+/// Copy inferno's SVG, replacing each frame's title and fill.
+fn rewrite<W: Write>(svg: &str, boxes: &[FrameBox<'_>], total: u64, opts: &RenderOptions, out: &mut W) -> Result<()> {
+    let max_delta = boxes.iter().map(|b| b.mix.iter().sum::<u64>().abs_diff(b.before)).max().unwrap_or(0);
+    let Some(mut pos) = svg.find("<svg id=\"frames\"") else { bail!("internal: no frames container in inferno's SVG") };
+    out.write_all(svg[..pos].as_bytes())?;
+    let mut title = String::new();
+    for b in boxes {
+        let Some(g) = svg[pos..].find("<g><title>").map(|i| i + pos) else {
+            bail!("internal: inferno drew fewer frames than computed ({})", boxes.len())
+        };
+        let t0 = g + "<g><title>".len();
+        let t1 = t0 + svg[t0..].find("</title>").unwrap_or(0);
+        let r0 = t1 + svg[t1..].find("<rect ").unwrap_or(0);
+        let r1 = r0 + svg[r0..].find("/>").unwrap_or(0);
+        let rect = &svg[r0..r1];
+        let width = b.end - b.start;
+        if attr(rect, "fg:x") != Some(b.start) || attr(rect, "fg:w") != Some(width) {
+            bail!("internal: frame layout differs from inferno's at {:?} ({rect})", b.name);
+        }
+        out.write_all(svg[pos..t0].as_bytes())?;
+        title.clear();
+        box_title(&mut title, b, total, opts);
+        escape_into(out, &title)?;
+        out.write_all(svg[t1..r0].as_bytes())?;
+        let fill = if opts.diff { Some(diff_color(b, max_delta)) } else { kind_color(b) };
+        match (fill, rect.find("fill=\"")) {
+            (Some((r, g, bl)), Some(f0)) => {
+                let f1 = f0 + 6 + rect[f0 + 6..].find('"').unwrap_or(0);
+                out.write_all(rect[..f0].as_bytes())?;
+                write!(out, "fill=\"rgb({r},{g},{bl})\"")?;
+                out.write_all(rect[f1 + 1..].as_bytes())?;
+            }
+            _ => out.write_all(rect.as_bytes())?,
+        }
+        pos = r1;
+    }
+    if svg[pos..].contains("<g><title>") {
+        bail!("internal: inferno drew more frames than computed ({})", boxes.len());
+    }
+    out.write_all(svg[pos..].as_bytes())?;
+    Ok(())
+}
+
+fn attr(tag: &str, name: &str) -> Option<u64> {
+    let key = format!(" {name}=\"");
+    let i = tag.find(&key)? + key.len();
+    let j = tag[i..].find('"')? + i;
+    tag[i..j].parse().ok()
+}
+
+/// `name (12.3 ms, 4.56%; on-CPU 10.0 ms, off-CPU 2.30 ms)`. No `(` after
+/// the name: inferno's JS takes the label as the text before the last `(`.
+fn box_title(t: &mut String, b: &FrameBox<'_>, total: u64, opts: &RenderOptions) {
+    use std::fmt::Write;
+    let v: u64 = b.mix.iter().sum();
+    let name = if b.depth == 0 && b.name.is_empty() { "all" } else { deannotate(b.name) };
+    let pct = 100.0 * v as f64 / total as f64;
+    let _ = write!(t, "{name} ({}, {pct:.2}%", opts.unit.text(v));
+    if opts.diff {
+        let sign = if v >= b.before { "+" } else { "-" };
+        let _ = write!(t, "; before {}, {sign}{}", opts.unit.text(b.before), opts.unit.text(v.abs_diff(b.before)));
+    } else if b.mix.iter().filter(|&&m| m > 0).count() > 1 {
+        let names = ["on-CPU", "off-CPU", "GPU", "other"];
+        let parts: Vec<String> = (0..4)
+            .filter(|&k| b.mix[k] > 0)
+            .map(|k| format!("{} {}", names[k], opts.unit.text(b.mix[k])))
+            .collect();
+        let _ = write!(t, "; {}", parts.join(", "));
+    }
+    t.push(')');
+}
+
+/// Frame name as shown: without its `_[k]`/`_[w]`/`_[i]`/`_[j]` annotation.
+pub fn deannotate(f: &str) -> &str {
+    if f.ends_with(']') {
+        if let Some(ai) = f.rfind("_[") {
+            if f[ai..].len() == 4 && "kwij".contains(&f[ai + 2..ai + 3]) {
+                return &f[..ai];
+            }
+        }
+    }
+    f
+}
+
+/// The kind whose time dominates a box (ties: on, off, GPU, other).
+pub fn dominant(mix: &Mix) -> usize {
+    let mut best = ON;
+    for k in [OFF, GPU, OTHER] {
+        if mix[k] > mix[best] {
+            best = k;
+        }
+    }
+    best
+}
+
+/// Exact colour of a box of kind on/off/GPU; `None` keeps inferno's palette.
+fn kind_color(b: &FrameBox<'_>) -> Option<(u8, u8, u8)> {
+    let kernel = b.name.ends_with("_[k]");
+    let v = name_hash(deannotate(b.name));
+    let t = |base: f32, span: f32| (base + span * v) as u8;
+    Some(match (dominant(&b.mix), kernel) {
+        (ON, false) => (t(205.0, 50.0), (230.0 * name_hash2(deannotate(b.name))) as u8, t(0.0, 55.0)),
+        (ON, true) => (t(190.0, 65.0), t(90.0, 65.0), 0),
+        (OFF, false) => (t(80.0, 60.0), t(80.0, 60.0), t(190.0, 55.0)),
+        (OFF, true) => (t(50.0, 60.0), t(165.0, 55.0), t(165.0, 55.0)),
+        (GPU, false) => (t(40.0, 50.0), t(175.0, 80.0), t(40.0, 50.0)),
+        (GPU, true) => (t(140.0, 50.0), t(200.0, 55.0), t(40.0, 30.0)),
+        _ => return None,
+    })
+}
+
+/// Differential: red grew, blue shrank, white unchanged; saturation by
+/// the change relative to the largest change of any box.
+fn diff_color(b: &FrameBox<'_>, max_delta: u64) -> (u8, u8, u8) {
+    let after: u64 = b.mix.iter().sum();
+    let d = after.abs_diff(b.before);
+    let pale = if max_delta == 0 { 255 } else { 255 - (200 * d / max_delta) as u8 };
+    if after >= b.before {
+        (255, pale, pale)
+    } else {
+        (pale, pale, 255)
+    }
+}
+
+/// FNV-1a of the name, in [0, 1).
+fn name_hash(name: &str) -> f32 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in name.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h >> 40) as f32 / (1u64 << 24) as f32
+}
+
+fn name_hash2(name: &str) -> f32 {
+    let mut h: u64 = 0x84222325cbf29ce4;
+    for b in name.bytes().rev() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    (h >> 40) as f32 / (1u64 << 24) as f32
+}
+
+/// XML-escape text content.
+pub fn escape_into<W: Write + ?Sized>(out: &mut W, s: &str) -> io::Result<()> {
+    let mut last = 0;
+    for (i, c) in s.char_indices() {
+        let rep = match c {
+            '<' => "&lt;",
+            '>' => "&gt;",
+            '&' => "&amp;",
+            '"' => "&quot;",
+            '\'' => "&apos;",
+            _ => continue,
+        };
+        out.write_all(s[last..i].as_bytes())?;
+        out.write_all(rep.as_bytes())?;
+        last = i + 1;
+    }
+    out.write_all(s[last..].as_bytes())
+}
+
+/// A valid SVG that says there was nothing to draw.
+fn write_empty<W: Write>(out: &mut W, opts: &RenderOptions) -> io::Result<()> {
+    let w = opts.width.unwrap_or(1200);
+    let h = 60;
+    writeln!(out, r#"<?xml version="1.0" standalone="no"?>"#)?;
+    writeln!(
+        out,
+        r#"<svg version="1.1" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg">"#
+    )?;
+    write!(out, r#"<text x="50%" y="24" text-anchor="middle" font-family="monospace" font-size="17">"#)?;
+    escape_into(out, &opts.title)?;
+    writeln!(out, "</text>")?;
+    writeln!(out, r#"<text x="50%" y="48" text-anchor="middle" font-family="monospace" font-size="12">no stacks</text>"#)?;
+    writeln!(out, "</svg>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units_and_escape() {
+        assert_eq!(ValueUnit::Time(1_000).text(12_300), "12.3 ms");
+        assert_eq!(ValueUnit::Samples.text(1_234_567), "1,234,567 samples");
+        let mut v = Vec::new();
+        escape_into(&mut v, "a<b>&\"c'").unwrap();
+        assert_eq!(String::from_utf8(v).unwrap(), "a&lt;b&gt;&amp;&quot;c&apos;");
+    }
+
+    #[test]
+    fn dominant_kind() {
+        assert_eq!(dominant(&[5, 7, 0, 0]), OFF);
+        assert_eq!(dominant(&[5, 5, 0, 0]), ON);
+        assert_eq!(dominant(&[0, 0, 0, 3]), OTHER);
+    }
+}
