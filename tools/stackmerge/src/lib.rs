@@ -1,1 +1,162 @@
-//! stackmerge (skeleton: being built)
+//! stackmerge: one wall-clock view of on-CPU, off-CPU and GPU stacks.
+//!
+//! ```text
+//! usage: stackmerge [OFF...] [--on FILE]... [--gpu FILE]... [--folded] [-o FILE]
+//!
+//! in  (off, bcc offcputime -f, us):  app;main;read 1500
+//! in  (--on, bcc profile -f, samples at 49 Hz):  app;main;compute 49
+//! out (--folded, us):  app;main;read_[o] 1500
+//!                      app;main;compute_[c] 1000000
+//! ```
+//!
+//! Everything becomes integer ns: off-CPU and GPU time as measured; on-CPU
+//! samples scaled to the thread's exact on-CPU time when a thread record
+//! carries `on_ns` (width = on_ns x samples(stack) / samples(thread)), else
+//! samples x 1e9 / freq. The off-CPU state becomes a leaf frame
+//! (`[runnable]`, `[sleep]`, `[io]`, `[other]`). GPU time never enters a
+//! thread's wall-clock accounting.
+
+mod merge;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Parser;
+use wallclock_stream::units::Unit;
+use wallclock_stream::Kind;
+
+pub use merge::{merge, Input, InputRole, Merged};
+
+const EXAMPLES: &str = "EXAMPLES:
+    sudo offcputime -p 1234 10 | stacksym | stackmerge --on on.json | flame > wall.svg
+        merge an off-CPU stream (stdin) with an on-CPU stream into one stream
+    stackmerge off.folded --on profile.folded --folded > wall.folded
+        bcc offcputime -f (us) and profile -f (samples at 49 Hz) as folded us
+    stackmerge merged.json --per-thread --folded --unit ms
+        one root per thread (comm-TID), values in ms
+    stackmerge all.json --pid 1234 --kind off --folded | head
+        only the off-CPU stacks of process 1234
+    stackmerge off.json --gpu gpu.json --gpu-roots --folded
+        GPU kernels rooted at [gpu DEV stream S] instead of the process";
+
+/// Merge on-CPU, off-CPU and GPU stacks into one wall-clock stream.
+#[derive(Debug, Parser)]
+#[command(name = "stackmerge", version, about, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Off-CPU inputs (stream or folded lines in us); stdin when none.
+    #[arg(value_name = "OFF")]
+    pub off: Vec<PathBuf>,
+    /// On-CPU input (stream, or folded sample counts as bcc profile -f writes); repeatable.
+    #[arg(long = "on", value_name = "FILE")]
+    pub on: Vec<PathBuf>,
+    /// GPU input (stream, or folded lines in us); repeatable.
+    #[arg(long = "gpu", value_name = "FILE")]
+    pub gpu: Vec<PathBuf>,
+    /// Output file (stdout by default).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write folded lines instead of the stream.
+    #[arg(short = 'f', long)]
+    pub folded: bool,
+    /// Unit of folded values.
+    #[arg(long, default_value = "us", value_name = "ns|us|ms")]
+    pub unit: Unit,
+    /// Sampling frequency of on-CPU input without a header (Hz).
+    #[arg(short = 'F', long, default_value_t = 49, value_name = "HZ")]
+    pub freq: u64,
+    /// Root each folded stack at its thread (comm-TID) instead of its process.
+    #[arg(long)]
+    pub per_thread: bool,
+    /// Root GPU stacks at [gpu DEV stream S].
+    #[arg(long)]
+    pub gpu_roots: bool,
+    /// Keep only these processes (comma-separated or repeated).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Keep only these threads (comma-separated or repeated).
+    #[arg(short = 't', long = "tid", value_delimiter = ',', value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Keep only these kinds: on, off, gpu, other (comma-separated or repeated).
+    #[arg(long = "kind", value_delimiter = ',', value_name = "KIND", value_parser = parse_kind)]
+    pub kinds: Vec<Kind>,
+}
+
+fn parse_kind(s: &str) -> Result<Kind, String> {
+    match s {
+        "on" => Ok(Kind::On),
+        "off" => Ok(Kind::Off),
+        "gpu" => Ok(Kind::Gpu),
+        "other" => Ok(Kind::Other),
+        _ => Err(format!("unknown kind {s:?}: use on, off, gpu or other")),
+    }
+}
+
+/// The clap command (for the man page generator).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Options of the merge itself (what `Cli` says beside the paths).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub folded: bool,
+    pub unit: Unit,
+    pub freq: u64,
+    pub per_thread: bool,
+    pub gpu_roots: bool,
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    pub kinds: Vec<Kind>,
+}
+
+impl From<&Cli> for Options {
+    fn from(c: &Cli) -> Self {
+        Options {
+            folded: c.folded,
+            unit: c.unit,
+            freq: c.freq,
+            per_thread: c.per_thread,
+            gpu_roots: c.gpu_roots,
+            pids: c.pids.clone(),
+            tids: c.tids.clone(),
+            kinds: c.kinds.clone(),
+        }
+    }
+}
+
+/// Read every input, merge, write. A bad line stops the reading; what was
+/// read before it is still merged and written, then the error is returned.
+pub fn run(cli: &Cli) -> Result<()> {
+    let opts = Options::from(cli);
+    let mut paths: Vec<(InputRole, PathBuf)> = Vec::new();
+    let stdin_is_tty = std::io::stdin().is_terminal();
+    if cli.off.is_empty() {
+        // With only --on/--gpu given and nothing piped in, do not wait on a terminal.
+        if !(stdin_is_tty && (!cli.on.is_empty() || !cli.gpu.is_empty())) {
+            paths.push((InputRole::Off, PathBuf::from("-")));
+        }
+    }
+    paths.extend(cli.off.iter().map(|p| (InputRole::Off, p.clone())));
+    paths.extend(cli.on.iter().map(|p| (InputRole::On, p.clone())));
+    paths.extend(cli.gpu.iter().map(|p| (InputRole::Gpu, p.clone())));
+
+    let (inputs, err) = merge::read_inputs(&paths);
+    let merged = merge(&inputs, &opts);
+    let mut out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
+    write(&merged, &opts, &mut out)?;
+    out.flush()?;
+    match err {
+        Some(e) => Err(e.context("stopped at a bad line; the records before it were merged and written")),
+        None => Ok(()),
+    }
+}
+
+/// Write the merged result as the stream or as folded lines.
+pub fn write(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
+    if opts.folded {
+        merge::write_folded(m, opts, out)
+    } else {
+        merge::write_stream(m, out)
+    }
+}

@@ -1,4 +1,6 @@
+use clap::Parser;
+
 fn main() {
-    eprintln!("stackmerge: not built yet");
-    std::process::exit(2);
+    let cli = stackmerge::Cli::parse();
+    wallclock_stream::cli::run_main("stackmerge", || stackmerge::run(&cli).map(|()| 0));
 }

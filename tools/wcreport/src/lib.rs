@@ -1,1 +1,126 @@
-//! wcreport (skeleton: being built)
+//! wcreport: where each thread's wall-clock time went.
+//!
+//! ```text
+//! usage: wcreport [FILE...] [--json] [--top N] [--split-dir DIR --prefix PREFIX]
+//!
+//! in:  the stream (best after stackmerge), or plain folded lines
+//! out: PROCESS 42 (app): wall 2.00 s, 2 thread(s) alive 4.00 s thread-time; ...
+//!        TID  NAME    ROLE    CLASS         ALIVE   ON-CPU  RUNNABLE ... COVERAGE
+//!        42   app     main    cpu-bound     2.00 s  1.80 s  20.0 ms  ...   100.0%
+//! ```
+//!
+//! Per thread: alive time in the window, on-CPU, off-CPU by state (R, S,
+//! D, other), GPU time apart (never added to the thread's wall clock),
+//! coverage = (on + off) / alive, role and behaviour class, top stacks.
+
+pub mod report;
+pub mod text;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use wallclock_stream::cli::{open_output, read_all_lenient};
+use wallclock_stream::ReaderOptions;
+
+pub use report::{build, Report};
+
+const EXAMPLES: &str = "EXAMPLES:
+    stackmerge off.json --on on.json | wcreport
+        the time accounting of every thread, for humans
+    wcreport merged.json --json | jq '.threads[] | {tid, class, coverage_pct}'
+        the same for scripts (ns integers, stable field names)
+    wcreport merged.json --top 10
+        ten heaviest stacks of each kind per thread
+    wcreport merged.json --split-dir out/threads --prefix out/run
+        writes out/run_thread_analysis.txt, out/threads/thread_TID_ROLE_analysis.txt
+        and, for a one-thread target, out/run_single_thread_analysis.txt";
+
+/// Time accounting per process and per thread.
+#[derive(Debug, Parser)]
+#[command(name = "wcreport", version, about, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Input streams or folded files; stdin when none.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// JSON for scripts: ns integers, stable field names.
+    #[arg(long)]
+    pub json: bool,
+    /// Heaviest stacks shown per kind and thread.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub top: usize,
+    /// Write the per-thread report files into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub split_dir: Option<PathBuf>,
+    /// Path prefix of the overview files of --split-dir (default DIR/wallclock).
+    #[arg(long, value_name = "PREFIX", requires = "split_dir")]
+    pub prefix: Option<PathBuf>,
+    /// Output file (stdout by default).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// The clap command (for the man page generator).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// Read, build, write. A bad line stops the reading: the report of what
+/// came before it is still written, then the error is returned.
+pub fn run(cli: &Cli) -> Result<()> {
+    let (records, err) = read_all_lenient(&cli.files, ReaderOptions::default());
+    let rep = build(&records, cli.top);
+    let mut out = open_output(cli.output.as_deref())?;
+    if let Some(dir) = &cli.split_dir {
+        let prefix = cli.prefix.clone().unwrap_or_else(|| dir.join("wallclock"));
+        for p in write_split(&rep, dir, &prefix)? {
+            writeln!(out, "{}", p.display())?;
+        }
+    } else if cli.json {
+        write_json(&rep, &mut out)?;
+    } else {
+        out.write_all(text::full(&rep).as_bytes())?;
+    }
+    out.flush()?;
+    match err {
+        Some(e) => Err(e.context("stopped at a bad line; the report covers the records before it")),
+        None => Ok(()),
+    }
+}
+
+pub fn write_json(rep: &Report, out: &mut dyn Write) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, rep)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// The files of the earlier tool: `<prefix>_thread_analysis.txt` (the
+/// overview), `<dir>/thread_<TID>_<role>_analysis.txt` per thread, and
+/// `<prefix>_single_thread_analysis.txt` when there is one thread. Returns
+/// the paths written.
+pub fn write_split(rep: &Report, dir: &Path, prefix: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if let Some(parent) = prefix.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let mut written = Vec::new();
+    let mut put = |path: PathBuf, text: String| -> Result<()> {
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+        Ok(())
+    };
+    let with_suffix = |s: &str| {
+        let mut p = prefix.as_os_str().to_owned();
+        p.push(s);
+        PathBuf::from(p)
+    };
+    put(with_suffix("_thread_analysis.txt"), text::full(rep))?;
+    for t in &rep.threads {
+        put(dir.join(format!("thread_{}_{}_analysis.txt", t.tid, t.role)), text::thread_file(rep, t))?;
+    }
+    if rep.threads.len() == 1 {
+        put(with_suffix("_single_thread_analysis.txt"), text::full(rep))?;
+    }
+    Ok(written)
+}

@@ -1,4 +1,6 @@
+use clap::Parser;
+
 fn main() {
-    eprintln!("wcreport: not built yet");
-    std::process::exit(2);
+    let cli = wcreport::Cli::parse();
+    wallclock_stream::cli::run_main("wcreport", || wcreport::run(&cli).map(|()| 0));
 }

@@ -1,0 +1,336 @@
+//! Reading the inputs, putting every stack in ns, aggregating, writing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use wallclock_stream::accounting::{role_for, samples_to_ns, scale_samples};
+use wallclock_stream::cli::open_input;
+use wallclock_stream::{folded, Frame, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread, Writer};
+
+use crate::Options;
+
+/// What an input was given as: it decides the kind of unmarked folded
+/// lines and how on-CPU values are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputRole {
+    Off,
+    On,
+    Gpu,
+}
+
+/// One input, read.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub role: InputRole,
+    pub header: Option<Header>,
+    pub records: Vec<Record>,
+}
+
+/// Read the inputs in order; stop at the first bad line and return it
+/// beside what was read.
+pub fn read_inputs(paths: &[(InputRole, PathBuf)]) -> (Vec<Input>, Option<anyhow::Error>) {
+    let mut inputs = Vec::new();
+    for (role, p) in paths {
+        let (name, r) = match open_input(p) {
+            Ok(x) => x,
+            Err(e) => return (inputs, Some(e)),
+        };
+        let mut input = Input { role: *role, header: None, records: Vec::new() };
+        for rec in Reader::new(r, &name, ReaderOptions::default()) {
+            match rec {
+                Ok(Record::Header(h)) if input.header.is_none() => input.header = Some(h),
+                Ok(r) => input.records.push(r),
+                Err(e) => {
+                    inputs.push(input);
+                    return (inputs, Some(e.into()));
+                }
+            }
+        }
+        inputs.push(input);
+    }
+    (inputs, None)
+}
+
+/// The merged view.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub header: Header,
+    pub threads: BTreeMap<(u32, u32), Thread>,
+    pub maps: Vec<Maps>,
+    /// Aggregated, in ns, off-CPU leaf appended where frames exist.
+    pub stacks: Vec<Stack>,
+    pub stats: Stats,
+}
+
+/// Identity of a stack for aggregation.
+type Key = (Kind, Option<State>, u32, u32, String, Vec<u64>, Vec<u64>, Vec<Frame>, Option<(String, Option<u32>, Option<u32>)>);
+
+fn key_of(s: &Stack) -> Key {
+    (
+        s.kind,
+        s.state,
+        s.pid,
+        s.tid,
+        s.comm.clone(),
+        s.ustack.clone(),
+        s.kstack.clone(),
+        s.frames.clone(),
+        s.gpu.as_ref().map(|g| (g.activity.clone(), g.device, g.stream)),
+    )
+}
+
+fn merge_thread(into: &mut Thread, t: &Thread) {
+    if into.comm.is_empty() {
+        into.comm = t.comm.clone();
+    }
+    into.role = into.role.take().or_else(|| t.role.clone());
+    into.start_ns = match (into.start_ns, t.start_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    into.end_ns = match (into.end_ns, t.end_ns) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    into.on_ns = into.on_ns.or(t.on_ns);
+    into.off_ns = into.off_ns.or(t.off_ns);
+    into.samples = into.samples.or(t.samples);
+}
+
+fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
+    into.pids.extend(h.pids.iter().copied());
+    if into.command.is_none() {
+        into.command = h.command.clone();
+    }
+    into.start_ns = match (into.start_ns, h.start_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    into.end_ns = match (into.end_ns, h.end_ns) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    if role == InputRole::On || into.freq_hz.is_none() {
+        into.freq_hz = h.freq_hz.or(into.freq_hz);
+    }
+    if into.min_block_ns.is_none() {
+        into.min_block_ns = h.min_block_ns;
+    }
+    for (k, v) in &h.lost {
+        *into.lost.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+/// Is an on-CPU stack of this input a sample count to scale? Yes for
+/// `--on` inputs and for streams (a header); no for folded `_[c]` lines
+/// given as off-CPU input, whose values are already time (us).
+fn scales(input: &Input) -> bool {
+    input.role == InputRole::On || input.header.is_some()
+}
+
+/// Merge the inputs: threads per (pid, tid), on-CPU samples scaled, the
+/// state leaf appended, filters applied, identical stacks aggregated.
+pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
+    let mut header = Header::new("stackmerge", env!("CARGO_PKG_VERSION"));
+    let mut threads: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
+    let mut maps: Vec<Maps> = Vec::new();
+    let mut stats = Stats::default();
+    let mut any_stats = false;
+    for input in inputs {
+        if let Some(h) = &input.header {
+            merge_header(&mut header, h, input.role);
+        }
+        for r in &input.records {
+            match r {
+                Record::Thread(t) => match threads.get_mut(&(t.pid, t.tid)) {
+                    Some(into) => merge_thread(into, t),
+                    None => {
+                        threads.insert((t.pid, t.tid), t.clone());
+                    }
+                },
+                Record::Maps(m) => {
+                    if !maps.iter().any(|x| x == m) {
+                        maps.push(m.clone());
+                    }
+                }
+                Record::Stats(s) => {
+                    any_stats = true;
+                    stats.end_ns = stats.end_ns.max(s.end_ns);
+                    for (k, v) in &s.counts {
+                        *stats.counts.entry(k.clone()).or_insert(0) += v;
+                    }
+                }
+                Record::Header(_) | Record::Stack(_) => {}
+            }
+        }
+    }
+    if header.freq_hz.is_none() && inputs.iter().any(|i| i.role == InputRole::On && i.header.is_none()) {
+        header.freq_hz = Some(opts.freq);
+    }
+    header.pids = header.pids.iter().copied().collect::<BTreeSet<_>>().into_iter().collect();
+    if !any_stats {
+        stats.end_ns = header.end_ns;
+    }
+
+    // Samples per thread over all inputs, for the denominators.
+    let mut thread_samples: HashMap<(u32, u32), u64> = HashMap::new();
+    for input in inputs.iter().filter(|i| scales(i)) {
+        for r in &input.records {
+            if let Record::Stack(s) = r {
+                if kind_in(s, input.role) == Kind::On {
+                    *thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
+                }
+            }
+        }
+    }
+
+    let mut agg: BTreeMap<Key, Stack> = BTreeMap::new();
+    for input in inputs {
+        let freq = input.header.as_ref().and_then(|h| h.freq_hz).filter(|f| *f > 0).unwrap_or(opts.freq);
+        for r in &input.records {
+            let Record::Stack(s) = r else { continue };
+            let mut s = s.clone();
+            s.kind = kind_in(&s, input.role);
+            if s.kind == Kind::On && scales(input) && s.count > 0 {
+                let t = threads.get(&(s.pid, s.tid));
+                let denom = t.and_then(|t| t.samples).filter(|n| *n > 0).or_else(|| thread_samples.get(&(s.pid, s.tid)).copied());
+                s.ns = match (t.and_then(|t| t.on_ns), denom) {
+                    (Some(on), Some(n)) if n > 0 => scale_samples(on, s.count, n),
+                    _ => samples_to_ns(s.count, freq),
+                };
+            }
+            if !keep(&s, opts) {
+                continue;
+            }
+            append_state_leaf(&mut s);
+            match agg.get_mut(&key_of(&s)) {
+                Some(a) => {
+                    a.ns += s.ns;
+                    a.count += s.count;
+                    if let (Some(ag), Some(sg)) = (a.gpu.as_mut(), s.gpu.as_ref()) {
+                        ag.launch_delay_ns = match (ag.launch_delay_ns, sg.launch_delay_ns) {
+                            (None, None) => None,
+                            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
+                        };
+                    }
+                }
+                None => {
+                    agg.insert(key_of(&s), s);
+                }
+            }
+        }
+    }
+
+    let threads: BTreeMap<(u32, u32), Thread> = threads
+        .into_iter()
+        .filter(|((pid, tid), _)| (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid)))
+        .map(|(k, mut t)| {
+            if t.role.is_none() {
+                t.role = Some(role_for(&t));
+            }
+            (k, t)
+        })
+        .collect();
+    maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
+    Merged { header, threads, maps, stacks: agg.into_values().collect(), stats }
+}
+
+fn kind_in(s: &Stack, role: InputRole) -> Kind {
+    match (s.kind, role) {
+        (Kind::Other, InputRole::Off) => Kind::Off,
+        (Kind::Other, InputRole::On) => Kind::On,
+        (Kind::Other, InputRole::Gpu) => Kind::Gpu,
+        (k, _) => k,
+    }
+}
+
+fn keep(s: &Stack, opts: &Options) -> bool {
+    (opts.pids.is_empty() || opts.pids.contains(&s.pid))
+        && (opts.tids.is_empty() || opts.tids.contains(&s.tid))
+        && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))
+}
+
+/// The off-CPU state as the leaf frame, once (a re-merge does not add a
+/// second). Unsymbolized stacks keep their addresses for a later
+/// `stacksym`; their leaf is added when they are written folded.
+fn append_state_leaf(s: &mut Stack) {
+    let Some(st) = s.state.filter(|_| s.kind == Kind::Off) else { return };
+    let leaf = st.leaf_name();
+    if s.frames.is_empty() && !(s.ustack.is_empty() && s.kstack.is_empty()) {
+        return;
+    }
+    if s.frames.last().is_some_and(|f| f.func == leaf) {
+        return;
+    }
+    s.frames.push(Frame::named(leaf));
+}
+
+/// Frames for display: symbolized frames, else the raw addresses in hex
+/// (user root first, then kernel), then the state leaf.
+pub fn display_frames(s: &Stack) -> Vec<Frame> {
+    if !s.frames.is_empty() {
+        return s.frames.clone();
+    }
+    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
+    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
+    if let Some(st) = s.state.filter(|_| s.kind == Kind::Off) {
+        v.push(Frame::named(st.leaf_name()));
+    }
+    v
+}
+
+/// The root frame of a folded line.
+fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
+    if opts.gpu_roots && s.kind == Kind::Gpu {
+        let g = s.gpu.as_ref();
+        let dev = g.and_then(|g| g.device).map_or("?".to_string(), |d| d.to_string());
+        let stream = g.and_then(|g| g.stream).map_or("?".to_string(), |d| d.to_string());
+        return Some(format!("[gpu {dev} stream {stream}]"));
+    }
+    if opts.per_thread {
+        let comm = m.threads.get(&(s.pid, s.tid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
+        if comm.is_empty() && s.tid == 0 {
+            return None;
+        }
+        return Some(format!("{comm}-{}", s.tid));
+    }
+    let comm = m.threads.get(&(s.pid, s.pid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
+    (!comm.is_empty()).then(|| comm.to_string())
+}
+
+/// Folded lines: values summed per line in ns, then converted once.
+pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
+    let mut lines: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for s in &m.stacks {
+        let prefix: Vec<String> = root_of(s, m, opts).into_iter().collect();
+        let mut text = Vec::new();
+        folded::write_line(&mut text, &prefix, &display_frames(s), s.kind, 0)?;
+        // Strip the " 0\n" placeholder value: the key is the stack text.
+        text.truncate(text.len() - 3);
+        *lines.entry(text).or_insert(0) += s.ns;
+    }
+    for (text, ns) in lines {
+        out.write_all(&text)?;
+        writeln!(out, " {}", opts.unit.from_ns(ns))?;
+    }
+    Ok(())
+}
+
+/// The stream: header, threads, maps, stacks, stats.
+pub fn write_stream(m: &Merged, out: &mut dyn Write) -> Result<()> {
+    let mut w = Writer::new(out);
+    w.write(&Record::Header(m.header.clone()))?;
+    for t in m.threads.values() {
+        w.write(&Record::Thread(t.clone()))?;
+    }
+    for mp in &m.maps {
+        w.write(&Record::Maps(mp.clone()))?;
+    }
+    for s in &m.stacks {
+        w.write(&Record::Stack(s.clone()))?;
+    }
+    w.write(&Record::Stats(m.stats.clone()))?;
+    Ok(())
+}

@@ -1,0 +1,323 @@
+//! The accounting itself: records in, per-process and per-thread figures out.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use wallclock_stream::accounting::{behaviour, role_for};
+use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
+
+/// Frame names of the synthetic stacks that keep time nobody could attribute.
+pub const SHORT_BLOCKS: &str = "[short blocks]";
+pub const LOST_STACK: &str = "[lost stack]";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Producing tools of the inputs, in order.
+    pub tools: Vec<String>,
+    pub window: Window,
+    /// The header's lost counts, summed over inputs.
+    pub lost: BTreeMap<String, u64>,
+    /// The trailer's counts, summed over inputs.
+    pub stats: BTreeMap<String, u64>,
+    pub short_blocks_ns: u64,
+    pub lost_stack_ns: u64,
+    pub processes: Vec<ProcessReport>,
+    pub threads: Vec<ThreadReport>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Window {
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub wall_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub comm: String,
+    pub threads: usize,
+    /// Wall time of the window (or of its threads' lives).
+    pub wall_ns: Option<u64>,
+    /// Sum of the threads' alive time: thread-seconds, in ns.
+    pub thread_ns: u64,
+    pub on_ns: u64,
+    pub off_ns: StateNs,
+    pub off_total_ns: u64,
+    pub gpu_ns: u64,
+    pub other_ns: u64,
+    /// (on + off) / thread_ns, percent.
+    pub coverage_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadReport {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// File-safe role (`main`, from the name...), as `flame --per-thread` uses it.
+    pub role: String,
+    /// Behaviour class: cpu-bound, io-bound, lock-waiting, sleeping, runnable-starved, idle.
+    pub class: String,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub alive_ns: Option<u64>,
+    pub on_ns: u64,
+    pub off_ns: StateNs,
+    pub off_total_ns: u64,
+    /// GPU time launched by this thread; not part of its wall-clock time.
+    pub gpu_ns: u64,
+    /// Stacks of unknown kind (plain folded input without markers).
+    pub other_ns: u64,
+    /// (on + off) / alive, percent.
+    pub coverage_pct: Option<f64>,
+    pub short_blocks_ns: u64,
+    pub lost_stack_ns: u64,
+    pub top: TopStacks,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TopStacks {
+    pub on: Vec<TopStack>,
+    pub off: Vec<TopStack>,
+    pub gpu: Vec<TopStack>,
+    pub other: Vec<TopStack>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopStack {
+    /// Folded text, root first (`a;b;c`); addresses in hex when unsymbolized.
+    pub stack: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<State>,
+    pub ns: u64,
+    pub count: u64,
+    /// Percent of the thread's alive time (of on + off when alive is unknown).
+    pub pct: Option<f64>,
+}
+
+/// Frames of a stack for display: frames, else hex addresses.
+pub fn display_frames(s: &Stack) -> Vec<Frame> {
+    if !s.frames.is_empty() {
+        return s.frames.clone();
+    }
+    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
+    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
+    v
+}
+
+fn stack_text(s: &Stack) -> String {
+    let mut names: Vec<String> = display_frames(s).iter().map(wallclock_stream::folded::frame_text).collect();
+    if let Some(st) = s.state.filter(|_| s.kind == Kind::Off) {
+        if names.last().map(String::as_str) != Some(st.leaf_name()) {
+            names.push(st.leaf_name().to_string());
+        }
+    }
+    if names.is_empty() {
+        "[no frames]".to_string()
+    } else {
+        names.join(";")
+    }
+}
+
+fn pct(part: u64, whole: Option<u64>) -> Option<f64> {
+    whole.filter(|w| *w > 0).map(|w| part as f64 * 100.0 / w as f64)
+}
+
+/// Build the report from records (headers included, in input order).
+pub fn build(records: &[Record], top_n: usize) -> Report {
+    let mut tools = Vec::new();
+    let mut window = Window::default();
+    let mut lost = BTreeMap::new();
+    let mut stats = BTreeMap::new();
+    let mut threads: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
+    let mut stacks: BTreeMap<(u32, u32), Vec<&Stack>> = BTreeMap::new();
+    let mut headers: Vec<&Header> = Vec::new();
+    for r in records {
+        match r {
+            Record::Header(h) => headers.push(h),
+            Record::Thread(t) => {
+                let e = threads.entry((t.pid, t.tid)).or_insert_with(|| Thread::new(t.pid, t.tid, &t.comm));
+                merge_thread(e, t);
+            }
+            Record::Stack(s) => stacks.entry((s.pid, s.tid)).or_default().push(s),
+            Record::Stats(s) => {
+                for (k, v) in &s.counts {
+                    *stats.entry(k.clone()).or_insert(0) += v;
+                }
+                if window.end_ns.is_none() {
+                    window.end_ns = s.end_ns;
+                }
+            }
+            Record::Maps(_) => {}
+        }
+    }
+    for h in &headers {
+        tools.push(h.tool.clone());
+        for (k, v) in &h.lost {
+            *lost.entry(k.clone()).or_insert(0) += v;
+        }
+        window.start_ns = min_opt(window.start_ns, h.start_ns);
+        window.end_ns = max_opt(window.end_ns, h.end_ns);
+    }
+    window.wall_ns = match (window.start_ns, window.end_ns) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    for (k, ss) in &stacks {
+        let comm = ss.iter().map(|s| s.comm.as_str()).find(|c| !c.is_empty()).unwrap_or("");
+        threads.entry(*k).or_insert_with(|| Thread::new(k.0, k.1, comm));
+    }
+
+    let mut out_threads = Vec::new();
+    for (k, t) in &threads {
+        let ss: &[&Stack] = stacks.get(k).map(Vec::as_slice).unwrap_or(&[]);
+        out_threads.push(thread_report(t, ss, &window, top_n));
+    }
+    let processes = processes(&out_threads, &threads, &window);
+    let short_blocks_ns = out_threads.iter().map(|t| t.short_blocks_ns).sum();
+    let lost_stack_ns = out_threads.iter().map(|t| t.lost_stack_ns).sum();
+    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads }
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn merge_thread(into: &mut Thread, t: &Thread) {
+    if into.comm.is_empty() {
+        into.comm = t.comm.clone();
+    }
+    into.role = into.role.take().or_else(|| t.role.clone());
+    into.start_ns = min_opt(into.start_ns, t.start_ns);
+    into.end_ns = max_opt(into.end_ns, t.end_ns);
+    into.on_ns = into.on_ns.or(t.on_ns);
+    into.off_ns = into.off_ns.or(t.off_ns);
+    into.samples = into.samples.or(t.samples);
+}
+
+fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadReport {
+    let sum = |k: Kind| ss.iter().filter(|s| s.kind == k).map(|s| s.ns).sum::<u64>();
+    let on_ns = t.on_ns.unwrap_or_else(|| sum(Kind::On));
+    let off_ns = t.off_ns.unwrap_or_else(|| {
+        let mut o = StateNs::default();
+        for s in ss.iter().filter(|s| s.kind == Kind::Off) {
+            *o.get_mut(s.state.unwrap_or(State::Other)) += s.ns;
+        }
+        o
+    });
+    let start_ns = t.start_ns.or(w.start_ns);
+    let end_ns = t.end_ns.or(w.end_ns);
+    let alive_ns = match (start_ns, end_ns) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let has = |s: &Stack, name: &str| s.frames.iter().any(|f| f.func == name);
+    let short_blocks_ns = ss.iter().filter(|s| has(s, SHORT_BLOCKS)).map(|s| s.ns).sum();
+    let lost_stack_ns = ss.iter().filter(|s| has(s, LOST_STACK)).map(|s| s.ns).sum();
+    let off_stacks: Vec<&Stack> = ss.iter().filter(|s| s.kind == Kind::Off).copied().collect();
+    // Stacks without a state (plain folded input) are accounted under
+    // `other`, but what they wait in still says what the thread does.
+    let mut for_class = off_ns;
+    if t.off_ns.is_none() {
+        let unknown: u64 = off_stacks.iter().filter(|s| s.state.is_none()).map(|s| s.ns).sum();
+        for_class.other -= unknown;
+        for_class.s += unknown;
+    }
+    let class = behaviour(on_ns, &for_class, alive_ns.unwrap_or(0), &off_stacks).name().to_string();
+    let off_total_ns = off_ns.total();
+    let base = alive_ns.or(Some(on_ns + off_total_ns));
+    let top = TopStacks {
+        on: top_of(ss, Kind::On, top_n, base),
+        off: top_of(ss, Kind::Off, top_n, base),
+        gpu: top_of(ss, Kind::Gpu, top_n, base),
+        other: top_of(ss, Kind::Other, top_n, base),
+    };
+    ThreadReport {
+        pid: t.pid,
+        tid: t.tid,
+        comm: t.comm.clone(),
+        role: role_for(t),
+        class,
+        start_ns,
+        end_ns,
+        alive_ns,
+        on_ns,
+        off_ns,
+        off_total_ns,
+        gpu_ns: sum(Kind::Gpu),
+        other_ns: sum(Kind::Other),
+        coverage_pct: pct(on_ns + off_total_ns, alive_ns),
+        short_blocks_ns,
+        lost_stack_ns,
+        top,
+    }
+}
+
+/// The `n` heaviest stacks of a kind, identical texts summed.
+fn top_of(ss: &[&Stack], kind: Kind, n: usize, base: Option<u64>) -> Vec<TopStack> {
+    let mut by: BTreeMap<(String, Option<State>), (u64, u64)> = BTreeMap::new();
+    for s in ss.iter().filter(|s| s.kind == kind) {
+        let e = by.entry((stack_text(s), s.state)).or_insert((0, 0));
+        e.0 += s.ns;
+        e.1 += s.count;
+    }
+    let mut v: Vec<TopStack> = by
+        .into_iter()
+        .map(|((stack, state), (ns, count))| TopStack { stack, state, ns, count, pct: pct(ns, base) })
+        .collect();
+    // Heaviest first; ties by text so the order is stable.
+    v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.stack.cmp(&b.stack)));
+    v.truncate(n);
+    v
+}
+
+fn processes(ts: &[ThreadReport], threads: &BTreeMap<(u32, u32), Thread>, w: &Window) -> Vec<ProcessReport> {
+    let mut by: BTreeMap<u32, Vec<&ThreadReport>> = BTreeMap::new();
+    for t in ts {
+        by.entry(t.pid).or_default().push(t);
+    }
+    by.into_iter()
+        .map(|(pid, v)| {
+            let comm = threads
+                .get(&(pid, pid))
+                .map(|t| t.comm.clone())
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| v.iter().map(|t| t.comm.clone()).find(|c| !c.is_empty()).unwrap_or_default());
+            let mut off = StateNs::default();
+            for t in &v {
+                off.add(&t.off_ns);
+            }
+            let on_ns: u64 = v.iter().map(|t| t.on_ns).sum();
+            let thread_ns: u64 = v.iter().filter_map(|t| t.alive_ns).sum();
+            let wall_ns = w.wall_ns.or_else(|| {
+                let s = v.iter().filter_map(|t| t.start_ns).min()?;
+                let e = v.iter().filter_map(|t| t.end_ns).max()?;
+                Some(e.saturating_sub(s))
+            });
+            ProcessReport {
+                pid,
+                comm,
+                threads: v.len(),
+                wall_ns,
+                thread_ns,
+                on_ns,
+                off_total_ns: off.total(),
+                off_ns: off,
+                gpu_ns: v.iter().map(|t| t.gpu_ns).sum(),
+                other_ns: v.iter().map(|t| t.other_ns).sum(),
+                coverage_pct: pct(on_ns + off.total(), Some(thread_ns)),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,213 @@
+//! The report for humans: aligned columns, human units.
+
+use std::fmt::Write as _;
+
+use wallclock_stream::units::human_ns;
+
+use crate::report::{ProcessReport, Report, ThreadReport, TopStack};
+
+fn h(ns: u64) -> String {
+    human_ns(ns)
+}
+
+fn hopt(ns: Option<u64>) -> String {
+    ns.map_or("-".to_string(), human_ns)
+}
+
+fn p(pct: Option<f64>) -> String {
+    pct.map_or("-".to_string(), |v| format!("{v:.1}%"))
+}
+
+/// Columns: the first `left` left-aligned, the rest right-aligned.
+fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..n).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = indent.to_string();
+        for (c, cell) in r.iter().enumerate() {
+            if c > 0 {
+                line.push_str("  ");
+            }
+            if c < left {
+                let _ = write!(line, "{cell:<w$}", w = widths[c]);
+            } else {
+                let _ = write!(line, "{cell:>w$}", w = widths[c]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Header lines: window, tools, everything lost.
+pub fn summary(r: &Report) -> String {
+    let mut s = String::new();
+    let tools = if r.tools.is_empty() { "plain folded input".to_string() } else { r.tools.join(", ") };
+    let _ = writeln!(
+        s,
+        "wall-clock report: window {} ({}), {} process(es), {} thread(s)",
+        hopt(r.window.wall_ns),
+        tools,
+        r.processes.len(),
+        r.threads.len()
+    );
+    let _ = writeln!(s, "[short blocks] {}   [lost stack] {}", h(r.short_blocks_ns), h(r.lost_stack_ns));
+    let counts = |m: &std::collections::BTreeMap<String, u64>| {
+        if m.is_empty() {
+            "none reported".to_string()
+        } else {
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+        }
+    };
+    let _ = writeln!(s, "lost (header): {}", counts(&r.lost));
+    let _ = writeln!(s, "stats: {}", counts(&r.stats));
+    s
+}
+
+fn process_line(pr: &ProcessReport) -> String {
+    let o = &pr.off_ns;
+    let mut s = format!(
+        "PROCESS {} ({}): wall {}, {} thread(s) alive {} thread-time; on-CPU {}, off-CPU {} (R {}, S {}, D {}, other {})",
+        pr.pid,
+        pr.comm,
+        hopt(pr.wall_ns),
+        pr.threads,
+        h(pr.thread_ns),
+        h(pr.on_ns),
+        h(pr.off_total_ns),
+        h(o.r),
+        h(o.s),
+        h(o.d),
+        h(o.other)
+    );
+    if pr.gpu_ns > 0 {
+        let _ = write!(s, ", GPU {}", h(pr.gpu_ns));
+    }
+    let _ = write!(s, ", coverage {}", p(pr.coverage_pct));
+    s.push('\n');
+    s
+}
+
+fn thread_header() -> Vec<String> {
+    ["TID", "NAME", "ROLE", "CLASS", "ALIVE", "ON-CPU", "RUNNABLE", "SLEEPING", "UNINTR", "OTHER", "GPU", "COVERAGE"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn thread_row(t: &ThreadReport) -> Vec<String> {
+    vec![
+        t.tid.to_string(),
+        if t.comm.is_empty() { "-".to_string() } else { t.comm.clone() },
+        t.role.clone(),
+        t.class.clone(),
+        hopt(t.alive_ns),
+        h(t.on_ns),
+        h(t.off_ns.r),
+        h(t.off_ns.s),
+        h(t.off_ns.d),
+        h(t.off_ns.other),
+        if t.gpu_ns > 0 { h(t.gpu_ns) } else { "-".to_string() },
+        p(t.coverage_pct),
+    ]
+}
+
+/// The thread table of the processes.
+pub fn overview(r: &Report) -> String {
+    let mut s = summary(r);
+    for pr in &r.processes {
+        s.push('\n');
+        s.push_str(&process_line(pr));
+        let mut rows = vec![thread_header()];
+        rows.extend(r.threads.iter().filter(|t| t.pid == pr.pid).map(thread_row));
+        s.push_str(&table(&rows, 4, "  "));
+    }
+    s
+}
+
+/// Leaf first, at most a few frames: what a reader wants to see first.
+fn short_stack(text: &str) -> String {
+    let frames: Vec<&str> = text.split(';').collect();
+    let shown: Vec<&str> = frames.iter().rev().take(6).copied().collect();
+    let mut s = shown.join(" <- ");
+    if frames.len() > shown.len() {
+        s.push_str(" <- ...");
+    }
+    s
+}
+
+fn tops(title: &str, v: &[TopStack]) -> String {
+    if v.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = v.iter().map(|t| vec![p(t.pct), h(t.ns), short_stack(&t.stack)]).collect();
+    // Right-align the numbers, leave the stack text free.
+    let mut s = format!("  top {title} stacks:\n");
+    let w0 = rows.iter().map(|r| r[0].len()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r[1].len()).max().unwrap_or(0);
+    for r in rows {
+        let _ = writeln!(s, "    {:>w0$}  {:>w1$}  {}", r[0], r[1], r[2]);
+    }
+    s
+}
+
+/// One thread in detail.
+pub fn thread_detail(t: &ThreadReport) -> String {
+    let mut s = format!("THREAD {} {} (pid {}, role {}, {})\n", t.tid, t.comm, t.pid, t.role, t.class);
+    let base = t.alive_ns;
+    let share = |ns: u64| base.filter(|b| *b > 0).map(|b| format!(" ({:.1}%)", ns as f64 * 100.0 / b as f64)).unwrap_or_default();
+    let o = &t.off_ns;
+    let _ = writeln!(
+        s,
+        "  alive {}   on-CPU {}{}   off-CPU {}{}   coverage {}",
+        hopt(t.alive_ns),
+        h(t.on_ns),
+        share(t.on_ns),
+        h(t.off_total_ns),
+        share(t.off_total_ns),
+        p(t.coverage_pct)
+    );
+    let _ = writeln!(
+        s,
+        "  off-CPU by state: runnable {}{}, sleeping {}{}, uninterruptible {}{}, other {}{}",
+        h(o.r),
+        share(o.r),
+        h(o.s),
+        share(o.s),
+        h(o.d),
+        share(o.d),
+        h(o.other),
+        share(o.other)
+    );
+    if t.gpu_ns > 0 {
+        let _ = writeln!(s, "  GPU {} (launched by this thread; not part of its wall-clock time)", h(t.gpu_ns));
+    }
+    let _ = writeln!(s, "  [short blocks] {}   [lost stack] {}", h(t.short_blocks_ns), h(t.lost_stack_ns));
+    s.push_str(&tops("on-CPU", &t.top.on));
+    s.push_str(&tops("off-CPU", &t.top.off));
+    s.push_str(&tops("GPU", &t.top.gpu));
+    s.push_str(&tops("unclassified", &t.top.other));
+    s
+}
+
+/// The whole report: overview, then every thread.
+pub fn full(r: &Report) -> String {
+    let mut s = overview(r);
+    for t in &r.threads {
+        s.push('\n');
+        s.push_str(&thread_detail(t));
+    }
+    s
+}
+
+/// The file of one thread: the summary, its row, its detail.
+pub fn thread_file(r: &Report, t: &ThreadReport) -> String {
+    let mut s = summary(r);
+    s.push('\n');
+    s.push_str(&table(&[thread_header(), thread_row(t)], 4, "  "));
+    s.push('\n');
+    s.push_str(&thread_detail(t));
+    s
+}
