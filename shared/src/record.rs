@@ -362,6 +362,11 @@ pub struct GpuInfo {
     /// Summed delay from the launch API call to the activity's start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launch_delay_ns: Option<u64>,
+    /// What ran: the demangled kernel name, or `[memcpy HtoD]`,
+    /// `[memset]`, `[sync device]`...; the GPU leaf frame below the
+    /// launch stack (which stays raw in `ustack` for `stacksym`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Trailer: totals and everything lost, by name. Well-known names:
