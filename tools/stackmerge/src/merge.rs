@@ -65,7 +65,7 @@ pub struct Merged {
 }
 
 /// Identity of a stack for aggregation.
-type Key = (Kind, Option<State>, u32, u32, String, Vec<u64>, Vec<u64>, Vec<Frame>, Option<(String, Option<u32>, Option<u32>)>);
+type Key = (Kind, Option<State>, u32, u32, String, Vec<u64>, Vec<u64>, Vec<Frame>, Option<(String, Option<u32>, Option<u32>, Option<String>)>);
 
 fn key_of(s: &Stack) -> Key {
     (
@@ -77,7 +77,7 @@ fn key_of(s: &Stack) -> Key {
         s.ustack.clone(),
         s.kstack.clone(),
         s.frames.clone(),
-        s.gpu.as_ref().map(|g| (g.activity.clone(), g.device, g.stream)),
+        s.gpu.as_ref().map(|g| (g.activity.clone(), g.device, g.stream, g.name.clone())),
     )
 }
 
@@ -252,12 +252,22 @@ fn keep(s: &Stack, opts: &Options) -> bool {
         && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))
 }
 
-/// The off-CPU state as the leaf frame, once (a re-merge does not add a
-/// second). Unsymbolized stacks keep their addresses for a later
-/// `stacksym`; their leaf is added when they are written folded.
+/// The leaf a stack's kind adds below its frames: the off-CPU state
+/// (`[sleep]`...), or for GPU work what ran (the kernel's name, under the
+/// stack that launched it).
+pub fn kind_leaf(s: &Stack) -> Option<String> {
+    match s.kind {
+        Kind::Off => s.state.map(|st| st.leaf_name().to_string()),
+        Kind::Gpu => s.gpu.as_ref().and_then(|g| g.name.clone()).filter(|n| !n.is_empty()),
+        _ => None,
+    }
+}
+
+/// Append the kind's leaf frame, once (a re-merge does not add a second).
+/// Unsymbolized stacks keep their addresses for a later `stacksym`; their
+/// leaf is added when they are written folded.
 fn append_state_leaf(s: &mut Stack) {
-    let Some(st) = s.state.filter(|_| s.kind == Kind::Off) else { return };
-    let leaf = st.leaf_name();
+    let Some(leaf) = kind_leaf(s) else { return };
     if s.frames.is_empty() && !(s.ustack.is_empty() && s.kstack.is_empty()) {
         return;
     }
@@ -275,8 +285,8 @@ pub fn display_frames(s: &Stack) -> Vec<Frame> {
     }
     let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
     v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
-    if let Some(st) = s.state.filter(|_| s.kind == Kind::Off) {
-        v.push(Frame::named(st.leaf_name()));
+    if let Some(leaf) = kind_leaf(s) {
+        v.push(Frame::named(leaf));
     }
     v
 }

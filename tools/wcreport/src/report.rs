@@ -108,9 +108,14 @@ pub fn display_frames(s: &Stack) -> Vec<Frame> {
 
 fn stack_text(s: &Stack) -> String {
     let mut names: Vec<String> = display_frames(s).iter().map(wallclock_stream::folded::frame_text).collect();
-    if let Some(st) = s.state.filter(|_| s.kind == Kind::Off) {
-        if names.last().map(String::as_str) != Some(st.leaf_name()) {
-            names.push(st.leaf_name().to_string());
+    let leaf = match s.kind {
+        Kind::Off => s.state.map(|st| st.leaf_name().to_string()),
+        Kind::Gpu => s.gpu.as_ref().and_then(|g| g.name.clone()),
+        _ => None,
+    };
+    if let Some(leaf) = leaf {
+        if names.last() != Some(&leaf) {
+            names.push(leaf);
         }
     }
     if names.is_empty() {
