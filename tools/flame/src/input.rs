@@ -70,6 +70,10 @@ pub struct Profile<'a> {
     pub threads: BTreeMap<u32, ThreadName>,
     /// A folded line carried a `_[c]`/`_[o]`/`_[g]` marker.
     pub markers: bool,
+    /// Plain folded input was read (values in an unknown unit).
+    pub plain: bool,
+    /// `perf script` of a cpu-clock/task-clock event: periods are ns.
+    pub perf_clock: bool,
 }
 
 impl<'a> Profile<'a> {
@@ -88,6 +92,7 @@ impl<'a> Profile<'a> {
             return self.add_folded(input);
         }
         // perf script output (or garbage: the reader names the line).
+        self.perf_clock |= first.ends_with("cpu-clock:") || first.ends_with("task-clock:");
         let opts = ReaderOptions { folded_unit_ns: 1 };
         for rec in Reader::new(input.text.as_bytes(), &input.name, opts) {
             if let Record::Stack(s) = rec? {
@@ -101,6 +106,7 @@ impl<'a> Profile<'a> {
     }
 
     fn add_folded(&mut self, input: &'a Loaded) -> Result<()> {
+        self.plain = true;
         for (i, raw) in input.text.lines().enumerate() {
             let line = raw.trim();
             if line.is_empty() || line.starts_with('#') {

@@ -38,12 +38,13 @@ COLOURS:
 
 UNITS:
   Stream records carry ns. Folded values are --unit: by default us when the
-  lines carry kind markers (stackmerge --folded), else samples.
+  lines carry kind markers (stackmerge --folded), else samples. perf script
+  of a cpu-clock or task-clock event is weighted by period, in ns.
 
 EXAMPLES:
   stackmerge --on on.txt off.txt | flame > wall.svg
   flame profile.folded --title 'my service' -o out.svg
-  perf script | flame --unit samples > cpu.svg
+  perf record -e cpu-clock -g -- ./app; perf script | flame > cpu.svg
   flame --inverted --min-width 0.5 merged.txt > icicle.svg
   flame --per-thread -o threads/ merged.txt     # threads/thread_<TID>_<role>.svg
   flame --diff before.folded after.folded > diff.svg";
@@ -77,7 +78,7 @@ pub struct Cli {
     #[arg(long, default_value = "hot", value_parser = parse_palette)]
     pub colors: Palette,
     /// Unit of folded values: ns, us, ms or samples (default: us with kind
-    /// markers, else samples).
+    /// markers, ns for perf script of cpu-clock, else samples).
     #[arg(long, value_parser = ["ns", "us", "ms", "samples"])]
     pub unit: Option<String>,
     /// One SVG per thread into the directory -o: thread_<TID>_<role>.svg.
@@ -173,9 +174,11 @@ fn resolve_unit(ps: &[&Profile<'_>], explicit: Option<Option<u64>>) -> Result<(V
     let any_stream = ps.iter().any(|p| !p.stream.is_empty());
     let any_folded = ps.iter().any(|p| !p.folded.is_empty());
     let markers = ps.iter().any(|p| p.markers);
+    let perf_clock_only = ps.iter().any(|p| p.perf_clock) && !ps.iter().any(|p| p.plain);
     let folded_unit = match explicit {
         Some(u) => u,
         None if markers => Some(1_000),
+        None if perf_clock_only => Some(1),
         None => None,
     };
     match (any_stream, any_folded, folded_unit) {
