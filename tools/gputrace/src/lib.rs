@@ -1,1 +1,263 @@
-//! gputrace (skeleton: being built)
+//! gputrace: runs a CUDA program with the CUPTI injection library and
+//! writes its GPU activity as a wallclock stream.
+//!
+//! ```text
+//! gputrace [-o FILE] [--gpu-only | --cpu-only | --merge] -- COMMAND [ARGS...]
+//! {"type":"header","format":"wallclock",...,"tool":"gputrace","pids":[4242],...}
+//! {"type":"maps","pid":4242,"maps":[...]}
+//! {"type":"stack","kind":"gpu","pid":4242,"tid":4242,"comm":"python","ustack":[...],"ns":5120000,"count":80,
+//!  "gpu":{"activity":"kernel","device":0,"stream":7,"launch_delay_ns":912000,"name":"gemm(float*, int)"}}
+//! {"type":"stats","end_ns":...,"counts":{"gpu_kernels":80,"gpu_kernel_ns":5120000,...}}
+//! ```
+//!
+//! Each `gpu` record sums one activity (`kernel`, `memcpy`, `memset`, or
+//! `sync`: CPU time spent waiting in a synchronizing call) under the raw
+//! launch stack (`ustack`, root first) of the outermost API call that
+//! issued it; `gpu.name` is the GPU leaf (demangled kernel name). Run the
+//! stream through `stacksym` to name the CPU frames.
+
+pub mod collect;
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgGroup, Parser};
+use wallclock_stream::{Header, Reader, ReaderOptions, Record, Stats, Writer};
+
+const EXAMPLES: &str = "EXAMPLES:
+    gputrace -o gpu.jsonl -- python train.py      GPU kernels under their launch stacks
+    gputrace -- ./app | stacksym | flame > gpu.svg
+    gputrace --merge -o all.jsonl -- ./app        plus on-CPU samples (oncputime, needs root)
+    WALLCLOCK_CUPTI_PATH=/opt/cuda/extras/CUPTI/lib64/libcupti.so gputrace -- ./app
+
+ENVIRONMENT:
+    WALLCLOCK_CUPTI_PATH     libcupti to use (file or folder); else the CUDA toolkit,
+                             the nvidia-cuda-cupti Python package, LD_LIBRARY_PATH
+    WALLCLOCK_GPU_FLUSH_MS   activity-buffer flush period (default 1000)
+    WALLCLOCK_GPU_STACKS=0   record no launch stacks (to measure their cost)";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gputrace",
+    version,
+    about = "Trace a CUDA program's GPU kernels, copies and synchronizations under the CPU stacks that launched them",
+    after_help = EXAMPLES,
+    group(ArgGroup::new("mode").args(["gpu_only", "cpu_only", "merge"]))
+)]
+pub struct Cli {
+    /// Write the stream here instead of stdout. With stdout, the program's
+    /// own stdout goes to stderr so that it never mixes into the stream.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// GPU activity only (the default for now).
+    #[arg(long)]
+    pub gpu_only: bool,
+    /// On-CPU samples only, through `oncputime -p PID` (no CUPTI).
+    #[arg(long)]
+    pub cpu_only: bool,
+    /// GPU activity plus on-CPU samples of the same process (`oncputime`).
+    #[arg(long)]
+    pub merge: bool,
+    /// On-CPU sampling frequency passed to oncputime.
+    #[arg(short = 'F', long, default_value_t = 99, value_name = "HZ")]
+    pub freq: u64,
+    /// The CUPTI injection library (default: libcupti_inject.so beside gputrace).
+    #[arg(long, value_name = "PATH")]
+    pub inject: Option<PathBuf>,
+    /// libcupti to load (sets WALLCLOCK_CUPTI_PATH for the program).
+    #[arg(long, value_name = "PATH")]
+    pub cupti: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// The clap command (for man pages and completions).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn beside_me(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.join(name))
+}
+
+/// Runs the program; returns its exit code (128 + signal when killed).
+pub fn run(cli: &Cli) -> Result<i32> {
+    let gpu = !cli.cpu_only;
+    let cpu = cli.cpu_only || cli.merge;
+    let inject = match (&cli.inject, std::env::var_os("WALLCLOCK_CUPTI_INJECT")) {
+        (Some(p), _) => p.clone(),
+        (None, Some(p)) => PathBuf::from(p),
+        (None, None) => beside_me("libcupti_inject.so").context("cannot locate gputrace's own folder")?,
+    };
+    if gpu && !inject.exists() {
+        bail!("the injection library {} is missing (build it: cargo build --release -p cupti-inject, or pass --inject)", inject.display());
+    }
+    let inject = inject.canonicalize().unwrap_or(inject);
+    let dir = std::env::temp_dir().join(format!("gputrace-{}-{}", std::process::id(), monotonic_ns()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = trace(cli, gpu, cpu, &inject, &dir);
+    if std::env::var_os("WALLCLOCK_GPUTRACE_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("gputrace: raw files kept in {}", dir.display());
+    }
+    result
+}
+
+fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i32> {
+    // Open the output first: a bad -o fails before the program runs.
+    let out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
+    let to_stdout = cli.output.as_deref().is_none_or(|p| p == Path::new("-"));
+    let mut cmd = Command::new(&cli.command[0]);
+    cmd.args(&cli.command[1..]);
+    if gpu {
+        cmd.env("CUDA_INJECTION64_PATH", inject).env("WALLCLOCK_GPUTRACE_DIR", dir);
+        if let Some(c) = &cli.cupti {
+            cmd.env("WALLCLOCK_CUPTI_PATH", c);
+        }
+    }
+    if to_stdout {
+        let err = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
+        cmd.stdout(Stdio::from(err));
+    }
+    let start_ns = monotonic_ns();
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {}", cli.command[0]))?;
+    let pid = child.id();
+    // The terminal's Ctrl-C reaches the program; we outlive it to write the stream.
+    // SAFETY: setting a signal disposition.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+    let oncpu = if cpu { start_oncputime(cli, pid, dir) } else { None };
+    let status = child.wait().context("waiting for the program")?;
+    let end_ns = monotonic_ns();
+    let code = status.code().unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        128 + status.signal().unwrap_or(0)
+    });
+    let cpu_records = oncpu.map(|o| finish_oncputime(o, dir)).unwrap_or_default();
+
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(p) = name.strip_prefix("gpu-").and_then(|s| s.strip_suffix(".txt")).and_then(|s| s.parse().ok()) {
+            files.push((p, std::fs::read_to_string(e.path())?));
+        }
+    }
+    files.sort();
+    let c = collect::collect(&files);
+    for n in c.notes.iter().filter(|n| !n.starts_with("no usable libcupti") && !n.starts_with("libcupti not found")) {
+        eprintln!("gputrace: note: {n}");
+    }
+
+    let mut header = Header::new("gputrace", env!("CARGO_PKG_VERSION"));
+    header.pids = vec![pid];
+    header.command = Some(cli.command.clone());
+    header.start_ns = Some(start_ns);
+    header.end_ns = Some(end_ns);
+    let mut counts = c.counts.clone();
+    for (k, v) in &cpu_records.1 {
+        *counts.entry(k.clone()).or_default() += v;
+    }
+    if let Some(f) = cpu_records.2 {
+        header.freq_hz = Some(f);
+    }
+    for k in ["gpu_records_dropped", "gpu_unmatched", "gpu_cupti_unavailable"] {
+        if let Some(&v) = counts.get(k).filter(|&&v| v > 0) {
+            header.lost.insert(k.to_string(), v);
+        }
+    }
+    let mut w = Writer::new(out);
+    w.write(&Record::Header(header))?;
+    for r in cpu_records.0.iter().chain(&c.records) {
+        w.write(r)?;
+    }
+    w.write(&Record::Stats(Stats { end_ns: Some(end_ns), counts }))?;
+    w.flush()?;
+    Ok(code)
+}
+
+struct OnCpu {
+    child: std::process::Child,
+    started: Instant,
+}
+
+fn start_oncputime(cli: &Cli, pid: u32, dir: &Path) -> Option<OnCpu> {
+    let Some(bin) = beside_me("oncputime").filter(|p| p.exists()) else {
+        eprintln!("gputrace: oncputime is not beside gputrace: no on-CPU samples");
+        return None;
+    };
+    let out = std::fs::File::create(dir.join("oncpu.jsonl")).ok()?;
+    let child = Command::new(bin)
+        .args(["-p", &pid.to_string(), "-F", &cli.freq.to_string()])
+        .stdout(out)
+        .stdin(Stdio::null())
+        .spawn();
+    match child {
+        Ok(child) => Some(OnCpu { child, started: Instant::now() }),
+        Err(e) => {
+            eprintln!("gputrace: cannot run oncputime: {e}: no on-CPU samples");
+            None
+        }
+    }
+}
+
+/// Stops oncputime (SIGINT, as a user would) and reads its stream:
+/// records other than header/stats, its stats counts, its frequency.
+fn finish_oncputime(mut o: OnCpu, dir: &Path) -> (Vec<Record>, Vec<(String, u64)>, Option<u64>) {
+    let early = o.child.try_wait().ok().flatten();
+    if early.is_none() {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(o.child.id() as i32, libc::SIGINT) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match o.child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = o.child.kill();
+                break o.child.wait().ok();
+            }
+        }
+    };
+    let path = dir.join("oncpu.jsonl");
+    let text = std::fs::read(&path).unwrap_or_default();
+    if status.and_then(|s| s.code()) == Some(2) && text.is_empty() {
+        eprintln!("gputrace: oncputime is not available yet (it exited 2 after {:?}): GPU records only", o.started.elapsed());
+        return Default::default();
+    }
+    let mut recs = Vec::new();
+    let mut counts = Vec::new();
+    let mut freq = None;
+    for r in Reader::new(&text[..], "oncputime", ReaderOptions::default()) {
+        match r {
+            Ok(Record::Header(h)) => freq = h.freq_hz,
+            Ok(Record::Stats(s)) => counts.extend(s.counts),
+            Ok(r) => recs.push(r),
+            Err(e) => {
+                eprintln!("gputrace: oncputime output: {e}");
+                break;
+            }
+        }
+    }
+    if recs.is_empty() {
+        let _ = std::io::stderr().flush();
+        eprintln!("gputrace: oncputime wrote no samples (exit {status:?}; it needs root)");
+    }
+    (recs, counts, freq)
+}

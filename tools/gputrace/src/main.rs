@@ -1,4 +1,8 @@
+//! gputrace: see the library docs.
+
+use clap::Parser;
+
 fn main() {
-    eprintln!("gputrace: not built yet");
-    std::process::exit(2);
+    let cli = gputrace::Cli::parse();
+    wallclock_stream::cli::run_main("gputrace", || gputrace::run(&cli));
 }

@@ -1,0 +1,336 @@
+//! Turns what the injection library wrote (one text file per process, see
+//! `cupti_inject`'s docs for the line format) into stream records: one
+//! `Maps` record per process and `gpu` Stack records, each GPU activity
+//! summed under the launch stack of the API call that issued it.
+//!
+//! The join is exact: an activity's correlation id names the API call that
+//! issued it; the injection library recorded, for that (pid, tid,
+//! correlation id), the stack of the outermost API call in progress. No
+//! timestamp is used to match anything.
+
+use std::collections::{BTreeMap, HashMap};
+
+use wallclock_stream::{GpuInfo, Kind, MapEntry, Maps, Record, Stack};
+
+/// What came out of the files.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub records: Vec<Record>,
+    /// Totals and losses, for the Stats trailer (`gpu_*` names).
+    pub counts: BTreeMap<String, u64>,
+    /// The injection library's warnings and notes, deduplicated.
+    pub notes: Vec<String>,
+    /// CUPTI's last clock-end mark seen (`X` line), ns.
+    pub end_ns: Option<u64>,
+}
+
+struct Act {
+    activity: &'static str,
+    name: String,
+    corr: u32,
+    start: u64,
+    end: u64,
+    device: Option<u32>,
+    stream: Option<u32>,
+}
+
+#[derive(Default)]
+struct Agg {
+    ns: u64,
+    count: u64,
+    delay: u64,
+    delays: u64,
+}
+
+fn copy_kind(k: u32) -> &'static str {
+    match k {
+        1 => "HtoD",
+        2 => "DtoH",
+        3 => "HtoA",
+        4 => "AtoH",
+        5 => "AtoA",
+        6 => "AtoD",
+        7 => "DtoA",
+        8 => "DtoD",
+        9 => "HtoH",
+        10 => "PtoP",
+        _ => "unknown",
+    }
+}
+
+fn sync_name(t: u32) -> &'static str {
+    match t {
+        1 => "[sync event]",
+        2 => "[sync stream-wait-event]",
+        3 => "[sync stream]",
+        4 => "[sync device]",
+        _ => "[sync]",
+    }
+}
+
+/// Demangled kernel name; the raw one when it is not an Itanium name.
+pub fn demangle(name: &str) -> String {
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle() {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+fn add(counts: &mut BTreeMap<String, u64>, k: &str, v: u64) {
+    *counts.entry(k.to_string()).or_default() += v;
+}
+
+/// Converts the files of all processes: `(pid, text)` pairs.
+pub fn collect(files: &[(u32, String)]) -> Collected {
+    let mut c = Collected::default();
+    for (pid, text) in files {
+        collect_one(*pid, text, &mut c);
+    }
+    add(&mut c.counts, "gpu_processes", files.len() as u64);
+    c
+}
+
+fn collect_one(pid: u32, text: &str, c: &mut Collected) {
+    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::new();
+    let mut launches: HashMap<u32, (u32, u32)> = HashMap::new();
+    let mut api: HashMap<u32, (u32, u64)> = HashMap::new();
+    let mut comms: HashMap<u32, String> = HashMap::new();
+    let mut acts: Vec<Act> = Vec::new();
+    let mut maps: Vec<MapEntry> = Vec::new();
+    let mut bad_lines = 0u64;
+    for line in text.lines() {
+        let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let f: Vec<&str> = rest.split(' ').collect();
+        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+        let ok = match tag {
+            "V" => {
+                if f.get(1) == Some(&"calibrated") {
+                    note(c, "CUPTI has no timestamp callback: GPU times calibrated to CLOCK_MONOTONIC");
+                }
+                true
+            }
+            "N" => {
+                note(c, rest);
+                true
+            }
+            "W" => {
+                note(c, rest);
+                add(&mut c.counts, "gpu_cupti_unavailable", 1);
+                true
+            }
+            "T" => match (n(0), f.get(1)) {
+                (Some(tid), Some(_)) => {
+                    comms.insert(tid as u32, rest.split_once(' ').map(|x| x.1).unwrap_or("").to_string());
+                    true
+                }
+                _ => false,
+            },
+            "S" => match (n(0), f.get(1)) {
+                (Some(sid), Some(addrs)) => {
+                    let v: Option<Vec<u64>> = if addrs.is_empty() {
+                        Some(Vec::new())
+                    } else {
+                        addrs.split(',').map(|a| u64::from_str_radix(a, 16).ok()).collect()
+                    };
+                    v.map(|v| stacks.insert(sid as u32, v)).is_some()
+                }
+                _ => false,
+            },
+            "L" => match (n(0), n(1), n(2)) {
+                (Some(tid), Some(corr), Some(sid)) => {
+                    launches.entry(corr as u32).or_insert((tid as u32, sid as u32));
+                    true
+                }
+                _ => false,
+            },
+            "A" => match (n(3), n(4), n(5)) {
+                (Some(tid), Some(corr), Some(start)) => {
+                    api.insert(corr as u32, (tid as u32, start));
+                    add(&mut c.counts, "gpu_api_calls", 1);
+                    true
+                }
+                _ => false,
+            },
+            "K" => match (n(0), n(1), n(2), n(3), n(4), f.get(6)) {
+                (Some(corr), Some(s), Some(e), Some(dev), Some(st), Some(_)) => {
+                    let name = f[6..].join(" ");
+                    acts.push(Act {
+                        activity: "kernel",
+                        name: demangle(&name),
+                        corr: corr as u32,
+                        start: s,
+                        end: e,
+                        device: Some(dev as u32),
+                        stream: Some(st as u32),
+                    });
+                    true
+                }
+                _ => false,
+            },
+            "C" => match (n(0), n(1), n(2), n(3), n(4), n(5)) {
+                (Some(corr), Some(s), Some(e), Some(dev), Some(st), Some(k)) => {
+                    acts.push(Act {
+                        activity: "memcpy",
+                        name: format!("[memcpy {}]", copy_kind(k as u32)),
+                        corr: corr as u32,
+                        start: s,
+                        end: e,
+                        device: Some(dev as u32),
+                        stream: Some(st as u32),
+                    });
+                    add(&mut c.counts, "gpu_memcpy_bytes", n(6).unwrap_or(0));
+                    true
+                }
+                _ => false,
+            },
+            "E" => match (n(0), n(1), n(2), n(3), n(4)) {
+                (Some(corr), Some(s), Some(e), Some(dev), Some(st)) => {
+                    acts.push(Act {
+                        activity: "memset",
+                        name: "[memset]".into(),
+                        corr: corr as u32,
+                        start: s,
+                        end: e,
+                        device: Some(dev as u32),
+                        stream: Some(st as u32),
+                    });
+                    true
+                }
+                _ => false,
+            },
+            "Y" => match (n(0), n(1), n(2), n(3), n(4)) {
+                (Some(corr), Some(s), Some(e), Some(t), Some(st)) => {
+                    acts.push(Act {
+                        activity: "sync",
+                        name: sync_name(t as u32).into(),
+                        corr: corr as u32,
+                        start: s,
+                        end: e,
+                        device: None,
+                        stream: (st != 0).then_some(st as u32),
+                    });
+                    true
+                }
+                _ => false,
+            },
+            "O" => match (n(1), n(2)) {
+                (Some(s), Some(e)) => {
+                    add(&mut c.counts, "gpu_cupti_overhead_ns", e.saturating_sub(s));
+                    true
+                }
+                _ => false,
+            },
+            "D" => n(0).map(|d| add(&mut c.counts, "gpu_records_dropped", d)).is_some(),
+            "M" => {
+                let h = |i: usize| f.get(i).and_then(|s| u64::from_str_radix(s, 16).ok());
+                match (h(0), h(1), h(2), f.get(3)) {
+                    (Some(start), Some(end), Some(offset), Some(_)) => {
+                        maps.push(MapEntry { start, end, offset, path: f[3..].join(" "), build_id: None });
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            "X" => {
+                if let Some(e) = n(0) {
+                    c.end_ns = Some(c.end_ns.map_or(e, |x| x.max(e)));
+                }
+                true
+            }
+            "" => true,
+            _ => false,
+        };
+        if !ok {
+            bad_lines += 1;
+        }
+    }
+    if bad_lines > 0 {
+        add(&mut c.counts, "gpu_bad_lines", bad_lines);
+    }
+    if !maps.is_empty() {
+        c.records.push(Record::Maps(Maps { pid, maps }));
+    }
+    add(&mut c.counts, "gpu_launch_stacks", stacks.len() as u64);
+
+    // (tid, sid, activity, name, device, stream) -> sums; sid 0: no stack.
+    type Key = (u32, u32, &'static str, String, Option<u32>, Option<u32>);
+    let mut agg: BTreeMap<Key, Agg> = BTreeMap::new();
+    for a in acts {
+        let ns = a.end.saturating_sub(a.start);
+        add(&mut c.counts, &format!("gpu_{}_count", a.activity), 1);
+        add(&mut c.counts, &format!("gpu_{}_ns", a.activity), ns);
+        let call = api.get(&a.corr).copied();
+        let (tid, sid) = match launches.get(&a.corr) {
+            Some(&(tid, sid)) => {
+                if call.is_some_and(|(t, _)| t != tid) {
+                    add(&mut c.counts, "gpu_tid_mismatch", 1);
+                }
+                (tid, sid)
+            }
+            None => {
+                add(&mut c.counts, "gpu_unmatched", 1);
+                (call.map_or(0, |(t, _)| t), 0)
+            }
+        };
+        let e = agg.entry((tid, sid, a.activity, a.name, a.device, a.stream)).or_default();
+        e.ns += ns;
+        e.count += 1;
+        if let Some((_, api_start)) = call.filter(|_| a.activity != "sync") {
+            if a.start >= api_start && api_start > 0 {
+                e.delay += a.start - api_start;
+                e.delays += 1;
+            }
+        }
+    }
+    for ((tid, sid, activity, name, device, stream), a) in agg {
+        let comm = comms.get(&tid).map(String::as_str).unwrap_or("");
+        let mut s = Stack::new(Kind::Gpu, pid, tid, comm);
+        s.ustack = stacks.get(&sid).cloned().unwrap_or_default();
+        s.ns = a.ns;
+        s.count = a.count;
+        s.gpu = Some(GpuInfo {
+            activity: activity.to_string(),
+            device,
+            stream,
+            launch_delay_ns: (a.delays > 0).then_some(a.delay),
+            name: Some(name),
+        });
+        c.records.push(Record::Stack(s));
+    }
+}
+
+fn note(c: &mut Collected, s: &str) {
+    if !c.notes.iter().any(|n| n == s) {
+        c.notes.push(s.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_by_correlation_id_not_time() {
+        // Kernel 11 ran while call 12 was in progress, but belongs to 11.
+        let text = "V 28 monotonic\nT 5 app\nS 1 10,20\nS 2 10,30\nL 5 11 1 2 211 cudaLaunchKernel\n\
+                    L 5 12 2 1 307 cuLaunchKernel\nA 2 211 7 5 11 100 200\nA 1 307 7 5 12 300 400\n\
+                    K 11 310 390 0 7 0 _Z4gemmPfi\nK 12 400 450 0 7 0 relu\nK 99 500 510 0 7 0 lost\nD 3\n";
+        let c = collect(&[(7, text.to_string())]);
+        let stacks: Vec<&Stack> = c.records.iter().filter_map(|r| if let Record::Stack(s) = r { Some(s) } else { None }).collect();
+        let gemm = stacks.iter().find(|s| s.gpu.as_ref().unwrap().name.as_deref() == Some("gemm(float*, int)")).unwrap();
+        assert_eq!(gemm.ustack, vec![0x10, 0x20]);
+        assert_eq!(gemm.ns, 80);
+        assert_eq!(gemm.gpu.as_ref().unwrap().launch_delay_ns, Some(210));
+        let relu = stacks.iter().find(|s| s.gpu.as_ref().unwrap().name.as_deref() == Some("relu")).unwrap();
+        assert_eq!(relu.ustack, vec![0x10, 0x30]);
+        let lost = stacks.iter().find(|s| s.gpu.as_ref().unwrap().name.as_deref() == Some("lost")).unwrap();
+        assert!(lost.ustack.is_empty());
+        assert_eq!(c.counts["gpu_unmatched"], 1);
+        assert_eq!(c.counts["gpu_records_dropped"], 3);
+        assert_eq!(c.counts["gpu_kernel_ns"], 140);
+    }
+}
