@@ -1,1 +1,14 @@
-//! Capture common code (skeleton: being built)
+//! What the capture tools (offcputime, oncputime, later gputrace) share:
+//! privilege checks, target selection, launching `-- COMMAND`, BPF load
+//! errors, /proc, user-stack unwinding with .eh_frame, Ctrl-C.
+
+pub mod bpf;
+pub mod event;
+pub mod launch;
+pub mod output;
+pub mod privs;
+pub mod session;
+pub mod procfs;
+pub mod signal;
+pub mod target;
+pub mod unwind;

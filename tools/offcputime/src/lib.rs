@@ -1,1 +1,139 @@
-//! offcputime (skeleton: being built)
+//! offcputime: off-CPU time per stack, split by thread state, and exact
+//! on/off-CPU accounting per thread, from `sched_switch` (eBPF).
+//!
+//! Usage: `offcputime [-p PID] [-m MIN_US] [-d SECONDS] [-o FILE] [-- COMMAND ARGS]`
+//!
+//! Writes the wallclock stream (`Header`, `Maps`, `Thread`, `Stack` kind
+//! `off` with `state`, `Stats`); `-f` writes bcc-style folded lines in µs.
+
+mod collect;
+mod skel {
+    #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
+    include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
+}
+
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::RingBufferBuilder;
+use wallclock_capture::target::{monotonic_ns, TargetArgs};
+use wallclock_capture::{bpf, privs, session::Session, signal, unwind::Unwind};
+
+const EXAMPLES: &str = "EXAMPLES:
+    offcputime -p 1234 10 > off.jsonl       # 10 s of process 1234
+    offcputime -m 1000 -- ./server --port 80  # launch, blocks >= 1 ms
+    offcputime -p 1234 -f 5 > off.folded     # bcc-style folded lines (µs, hex addresses)
+    offcputime -p 1234 | stacksym | flame > off.svg";
+
+/// Off-CPU time per stack and exact per-thread on/off-CPU time.
+#[derive(Parser, Debug)]
+#[command(name = "offcputime", version, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Blocks shorter than this (µs) are summed per thread under `[short blocks]`.
+    #[arg(short = 'm', long = "min-block-time", default_value_t = 1, value_name = "US")]
+    pub min_block_us: u64,
+    /// Blocks longer than this (µs) are not kept per stack (still counted per thread).
+    #[arg(short = 'M', long = "max-block-time", value_name = "US")]
+    pub max_block_us: Option<u64>,
+    /// Keep stacks only for blocks in this __state (0 runnable, 1 sleep, 2 uninterruptible).
+    #[arg(long = "state", value_name = "STATE")]
+    pub state: Option<i64>,
+    /// Distinct stacks remembered in the kernel (fingerprints).
+    #[arg(long = "stack-storage-size", default_value_t = 16384, value_name = "N")]
+    pub stack_storage_size: u32,
+    /// Threads tracked at most.
+    #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
+    pub max_threads: u32,
+    /// Capture duration in seconds (same as -d).
+    #[arg(value_name = "DURATION")]
+    pub duration: Option<f64>,
+    /// Command to launch and capture from its first instruction.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OffcputimeSkel<'static>, libbpf_rs::Error> {
+    let open_object = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = skel::OffcputimeSkelBuilder::default().open(open_object)?;
+    let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
+    ro.filter_tgid = !sess.pids.is_empty();
+    ro.filter_tid = !cli.target.tids.is_empty();
+    ro.thread_kind = cli.target.thread_kind();
+    ro.want_ustack = !cli.target.kernel_stacks_only;
+    ro.want_kstack = !cli.target.user_stacks_only;
+    ro.min_block_ns = cli.min_block_us.saturating_mul(1000);
+    ro.max_block_ns = cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000));
+    ro.state_filter = cli.state.unwrap_or(-1);
+    open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
+    open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
+    open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
+    open.progs.switch_btf.set_autoload(btf);
+    open.progs.switch_raw.set_autoload(!btf);
+    open.load()
+}
+
+pub fn run(cli: Cli) -> Result<i32> {
+    privs::check("offcputime")?;
+    let mut sess = Session::prepare(&cli.target, cli.duration, &cli.command)?;
+    signal::install();
+    bpf::capture_log();
+    let want_btf = std::env::var_os("WALLCLOCK_FORCE_RAW_TP").is_none();
+    let (mut skel, btf) = match load(&cli, &sess, want_btf) {
+        Ok(s) => (s, want_btf),
+        Err(e) if want_btf => (load(&cli, &sess, false).map_err(|_| bpf::load_error("offcputime", e))?, false),
+        Err(e) => return Err(bpf::load_error("offcputime", e)),
+    };
+    bpf::put_u32_set(&skel.maps.tgids, &sess.pids)?;
+    bpf::put_u32_set(&skel.maps.tids, &cli.target.tids)?;
+    let _link = if btf {
+        skel.progs.switch_btf.attach()
+    } else {
+        skel.progs.switch_raw.attach()
+    }
+    .context("attaching to sched_switch")?;
+
+    let unwind = std::cell::RefCell::new(Unwind::new());
+    let stacks = std::cell::RefCell::new(collect::Stacks::default());
+    let mut rbb = RingBufferBuilder::new();
+    rbb.add(&skel.maps.events, |data: &[u8]| {
+        stacks.borrow_mut().event(data, &mut unwind.borrow_mut());
+        0
+    })?;
+    let rb = rbb.build()?;
+
+    let start = monotonic_ns();
+    let bss = skel.maps.bss_data.as_deref_mut().expect("bss");
+    // SAFETY: bss is the program's mmapped .bss; the BPF side reads it.
+    unsafe { std::ptr::write_volatile(&mut bss.start_ns, start) };
+    sess.begin(start, &cli.target.tids, &mut unwind.borrow_mut())?;
+
+    while !sess.should_stop() {
+        let _ = rb.poll(Duration::from_millis(20));
+    }
+    let end = monotonic_ns();
+    // SAFETY: as above.
+    unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
+    std::thread::sleep(Duration::from_millis(5));
+    let _ = rb.consume();
+    drop(rb);
+
+    let threads = bpf::dump(&skel.maps.threads);
+    let offcpu = bpf::dump(&skel.maps.offcpu);
+    let counts = bpf::percpu_sums(&skel.maps.stats, wallclock_capture::event::STAT_NAMES.len() as u32);
+    let cfg = collect::Config { start, end, min_block_ns: cli.min_block_us.saturating_mul(1000), cli: &cli };
+    let records = collect::records(&cfg, &sess, &unwind.borrow(), &stacks.borrow(), &threads, &offcpu, &counts);
+
+    let mut out = wallclock_stream::cli::open_output(cli.target.output.as_deref())?;
+    wallclock_capture::output::write(&mut out, &records, cli.target.folded, |s| s.ns / 1000)?;
+    drop(out);
+    Ok(sess.finish())
+}

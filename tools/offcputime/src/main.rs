@@ -1,4 +1,6 @@
+use clap::Parser;
+
 fn main() {
-    eprintln!("offcputime: not built yet");
-    std::process::exit(2);
+    let cli = offcputime::Cli::parse();
+    wallclock_stream::cli::run_main("offcputime", || offcputime::run(cli));
 }

@@ -1,0 +1,154 @@
+/* BPF-only helpers shared by offcputime and oncputime: target filtering,
+ * thread bookkeeping and the stack event sent to user space. */
+#ifndef CAPTURE_BPF_H
+#define CAPTURE_BPF_H
+
+#include "wallclock.h"
+
+#define PF_KTHREAD 0x00200000
+
+const volatile bool filter_tgid = false;
+const volatile bool filter_tid = false;
+const volatile int thread_kind = 0;  /* 0 all, 1 user threads, 2 kernel threads */
+const volatile bool want_ustack = true;
+const volatile bool want_kstack = true;
+
+/* Written by user space once attached, then at the stop: events outside
+ * [start_ns, end_ns) are ignored. */
+volatile __u64 start_ns = 0;
+volatile __u64 end_ns = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} tgids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} tids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct wc_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WC_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void stat_add(__u32 which, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+	if (v)
+		*v += n;
+}
+
+static __always_inline bool window_open(__u64 now)
+{
+	__u64 s = start_ns, e = end_ns;
+	return s && now >= s && (!e || now < e);
+}
+
+static __always_inline bool is_target(struct task_struct *t)
+{
+	__u32 tgid = BPF_CORE_READ(t, tgid);
+	__u32 tid = BPF_CORE_READ(t, pid);
+	if (!tid)
+		return false; /* idle */
+	if (thread_kind) {
+		bool k = BPF_CORE_READ(t, flags) & PF_KTHREAD;
+		if ((thread_kind == 1) == k)
+			return false;
+	}
+	if (filter_tgid && !bpf_map_lookup_elem(&tgids, &tgid))
+		return false;
+	if (filter_tid && !bpf_map_lookup_elem(&tids, &tid))
+		return false;
+	return true;
+}
+
+/* The entry of a thread seen for the first time: accounting begins at the
+ * capture start, or at the thread's birth when it was born later. */
+static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64 now)
+{
+	struct wc_thread z = {};
+	__u32 tid = BPF_CORE_READ(t, pid);
+	__u64 born = BPF_CORE_READ(t, start_time);
+	z.pid = BPF_CORE_READ(t, tgid);
+	z.begin_ns = born > start_ns ? born : start_ns;
+	if (z.begin_ns > now)
+		z.begin_ns = now;
+	z.last_ts = z.begin_ns;
+	z.kthread = (BPF_CORE_READ(t, flags) & PF_KTHREAD) != 0;
+	BPF_CORE_READ_STR_INTO(&z.comm, t, comm);
+	if (bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST) && bpf_map_lookup_elem(&threads, &tid) == NULL) {
+		stat_add(WC_STAT_MAP_FULL, 1);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+/* Fill and submit a stack event for `current`: kernel stack, user
+ * registers and a copy of the user stack (16K, falling back to smaller
+ * copies because one unmapped byte fails the whole read). */
+static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
+				      __u64 fp, __u32 kind, __u32 state, __u64 now)
+{
+	struct wc_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_add(WC_STAT_RINGBUF_DROPS, 1);
+		return -1;
+	}
+	e->fp = fp;
+	e->ts = now;
+	e->pid = BPF_CORE_READ(cur, tgid);
+	e->tid = BPF_CORE_READ(cur, pid);
+	e->kind = kind;
+	e->state = state;
+	e->ip = e->sp = e->bp = 0;
+	e->kstack_bytes = 0;
+	e->ustack_bytes = 0;
+	BPF_CORE_READ_STR_INTO(&e->comm, cur, comm);
+	if (want_kstack) {
+		long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+		e->kstack_bytes = n > 0 ? n : 0;
+	}
+	if (want_ustack && regs && !(BPF_CORE_READ(cur, flags) & PF_KTHREAD)) {
+		__u64 sp = BPF_CORE_READ(regs, sp);
+		e->ip = BPF_CORE_READ(regs, ip);
+		e->sp = sp;
+		e->bp = BPF_CORE_READ(regs, bp);
+		if (!bpf_probe_read_user(e->ustack, 16384, (void *)sp))
+			e->ustack_bytes = 16384;
+		else if (!bpf_probe_read_user(e->ustack, 8192, (void *)sp))
+			e->ustack_bytes = 8192;
+		else if (!bpf_probe_read_user(e->ustack, 4096, (void *)sp))
+			e->ustack_bytes = 4096;
+		else if (!bpf_probe_read_user(e->ustack, 2048, (void *)sp))
+			e->ustack_bytes = 2048;
+		else if (!bpf_probe_read_user(e->ustack, 512, (void *)sp))
+			e->ustack_bytes = 512;
+		else
+			stat_add(WC_STAT_USTACK_FAULTS, 1);
+	}
+	bpf_ringbuf_submit(e, 0);
+	stat_add(WC_STAT_NEW_STACKS, 1);
+	return 0;
+}
+
+#endif

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Exact on/off-CPU accounting per thread from sched_switch, with off-CPU
+ * time per (thread, state, stack). A stack is identified by a cheap
+ * fingerprint of the user registers, the top of the user stack and the
+ * syscall number; only a fingerprint not seen before costs a stack copy
+ * (sent to user space, which unwinds it with .eh_frame). */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "capture.bpf.h"
+
+const volatile __u64 min_block_ns = 1000;
+const volatile __u64 max_block_ns = (__u64)-1;
+const volatile long state_filter = -1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct wc_okey);
+	__type(value, struct wc_oval);
+} offcpu SEC(".maps");
+
+/* Fingerprints already sent to user space. LRU: an evicted one is merely
+ * sent again. Its size is --stack-storage-size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} seen SEC(".maps");
+
+static __always_inline __u32 state_of(unsigned int s)
+{
+	if (s == 0)
+		return WC_ST_R;            /* TASK_RUNNING: preempted */
+	if (s & 0x0001)
+		return WC_ST_S;            /* TASK_INTERRUPTIBLE */
+	if (s & 0x0002)
+		return WC_ST_D;            /* TASK_UNINTERRUPTIBLE */
+	return WC_ST_OTHER;
+}
+
+static __always_inline __u64 mix(__u64 h, __u64 v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+	return h * 0xff51afd7ed558ccdULL;
+}
+
+static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, struct wc_thread *th)
+{
+	struct wc_okey k = { .fp = fp, .tid = tid, .state = state };
+	struct wc_oval *v = bpf_map_lookup_elem(&offcpu, &k);
+	if (v) {
+		__sync_fetch_and_add(&v->ns, ns);
+		__sync_fetch_and_add(&v->count, 1);
+		return;
+	}
+	struct wc_oval nv = { .ns = ns, .count = 1 };
+	if (bpf_map_update_elem(&offcpu, &k, &nv, BPF_NOEXIST)) {
+		v = bpf_map_lookup_elem(&offcpu, &k);
+		if (v) {
+			__sync_fetch_and_add(&v->ns, ns);
+			__sync_fetch_and_add(&v->count, 1);
+		} else if (state < WC_NSTATES) {
+			th->lost_ns[state] += ns;
+			stat_add(WC_STAT_MAP_FULL, 1);
+		}
+	}
+}
+
+/* prev leaves the CPU: close its on-CPU interval, note where it blocks. */
+static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int pstate, __u64 now)
+{
+	__u32 tid = BPF_CORE_READ(prev, pid);
+	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (!th) {
+		th = thread_new(prev, now);
+		if (!th)
+			return;
+	} else if (!th->running || th->exit_ns) {
+		return; /* inconsistent (missed event); skip */
+	}
+	th->on_ns += now - th->last_ts;
+	th->last_ts = now;
+	th->running = 0;
+	if (pstate & 0x80 /* TASK_DEAD */) {
+		th->exit_ns = now;
+		return;
+	}
+	__u32 st = state_of(pstate);
+	th->cur_state = st;
+
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u64 fp = 0;
+	struct pt_regs *regs = 0;
+	if (!th->kthread) {
+		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+		__u64 top[6] = {};
+		__u64 sp = BPF_CORE_READ(regs, sp);
+		__u64 bp = BPF_CORE_READ(regs, bp);
+		bpf_probe_read_user(top, sizeof(top), (void *)sp);
+		__u64 ret = 0;
+		bpf_probe_read_user(&ret, sizeof(ret), (void *)(bp + 8));
+		fp = mix(fp, BPF_CORE_READ(regs, ip));
+		fp = mix(fp, sp);
+		fp = mix(fp, bp);
+		fp = mix(fp, ret);
+		fp = mix(fp, BPF_CORE_READ(regs, orig_ax));
+		for (int i = 0; i < 6; i++)
+			fp = mix(fp, top[i]);
+	} else {
+		/* Kernel threads: the kernel stack is the only identity. */
+		fp = mix(0x4b, BPF_CORE_READ(prev, pid));
+		fp = mix(fp, bpf_get_prandom_u32()); /* always new: kernel threads are rare targets */
+	}
+	fp = mix(fp, st);
+	fp = mix(fp, tid);
+	if (fp < 16)
+		fp += 16;
+	if (!bpf_map_lookup_elem(&seen, &fp)) {
+		if (emit_stack(ctx, cur, regs, fp, 0, st, now)) {
+			fp = WC_FP_LOST;
+		} else {
+			__u8 one = 1;
+			bpf_map_update_elem(&seen, &fp, &one, BPF_ANY);
+		}
+	}
+	th->cur_fp = fp;
+}
+
+/* next gets the CPU: close its off-CPU interval. */
+static __always_inline void switch_in(struct task_struct *next, __u64 now)
+{
+	__u32 tid = BPF_CORE_READ(next, pid);
+	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	__u64 fp;
+	__u32 st;
+	if (!th) {
+		th = thread_new(next, now);
+		if (!th)
+			return;
+		/* Born during the capture: waiting for its first run. Else it was
+		 * off-CPU since before the start. */
+		if (th->begin_ns > start_ns) {
+			st = WC_ST_R;
+			fp = WC_FP_NEWTHREAD;
+		} else {
+			st = WC_ST_INIT;
+			fp = WC_FP_INIT;
+		}
+	} else {
+		if (th->running || th->exit_ns)
+			return;
+		st = th->cur_state;
+		fp = th->cur_fp;
+	}
+	__u64 d = now - th->last_ts;
+	th->last_ts = now;
+	th->running = 1;
+	if (st >= WC_NSTATES)
+		return;
+	th->off_ns[st] += d;
+	if (st == WC_ST_INIT || fp == WC_FP_NEWTHREAD) {
+		add_off(tid, fp, st, d, th);
+	} else if (d < min_block_ns) {
+		th->short_ns[st] += d;
+		th->short_cnt[st] += 1;
+	} else if (d > max_block_ns || (state_filter >= 0 && st != state_of(state_filter))) {
+		stat_add(WC_STAT_OVER_MAX, 1);
+	} else {
+		add_off(tid, fp, st, d, th);
+	}
+}
+
+static __always_inline int handle(void *ctx, struct task_struct *prev, struct task_struct *next,
+				  unsigned int pstate)
+{
+	__u64 now = bpf_ktime_get_ns();
+	if (!window_open(now))
+		return 0;
+	bool p = is_target(prev), n = is_target(next);
+	if (!p && !n)
+		return 0;
+	stat_add(WC_STAT_SWITCHES, 1);
+	if (p)
+		switch_out(ctx, prev, pstate, now);
+	if (n)
+		switch_in(next, now);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	return handle(ctx, prev, next, prev_state);
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	return handle(ctx, prev, next, prev_state);
+}
+
+char LICENSE[] SEC("license") = "GPL";

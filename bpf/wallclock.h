@@ -1,0 +1,81 @@
+/* Types and limits shared by the BPF programs and the Rust side
+ * (tools/capture/src/event.rs mirrors them with size assertions). */
+#ifndef WALLCLOCK_H
+#define WALLCLOCK_H
+
+#define WC_COMM_LEN 16
+#define WC_KSTACK_MAX 127
+#define WC_USTACK_MAX 16384
+#define WC_NSTATES 5
+
+/* Off-CPU states. WC_ST_INIT: already off-CPU when the capture began (the
+ * Rust side replaces it with the state and stack read from /proc). */
+enum wc_state { WC_ST_R = 0, WC_ST_S = 1, WC_ST_D = 2, WC_ST_OTHER = 3, WC_ST_INIT = 4 };
+
+/* Fingerprints below 16 are synthetic stacks. */
+#define WC_FP_LOST 1   /* stack could not be read */
+#define WC_FP_INIT 2   /* blocked since before the capture */
+#define WC_FP_NEWTHREAD 3 /* new thread waiting for its first run */
+
+enum wc_stat {
+	WC_STAT_SWITCHES = 0,
+	WC_STAT_NEW_STACKS,
+	WC_STAT_RINGBUF_DROPS,
+	WC_STAT_MAP_FULL,
+	WC_STAT_USTACK_FAULTS,
+	WC_STAT_SAMPLES,
+	WC_STAT_OVER_MAX,
+	WC_STAT_MAX,
+};
+
+/* Per-thread exact accounting. last_ts is the last switch-in while running,
+ * the last switch-out while off-CPU. */
+struct wc_thread {
+	__u64 last_ts;
+	__u64 begin_ns;
+	__u64 exit_ns;
+	__u64 on_ns;
+	__u64 off_ns[WC_NSTATES];
+	__u64 short_ns[WC_NSTATES];
+	__u64 short_cnt[WC_NSTATES];
+	__u64 lost_ns[WC_NSTATES];
+	__u64 cur_fp;
+	__u64 samples;
+	__u32 pid;
+	__u32 cur_state;
+	__u32 running;
+	__u32 kthread;
+	char comm[WC_COMM_LEN];
+};
+
+struct wc_okey {
+	__u64 fp;
+	__u32 tid;
+	__u32 state;
+};
+
+struct wc_oval {
+	__u64 ns;
+	__u64 count;
+};
+
+/* A stack to unwind in user space: a copy of the user stack from sp up plus
+ * the registers, and the kernel stack (leaf first). */
+struct wc_event {
+	__u64 fp;
+	__u64 ts;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 pid;
+	__u32 tid;
+	__u32 kind; /* 0 off-CPU, 1 on-CPU sample */
+	__u32 state;
+	__u32 kstack_bytes;
+	__u32 ustack_bytes;
+	char comm[WC_COMM_LEN];
+	__u64 kstack[WC_KSTACK_MAX];
+	__u8 ustack[WC_USTACK_MAX];
+};
+
+#endif

@@ -1,0 +1,201 @@
+/* Ground-truth workload for the capture tests: each thread measures its own
+ * CPU time (CLOCK_THREAD_CPUTIME_ID) and wall time (CLOCK_MONOTONIC) in each
+ * named function and prints it all as one JSON object at exit.
+ *
+ *   workload SECONDS [DIR]    (DIR: where disk_write_fsync writes)
+ *
+ * Build: gcc -O1 -g -fno-omit-frame-pointer -pthread workload.c -o workload */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#define NOINLINE __attribute__((noinline))
+#define MAXF 4
+
+struct fstat { const char *name; unsigned long long cpu, wall; };
+struct thr {
+	const char *name;
+	pthread_t th;
+	int tid;
+	unsigned long long start, end;
+	struct fstat f[MAXF];
+	int nf;
+};
+
+static volatile int stop;
+static double seconds;
+static const char *dir = ".";
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t cmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static volatile unsigned long sink;
+
+static unsigned long long now(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static struct fstat *fs(struct thr *t, const char *name)
+{
+	for (int i = 0; i < t->nf; i++)
+		if (!strcmp(t->f[i].name, name))
+			return &t->f[i];
+	t->f[t->nf].name = name;
+	return &t->f[t->nf++];
+}
+
+#define BEGIN unsigned long long c0 = now(CLOCK_THREAD_CPUTIME_ID), w0 = now(CLOCK_MONOTONIC)
+#define END(t, n) do { struct fstat *s_ = fs(t, n); \
+	s_->cpu += now(CLOCK_THREAD_CPUTIME_ID) - c0; s_->wall += now(CLOCK_MONOTONIC) - w0; } while (0)
+
+static void burn(unsigned long long ns)
+{
+	unsigned long long e = now(CLOCK_THREAD_CPUTIME_ID) + ns;
+	while (now(CLOCK_THREAD_CPUTIME_ID) < e)
+		for (int i = 0; i < 1000; i++)
+			sink += i;
+}
+
+NOINLINE void compute(struct thr *t) { BEGIN; burn(6000000); END(t, "compute"); }
+
+NOINLINE void nap(struct thr *t)
+{
+	BEGIN;
+	struct timespec ts = { 0, 9000000 };
+	nanosleep(&ts, NULL);
+	END(t, "nap");
+}
+
+NOINLINE void wait_cond(struct thr *t)
+{
+	BEGIN;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 20000000;
+	if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+	pthread_mutex_lock(&cmu);
+	pthread_cond_timedwait(&cv, &cmu, &ts);
+	pthread_mutex_unlock(&cmu);
+	END(t, "wait_cond");
+}
+
+NOINLINE void long_sleep(struct thr *t)
+{
+	BEGIN;
+	struct timespec ts = { (time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9) };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	END(t, "long_sleep");
+}
+
+NOINLINE void spin(struct thr *t) { BEGIN; burn(2000000); END(t, "spin"); }
+
+NOINLINE void disk_write_fsync(struct thr *t, int fd)
+{
+	BEGIN;
+	static char buf[65536];
+	memset(buf, t->nf, sizeof buf);
+	if (write(fd, buf, sizeof buf) < 0 || fdatasync(fd) < 0)
+		perror("write");
+	END(t, "disk_write_fsync");
+}
+
+NOINLINE void mutex_section(struct thr *t)
+{
+	BEGIN;
+	pthread_mutex_lock(&mu);
+	burn(3000000);
+	pthread_mutex_unlock(&mu);
+	END(t, "mutex_section");
+}
+
+static void *mixer(void *a) { struct thr *t = a; while (!stop) { compute(t); nap(t); } return 0; }
+static void *waiter(void *a) { struct thr *t = a; while (!stop) wait_cond(t); return 0; }
+static void *sleeper(void *a) { long_sleep(a); return 0; }
+static void *locker(void *a) { struct thr *t = a; while (!stop) mutex_section(t); return 0; }
+
+static void *spinner(void *a)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(0, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+	struct thr *t = a;
+	while (!stop)
+		spin(t);
+	return 0;
+}
+
+static void *writer(void *a)
+{
+	struct thr *t = a;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/workload-fsync.%d", dir, getpid());
+	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+	if (fd < 0) { perror(path); return 0; }
+	while (!stop) {
+		disk_write_fsync(t, fd);
+		if (lseek(fd, 0, SEEK_CUR) > (8 << 20))
+			lseek(fd, 0, SEEK_SET);
+	}
+	close(fd);
+	unlink(path);
+	return 0;
+}
+
+struct thr threads[] = {
+	{ .name = "mixer" }, { .name = "waiter" }, { .name = "sleeper" }, { .name = "spin1" },
+	{ .name = "spin2" }, { .name = "writer" }, { .name = "lock1" }, { .name = "lock2" },
+};
+static void *(*fns[])(void *) = { mixer, waiter, sleeper, spinner, spinner, writer, locker, locker };
+#define N (int)(sizeof threads / sizeof threads[0])
+
+static void *start(void *a)
+{
+	struct thr *t = a;
+	t->tid = syscall(SYS_gettid);
+	pthread_setname_np(pthread_self(), t->name);
+	t->start = now(CLOCK_MONOTONIC);
+	int i = t - threads;
+	fns[i](t);
+	t->end = now(CLOCK_MONOTONIC);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	seconds = argc > 1 ? atof(argv[1]) : 3;
+	if (argc > 2)
+		dir = argv[2];
+	unsigned long long t0 = now(CLOCK_MONOTONIC);
+	for (int i = 0; i < N; i++)
+		pthread_create(&threads[i].th, 0, start, &threads[i]);
+	struct timespec ts = { (time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9) };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	stop = 1;
+	for (int i = 0; i < N; i++)
+		pthread_join(threads[i].th, 0);
+	printf("{\"pid\":%d,\"start_ns\":%llu,\"end_ns\":%llu,\"threads\":[", getpid(), t0, now(CLOCK_MONOTONIC));
+	for (int i = 0; i < N; i++) {
+		struct thr *t = &threads[i];
+		printf("%s{\"name\":\"%s\",\"tid\":%d,\"start_ns\":%llu,\"end_ns\":%llu,\"funcs\":{", i ? "," : "",
+		       t->name, t->tid, t->start, t->end);
+		for (int j = 0; j < t->nf; j++)
+			printf("%s\"%s\":{\"cpu_ns\":%llu,\"wall_ns\":%llu}", j ? "," : "", t->f[j].name, t->f[j].cpu,
+			       t->f[j].wall);
+		printf("}}");
+	}
+	printf("]}\n");
+	return 0;
+}

@@ -1,0 +1,123 @@
+//! BPF loading helpers: libbpf's log kept so a load failure shows the
+//! verifier's reason, per-CPU perf events, map reads.
+
+use std::sync::Mutex;
+
+use anyhow::{anyhow, Result};
+use libbpf_rs::{MapCore, MapFlags, PrintLevel};
+
+static LOG: Mutex<String> = Mutex::new(String::new());
+
+fn keep(level: PrintLevel, msg: String) {
+    if std::env::var_os("WALLCLOCK_BPF_DEBUG").is_some() {
+        eprint!("{msg}");
+    }
+    if level == PrintLevel::Debug {
+        return;
+    }
+    let mut l = LOG.lock().unwrap();
+    l.push_str(&msg);
+    if l.len() > 1 << 20 {
+        let cut = l.len() - (1 << 19);
+        l.drain(..cut);
+    }
+}
+
+/// Route libbpf's messages into a buffer (not the terminal).
+pub fn capture_log() {
+    libbpf_rs::set_print(Some((PrintLevel::Info, keep)));
+}
+
+/// A load error with the verifier's last words.
+pub fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
+    let log = LOG.lock().unwrap().clone();
+    let tail: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = tail[tail.len().saturating_sub(12)..].join("\n  ");
+    let mut msg = format!("cannot load the BPF program of {what}: {e}");
+    if !tail.is_empty() {
+        msg.push_str(&format!("\nlibbpf/verifier says:\n  {tail}"));
+    }
+    anyhow!(msg)
+}
+
+pub fn put_u32_set(map: &impl MapCore, ids: &[u32]) -> Result<()> {
+    for id in ids {
+        map.update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+    }
+    Ok(())
+}
+
+/// Every key/value of a hash map.
+pub fn dump(map: &impl MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut v = Vec::new();
+    for k in map.keys() {
+        if let Ok(Some(val)) = map.lookup(&k, MapFlags::ANY) {
+            v.push((k, val));
+        }
+    }
+    v
+}
+
+/// Sums of a per-CPU array of u64 counters.
+pub fn percpu_sums(map: &impl MapCore, n: u32) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            map.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .ok()
+                .flatten()
+                .map(|cpus| cpus.iter().map(|b| u64::from_ne_bytes(b[..8].try_into().unwrap())).sum())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Online CPUs.
+pub fn online_cpus() -> Vec<u32> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into());
+    let mut v = Vec::new();
+    for part in s.trim().split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    v.extend(a..=b)
+                }
+            }
+            None => {
+                if let Ok(a) = part.parse() {
+                    v.push(a)
+                }
+            }
+        }
+    }
+    v
+}
+
+/// A software cpu-clock event at `freq` Hz on one CPU, all tasks.
+pub fn open_cpu_clock(cpu: u32, freq: u64) -> Result<i32> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct Attr {
+        type_: u32,
+        size: u32,
+        config: u64,
+        sample_freq: u64,
+        sample_type: u64,
+        read_format: u64,
+        flags: u64,
+        rest: [u64; 10],
+    }
+    let attr = Attr {
+        type_: 1, // PERF_TYPE_SOFTWARE
+        size: std::mem::size_of::<Attr>() as u32,
+        config: 0, // PERF_COUNT_SW_CPU_CLOCK
+        sample_freq: freq,
+        flags: 1 << 10, // freq
+        ..Default::default()
+    };
+    // SAFETY: attr is a valid perf_event_attr prefix of the size given.
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, -1i32, cpu as i32, -1i32, 8u64 /* PERF_FLAG_FD_CLOEXEC */) };
+    if fd < 0 {
+        return Err(anyhow!("perf_event_open(cpu-clock, cpu {cpu}): {}", std::io::Error::last_os_error()));
+    }
+    Ok(fd as i32)
+}

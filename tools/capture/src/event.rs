@@ -1,0 +1,109 @@
+//! Rust mirrors of `bpf/wallclock.h`; sizes are checked at compile time.
+
+pub const COMM_LEN: usize = 16;
+pub const KSTACK_MAX: usize = 127;
+pub const USTACK_MAX: usize = 16384;
+pub const NSTATES: usize = 5;
+
+pub const ST_R: u32 = 0;
+pub const ST_S: u32 = 1;
+pub const ST_D: u32 = 2;
+pub const ST_OTHER: u32 = 3;
+pub const ST_INIT: u32 = 4;
+
+pub const FP_LOST: u64 = 1;
+pub const FP_INIT: u64 = 2;
+pub const FP_NEWTHREAD: u64 = 3;
+
+/// Names of the BPF `stats` slots, in order (`enum wc_stat`).
+pub const STAT_NAMES: [&str; 7] =
+    ["switches", "new_stacks", "ringbuf_drops", "map_full", "ustack_faults", "samples", "over_max_blocks"];
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WcThread {
+    pub last_ts: u64,
+    pub begin_ns: u64,
+    pub exit_ns: u64,
+    pub on_ns: u64,
+    pub off_ns: [u64; NSTATES],
+    pub short_ns: [u64; NSTATES],
+    pub short_cnt: [u64; NSTATES],
+    pub lost_ns: [u64; NSTATES],
+    pub cur_fp: u64,
+    pub samples: u64,
+    pub pid: u32,
+    pub cur_state: u32,
+    pub running: u32,
+    pub kthread: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcOkey {
+    pub fp: u64,
+    pub tid: u32,
+    pub state: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WcOval {
+    pub ns: u64,
+    pub count: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct WcEvent {
+    pub fp: u64,
+    pub ts: u64,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: u32,
+    pub state: u32,
+    pub kstack_bytes: u32,
+    pub ustack_bytes: u32,
+    pub comm: [u8; COMM_LEN],
+    pub kstack: [u64; KSTACK_MAX],
+    pub ustack: [u8; USTACK_MAX],
+}
+
+const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 26 + 16 + 16);
+const _: () = assert!(std::mem::size_of::<WcOkey>() == 16);
+const _: () = assert!(std::mem::size_of::<WcEvent>() == 80 + 8 * KSTACK_MAX + USTACK_MAX);
+
+/// Read a `#[repr(C)]` plain-old-data value out of bytes written by BPF.
+pub fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
+    if b.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: length checked; T is a repr(C) struct of integers, valid for any bits.
+    Some(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) })
+}
+
+/// The bytes of a plain-old-data value (for map keys).
+pub fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a repr(C) integer struct without padding.
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
+}
+
+pub fn comm_str(c: &[u8]) -> String {
+    let n = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..n]).into_owned()
+}
+
+impl WcEvent {
+    /// Kernel stack, root first.
+    pub fn kstack_root_first(&self) -> Vec<u64> {
+        let n = (self.kstack_bytes as usize / 8).min(KSTACK_MAX);
+        self.kstack[..n].iter().rev().copied().filter(|&a| a != 0).collect()
+    }
+    pub fn ustack_bytes(&self) -> &[u8] {
+        &self.ustack[..(self.ustack_bytes as usize).min(USTACK_MAX)]
+    }
+}

@@ -1,0 +1,128 @@
+//! Launching `-- COMMAND ARGS` held before exec until the capture is
+//! attached, so it is captured from its first instruction. (std's Command
+//! waits for the exec to happen, so this forks by hand.)
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use anyhow::{bail, Context, Result};
+
+pub struct Launched {
+    pid: i32,
+    go: Option<std::fs::File>,
+    code: Option<i32>,
+    exec_check: Option<std::fs::File>,
+    name: String,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds is a valid array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("pipe");
+    }
+    // SAFETY: both fds were just created and are owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn decode(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    }
+}
+
+/// Start `argv` held before exec. When `stream_on_stdout`, its stdout
+/// goes to our stderr so the stream stays clean.
+pub fn spawn_held(argv: &[String], stream_on_stdout: bool) -> Result<Launched> {
+    if argv.is_empty() {
+        bail!("no command after `--`");
+    }
+    let cargs: Vec<CString> =
+        argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<_, _>>().context("NUL in command")?;
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let (r, w) = pipe()?;
+    let (er, ew) = pipe()?;
+    use std::os::fd::AsRawFd;
+    let (rfd, ewfd) = (r.as_raw_fd(), ew.as_raw_fd());
+    // SAFETY: the child only calls async-signal-safe functions before exec.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error()).context("fork");
+    }
+    if pid == 0 {
+        // SAFETY: child side; async-signal-safe calls only, then exec or _exit.
+        unsafe {
+            let mut b = [0u8; 1];
+            if libc::read(rfd, b.as_mut_ptr() as *mut libc::c_void, 1) != 1 {
+                libc::_exit(127);
+            }
+            if stream_on_stdout {
+                libc::dup2(2, 1);
+            }
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            let e = *libc::__errno_location();
+            libc::write(ewfd, &e as *const i32 as *const libc::c_void, 4);
+            libc::_exit(127);
+        }
+    }
+    drop(r);
+    drop(ew);
+    Ok(Launched {
+        pid,
+        go: Some(std::fs::File::from(w)),
+        code: None,
+        exec_check: Some(std::fs::File::from(er)),
+        name: argv[0].clone(),
+    })
+}
+
+impl Launched {
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+    /// Let it exec; fails when the command cannot be run.
+    pub fn release(&mut self) -> Result<()> {
+        if let Some(mut w) = self.go.take() {
+            w.write_all(b"g").context("releasing the launched command")?;
+        }
+        if let Some(mut er) = self.exec_check.take() {
+            use std::io::Read;
+            let mut b = [0u8; 4];
+            if er.read_exact(&mut b).is_ok() {
+                let e = std::io::Error::from_raw_os_error(i32::from_ne_bytes(b));
+                self.wait_exit_code();
+                bail!("cannot run {}: {e}", self.name);
+            }
+        }
+        Ok(())
+    }
+    /// Its exit code when it has exited (128+signal when killed).
+    pub fn try_exit_code(&mut self) -> Option<i32> {
+        if self.code.is_none() {
+            let mut st = 0;
+            // SAFETY: waiting on our own child.
+            if unsafe { libc::waitpid(self.pid, &mut st, libc::WNOHANG) } == self.pid {
+                self.code = Some(decode(st));
+            }
+        }
+        self.code
+    }
+    pub fn wait_exit_code(&mut self) -> i32 {
+        self.go.take();
+        if let Some(c) = self.code {
+            return c;
+        }
+        let mut st = 0;
+        // SAFETY: waiting on our own child.
+        let r = unsafe { libc::waitpid(self.pid, &mut st, 0) };
+        let c = if r == self.pid { decode(st) } else { 1 };
+        self.code = Some(c);
+        c
+    }
+}

@@ -1,0 +1,138 @@
+//! One capture from start to stop: the targets, a launched command, the
+//! threads found blocked at the start, when to stop.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::launch::{spawn_held, Launched};
+use crate::procfs::{self, Kallsyms};
+use crate::target::TargetArgs;
+use crate::unwind::Unwind;
+
+/// A thread of the target as /proc saw it just after the capture began.
+#[derive(Debug, Clone)]
+pub struct Initial {
+    pub pid: u32,
+    pub state: char,
+    pub comm: String,
+    /// Root first; empty when the thread was running (no syscall stack).
+    pub ustack: Vec<u64>,
+    pub kstack: Vec<u64>,
+}
+
+pub struct Session {
+    pub pids: Vec<u32>,
+    pub command: Option<Vec<String>>,
+    pub launched: Option<Launched>,
+    pub duration: Option<f64>,
+    pub start_ns: u64,
+    started: Option<Instant>,
+    pub initial: BTreeMap<u32, Initial>,
+    pub exit_code: Option<i32>,
+}
+
+impl Session {
+    /// Validate the targets and launch `command` held before exec.
+    pub fn prepare(args: &TargetArgs, positional_duration: Option<f64>, command: &[String]) -> Result<Session> {
+        let duration = args.validate(positional_duration)?;
+        let mut pids = args.known_pids();
+        let mut launched = None;
+        let stream_on_stdout = !args.output.as_ref().is_some_and(|p| p.as_os_str() != "-");
+        if !command.is_empty() {
+            let l = spawn_held(command, stream_on_stdout)?;
+            pids.push(l.pid());
+            launched = Some(l);
+        }
+        Ok(Session {
+            pids,
+            command: (!command.is_empty()).then(|| command.to_vec()),
+            launched,
+            duration,
+            start_ns: 0,
+            started: None,
+            initial: BTreeMap::new(),
+            exit_code: None,
+        })
+    }
+
+    /// The capture is attached from `start_ns`: note the threads that are
+    /// blocked now (with the stacks they block in), then let a launched
+    /// command run.
+    pub fn begin(&mut self, start_ns: u64, tids: &[u32], unwind: &mut Unwind) -> Result<()> {
+        self.start_ns = start_ns;
+        self.started = Some(Instant::now());
+        if let Some(l) = self.launched.as_mut() {
+            l.release()?;
+        }
+        let mut ksyms: Option<Kallsyms> = None;
+        for &pid in &self.pids {
+            if self.launched.as_ref().is_some_and(|l| l.pid() == pid) {
+                continue;
+            }
+            unwind.refresh(pid);
+            for tid in procfs::threads(pid) {
+                if !tids.is_empty() && !tids.contains(&tid) {
+                    continue;
+                }
+                let state = procfs::state(pid, tid).unwrap_or('?');
+                let comm = procfs::comm(pid, tid).unwrap_or_default();
+                let mut ustack = Vec::new();
+                let mut kstack = Vec::new();
+                if state != 'R' {
+                    if let Some((sp, pc)) = procfs::syscall_regs(pid, tid) {
+                        let stack = procfs::read_stack(pid, sp);
+                        ustack = unwind.unwind(pid, pc, sp, 0, &stack);
+                    }
+                    kstack = ksyms.get_or_insert_with(Kallsyms::load).task_stack(pid, tid);
+                }
+                self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether to stop now: duration over, Ctrl-C, the launched command
+    /// exited, or every target process is gone.
+    pub fn should_stop(&mut self) -> bool {
+        if crate::signal::stopped() {
+            return true;
+        }
+        if let (Some(d), Some(t)) = (self.duration, self.started) {
+            if t.elapsed() >= Duration::from_secs_f64(d) {
+                return true;
+            }
+        }
+        if let Some(l) = self.launched.as_mut() {
+            if let Some(code) = l.try_exit_code() {
+                self.exit_code = Some(code);
+                return true;
+            }
+            return false;
+        }
+        !self.pids.is_empty() && self.pids.iter().all(|&p| !procfs::exists(p))
+    }
+
+    /// The tool's exit code: the launched command's, else 0.
+    pub fn finish(&mut self) -> i32 {
+        if let Some(c) = self.exit_code {
+            return c;
+        }
+        match self.launched.as_mut() {
+            Some(l) => l.wait_exit_code(),
+            None => 0,
+        }
+    }
+}
+
+/// `/proc` state letter to the stream's state.
+pub fn state_from_letter(c: char) -> wallclock_stream::State {
+    use wallclock_stream::State;
+    match c {
+        'R' => State::R,
+        'S' => State::S,
+        'D' => State::D,
+        _ => State::Other,
+    }
+}

@@ -1,0 +1,97 @@
+//! Target selection and the flags every capture tool takes.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use crate::procfs;
+
+/// Flags shared by the capture tools (bcc's spelling).
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// Trace these processes only (comma-separated PIDs).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace these threads only (comma-separated TIDs).
+    #[arg(short = 't', long = "tid", value_delimiter = ',', value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// User threads only (no kernel threads).
+    #[arg(short = 'u', long = "user-threads-only", conflicts_with = "kernel_threads_only")]
+    pub user_threads_only: bool,
+    /// Kernel threads only (no user threads).
+    #[arg(short = 'k', long = "kernel-threads-only")]
+    pub kernel_threads_only: bool,
+    /// Show user stacks only (no kernel frames).
+    #[arg(short = 'U', long = "user-stacks-only", conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+    /// Show kernel stacks only (no user frames).
+    #[arg(short = 'K', long = "kernel-stacks-only")]
+    pub kernel_stacks_only: bool,
+    /// Capture duration in seconds (default: until Ctrl-C or the target exits).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Write the stream here instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Write bcc-compatible folded lines (addresses in hex; pipe the stream
+    /// through `stacksym` instead for names).
+    #[arg(short = 'f', long = "folded")]
+    pub folded: bool,
+}
+
+impl TargetArgs {
+    /// Check the PIDs/TIDs exist; one clear line otherwise.
+    pub fn validate(&self, positional_duration: Option<f64>) -> Result<Option<f64>> {
+        for &p in &self.pids {
+            if !procfs::exists(p) {
+                bail!("no such process: {p}");
+            }
+        }
+        for &t in &self.tids {
+            if procfs::tgid_of(t).is_none() {
+                bail!("no such thread: {t}");
+            }
+        }
+        let d = match (self.duration, positional_duration) {
+            (Some(_), Some(_)) => bail!("give the duration once: -d SECONDS or a positional DURATION"),
+            (a, b) => a.or(b),
+        };
+        if let Some(d) = d {
+            if !(d > 0.0) {
+                bail!("duration must be positive, got {d}");
+            }
+        }
+        Ok(d)
+    }
+
+    pub fn thread_kind(&self) -> i32 {
+        if self.user_threads_only {
+            1
+        } else if self.kernel_threads_only {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// Processes whose threads are enumerated at the start.
+    pub fn known_pids(&self) -> Vec<u32> {
+        let mut v = self.pids.clone();
+        for &t in &self.tids {
+            if let Some(p) = procfs::tgid_of(t) {
+                v.push(p);
+            }
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,194 @@
+//! User stacks from a copy of the stack and the registers, unwound with
+//! .eh_frame (framehop), so that the caller of a libc function built
+//! without frame pointers is kept. Also keeps each process's executable
+//! mappings for the Maps record (symbolization after the process exits).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+use wallclock_stream::{MapEntry, Maps};
+
+const MAX_FRAMES: usize = 256;
+
+/// Unwind data of one ELF file, shared by every process that maps it.
+struct FileInfo {
+    build_id: Option<String>,
+    /// (p_offset, p_vaddr, p_filesz) of each PT_LOAD segment.
+    segments: Vec<(u64, u64, u64)>,
+    sections: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
+}
+
+fn load_file(path: &str) -> Option<FileInfo> {
+    let data = std::fs::read(path).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let build_id = obj.build_id().ok().flatten().map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
+    let segments = obj
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, s.address(), size)
+        })
+        .collect();
+    let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
+        match obj.section_by_name(name) {
+            Some(s) => (Some(s.address()..s.address() + s.size()), s.data().ok().map(Arc::from)),
+            None => (None, None),
+        }
+    };
+    let (text_svma, text) = sect(".text");
+    let (eh_frame_svma, eh_frame) = sect(".eh_frame");
+    let (eh_frame_hdr_svma, eh_frame_hdr) = sect(".eh_frame_hdr");
+    let (got_svma, _) = sect(".got");
+    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| s.data().ok()).map(Arc::from);
+    let sections = Some(ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma,
+        text,
+        got_svma,
+        eh_frame_svma,
+        eh_frame,
+        eh_frame_hdr_svma,
+        eh_frame_hdr,
+        debug_frame,
+        ..Default::default()
+    });
+    Some(FileInfo { build_id, segments, sections })
+}
+
+struct Proc {
+    maps: Vec<MapEntry>,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    cache: CacheX86_64,
+    /// Reloads of /proc/PID/maps after an address outside every mapping.
+    reloads: u32,
+}
+
+/// Unwinders and mappings of every process seen.
+#[derive(Default)]
+pub struct Unwind {
+    files: HashMap<String, Option<FileInfo>>,
+    procs: HashMap<u32, Proc>,
+}
+
+fn parse_maps(pid: u32) -> Vec<MapEntry> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let mut v = Vec::new();
+    for l in s.lines() {
+        let f: Vec<&str> = l.splitn(6, ' ').collect();
+        if f.len() < 6 || !f[1].contains('x') {
+            continue;
+        }
+        let path = f[5].trim();
+        if !path.starts_with('/') {
+            continue;
+        }
+        let Some((a, b)) = f[0].split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(f[2], 16))
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches(" (deleted)").to_string();
+        v.push(MapEntry { start, end, offset, path, build_id: None });
+    }
+    v
+}
+
+impl Unwind {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Read (or re-read) the mappings of `pid` while it lives.
+    pub fn refresh(&mut self, pid: u32) {
+        let maps = parse_maps(pid);
+        if maps.is_empty() {
+            return;
+        }
+        let proc = self.procs.entry(pid).or_insert_with(|| Proc {
+            maps: Vec::new(),
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            reloads: 0,
+        });
+        for mut m in maps {
+            if proc.maps.iter().any(|o| o.start == m.start && o.path == m.path) {
+                continue;
+            }
+            let fi = self.files.entry(m.path.clone()).or_insert_with(|| load_file(&m.path));
+            if let Some(fi) = fi {
+                m.build_id = fi.build_id.clone();
+                // The segment holding this mapping's file offset gives the load bias.
+                if let Some(&(poff, pvaddr, _)) =
+                    fi.segments.iter().find(|&&(o, _, sz)| m.offset >= o && m.offset < o + sz.max(1))
+                {
+                    let base_avma = (m.start + poff).wrapping_sub(m.offset).wrapping_sub(pvaddr);
+                    if let Some(sec) = fi.sections.clone() {
+                        proc.unwinder.add_module(Module::new(m.path.clone(), m.start..m.end, base_avma, sec));
+                    }
+                }
+            }
+            proc.maps.push(m);
+        }
+    }
+
+    fn covered(&self, pid: u32, addr: u64) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.maps.iter().any(|m| addr >= m.start && addr < m.end))
+    }
+
+    /// User stack, root first: the leaf is `ip`, the others return addresses.
+    pub fn unwind(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
+        if ip == 0 {
+            return Vec::new();
+        }
+        if !self.covered(pid, ip) {
+            let n = self.procs.get(&pid).map_or(0, |p| p.reloads);
+            if n < 64 {
+                self.refresh(pid);
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.reloads += 1;
+                }
+            }
+        }
+        let Some(p) = self.procs.get_mut(&pid) else { return vec![ip] };
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let b = stack.get(off..off + 8).ok_or(())?;
+            Ok(u64::from_le_bytes(b.try_into().unwrap()))
+        };
+        let mut out = Vec::new();
+        let mut it = p.unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), &mut p.cache, &mut read);
+        while let Ok(Some(f)) = it.next() {
+            let a = match f {
+                FrameAddress::InstructionPointer(a) => a,
+                FrameAddress::ReturnAddress(a) => a.get(),
+            };
+            out.push(a);
+            if out.len() >= MAX_FRAMES {
+                break;
+            }
+        }
+        if out.is_empty() {
+            out.push(ip);
+        }
+        out.reverse();
+        out
+    }
+
+    /// The Maps record of a process, when its mappings were read.
+    pub fn maps_record(&self, pid: u32) -> Option<Maps> {
+        let p = self.procs.get(&pid)?;
+        let mut maps = p.maps.clone();
+        maps.sort_by_key(|m| m.start);
+        Some(Maps { pid, maps })
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.procs.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
