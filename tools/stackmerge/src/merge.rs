@@ -1,7 +1,7 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -37,20 +37,27 @@ pub fn read_inputs(paths: &[(InputRole, PathBuf)]) -> (Vec<Input>, Option<anyhow
             Ok(x) => x,
             Err(e) => return (inputs, Some(e)),
         };
-        let mut input = Input { role: *role, header: None, records: Vec::new() };
-        for rec in Reader::new(r, &name, ReaderOptions::default()) {
-            match rec {
-                Ok(Record::Header(h)) if input.header.is_none() => input.header = Some(h),
-                Ok(r) => input.records.push(r),
-                Err(e) => {
-                    inputs.push(input);
-                    return (inputs, Some(e.into()));
-                }
-            }
-        }
+        let (input, err) = read_input(*role, r, &name);
         inputs.push(input);
+        if err.is_some() {
+            return (inputs, err);
+        }
     }
     (inputs, None)
+}
+
+/// Read one input (`name` is for error messages); on a bad line, what came
+/// before it and the error naming the line.
+pub fn read_input<R: BufRead>(role: InputRole, r: R, name: &str) -> (Input, Option<anyhow::Error>) {
+    let mut input = Input { role, header: None, records: Vec::new() };
+    for rec in Reader::new(r, name, ReaderOptions::default()) {
+        match rec {
+            Ok(Record::Header(h)) if input.header.is_none() => input.header = Some(h),
+            Ok(r) => input.records.push(r),
+            Err(e) => return (input, Some(e.into())),
+        }
+    }
+    (input, None)
 }
 
 /// The merged view.
@@ -343,4 +350,31 @@ pub fn write_stream(m: &Merged, out: &mut dyn Write) -> Result<()> {
     }
     w.write(&Record::Stats(m.stats.clone()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options { folded: true, unit: wallclock_stream::units::Unit::Ns, freq: 49, per_thread: false, gpu_roots: false, pids: vec![], tids: vec![], kinds: vec![] }
+    }
+
+    #[test]
+    fn in_process_merge_of_folded_inputs() {
+        let (off, e1) = read_input(InputRole::Off, &b"app;main;read 3\napp;main;read 2\n"[..], "off");
+        let (on, e2) = read_input(InputRole::On, &b"app;main;spin 49\n"[..], "on");
+        assert!(e1.is_none() && e2.is_none());
+        let m = merge(&[off, on], &opts());
+        let mut out = Vec::new();
+        crate::write(&m, &opts(), &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "app;main;read_[o] 5000\napp;main;spin_[c] 1000000000\n");
+    }
+
+    #[test]
+    fn bad_line_keeps_what_came_before() {
+        let (inp, err) = read_input(InputRole::Off, &b"a;b 1\nbroken\n"[..], "x");
+        assert_eq!(inp.records.len(), 1);
+        assert!(err.unwrap().to_string().contains("line 2"));
+    }
 }

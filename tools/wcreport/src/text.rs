@@ -10,6 +10,15 @@ fn h(ns: u64) -> String {
     human_ns(ns)
 }
 
+/// A name for display: `-` when unknown (plain folded input).
+fn name(comm: &str) -> &str {
+    if comm.is_empty() {
+        "-"
+    } else {
+        comm
+    }
+}
+
 fn hopt(ns: Option<u64>) -> String {
     ns.map_or("-".to_string(), human_ns)
 }
@@ -72,7 +81,7 @@ fn process_line(pr: &ProcessReport) -> String {
     let mut s = format!(
         "PROCESS {} ({}): wall {}, {} thread(s) alive {} thread-time; on-CPU {}, off-CPU {} (R {}, S {}, D {}, other {})",
         pr.pid,
-        pr.comm,
+        name(&pr.comm),
         hopt(pr.wall_ns),
         pr.threads,
         h(pr.thread_ns),
@@ -100,7 +109,7 @@ fn thread_header() -> Vec<String> {
 fn thread_row(t: &ThreadReport) -> Vec<String> {
     vec![
         t.tid.to_string(),
-        if t.comm.is_empty() { "-".to_string() } else { t.comm.clone() },
+        name(&t.comm).to_string(),
         t.role.clone(),
         t.class.clone(),
         hopt(t.alive_ns),
@@ -155,7 +164,7 @@ fn tops(title: &str, v: &[TopStack]) -> String {
 
 /// One thread in detail.
 pub fn thread_detail(t: &ThreadReport) -> String {
-    let mut s = format!("THREAD {} {} (pid {}, role {}, {})\n", t.tid, t.comm, t.pid, t.role, t.class);
+    let mut s = format!("THREAD {} {} (pid {}, role {}, {})\n", t.tid, name(&t.comm), t.pid, t.role, t.class);
     let base = t.alive_ns;
     let share = |ns: u64| base.filter(|b| *b > 0).map(|b| format!(" ({:.1}%)", ns as f64 * 100.0 / b as f64)).unwrap_or_default();
     let o = &t.off_ns;
