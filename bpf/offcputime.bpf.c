@@ -86,6 +86,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	th->running = 0;
 	if (pstate & 0x80 /* TASK_DEAD */) {
 		th->exit_ns = now;
+		BPF_CORE_READ_STR_INTO(&th->comm, prev, comm); /* its final name */
 		return;
 	}
 	__u32 st = state_of(pstate);

@@ -54,8 +54,10 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 			th->on_ns += now - th->last_ts;
 			th->last_ts = now;
 			th->running = 0;
-			if (pstate & 0x80)
+			if (pstate & 0x80) {
 				th->exit_ns = now;
+				BPF_CORE_READ_STR_INTO(&th->comm, prev, comm);
+			}
 		}
 	}
 	if (is_target(next)) {

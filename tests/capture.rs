@@ -1,3 +1,433 @@
-//! Tests of capture.
+//! Tests of offcputime and oncputime against a workload that measures its
+//! own per-function CPU and wall time (tests/programs/capture/workload.c).
+//! They load real BPF programs: run as root (they skip, saying so, otherwise).
 
 mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const KERNEL_MIN: u64 = 0xffff_8000_0000_0000;
+
+fn skip() -> bool {
+    if !util::is_root() {
+        eprintln!("SKIPPED: capture tests need root (BPF)");
+        return true;
+    }
+    false
+}
+
+/// The workload, built once with frame pointers (libc still has none).
+fn workload() -> PathBuf {
+    static W: OnceLock<PathBuf> = OnceLock::new();
+    W.get_or_init(|| {
+        let d = util::root().join("target/test-tmp/capture-bin");
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("workload");
+        let src = util::root().join("tests/programs/capture/workload.c");
+        let st = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .expect("gcc");
+        assert!(st.success(), "building the workload failed");
+        out
+    })
+    .clone()
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:.200}: {e}"))).collect()
+}
+
+fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
+    recs.iter().filter(|r| r["type"] == t).collect()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Symbols of the workload, resolved through the stream's Maps record the
+/// way stacksym does after the process exited: address -> file offset ->
+/// ELF virtual address -> `nm` symbol.
+struct Syms {
+    maps: Vec<(u64, u64, u64)>, // start, end, offset of the workload's mappings
+    loads: Vec<(u64, u64, u64)>, // p_offset, p_vaddr, p_filesz
+    syms: Vec<(u64, u64, String)>,
+}
+
+impl Syms {
+    fn new(recs: &[Value], bin: &Path) -> Syms {
+        let path = bin.to_str().unwrap();
+        let mut maps = Vec::new();
+        for m in of_type(recs, "maps") {
+            for e in m["maps"].as_array().unwrap() {
+                if e["path"] == path {
+                    maps.push((u(&e["start"]), u(&e["end"]), u(&e["offset"])));
+                }
+            }
+        }
+        assert!(!maps.is_empty(), "no Maps record for {path}");
+        let re = Command::new("readelf").args(["-lW"]).arg(bin).output().unwrap();
+        let mut loads = Vec::new();
+        for l in String::from_utf8_lossy(&re.stdout).lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.first() == Some(&"LOAD") {
+                let h = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+                loads.push((h(f[1]), h(f[2]), h(f[4])));
+            }
+        }
+        let nm = Command::new("nm").args(["-S", "--defined-only"]).arg(bin).output().unwrap();
+        let mut syms = Vec::new();
+        for l in String::from_utf8_lossy(&nm.stdout).lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() == 4 && matches!(f[2], "t" | "T") {
+                let h = |s: &str| u64::from_str_radix(s, 16).unwrap();
+                syms.push((h(f[0]), h(f[1]), f[3].to_string()));
+            }
+        }
+        Syms { maps, loads, syms }
+    }
+
+    fn name(&self, addr: u64) -> Option<&str> {
+        let &(start, _, off) = self.maps.iter().find(|m| addr >= m.0 && addr < m.1)?;
+        let foff = addr - start + off;
+        let &(po, pv, _) = self.loads.iter().find(|l| foff >= l.0 && foff < l.0 + l.2)?;
+        let va = foff - po + pv;
+        self.syms.iter().find(|s| va >= s.0 && va < s.0 + s.1.max(1)).map(|s| s.2.as_str())
+    }
+
+    /// Workload functions of a user stack, root first (return addresses
+    /// looked up at addr-1).
+    fn funcs(&self, ustack: &[Value]) -> Vec<String> {
+        let n = ustack.len();
+        ustack
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let a = u(a);
+                self.name(if i + 1 == n { a } else { a - 1 }).map(str::to_string)
+            })
+            .collect()
+    }
+}
+
+/// The workload's own figures: thread name -> (tid, life ns, func -> (cpu, wall)).
+struct Truth {
+    threads: HashMap<String, (u64, u64, HashMap<String, (u64, u64)>)>,
+}
+
+fn truth(stdout: &[u8]) -> Truth {
+    let v: Value = serde_json::from_slice(stdout).expect("workload JSON");
+    let mut threads = HashMap::new();
+    for t in v["threads"].as_array().unwrap() {
+        let funcs = t["funcs"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, f)| (k.clone(), (u(&f["cpu_ns"]), u(&f["wall_ns"]))))
+            .collect();
+        threads.insert(t["name"].as_str().unwrap().to_string(), (u(&t["tid"]), u(&t["end_ns"]) - u(&t["start_ns"]), funcs));
+    }
+    Truth { threads }
+}
+
+fn tool(name: &str) -> Command {
+    Command::new(util::bin(name))
+}
+
+/// Every thread's on + off time is its time alive in the window, within 2%.
+fn check_accounting(recs: &[Value], with_off: bool) -> f64 {
+    let mut worst = 0.0f64;
+    for t in of_type(recs, "thread") {
+        let alive = u(&t["end_ns"]) - u(&t["start_ns"]);
+        let mut acc = u(&t["on_ns"]);
+        if !with_off {
+            continue;
+        }
+        for s in ["R", "S", "D", "other"] {
+            acc += u(&t["off_ns"][s]);
+        }
+        let err = (acc as f64 - alive as f64).abs() / alive.max(1) as f64;
+        worst = worst.max(err);
+        assert!(err < 0.02, "thread {} ({}): on+off {acc} vs alive {alive} ({:.2}%)", t["tid"], t["comm"], err * 100.0);
+    }
+    worst
+}
+
+fn thread_rec<'a>(recs: &'a [Value], tid: u64) -> &'a Value {
+    of_type(recs, "thread").into_iter().find(|t| u(&t["tid"]) == tid).unwrap_or_else(|| panic!("no thread {tid}"))
+}
+
+fn stacks_of<'a>(recs: &'a [Value], tid: u64) -> Vec<&'a Value> {
+    of_type(recs, "stack").into_iter().filter(|s| u(&s["tid"]) == tid).collect()
+}
+
+fn ustack(s: &Value) -> Vec<Value> {
+    s["ustack"].as_array().cloned().unwrap_or_default()
+}
+
+/// (thread, function, its workload-measured function -> share) pairs checked.
+const CHECKED: &[(&str, &str)] = &[
+    ("mixer", "compute"),
+    ("mixer", "nap"),
+    ("waiter", "wait_cond"),
+    ("spin1", "spin"),
+    ("spin2", "spin"),
+    ("writer", "disk_write_fsync"),
+    ("lock1", "mutex_section"),
+    ("lock2", "mutex_section"),
+];
+
+fn launch(name: &str, extra: &[&str], out: &Path, secs: &str) -> (Vec<Value>, Truth) {
+    let wl = workload();
+    let dir = util::root().join("target/test-tmp");
+    let o = tool(name)
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg("--")
+        .arg(&wl)
+        .arg(secs)
+        .arg(&dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{name} failed: {}", o.status);
+    (records(out), truth(&o.stdout))
+}
+
+#[test]
+fn offcputime_matches_ground_truth() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-off-truth");
+    let (recs, truth) = launch("offcputime", &[], &d.join("off.jsonl"), "3");
+    let syms = Syms::new(&recs, &workload());
+    let worst = check_accounting(&recs, true);
+    eprintln!("offcputime: worst per-thread accounting error {:.3}%", worst * 100.0);
+    for (tname, func) in CHECKED {
+        let (tid, life, funcs) = &truth.threads[*tname];
+        let (cpu, wall) = funcs[*func];
+        let want = (wall - cpu) as f64 / *life as f64;
+        let t = thread_rec(&recs, *tid);
+        let alive = (u(&t["end_ns"]) - u(&t["start_ns"])) as f64;
+        let mut got = 0u64;
+        let mut direct = 0u64;
+        let mut blocked = 0u64;
+        for s in stacks_of(&recs, *tid) {
+            let names = syms.funcs(&ustack(s));
+            if names.iter().any(|n| n == func) {
+                got += u(&s["ns"]);
+            }
+            if s["state"] != "R" && s["frames"].is_null() {
+                blocked += u(&s["ns"]);
+                // The caller of the libc function is the leaf-most workload frame.
+                if names.last().map(String::as_str) == Some(*func) {
+                    direct += u(&s["ns"]);
+                }
+                let k = s["kstack"].as_array().expect("kstack");
+                assert!(!k.is_empty() && k.iter().all(|a| u(a) >= KERNEL_MIN), "kernel frames in kstack: {s}");
+            }
+        }
+        let got = got as f64 / alive;
+        eprintln!("offcputime {tname:7} {func:17} off-CPU share: tool {:.2}% truth {:.2}% (err {:+.2} pp)", got * 100.0, want * 100.0, (got - want) * 100.0);
+        assert!((got - want).abs() < 0.03, "{tname}/{func}: off-CPU share {got:.4} vs truth {want:.4}");
+        if *func != "compute" && *func != "spin" {
+            let frac = direct as f64 / blocked.max(1) as f64;
+            eprintln!("offcputime {tname:7} {func:17} caller directly above libc in {:.1}% of blocked time", frac * 100.0);
+            assert!(frac > 0.95, "{tname}: {func} is the caller in only {:.1}% of blocked time", frac * 100.0);
+        }
+    }
+    // The pinned spinners wait for the CPU: runnable time, under spin().
+    for tname in ["spin1", "spin2"] {
+        let (tid, ..) = truth.threads[tname];
+        let t = thread_rec(&recs, tid);
+        let alive = (u(&t["end_ns"]) - u(&t["start_ns"])) as f64;
+        let r = u(&t["off_ns"]["R"]) as f64;
+        assert!(r / alive > 0.3, "{tname}: runnable only {:.1}%", r / alive * 100.0);
+        let under_spin: u64 = stacks_of(&recs, tid)
+            .iter()
+            .filter(|s| s["state"] == "R" && syms.funcs(&ustack(s)).iter().any(|n| n == "spin"))
+            .map(|s| u(&s["ns"]))
+            .sum();
+        assert!(under_spin as f64 > 0.9 * r, "{tname}: {under_spin} of {r} runnable ns under spin");
+    }
+}
+
+#[test]
+fn oncputime_matches_ground_truth() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-on-truth");
+    let (recs, truth) = launch("oncputime", &["-F", "999"], &d.join("on.jsonl"), "3");
+    let syms = Syms::new(&recs, &workload());
+    let hdr = &recs[0];
+    assert_eq!(hdr["tool"], "oncputime");
+    assert_eq!(u(&hdr["freq_hz"]), 999);
+    for (tname, func) in CHECKED {
+        let (tid, life, funcs) = &truth.threads[*tname];
+        let (cpu, _) = funcs[*func];
+        let want = cpu as f64 / *life as f64;
+        let t = thread_rec(&recs, *tid);
+        let alive = (u(&t["end_ns"]) - u(&t["start_ns"])) as f64;
+        let got: u64 = stacks_of(&recs, *tid)
+            .iter()
+            .filter(|s| syms.funcs(&ustack(s)).iter().any(|n| n == func))
+            .map(|s| u(&s["ns"]))
+            .sum();
+        let got = got as f64 / alive;
+        eprintln!("oncputime  {tname:7} {func:17} on-CPU share: tool {:.2}% truth {:.2}% (err {:+.2} pp)", got * 100.0, want * 100.0, (got - want) * 100.0);
+        assert!((got - want).abs() < 0.03, "{tname}/{func}: on-CPU share {got:.4} vs truth {want:.4}");
+        // Exact on-CPU time per thread agrees with the thread's own clock.
+        let thread_cpu: u64 = funcs.values().map(|f| f.0).sum();
+        let on = u(&t["on_ns"]) as f64;
+        assert!((on - thread_cpu as f64).abs() / alive < 0.02, "{tname}: on_ns {on} vs CPU clock {thread_cpu}");
+    }
+    // An on-CPU leaf inside libc keeps its caller: clock_gettime under now() under burn().
+    let any_libc_leaf = of_type(&recs, "stack").iter().any(|s| {
+        let n = syms.funcs(&ustack(s));
+        n.last().map(String::as_str) == Some("now") && ustack(s).len() > n.len()
+    });
+    assert!(any_libc_leaf, "no on-CPU stack with a libc leaf under now()");
+}
+
+/// Attach with -p to a running workload: the thread blocked since before
+/// the capture is counted from the start, under long_sleep; the target
+/// exits mid-capture and everything is still written and symbolizable.
+#[test]
+fn attach_to_running_process_that_exits() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-attach");
+    let wl = workload();
+    let child = Command::new(&wl)
+        .arg("4")
+        .arg(util::root().join("target/test-tmp"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let pid = child.id().to_string();
+    let t0 = Instant::now();
+    let off = tool("offcputime").args(["-p", &pid, "-d", "30", "-o"]).arg(d.join("off.jsonl")).spawn().unwrap();
+    let on = tool("oncputime").args(["-p", &pid, "-F", "999", "-o"]).arg(d.join("on.jsonl")).arg("30").spawn().unwrap();
+    let wout = child.wait_with_output().unwrap();
+    let (off, on) = (off.wait_with_output().unwrap(), on.wait_with_output().unwrap());
+    assert!(off.status.success() && on.status.success());
+    assert!(t0.elapsed() < Duration::from_secs(15), "the tools did not stop when the target exited");
+    let truth = truth(&wout.stdout);
+    for (file, with_off) in [("off.jsonl", true), ("on.jsonl", false)] {
+        let recs = records(&d.join(file));
+        let worst = check_accounting(&recs, with_off);
+        eprintln!("{file}: worst accounting error {:.3}%", worst * 100.0);
+        assert!(of_type(&recs, "stack").len() > 10, "{file}: few stacks");
+        assert_eq!(of_type(&recs, "stats").len(), 1);
+        let syms = Syms::new(&recs, &wl);
+        let named = of_type(&recs, "stack").iter().filter(|s| !syms.funcs(&ustack(s)).is_empty()).count();
+        assert!(named > 10, "{file}: stacks not symbolizable through Maps after exit");
+    }
+    let recs = records(&d.join("off.jsonl"));
+    let syms = Syms::new(&recs, &wl);
+    let (tid, ..) = truth.threads["sleeper"];
+    let t = thread_rec(&recs, tid);
+    let alive = u(&t["end_ns"]) - u(&t["start_ns"]);
+    let under: u64 = stacks_of(&recs, tid)
+        .iter()
+        .filter(|s| syms.funcs(&ustack(s)).iter().any(|n| n == "long_sleep"))
+        .map(|s| u(&s["ns"]))
+        .sum();
+    eprintln!("sleeper: {:.2}% of its time off-CPU under long_sleep", under as f64 * 100.0 / alive as f64);
+    assert!(under as f64 > 0.98 * alive as f64, "sleeper: only {under} of {alive} ns under long_sleep");
+    let k = stacks_of(&recs, tid).iter().find(|s| u(&s["ns"]) == under).map(|s| s["kstack"].clone()).unwrap();
+    assert!(!k.as_array().unwrap().is_empty(), "blocked-before-start thread has no kernel stack");
+}
+
+#[test]
+fn sigint_writes_everything() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-sigint");
+    let mut child = Command::new(workload()).arg("6").arg(&d).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = d.join("off.jsonl");
+    let t = tool("offcputime").args(["-p", &child.id().to_string(), "-o"]).arg(&out).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(t.id() as i32, libc::SIGINT) };
+    let o = t.wait_with_output().unwrap();
+    assert!(o.status.success(), "offcputime after SIGINT: {}", o.status);
+    let recs = records(&out);
+    assert_eq!(recs[0]["type"], "header");
+    assert_eq!(recs.last().unwrap()["type"], "stats");
+    let hdr = &recs[0];
+    let window = u(&hdr["end_ns"]) - u(&hdr["start_ns"]);
+    assert!(window > 1_000_000_000 && window < 3_000_000_000, "window {window}");
+    assert!(of_type(&recs, "thread").len() >= 9);
+    check_accounting(&recs, true);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn launched_command_exit_code_and_output_kept_apart() {
+    if skip() {
+        return;
+    }
+    for t in ["offcputime", "oncputime"] {
+        let o = tool(t)
+            .args(["--", "sh", "-c", "echo hello-from-child; sleep 0.2; exit 7"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(7), "{t}: {}", String::from_utf8_lossy(&o.stderr));
+        let stdout = String::from_utf8(o.stdout).unwrap();
+        assert!(!stdout.lines().any(|l| l.trim() == "hello-from-child"), "{t}: the command's output is in the stream");
+        for l in stdout.lines() {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{t}: not a record: {l}: {e}"));
+        }
+        assert!(String::from_utf8_lossy(&o.stderr).contains("hello-from-child"));
+        assert!(stdout.starts_with("{\"type\":\"header\""));
+    }
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    if skip() {
+        return;
+    }
+    for t in ["offcputime", "oncputime"] {
+        let o = tool(t).args(["-p", "999999999", "1"]).output().unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("no such process: 999999999"), "{e}");
+        let o = tool(t).args(["--", "/nonexistent/command"]).output().unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8(o.stderr).unwrap();
+        assert!(e.contains("cannot run /nonexistent/command"), "{e}");
+        // Not root: drop to nobody.
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .arg(util::bin(t))
+            .args(["-d", "1"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("needs root") && e.contains("CAP_BPF"), "{e}");
+    }
+}

@@ -6,8 +6,12 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 
+/// Whether the process lives (a zombie does not).
 pub fn exists(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rfind(')').and_then(|i| s[i + 1..].trim_start().chars().next()).is_some_and(|c| c != 'Z' && c != 'X'),
+        Err(_) => false,
+    }
 }
 
 /// Thread ids of a process.

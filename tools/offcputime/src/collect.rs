@@ -147,7 +147,8 @@ pub fn records(
             }
         }
         *off.get_mut(init_state(tid)) += th.off_ns[event::ST_INIT as usize];
-        let mut t = Thread::new(th.pid, tid, &comm_of(th.pid, tid, &event::comm_str(&th.comm)));
+        let comm = if th.exit_ns > 0 { event::comm_str(&th.comm) } else { comm_of(th.pid, tid, &event::comm_str(&th.comm)) };
+        let mut t = Thread::new(th.pid, tid, &comm);
         t.start_ns = Some(th.begin_ns);
         t.end_ns = Some(t_end);
         t.on_ns = Some(th.on_ns);

@@ -1,4 +1,6 @@
+use clap::Parser;
+
 fn main() {
-    eprintln!("oncputime: not built yet");
-    std::process::exit(2);
+    let cli = oncputime::Cli::parse();
+    wallclock_stream::cli::run_main("oncputime", || oncputime::run(cli));
 }

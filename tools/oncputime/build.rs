@@ -1,0 +1,15 @@
+use std::path::PathBuf;
+
+fn main() {
+    let bpf = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
+    let src = bpf.join("oncputime.bpf.c");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("oncputime.skel.rs");
+    libbpf_cargo::SkeletonBuilder::new()
+        .source(&src)
+        .clang_args([format!("-I{}", bpf.display()), "-Wno-compare-distinct-pointer-types".into()])
+        .build_and_generate(&out)
+        .expect("building bpf/oncputime.bpf.c (needs clang)");
+    for f in ["oncputime.bpf.c", "capture.bpf.h", "wallclock.h"] {
+        println!("cargo:rerun-if-changed={}", bpf.join(f).display());
+    }
+}
