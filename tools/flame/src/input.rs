@@ -1,13 +1,13 @@
 //! Reading inputs: the wallclock stream (JSON records), plain folded lines
 //! and `perf script` output, aggregated by stack.
 //!
-//! Plain folded files take a fast path that borrows the stack text from the
-//! file's buffer (1M lines in well under a second); everything else goes
-//! through the shared [`Reader`].
+//! Plain folded files take a fast path (one reused line buffer, a key
+//! allocated only for a new stack); everything else goes through the shared
+//! [`Reader`].
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
+use std::io::{BufRead, Cursor, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -31,26 +31,6 @@ pub fn kind_index(k: Kind) -> usize {
     }
 }
 
-/// One input, read whole.
-pub struct Loaded {
-    pub name: String,
-    pub text: String,
-}
-
-/// Read every input (stdin for `-` or none) into memory.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<Loaded>> {
-    let mut out = Vec::new();
-    for p in wallclock_stream::cli::inputs_or_stdin(paths) {
-        let (name, mut r) = wallclock_stream::cli::open_input(&p)?;
-        let mut bytes = Vec::new();
-        r.read_to_end(&mut bytes).with_context(|| format!("cannot read {name}"))?;
-        let text = String::from_utf8(bytes)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
-        out.push(Loaded { name, text });
-    }
-    Ok(out)
-}
-
 /// What a thread is called in per-thread output.
 #[derive(Debug, Clone, Default)]
 pub struct ThreadName {
@@ -61,11 +41,11 @@ pub struct ThreadName {
 
 /// All stacks of the inputs, aggregated.
 #[derive(Default)]
-pub struct Profile<'a> {
+pub struct Profile {
     /// Stream stacks: (tid, or 0 unless split per thread; folded stack) -> ns by kind.
-    pub stream: HashMap<(u32, Cow<'a, str>), Mix>,
+    pub stream: HashMap<(u32, String), Mix>,
     /// Folded and perf-script stacks -> raw values by kind.
-    pub folded: HashMap<Cow<'a, str>, Mix>,
+    pub folded: HashMap<String, Mix>,
     /// Threads seen (Thread records, else the stacks' pid and comm).
     pub threads: BTreeMap<u32, ThreadName>,
     /// A folded line carried a `_[c]`/`_[o]`/`_[g]` marker.
@@ -76,57 +56,91 @@ pub struct Profile<'a> {
     pub perf_clock: bool,
 }
 
-impl<'a> Profile<'a> {
-    /// Add one input. `per_thread` keys stream stacks by tid.
-    pub fn add(&mut self, input: &'a Loaded, per_thread: bool, stream_folded_unit_ns: u64) -> Result<()> {
-        let first = input
-            .text
-            .lines()
-            .map(str::trim)
-            .find(|l| !l.is_empty() && !l.starts_with('#'));
-        let Some(first) = first else { return Ok(()) };
-        if first.starts_with('{') {
-            return self.add_stream(input, per_thread, stream_folded_unit_ns);
+impl Profile {
+    /// Read every input of `paths` (stdin when none or `-`).
+    pub fn read(paths: &[PathBuf], per_thread: bool, stream_folded_unit_ns: u64) -> Result<Profile> {
+        let mut p = Profile::default();
+        for path in wallclock_stream::cli::inputs_or_stdin(paths) {
+            let (name, r) = wallclock_stream::cli::open_input(&path)?;
+            p.add(r, &name, per_thread, stream_folded_unit_ns)?;
         }
-        if parse_folded(first).is_ok() {
-            return self.add_folded(input);
+        Ok(p)
+    }
+
+    /// Add one input: its first line says whether it is a stream (JSON),
+    /// folded lines, or `perf script` output. `per_thread` keys stream
+    /// stacks by tid.
+    pub fn add(&mut self, mut r: impl BufRead, name: &str, per_thread: bool, stream_folded_unit_ns: u64) -> Result<()> {
+        // Skip to the first meaningful line, keeping what was read.
+        let mut head = Vec::new();
+        let mut line_no = 0;
+        let first = loop {
+            let at = head.len();
+            if r.read_until(b'\n', &mut head).with_context(|| format!("cannot read {name}"))? == 0 {
+                return Ok(());
+            }
+            line_no += 1;
+            let l = String::from_utf8_lossy(&head[at..]).trim().to_string();
+            if !l.is_empty() && !l.starts_with('#') {
+                break l;
+            }
+        };
+        if first.starts_with('{') {
+            return self.add_stream(Cursor::new(head).chain(r), name, per_thread, stream_folded_unit_ns);
+        }
+        if parse_folded(&first).is_ok() {
+            self.plain = true;
+            self.add_folded_line(&first, name, line_no)?;
+            return self.add_folded(r, name, line_no);
         }
         // perf script output (or garbage: the reader names the line).
         self.perf_clock |= first.ends_with("cpu-clock:") || first.ends_with("task-clock:");
         let opts = ReaderOptions { folded_unit_ns: 1 };
-        for rec in Reader::new(input.text.as_bytes(), &input.name, opts) {
+        for rec in Reader::new(Cursor::new(head).chain(r), name, opts) {
             if let Record::Stack(s) = rec? {
                 if s.count > 0 {
-                    let mix = self.folded.entry(Cow::Owned(stack_text(&s))).or_default();
-                    mix[kind_index(s.kind)] += s.count;
+                    self.folded.entry(stack_text(&s)).or_default()[kind_index(s.kind)] += s.count;
                 }
             }
         }
         Ok(())
     }
 
-    fn add_folded(&mut self, input: &'a Loaded) -> Result<()> {
-        self.plain = true;
-        for (i, raw) in input.text.lines().enumerate() {
-            let line = raw.trim();
+    fn add_folded(&mut self, mut r: impl BufRead, name: &str, mut line_no: usize) -> Result<()> {
+        let mut buf = Vec::with_capacity(512);
+        loop {
+            buf.clear();
+            if r.read_until(b'\n', &mut buf).with_context(|| format!("cannot read {name}"))? == 0 {
+                return Ok(());
+            }
+            line_no += 1;
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let (stack, value, kind) = parse_folded(line)
-                .map_err(|m| anyhow::anyhow!("{}: line {}: {m}", input.name, i + 1))?;
-            if kind != OTHER {
-                self.markers = true;
-            }
-            if value > 0 {
-                self.folded.entry(stack).or_default()[kind] += value;
+            self.add_folded_line(line, name, line_no)?;
+        }
+    }
+
+    fn add_folded_line(&mut self, line: &str, name: &str, line_no: usize) -> Result<()> {
+        let (stack, value, kind) =
+            parse_folded(line).map_err(|m| anyhow::anyhow!("{name}: line {line_no}: {m}"))?;
+        if kind != OTHER {
+            self.markers = true;
+        }
+        if value > 0 {
+            match self.folded.get_mut(stack.as_ref()) {
+                Some(mix) => mix[kind] += value,
+                None => self.folded.entry(stack.into_owned()).or_default()[kind] += value,
             }
         }
         Ok(())
     }
 
-    fn add_stream(&mut self, input: &'a Loaded, per_thread: bool, unit_ns: u64) -> Result<()> {
+    fn add_stream(&mut self, r: impl BufRead, name: &str, per_thread: bool, unit_ns: u64) -> Result<()> {
         let opts = ReaderOptions { folded_unit_ns: unit_ns };
-        for rec in Reader::new(input.text.as_bytes(), &input.name, opts) {
+        for rec in Reader::new(r, name, opts) {
             match rec? {
                 Record::Thread(t) => {
                     self.threads.insert(t.tid, ThreadName { pid: t.pid, comm: t.comm, role: t.role });
@@ -141,8 +155,7 @@ impl<'a> Profile<'a> {
                         continue;
                     }
                     let tid = if per_thread { s.tid } else { 0 };
-                    let mix = self.stream.entry((tid, Cow::Owned(stack_text(&s)))).or_default();
-                    mix[kind_index(s.kind)] += s.ns;
+                    self.stream.entry((tid, stack_text(&s))).or_default()[kind_index(s.kind)] += s.ns;
                 }
                 _ => {}
             }

@@ -59,21 +59,29 @@ fn cmp_frames(a: &str, b: &str, key: fn(u8) -> u8) -> Ordering {
 }
 
 /// Boxes in the order inferno emits them (a box is emitted when it closes,
-/// shallowest first), with the total. Entries must be sorted.
-pub fn boxes<'a>(entries: &[Entry<'a>]) -> (Vec<FrameBox<'a>>, u64) {
+/// shallowest first), with the total. Entries must be sorted. Boxes
+/// narrower than `min_width` percent are dropped as inferno drops them (with
+/// its arithmetic), and so are empty ones (inferno is given no empty stack).
+pub fn boxes<'a>(entries: &[Entry<'a>], min_width: f64) -> (Vec<FrameBox<'a>>, u64) {
     struct Open<'a> {
         name: &'a str,
         start: u64,
         mix_at: Mix,
         before_at: u64,
     }
+    let total: u64 = entries.iter().map(Entry::total).sum();
+    let widthpertime_pct = 100.0 / total as f64;
+    let minwidth_time = min_width / widthpertime_pct;
     let mut out = Vec::new();
     let mut open: Vec<Open<'a>> = Vec::new();
     let mut time = 0u64;
     let mut cum: Mix = [0; 4];
     let mut cum_before = 0u64;
-    fn close<'a>(open: &mut Vec<Open<'a>>, from: usize, out: &mut Vec<FrameBox<'a>>, time: u64, cum: &Mix, cb: u64) {
+    let close = |open: &mut Vec<Open<'a>>, from: usize, out: &mut Vec<FrameBox<'a>>, time: u64, cum: &Mix, cb: u64| {
         for (i, o) in open.drain(from..).enumerate() {
+            if time == o.start || ((time - o.start) as f64) < minwidth_time {
+                continue;
+            }
             let mut mix = *cum;
             for (m, a) in mix.iter_mut().zip(o.mix_at) {
                 *m -= a;
@@ -87,7 +95,7 @@ pub fn boxes<'a>(entries: &[Entry<'a>]) -> (Vec<FrameBox<'a>>, u64) {
                 before: cb - o.before_at,
             });
         }
-    }
+    };
     for e in entries {
         let this = std::iter::once("").chain(e.stack.split(';'));
         let mut shared = 0;
@@ -110,13 +118,6 @@ pub fn boxes<'a>(entries: &[Entry<'a>]) -> (Vec<FrameBox<'a>>, u64) {
     (out, time)
 }
 
-/// Drop boxes narrower than `min_width` percent, with inferno's arithmetic.
-pub fn prune(boxes: &mut Vec<FrameBox<'_>>, total: u64, min_width: f64) {
-    let widthpertime_pct = 100.0 / total as f64;
-    let minwidth_time = min_width / widthpertime_pct;
-    boxes.retain(|b| ((b.end - b.start) as f64) >= minwidth_time);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,7 +132,7 @@ mod tests {
         sort_entries(&mut v);
         let s: Vec<_> = v.iter().map(|e| e.stack).collect();
         assert_eq!(s, ["a;b", "a;b;c", "a;b-x"]);
-        let (b, total) = boxes(&v);
+        let (b, total) = boxes(&v, 0.0);
         assert_eq!(total, 6);
         let bb: Vec<_> = b.iter().map(|b| (b.name, b.depth, b.start, b.end)).collect();
         // closed in inferno's order: when the next line diverges, shallowest first.
@@ -144,7 +145,7 @@ mod tests {
             Entry { stack: "m;x", mix: [5, 0, 0, 0], before: 0 },
             Entry { stack: "m;y", mix: [0, 7, 0, 0], before: 0 },
         ];
-        let (b, _) = boxes(&v);
+        let (b, _) = boxes(&v, 0.0);
         let m = b.iter().find(|b| b.name == "m").unwrap();
         assert_eq!(m.mix, [5, 7, 0, 0]);
         let y = b.iter().find(|b| b.name == "y").unwrap();

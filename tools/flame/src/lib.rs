@@ -14,14 +14,13 @@ pub mod input;
 pub mod layout;
 pub mod render;
 
-use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use inferno::flamegraph::color::Palette;
 
-use input::{Loaded, Profile, ThreadName};
+use input::{Profile, ThreadName};
 use layout::Entry;
 use render::{RenderOptions, ValueUnit};
 
@@ -108,29 +107,27 @@ pub fn run(cli: &Cli) -> Result<i32> {
     });
     let stream_folded_ns = explicit_unit.flatten().unwrap_or(1_000);
     if let Some(diff) = &cli.diff {
-        let before = input::load(&diff[..1])?;
-        let after = input::load(&diff[1..])?;
-        let (pb, pa) = (profile(&before, false, stream_folded_ns)?, profile(&after, false, stream_folded_ns)?);
+        let pb = Profile::read(&diff[..1], false, stream_folded_ns)?;
+        let pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
         let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
-        let mut map: std::collections::HashMap<Cow<'_, str>, Entry<'_>> = Default::default();
+        let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
         for (k, mix) in flatten(&pa, scale) {
-            map.insert(k.clone(), Entry { stack: "", mix, before: 0 });
+            map.insert(k, Entry { stack: k, mix, before: 0 });
         }
         for (k, mix) in flatten(&pb, scale) {
-            map.entry(k.clone()).or_insert(Entry { stack: "", mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
+            map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
         }
-        let entries = map.iter().map(|(k, e)| Entry { stack: k.as_ref(), ..e.clone() }).collect();
+        let entries = map.into_values().collect();
         let opts = RenderOptions { diff: true, ..render_options(cli, unit) };
         return write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w)).map(|_| 0);
     }
 
-    let inputs = input::load(&cli.files)?;
-    let p = profile(&inputs, cli.per_thread, stream_folded_ns)?;
+    let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
     let (unit, scale) = resolve_unit(&[&p], explicit_unit)?;
     let opts = render_options(cli, unit);
     if !cli.per_thread {
         let stacks = flatten(&p, scale);
-        let entries = stacks.iter().map(|(k, mix)| Entry { stack: k.as_ref(), mix: *mix, before: 0 }).collect();
+        let entries = stacks.into_iter().map(|(stack, mix)| Entry { stack, mix, before: 0 }).collect();
         write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
         return Ok(0);
     }
@@ -150,7 +147,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
             .stream
             .iter()
             .filter(|((t, _), _)| *t == tid)
-            .map(|((_, k), mix)| Entry { stack: k.as_ref(), mix: *mix, before: 0 })
+            .map(|((_, k), mix)| Entry { stack: k, mix: *mix, before: 0 })
             .collect();
         let sub = format!("thread {tid} {} ({role})", t.comm);
         let o = RenderOptions { subtitle: Some(opts.subtitle.clone().unwrap_or(sub)), ..opts.clone() };
@@ -160,17 +157,9 @@ pub fn run(cli: &Cli) -> Result<i32> {
     Ok(0)
 }
 
-fn profile(inputs: &[Loaded], per_thread: bool, stream_folded_ns: u64) -> Result<Profile<'_>> {
-    let mut p = Profile::default();
-    for i in inputs {
-        p.add(i, per_thread, stream_folded_ns)?;
-    }
-    Ok(p)
-}
-
 /// The display unit, and the factor for folded values: they are converted
 /// to ns only when mixed with a stream.
-fn resolve_unit(ps: &[&Profile<'_>], explicit: Option<Option<u64>>) -> Result<(ValueUnit, u64)> {
+fn resolve_unit(ps: &[&Profile], explicit: Option<Option<u64>>) -> Result<(ValueUnit, u64)> {
     let any_stream = ps.iter().any(|p| !p.stream.is_empty());
     let any_folded = ps.iter().any(|p| !p.folded.is_empty());
     let markers = ps.iter().any(|p| p.markers);
@@ -190,9 +179,9 @@ fn resolve_unit(ps: &[&Profile<'_>], explicit: Option<Option<u64>>) -> Result<(V
 }
 
 /// All stacks of a profile; folded values times `folded_scale`.
-fn flatten<'p, 'a>(p: &'p Profile<'a>, folded_scale: u64) -> Vec<(&'p Cow<'a, str>, input::Mix)> {
-    let mut out: Vec<_> = p.stream.iter().map(|((_, k), m)| (k, *m)).collect();
-    out.extend(p.folded.iter().map(|(k, m)| (k, m.map(|v| v.saturating_mul(folded_scale)))));
+fn flatten(p: &Profile, folded_scale: u64) -> Vec<(&str, input::Mix)> {
+    let mut out: Vec<_> = p.stream.iter().map(|((_, k), m)| (k.as_str(), *m)).collect();
+    out.extend(p.folded.iter().map(|(k, m)| (k.as_str(), m.map(|v| v.saturating_mul(folded_scale)))));
     out
 }
 

@@ -71,14 +71,12 @@ pub struct RenderOptions {
 pub fn render<W: Write>(mut entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: W) -> Result<()> {
     entries.retain(|e| e.total() > 0 || (opts.diff && e.before > 0));
     layout::sort_entries(&mut entries);
-    let (mut boxes, total) = layout::boxes(&entries);
+    // Stacks only in BEFORE (diff) add to their parents' before-time but are not drawn.
+    let (boxes, total) = layout::boxes(&entries, opts.min_width);
     if total == 0 {
         write_empty(&mut out, opts)?;
         return Ok(out.flush()?);
     }
-    // Stacks only in BEFORE (diff) add to their parents' before-time but are not drawn.
-    boxes.retain(|b| b.end > b.start);
-    layout::prune(&mut boxes, total, opts.min_width);
 
     let mut lines = String::with_capacity(entries.iter().map(|e| e.stack.len() + 22).sum());
     for e in entries.iter().filter(|e| e.total() > 0) {
