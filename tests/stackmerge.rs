@@ -377,3 +377,46 @@ fn head_closes_the_pipe_quietly() {
     assert!(status.success(), "{status}: {err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// `perf script` output this test makes itself: each stack weighs the sum
+/// of its samples' periods (ns of cpu-clock), which must come out unchanged.
+#[test]
+fn perf_script_recorded_here() {
+    let have_perf = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !util::is_root() || !have_perf {
+        eprintln!("SKIPPED: needs root and perf");
+        return;
+    }
+    let dir = scratch("stackmerge-perf");
+    let data = dir.join("perf.data");
+    let rec = Command::new("perf")
+        .args(["record", "-F", "99", "-g", "-o", data.to_str().unwrap(), "--", "sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "perf record: {}", String::from_utf8_lossy(&rec.stderr));
+    let script = Command::new("perf").args(["script", "-i", data.to_str().unwrap()]).output().unwrap();
+    assert!(script.status.success());
+    let text = String::from_utf8(script.stdout).unwrap();
+    // Sample header lines: `comm pid time: period cpu-clock...:`.
+    let periods: Vec<u64> = text
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace) && l.contains("cpu-clock"))
+        .map(|l| {
+            let before = l.split("cpu-clock").next().unwrap();
+            before.split_whitespace().last().unwrap().parse::<u64>().unwrap()
+        })
+        .collect();
+    assert!(periods.len() >= 5, "too few samples: {}", periods.len());
+    let want: u64 = periods.iter().sum();
+    let p = dir.join("perf.txt");
+    std::fs::write(&p, &text).unwrap();
+    let by_file = ok(TOOL, &["/dev/null", "--on", p.to_str().unwrap(), "--folded", "--unit", "ns"], b"");
+    let by_stdin = ok(TOOL, &["--on", "-", "--folded", "--unit", "ns"], text.as_bytes());
+    assert_eq!(by_file, by_stdin);
+    let m = folded_map(&by_file);
+    assert_eq!(m.values().sum::<u64>(), want);
+    assert!(m.keys().all(|k| k.ends_with("_[c]")), "{m:?}");
+    // Rooted at the command (perf may catch it as perf-exec before the exec).
+    let sh: u64 = m.iter().filter(|(k, _)| k.starts_with("sh;")).map(|(_, v)| v).sum();
+    assert!(sh * 2 > want, "{m:?}");
+}

@@ -47,7 +47,8 @@ pub struct Cli {
     /// Off-CPU inputs (stream or folded lines in us); stdin when none.
     #[arg(value_name = "OFF")]
     pub off: Vec<PathBuf>,
-    /// On-CPU input (stream, or folded sample counts as bcc profile -f writes); repeatable.
+    /// On-CPU input (stream, folded sample counts as bcc profile -f writes, or
+    /// perf script output, weighted by period in ns); repeatable; `-` is stdin.
     #[arg(long = "on", value_name = "FILE")]
     pub on: Vec<PathBuf>,
     /// GPU input (stream, or folded lines in us); repeatable.
@@ -131,7 +132,9 @@ pub fn run(cli: &Cli) -> Result<()> {
     let opts = Options::from(cli);
     let mut paths: Vec<(InputRole, PathBuf)> = Vec::new();
     let stdin_is_tty = std::io::stdin().is_terminal();
-    if cli.off.is_empty() {
+    let dash = std::path::Path::new("-");
+    let stdin_taken = cli.on.iter().chain(&cli.gpu).any(|p| p == dash);
+    if cli.off.is_empty() && !stdin_taken {
         // With only --on/--gpu given and nothing piped in, do not wait on a terminal.
         if !(stdin_is_tty && (!cli.on.is_empty() || !cli.gpu.is_empty())) {
             paths.push((InputRole::Off, PathBuf::from("-")));

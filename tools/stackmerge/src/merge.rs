@@ -26,6 +26,9 @@ pub struct Input {
     pub role: InputRole,
     pub header: Option<Header>,
     pub records: Vec<Record>,
+    /// Raw `perf script` text: each stack's value is the sum of its
+    /// samples' periods, ns for the cpu-clock/task-clock events.
+    pub perf_script: bool,
 }
 
 /// Read the inputs in order; stop at the first bad line and return it
@@ -48,8 +51,9 @@ pub fn read_inputs(paths: &[(InputRole, PathBuf)]) -> (Vec<Input>, Option<anyhow
 
 /// Read one input (`name` is for error messages); on a bad line, what came
 /// before it and the error naming the line.
-pub fn read_input<R: BufRead>(role: InputRole, r: R, name: &str) -> (Input, Option<anyhow::Error>) {
-    let mut input = Input { role, header: None, records: Vec::new() };
+pub fn read_input<R: BufRead>(role: InputRole, mut r: R, name: &str) -> (Input, Option<anyhow::Error>) {
+    let perf_script = starts_like_perf_script(&mut r);
+    let mut input = Input { role, header: None, records: Vec::new(), perf_script };
     for rec in Reader::new(r, name, ReaderOptions::default()) {
         match rec {
             Ok(Record::Header(h)) if input.header.is_none() => input.header = Some(h),
@@ -58,6 +62,17 @@ pub fn read_input<R: BufRead>(role: InputRole, r: R, name: &str) -> (Input, Opti
         }
     }
     (input, None)
+}
+
+/// Peek (without consuming) at the first line: `comm pid [cpu] time: period event:`.
+fn starts_like_perf_script<R: BufRead>(r: &mut R) -> bool {
+    let Ok(buf) = r.fill_buf() else { return false };
+    let text = String::from_utf8_lossy(buf);
+    let Some(first) = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')) else { return false };
+    if first.starts_with('{') || !first.ends_with(':') {
+        return false;
+    }
+    first.split_whitespace().any(|w| w.strip_suffix(':').is_some_and(|t| t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.')))
 }
 
 /// The merged view.
@@ -183,7 +198,7 @@ pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
 
     // Samples per thread over all inputs, for the denominators.
     let mut thread_samples: HashMap<(u32, u32), u64> = HashMap::new();
-    for input in inputs.iter().filter(|i| scales(i)) {
+    for input in inputs.iter().filter(|i| scales(i) && !i.perf_script) {
         for r in &input.records {
             if let Record::Stack(s) = r {
                 if kind_in(s, input.role) == Kind::On {
@@ -200,7 +215,10 @@ pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
             let Record::Stack(s) = r else { continue };
             let mut s = s.clone();
             s.kind = kind_in(&s, input.role);
-            if s.kind == Kind::On && scales(input) && s.count > 0 {
+            if input.perf_script {
+                // Summed periods: already ns (cpu-clock), not a sample count.
+                s.ns = s.count;
+            } else if s.kind == Kind::On && scales(input) && s.count > 0 {
                 let t = threads.get(&(s.pid, s.tid));
                 let denom = t.and_then(|t| t.samples).filter(|n| *n > 0).or_else(|| thread_samples.get(&(s.pid, s.tid)).copied());
                 s.ns = match (t.and_then(|t| t.on_ns), denom) {
