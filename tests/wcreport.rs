@@ -39,6 +39,12 @@ fn stack(kind: Kind, state: Option<State>, tid: u32, comm: &str, frames: &[&str]
     Record::Stack(s)
 }
 
+fn on_stack(tid: u32, comm: &str, frames: &[&str], ns: u64, samples: u64) -> Record {
+    let Record::Stack(mut s) = stack(Kind::On, None, tid, comm, frames, ns) else { unreachable!() };
+    s.count = samples;
+    Record::Stack(s)
+}
+
 fn off_ns(r: u64, s: u64, d: u64) -> StateNs {
     StateNs { r, s, d, other: 0 }
 }
@@ -67,8 +73,9 @@ fn input(only_tid: Option<u32>) -> String {
     gpu.gpu = Some(GpuInfo { activity: "kernel".into(), device: Some(0), stream: Some(1), name: Some("gemm".into()), ..Default::default() });
     gpu.ns = 400_000_000;
     recs.extend([
-        stack(Kind::On, None, 200, "app", &["main", "compute"], 1_200_000_000),
-        stack(Kind::On, None, 200, "app", &["main", "parse"], 500_000_000),
+        // 12 and 5 samples of main's exact 1.7 s on-CPU: 1.2 s and 0.5 s.
+        on_stack(200, "app", &["main", "compute"], 1_200_000_000, 12),
+        on_stack(200, "app", &["main", "parse"], 500_000_000, 5),
         stack(Kind::Off, Some(State::R), 200, "app", &["main", "compute"], 100_000_000),
         stack(Kind::Off, Some(State::S), 200, "app", &["main", "nanosleep"], 150_000_000),
         stack(Kind::Off, Some(State::D), 200, "app", &["main", "fsync"], 50_000_000),
@@ -288,4 +295,36 @@ fn head_closes_the_pipe_quietly() {
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(first.starts_with("wall-clock report"), "{first}");
     assert!(status.success() && err.is_empty(), "{status}: {err}");
+}
+
+/// A capture stream read directly: sampled stacks carry a sampler's
+/// estimate; the report divides the thread's exact on-CPU time by samples.
+#[test]
+fn raw_samples_divide_exact_on_cpu_time() {
+    let mut h = Header::new("oncputime", "test");
+    h.start_ns = Some(START);
+    h.end_ns = Some(END);
+    let mut t = Thread::new(300, 300, "calc");
+    t.on_ns = Some(1_000_000_007);
+    let recs = jsonl(&[
+        Record::Header(h),
+        Record::Thread(t),
+        on_stack_of(300, &["main", "a"], 3),
+        on_stack_of(300, &["main", "b"], 4),
+    ]);
+    let v: Value = serde_json::from_str(&ok(TOOL, &["--json"], recs.as_bytes())).unwrap();
+    let th = &v["threads"][0];
+    let top = th["top"]["on"].as_array().unwrap();
+    let want = |n: u128| ((1_000_000_007u128 * n + 3) / 7) as u64;
+    assert_eq!((top[0]["stack"].as_str(), top[0]["ns"].as_u64()), (Some("main;b"), Some(want(4))));
+    assert_eq!((top[1]["stack"].as_str(), top[1]["ns"].as_u64()), (Some("main;a"), Some(want(3))));
+    assert_eq!(th["on_ns"], 1_000_000_007);
+}
+
+fn on_stack_of(pid: u32, frames: &[&str], samples: u64) -> Record {
+    let mut s = Stack::new(Kind::On, pid, pid, "calc");
+    s.frames = frames.iter().map(|f| Frame::named(*f)).collect();
+    s.count = samples;
+    s.ns = samples * 20_408_163; // what a 49 Hz sampler would estimate
+    Record::Stack(s)
 }

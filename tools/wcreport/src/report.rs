@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use wallclock_stream::accounting::{behaviour, role_for};
+use wallclock_stream::accounting::{behaviour, role_for, scale_samples};
 use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
 
 /// Frame names of the synthetic stacks that keep time nobody could attribute.
@@ -212,6 +212,29 @@ fn merge_thread(into: &mut Thread, t: &Thread) {
 }
 
 fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadReport {
+    // A capture stream read directly (not through stackmerge): the sampled
+    // on-CPU stacks divide the thread's exact on-CPU time, as stackmerge
+    // would scale them (the same rule, so its output is unchanged here).
+    let scaled: Vec<Stack>;
+    let ss: Vec<&Stack> = match t.on_ns {
+        Some(on) if ss.iter().any(|s| s.kind == Kind::On && s.count > 0) => {
+            let total: u64 = ss.iter().filter(|s| s.kind == Kind::On).map(|s| s.count).sum();
+            let denom = t.samples.filter(|n| *n > 0).unwrap_or(total);
+            scaled = ss
+                .iter()
+                .map(|s| {
+                    let mut s = (*s).clone();
+                    if s.kind == Kind::On && s.count > 0 {
+                        s.ns = scale_samples(on, s.count, denom);
+                    }
+                    s
+                })
+                .collect();
+            scaled.iter().collect()
+        }
+        _ => ss.to_vec(),
+    };
+    let ss = ss.as_slice();
     let sum = |k: Kind| ss.iter().filter(|s| s.kind == k).map(|s| s.ns).sum::<u64>();
     let on_ns = t.on_ns.unwrap_or_else(|| sum(Kind::On));
     let off_ns = t.off_ns.unwrap_or_else(|| {
