@@ -64,14 +64,19 @@ static __always_inline bool window_open(__u64 now)
 	return s && now >= s && (!e || now < e);
 }
 
-static __always_inline bool is_target(struct task_struct *t)
+/* tp_btf hands trusted task pointers: read fields directly (a load instead
+ * of a helper call); raw_tp needs the probe read. `btf` is a constant at
+ * every call site, so the compiler keeps only one branch. */
+#define RD(btf, p, f) ((btf) ? (p)->f : BPF_CORE_READ(p, f))
+
+static __always_inline bool is_target_x(struct task_struct *t, bool btf)
 {
-	__u32 tgid = BPF_CORE_READ(t, tgid);
-	__u32 tid = BPF_CORE_READ(t, pid);
+	__u32 tgid = RD(btf, t, tgid);
+	__u32 tid = RD(btf, t, pid);
 	if (!tid)
 		return false; /* idle */
 	if (thread_kind) {
-		bool k = BPF_CORE_READ(t, flags) & PF_KTHREAD;
+		bool k = RD(btf, t, flags) & PF_KTHREAD;
 		if ((thread_kind == 1) == k)
 			return false;
 	}
@@ -80,6 +85,11 @@ static __always_inline bool is_target(struct task_struct *t)
 	if (filter_tid && !bpf_map_lookup_elem(&tids, &tid))
 		return false;
 	return true;
+}
+
+static __always_inline bool is_target(struct task_struct *t)
+{
+	return is_target_x(t, false);
 }
 
 /* The entry of a thread seen for the first time: accounting begins at the
@@ -103,11 +113,12 @@ static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64
 	return bpf_map_lookup_elem(&threads, &tid);
 }
 
-/* Fill and submit a stack event for `current`: kernel stack, user
+/* Fill and submit a stack event for `current` (skipping `kskip` kernel
+ * frames: the BPF dispatch above __schedule in a tracepoint): kernel stack, user
  * registers and a copy of the user stack (16K, falling back to smaller
  * copies because one unmapped byte fails the whole read). */
 static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
-				      __u64 fp, __u32 kind, __u32 state, __u64 now)
+				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
 {
 	struct wc_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -125,7 +136,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 	e->ustack_bytes = 0;
 	BPF_CORE_READ_STR_INTO(&e->comm, cur, comm);
 	if (want_kstack) {
-		long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+		long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), kskip & BPF_F_SKIP_FIELD_MASK);
 		e->kstack_bytes = n > 0 ? n : 0;
 	}
 	if (want_ustack && regs && !(BPF_CORE_READ(cur, flags) & PF_KTHREAD)) {

@@ -47,21 +47,21 @@ static __always_inline __u64 mix(__u64 h, __u64 v)
 	return h * 0xff51afd7ed558ccdULL;
 }
 
-static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, struct wc_thread *th)
+static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, __u64 cnt, struct wc_thread *th)
 {
 	struct wc_okey k = { .fp = fp, .tid = tid, .state = state };
 	struct wc_oval *v = bpf_map_lookup_elem(&offcpu, &k);
 	if (v) {
 		__sync_fetch_and_add(&v->ns, ns);
-		__sync_fetch_and_add(&v->count, 1);
+		__sync_fetch_and_add(&v->count, cnt);
 		return;
 	}
-	struct wc_oval nv = { .ns = ns, .count = 1 };
+	struct wc_oval nv = { .ns = ns, .count = cnt };
 	if (bpf_map_update_elem(&offcpu, &k, &nv, BPF_NOEXIST)) {
 		v = bpf_map_lookup_elem(&offcpu, &k);
 		if (v) {
 			__sync_fetch_and_add(&v->ns, ns);
-			__sync_fetch_and_add(&v->count, 1);
+			__sync_fetch_and_add(&v->count, cnt);
 		} else if (state < WC_NSTATES) {
 			th->lost_ns[state] += ns;
 			stat_add(WC_STAT_MAP_FULL, 1);
@@ -69,10 +69,26 @@ static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, 
 	}
 }
 
-/* prev leaves the CPU: close its on-CPU interval, note where it blocks. */
-static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int pstate, __u64 now)
+/* A thread that blocks where it blocked last time costs no map update. */
+static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, struct wc_thread *th)
 {
-	__u32 tid = BPF_CORE_READ(prev, pid);
+	if (th->pend_cnt && th->pend_fp == fp && th->pend_state == state) {
+		th->pend_ns += ns;
+		th->pend_cnt += 1;
+		return;
+	}
+	if (th->pend_cnt)
+		flush_off(tid, th->pend_fp, th->pend_state, th->pend_ns, th->pend_cnt, th);
+	th->pend_fp = fp;
+	th->pend_state = state;
+	th->pend_ns = ns;
+	th->pend_cnt = 1;
+}
+
+/* prev leaves the CPU: close its on-CPU interval, note where it blocks. */
+static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int pstate, __u64 now, bool btf)
+{
+	__u32 tid = RD(btf, prev, pid);
 	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
 	if (!th) {
 		th = thread_new(prev, now);
@@ -98,16 +114,16 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	if (!th->kthread) {
 		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 		__u64 top[6] = {};
-		__u64 sp = BPF_CORE_READ(regs, sp);
-		__u64 bp = BPF_CORE_READ(regs, bp);
+		__u64 sp = RD(btf, regs, sp);
+		__u64 bp = RD(btf, regs, bp);
 		bpf_probe_read_user(top, sizeof(top), (void *)sp);
 		__u64 ret = 0;
 		bpf_probe_read_user(&ret, sizeof(ret), (void *)(bp + 8));
-		fp = mix(fp, BPF_CORE_READ(regs, ip));
+		fp = mix(fp, RD(btf, regs, ip));
 		fp = mix(fp, sp);
 		fp = mix(fp, bp);
 		fp = mix(fp, ret);
-		fp = mix(fp, BPF_CORE_READ(regs, orig_ax));
+		fp = mix(fp, RD(btf, regs, orig_ax));
 		for (int i = 0; i < 6; i++)
 			fp = mix(fp, top[i]);
 	} else {
@@ -119,8 +135,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	fp = mix(fp, tid);
 	if (fp < 16)
 		fp += 16;
-	if (!bpf_map_lookup_elem(&seen, &fp)) {
-		if (emit_stack(ctx, cur, regs, fp, 0, st, now)) {
+	if (fp != th->cur_fp && !bpf_map_lookup_elem(&seen, &fp)) {
+		if (emit_stack(ctx, cur, regs, fp, 0, st, now, 2)) {
 			fp = WC_FP_LOST;
 		} else {
 			__u8 one = 1;
@@ -131,9 +147,9 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 }
 
 /* next gets the CPU: close its off-CPU interval. */
-static __always_inline void switch_in(struct task_struct *next, __u64 now)
+static __always_inline void switch_in(struct task_struct *next, __u64 now, bool btf)
 {
-	__u32 tid = BPF_CORE_READ(next, pid);
+	__u32 tid = RD(btf, next, pid);
 	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
 	__u64 fp;
 	__u32 st;
@@ -175,19 +191,19 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 }
 
 static __always_inline int handle(void *ctx, struct task_struct *prev, struct task_struct *next,
-				  unsigned int pstate)
+				  unsigned int pstate, bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
 	if (!window_open(now))
 		return 0;
-	bool p = is_target(prev), n = is_target(next);
+	bool p = is_target_x(prev, btf), n = is_target_x(next, btf);
 	if (!p && !n)
 		return 0;
 	stat_add(WC_STAT_SWITCHES, 1);
 	if (p)
-		switch_out(ctx, prev, pstate, now);
+		switch_out(ctx, prev, pstate, now, btf);
 	if (n)
-		switch_in(next, now);
+		switch_in(next, now, btf);
 	return 0;
 }
 
@@ -195,14 +211,14 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle(ctx, prev, next, prev_state);
+	return handle(ctx, prev, next, prev_state, true);
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle(ctx, prev, next, prev_state);
+	return handle(ctx, prev, next, prev_state, false);
 }
 
 char LICENSE[] SEC("license") = "GPL";

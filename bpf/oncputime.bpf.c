@@ -34,7 +34,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	/* The interrupted registers are the user ones only when the sample hit
 	 * user mode; otherwise take the saved user registers of the task. */
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-	emit_stack(ctx, cur, regs, 0, 1, 0, now);
+	emit_stack(ctx, cur, regs, 0, 1, 0, now, 0);
 	return 0;
 }
 

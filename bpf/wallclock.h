@@ -41,6 +41,13 @@ struct wc_thread {
 	__u64 lost_ns[WC_NSTATES];
 	__u64 cur_fp;
 	__u64 samples;
+	/* Blocks at the same stack as the previous one are summed here and
+	 * written to the offcpu map only when the stack changes. */
+	__u64 pend_fp;
+	__u64 pend_ns;
+	__u64 pend_cnt;
+	__u32 pend_state;
+	__u32 pad;
 	__u32 pid;
 	__u32 cur_state;
 	__u32 running;

@@ -189,9 +189,14 @@ const CHECKED: &[(&str, &str)] = &[
 ];
 
 fn launch(name: &str, extra: &[&str], out: &Path, secs: &str) -> (Vec<Value>, Truth) {
+    launch_env(name, extra, out, secs, &[])
+}
+
+fn launch_env(name: &str, extra: &[&str], out: &Path, secs: &str, env: &[(&str, &str)]) -> (Vec<Value>, Truth) {
     let wl = workload();
     let dir = util::root().join("target/test-tmp");
     let o = tool(name)
+        .envs(env.iter().copied())
         .args(extra)
         .arg("-o")
         .arg(out)
@@ -263,6 +268,32 @@ fn offcputime_matches_ground_truth() {
             .sum();
         assert!(under_spin as f64 > 0.9 * r, "{tname}: {under_spin} of {r} runnable ns under spin");
     }
+}
+
+/// The raw_tp program (chosen when tp_btf cannot load) accounts the same.
+#[test]
+fn raw_tp_fallback_accounts_the_same() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-raw-tp");
+    let (recs, truth) =
+        launch_env("offcputime", &[], &d.join("off.jsonl"), "2", &[("WALLCLOCK_FORCE_RAW_TP", "1")]);
+    check_accounting(&recs, true);
+    let syms = Syms::new(&recs, &workload());
+    let (tid, life, funcs) = &truth.threads["mixer"];
+    let (cpu, wall) = funcs["nap"];
+    let want = (wall - cpu) as f64 / *life as f64;
+    let t = thread_rec(&recs, *tid);
+    let alive = (u(&t["end_ns"]) - u(&t["start_ns"])) as f64;
+    let got: u64 = stacks_of(&recs, *tid)
+        .iter()
+        .filter(|s| syms.funcs(&ustack(s)).last().map(String::as_str) == Some("nap"))
+        .map(|s| u(&s["ns"]))
+        .sum();
+    let got = got as f64 / alive;
+    eprintln!("raw_tp: mixer nap off-CPU share tool {:.2}% truth {:.2}%", got * 100.0, want * 100.0);
+    assert!((got - want).abs() < 0.03, "raw_tp: nap share {got:.4} vs {want:.4}");
 }
 
 #[test]

@@ -32,6 +32,11 @@ pub struct WcThread {
     pub lost_ns: [u64; NSTATES],
     pub cur_fp: u64,
     pub samples: u64,
+    pub pend_fp: u64,
+    pub pend_ns: u64,
+    pub pend_cnt: u64,
+    pub pend_state: u32,
+    pub pad: u32,
     pub pid: u32,
     pub cur_state: u32,
     pub running: u32,
@@ -73,7 +78,7 @@ pub struct WcEvent {
     pub ustack: [u8; USTACK_MAX],
 }
 
-const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 26 + 16 + 16);
+const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 30 + 16 + 16);
 const _: () = assert!(std::mem::size_of::<WcOkey>() == 16);
 const _: () = assert!(std::mem::size_of::<WcEvent>() == 80 + 8 * KSTACK_MAX + USTACK_MAX);
 

@@ -99,13 +99,16 @@ pub fn records(
         },
     };
 
+    let add_key = |acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
+        if state == event::ST_INIT {
+            acc.add(tid, init_state(tid), init_where(tid), ns, count);
+        } else {
+            acc.add(tid, st(state), fp_where(fp), ns, count);
+        }
+    };
     for (k, v) in offcpu {
         let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { continue };
-        if k.state == event::ST_INIT {
-            acc.add(k.tid, init_state(k.tid), init_where(k.tid), v.ns, v.count);
-        } else {
-            acc.add(k.tid, st(k.state), fp_where(k.fp), v.ns, v.count);
-        }
+        add_key(&mut acc, k.tid, k.fp, k.state, v.ns, v.count);
     }
 
     let mut out_threads = BTreeMap::new();
@@ -118,6 +121,12 @@ pub fn records(
         else {
             continue;
         };
+        if th.pend_cnt > 0 {
+            add_key(&mut acc, tid, th.pend_fp, th.pend_state, th.pend_ns, th.pend_cnt);
+        }
+        if th.lost_ns[event::ST_INIT as usize] > 0 {
+            acc.add(tid, init_state(tid), Where::Synthetic("[lost stack]"), th.lost_ns[event::ST_INIT as usize], 1);
+        }
         let t_end = if th.exit_ns > 0 { th.exit_ns.min(end) } else { end };
         if th.exit_ns == 0 && th.last_ts < end {
             // Close what is still open at the stop.
