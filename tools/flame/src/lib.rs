@@ -137,18 +137,13 @@ pub fn run(cli: &Cli) -> Result<i32> {
     }
     let dir = cli.output.as_deref().expect("clap requires -o");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut tids: Vec<u32> = p.stream.keys().map(|(t, _)| *t).collect();
-    tids.sort_unstable();
-    tids.dedup();
-    for tid in tids {
+    let mut by_tid: std::collections::BTreeMap<u32, Vec<Entry<'_>>> = Default::default();
+    for ((tid, k), mix) in &p.stream {
+        by_tid.entry(*tid).or_default().push(Entry { stack: k, mix: *mix, before: 0 });
+    }
+    for (tid, entries) in by_tid {
         let t = p.threads.get(&tid).cloned().unwrap_or_default();
         let role = thread_role(tid, &t);
-        let entries = p
-            .stream
-            .iter()
-            .filter(|((t, _), _)| *t == tid)
-            .map(|((_, k), mix)| Entry { stack: k, mix: *mix, before: 0 })
-            .collect();
         let sub = format!("thread {tid} {} ({role})", t.comm);
         let o = RenderOptions { subtitle: Some(opts.subtitle.clone().unwrap_or(sub)), ..opts.clone() };
         let path = dir.join(format!("thread_{tid}_{role}.svg"));
