@@ -118,9 +118,13 @@ fn on_cpu_scaled_to_each_threads_exact_time() {
     assert!((by_leaf["hash"] + by_leaf["copy"]).abs_diff(333_333_333) <= 1);
     // Merged header: window and pids of both inputs, tool stackmerge, freq of the on-CPU input.
     let Record::Header(h) = &recs[0] else { panic!("first record is not a header") };
-    assert_eq!((h.tool.as_str(), h.pids.as_slice(), h.start_ns, h.end_ns, h.freq_hz), ("stackmerge", &[100][..], Some(1_000_000_000), Some(3_000_000_000), Some(99)));
+    assert_eq!(
+        (h.tool.as_str(), h.pids.as_slice(), h.start_ns, h.end_ns, h.freq_hz),
+        ("stackmerge", &[100][..], Some(1_000_000_000), Some(3_000_000_000), Some(99))
+    );
     // Threads merged per (pid, tid), role filled by the shared rule.
-    let threads: Vec<&Thread> = recs.iter().filter_map(|r| if let Record::Thread(t) = r { Some(t) } else { None }).collect();
+    let threads: Vec<&Thread> =
+        recs.iter().filter_map(|r| if let Record::Thread(t) = r { Some(t) } else { None }).collect();
     assert_eq!(threads.len(), 2);
     assert_eq!(threads[0].role.as_deref(), Some("main"));
     assert_eq!(threads[1].role.as_deref(), Some("worker"));
@@ -161,7 +165,10 @@ fn state_becomes_the_leaf_frame() {
     // In the stream too, and a second pass does not add a second leaf.
     let once = ok(TOOL, &[], recs.as_bytes());
     let twice = ok(TOOL, &[], once.as_bytes());
-    let leaves: Vec<String> = stacks(&parse_stream(&twice)).iter().map(|s| s.frames.iter().map(|f| f.func.clone()).collect::<Vec<_>>().join(";")).collect();
+    let leaves: Vec<String> = stacks(&parse_stream(&twice))
+        .iter()
+        .map(|s| s.frames.iter().map(|f| f.func.clone()).collect::<Vec<_>>().join(";"))
+        .collect();
     assert_eq!(leaves, ["main;a;[runnable]", "main;b;[sleep]", "main;c;[io]", "main;d;[other]"]);
 }
 
@@ -255,12 +262,20 @@ fn gpu_stacks_under_their_launch_and_outside_thread_time() {
 
 /// Sum of a folded file's values per line, as (sum, per-line values).
 fn folded_values(path: &std::path::Path) -> Vec<u64> {
-    std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()).map(|l| l.rsplit_once(' ').unwrap().1.trim().parse::<u64>().unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.rsplit_once(' ').unwrap().1.trim().parse::<u64>().unwrap())
+        .collect()
 }
 
 #[test]
 fn bcc_offcputime_and_profile_merged() {
-    let (Some(offp), Some(onp)) = (testdata("bcc/offcputime-f-mixed.folded"), testdata("bcc/profile-f-mixed.folded")) else { return };
+    let (Some(offp), Some(onp)) = (testdata("bcc/offcputime-f-mixed.folded"), testdata("bcc/profile-f-mixed.folded"))
+    else {
+        return;
+    };
     let off_us = folded_values(&offp);
     let on_samples = folded_values(&onp);
     let want_off_ns: u64 = off_us.iter().map(|v| v * 1_000).sum();
@@ -317,10 +332,7 @@ fn unsymbolized_stacks_show_hex() {
 
 #[test]
 fn bad_line_is_named_and_earlier_records_written() {
-    let good = jsonl(&[
-        header("offcputime", None),
-        off(100, 100, "app", &["main", "a"], State::S, 3_000),
-    ]);
+    let good = jsonl(&[header("offcputime", None), off(100, 100, "app", &["main", "a"], State::S, 3_000)]);
     let input = format!("{good}this is not a stack\n");
     let out = run(TOOL, &["--folded"], input.as_bytes());
     assert!(!out.status.success());
@@ -390,7 +402,18 @@ fn perf_script_recorded_here() {
     let dir = scratch("stackmerge-perf");
     let data = dir.join("perf.data");
     let rec = Command::new("perf")
-        .args(["record", "-F", "99", "-g", "-o", data.to_str().unwrap(), "--", "sh", "-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+        .args([
+            "record",
+            "-F",
+            "99",
+            "-g",
+            "-o",
+            data.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done",
+        ])
         .output()
         .unwrap();
     assert!(rec.status.success(), "perf record: {}", String::from_utf8_lossy(&rec.stderr));
@@ -419,4 +442,18 @@ fn perf_script_recorded_here() {
     // Rooted at the command (perf may catch it as perf-exec before the exec).
     let sh: u64 = m.iter().filter(|(k, _)| k.starts_with("sh;")).map(|(_, v)| v).sum();
     assert!(sh * 2 > want, "{m:?}");
+}
+
+#[test]
+fn inputs_on_different_clocks_are_refused() {
+    let (offs, _) = two_thread_inputs();
+    let mut h = Header::new("gputrace", "test");
+    h.clock = "realtime".into();
+    let dir = scratch("stackmerge-clock");
+    let gp = dir.join("gpu.json");
+    std::fs::write(&gp, jsonl(&[Record::Header(h)])).unwrap();
+    let out = run(TOOL, &["--gpu", gp.to_str().unwrap()], offs.as_bytes());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gpu.json") && err.contains("realtime"), "{err}");
 }

@@ -70,7 +70,13 @@ fn input(only_tid: Option<u32>) -> String {
     recs.extend(threads().into_iter().map(Record::Thread));
     let mut gpu = Stack::new(Kind::Gpu, 200, 200, "app");
     gpu.frames = vec![Frame::named("main"), Frame::named("launch")];
-    gpu.gpu = Some(GpuInfo { activity: "kernel".into(), device: Some(0), stream: Some(1), name: Some("gemm".into()), ..Default::default() });
+    gpu.gpu = Some(GpuInfo {
+        activity: "kernel".into(),
+        device: Some(0),
+        stream: Some(1),
+        name: Some("gemm".into()),
+        ..Default::default()
+    });
     gpu.ns = 400_000_000;
     recs.extend([
         // 12 and 5 samples of main's exact 1.7 s on-CPU: 1.2 s and 0.5 s.
@@ -81,14 +87,24 @@ fn input(only_tid: Option<u32>) -> String {
         stack(Kind::Off, Some(State::D), 200, "app", &["main", "fsync"], 50_000_000),
         Record::Stack(gpu),
         stack(Kind::On, None, 201, "worker-1", &["start", "worker", "hash"], 100_000_000),
-        stack(Kind::Off, Some(State::S), 201, "worker-1", &["start", "worker", "pthread_mutex_lock", "__lll_lock_wait", "futex_wait"], 1_500_000_000),
+        stack(
+            Kind::Off,
+            Some(State::S),
+            201,
+            "worker-1",
+            &["start", "worker", "pthread_mutex_lock", "__lll_lock_wait", "futex_wait"],
+            1_500_000_000,
+        ),
         stack(Kind::Off, Some(State::S), 201, "worker-1", &["start", "worker", "nanosleep"], 300_000_000),
         stack(Kind::Off, Some(State::D), 201, "worker-1", &["start", "worker", "fsync"], 100_000_000),
         stack(Kind::On, None, 202, "io-3", &["io_main", "checksum"], 200_000_000),
         stack(Kind::Off, Some(State::D), 202, "io-3", &["io_main", "pwrite64", "ext4_file_write_iter"], 498_000_000),
         stack(Kind::Off, Some(State::S), 202, "io-3", &["[short blocks]"], 100_000_000),
         stack(Kind::Off, Some(State::D), 202, "io-3", &["[lost stack]"], 2_000_000),
-        Record::Stats(Stats { end_ns: Some(END), counts: [("short_blocks".to_string(), 7), ("lost_stacks".to_string(), 1)].into() }),
+        Record::Stats(Stats {
+            end_ns: Some(END),
+            counts: [("short_blocks".to_string(), 7), ("lost_stacks".to_string(), 1)].into(),
+        }),
     ]);
     if let Some(t) = only_tid {
         recs.retain(|r| match r {
@@ -118,10 +134,18 @@ fn json_figures_match_the_input() {
         let off = t.off_ns.unwrap();
         assert_eq!(j["alive_ns"], alive(&t), "tid {}", t.tid);
         assert_eq!(j["on_ns"], t.on_ns.unwrap());
-        assert_eq!((j["off_ns"]["R"].as_u64(), j["off_ns"]["S"].as_u64(), j["off_ns"]["D"].as_u64()), (Some(off.r), Some(off.s), Some(off.d)));
+        assert_eq!(
+            (j["off_ns"]["R"].as_u64(), j["off_ns"]["S"].as_u64(), j["off_ns"]["D"].as_u64()),
+            (Some(off.r), Some(off.s), Some(off.d))
+        );
         assert_eq!(j["off_total_ns"], off.total());
         let cov = (t.on_ns.unwrap() + off.total()) as f64 * 100.0 / alive(&t) as f64;
-        assert!((j["coverage_pct"].as_f64().unwrap() - cov).abs() < 1e-9, "tid {} {} vs {cov}", t.tid, j["coverage_pct"]);
+        assert!(
+            (j["coverage_pct"].as_f64().unwrap() - cov).abs() < 1e-9,
+            "tid {} {} vs {cov}",
+            t.tid,
+            j["coverage_pct"]
+        );
         thread_ns += alive(&t);
         on_sum += t.on_ns.unwrap();
     }
@@ -159,7 +183,12 @@ fn json_figures_match_the_input() {
 #[test]
 fn roles_and_behaviour_classes() {
     let v: Value = serde_json::from_str(&ok(TOOL, &["--json"], input(None).as_bytes())).unwrap();
-    let rc = |tid: u32| (json_thread(&v, tid)["role"].as_str().unwrap().to_string(), json_thread(&v, tid)["class"].as_str().unwrap().to_string());
+    let rc = |tid: u32| {
+        (
+            json_thread(&v, tid)["role"].as_str().unwrap().to_string(),
+            json_thread(&v, tid)["class"].as_str().unwrap().to_string(),
+        )
+    };
     assert_eq!(rc(200), ("main".into(), "cpu-bound".into()));
     assert_eq!(rc(201), ("worker".into(), "lock-waiting".into()));
     assert_eq!(rc(202), ("io".into(), "io-bound".into()));
@@ -197,14 +226,24 @@ fn split_files_hold_each_threads_numbers() {
     let dir = scratch("wcreport-split");
     let tdir = dir.join("threads");
     let prefix = dir.join("run");
-    let listed = ok(TOOL, &["--split-dir", tdir.to_str().unwrap(), "--prefix", prefix.to_str().unwrap()], input(None).as_bytes());
+    let listed = ok(
+        TOOL,
+        &["--split-dir", tdir.to_str().unwrap(), "--prefix", prefix.to_str().unwrap()],
+        input(None).as_bytes(),
+    );
     let overview = dir.join("run_thread_analysis.txt");
     assert!(listed.contains(overview.to_str().unwrap()));
     let ov = std::fs::read_to_string(&overview).unwrap();
     assert!(!dir.join("run_single_thread_analysis.txt").exists(), "three threads: no single-thread file");
     for t in threads() {
         assert!(ov.contains(&t.comm));
-        let role = if t.tid == 200 { "main" } else if t.tid == 201 { "worker" } else { "io" };
+        let role = if t.tid == 200 {
+            "main"
+        } else if t.tid == 201 {
+            "worker"
+        } else {
+            "io"
+        };
         let f = tdir.join(format!("thread_{}_{role}_analysis.txt", t.tid));
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let off = t.off_ns.unwrap();
@@ -223,7 +262,11 @@ fn split_files_hold_each_threads_numbers() {
     // A one-thread target also gets the single-thread file, with its numbers.
     let dir1 = scratch("wcreport-split1");
     let prefix1 = dir1.join("one");
-    ok(TOOL, &["--split-dir", dir1.to_str().unwrap(), "--prefix", prefix1.to_str().unwrap()], input(Some(201)).as_bytes());
+    ok(
+        TOOL,
+        &["--split-dir", dir1.to_str().unwrap(), "--prefix", prefix1.to_str().unwrap()],
+        input(Some(201)).as_bytes(),
+    );
     let single = std::fs::read_to_string(dir1.join("one_single_thread_analysis.txt")).unwrap();
     assert!(single.contains("THREAD 201 worker-1") && single.contains("lock-waiting"), "{single}");
     assert!(single.contains(&format!("on-CPU {}", human_ns(100_000_000))));
@@ -233,9 +276,17 @@ fn split_files_hold_each_threads_numbers() {
 
 #[test]
 fn bcc_inputs_through_stackmerge() {
-    let (Some(offp), Some(onp)) = (testdata("bcc/offcputime-f-mixed.folded"), testdata("bcc/profile-f-mixed.folded")) else { return };
+    let (Some(offp), Some(onp)) = (testdata("bcc/offcputime-f-mixed.folded"), testdata("bcc/profile-f-mixed.folded"))
+    else {
+        return;
+    };
     let vals = |p: &std::path::Path| -> Vec<u64> {
-        std::fs::read_to_string(p).unwrap().lines().filter(|l| !l.trim().is_empty()).map(|l| l.rsplit_once(' ').unwrap().1.trim().parse().unwrap()).collect()
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| l.rsplit_once(' ').unwrap().1.trim().parse().unwrap())
+            .collect()
     };
     let want_off: u64 = vals(&offp).iter().map(|v| v * 1_000).sum();
     let want_on: u64 = vals(&onp).iter().map(|n| ((*n as u128 * 1_000_000_000 + 24) / 49) as u64).sum();
@@ -278,7 +329,12 @@ fn head_closes_the_pipe_quietly() {
         recs.push(stack(Kind::Off, Some(State::S), tid, "w", &["main", "poll"], tid as u64 * 1000));
     }
     let input = jsonl(&recs);
-    let mut child = Command::new(util::bin(TOOL)).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(util::bin(TOOL))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut sin = child.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
         use std::io::Write;

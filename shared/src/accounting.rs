@@ -54,11 +54,8 @@ pub fn role_from_name(comm: &str) -> String {
 
 /// `[a-z0-9_]` only, at most 32 characters, no leading/trailing `_`.
 fn file_safe(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
-        .take(32)
-        .collect();
+    let mut out: String =
+        s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).take(32).collect();
     while out.ends_with('_') {
         out.pop();
     }
@@ -119,17 +116,53 @@ pub enum Wait {
 }
 
 const LOCK: &[&str] = &[
-    "futex", "pthread_mutex", "pthread_cond", "pthread_rwlock", "pthread_barrier", "pthread_join", "__lll_lock",
-    "lll_lock", "sem_wait", "sem_timedwait", "mutex_lock", "rwsem", "parking_lot", "condvar", "mutex::lock",
-    "std::sync", "rt_mutex",
+    "futex",
+    "pthread_mutex",
+    "pthread_cond",
+    "pthread_rwlock",
+    "pthread_barrier",
+    "pthread_join",
+    "__lll_lock",
+    "lll_lock",
+    "sem_wait",
+    "sem_timedwait",
+    "mutex_lock",
+    "rwsem",
+    "parking_lot",
+    "condvar",
+    "mutex::lock",
+    "std::sync",
+    "rt_mutex",
 ];
 const IO: &[&str] = &[
-    "fsync", "fdatasync", "sync_file", "pread", "pwrite", "vfs_read", "vfs_write", "ksys_read", "ksys_write",
-    "io_schedule", "blk_", "bio_", "submit_bio", "ext4_", "xfs_", "btrfs_", "nfs_", "io_uring", "aio_",
-    "wait_on_page", "folio_wait", "filemap_", "__x64_sys_read", "__x64_sys_write",
+    "fsync",
+    "fdatasync",
+    "sync_file",
+    "pread",
+    "pwrite",
+    "vfs_read",
+    "vfs_write",
+    "ksys_read",
+    "ksys_write",
+    "io_schedule",
+    "blk_",
+    "bio_",
+    "submit_bio",
+    "ext4_",
+    "xfs_",
+    "btrfs_",
+    "nfs_",
+    "io_uring",
+    "aio_",
+    "wait_on_page",
+    "folio_wait",
+    "filemap_",
+    "__x64_sys_read",
+    "__x64_sys_write",
 ];
 const SLEEP: &[&str] = &["nanosleep", "usleep", "sleep", "hrtimer_nanosleep", "do_nanosleep"];
-const POLL: &[&str] = &["epoll_wait", "epoll_pwait", "do_epoll", "poll", "select", "accept", "recv", "sigtimedwait", "pause"];
+const POLL: &[&str] =
+    &["epoll_wait", "epoll_pwait", "do_epoll", "poll", "select", "accept", "recv", "sigtimedwait", "pause"];
 
 /// Classify an off-CPU stack by its frames, leaf first (the innermost
 /// recognisable wait wins: `pthread_mutex_lock -> futex_wait` is a lock).
@@ -208,7 +241,8 @@ pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]
     ];
     let best = candidates.iter().max_by_key(|(v, _)| *v).map(|c| c.1).unwrap_or(Behaviour::Idle);
     let busy = on_ns + off.r + off.d + share(0) + share(1);
-    if alive_ns > 0 && (busy as u128) * 100 < alive_ns as u128 && matches!(best, Behaviour::Sleeping | Behaviour::Idle) {
+    if alive_ns > 0 && (busy as u128) * 100 < alive_ns as u128 && matches!(best, Behaviour::Sleeping | Behaviour::Idle)
+    {
         return Behaviour::Idle;
     }
     best

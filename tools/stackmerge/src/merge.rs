@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use wallclock_stream::accounting::{role_for, samples_to_ns, scale_samples};
 use wallclock_stream::cli::open_input;
-use wallclock_stream::{folded, Frame, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread, Writer};
+use wallclock_stream::{
+    folded, Frame, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread, Writer,
+};
 
 use crate::Options;
 
@@ -41,6 +43,16 @@ pub fn read_inputs(paths: &[(InputRole, PathBuf)]) -> (Vec<Input>, Option<anyhow
             Err(e) => return (inputs, Some(e)),
         };
         let (input, err) = read_input(*role, r, &name);
+        // One clock or nothing: ns of two clocks do not add up.
+        let clock_of = |i: &Input| i.header.as_ref().map(|h| h.clock.clone());
+        if let (Some(c), Some(first)) = (clock_of(&input), inputs.iter().find_map(clock_of)) {
+            if c != first {
+                let e = anyhow::anyhow!(
+                    "{name}: clock {c:?} differs from the other inputs' {first:?}; convert it before merging"
+                );
+                return (inputs, Some(e));
+            }
+        }
         inputs.push(input);
         if err.is_some() {
             return (inputs, err);
@@ -72,7 +84,9 @@ fn starts_like_perf_script<R: BufRead>(r: &mut R) -> bool {
     if first.starts_with('{') || !first.ends_with(':') {
         return false;
     }
-    first.split_whitespace().any(|w| w.strip_suffix(':').is_some_and(|t| t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.')))
+    first.split_whitespace().any(|w| {
+        w.strip_suffix(':').is_some_and(|t| t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    })
 }
 
 /// The merged view.
@@ -87,7 +101,17 @@ pub struct Merged {
 }
 
 /// Identity of a stack for aggregation.
-type Key = (Kind, Option<State>, u32, u32, String, Vec<u64>, Vec<u64>, Vec<Frame>, Option<(String, Option<u32>, Option<u32>, Option<String>)>);
+type Key = (
+    Kind,
+    Option<State>,
+    u32,
+    u32,
+    String,
+    Vec<u64>,
+    Vec<u64>,
+    Vec<Frame>,
+    Option<(String, Option<u32>, Option<u32>, Option<String>)>,
+);
 
 fn key_of(s: &Stack) -> Key {
     (
@@ -191,7 +215,14 @@ pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
     if header.freq_hz.is_none() && inputs.iter().any(|i| i.role == InputRole::On && i.header.is_none()) {
         header.freq_hz = Some(opts.freq);
     }
-    header.pids = header.pids.iter().copied().collect::<BTreeSet<_>>().into_iter().collect();
+    header.pids = header
+        .pids
+        .iter()
+        .copied()
+        .filter(|p| opts.pids.is_empty() || opts.pids.contains(p))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     if !any_stats {
         stats.end_ns = header.end_ns;
     }
@@ -220,7 +251,10 @@ pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
                 s.ns = s.count;
             } else if s.kind == Kind::On && scales(input) && s.count > 0 {
                 let t = threads.get(&(s.pid, s.tid));
-                let denom = t.and_then(|t| t.samples).filter(|n| *n > 0).or_else(|| thread_samples.get(&(s.pid, s.tid)).copied());
+                let denom = t
+                    .and_then(|t| t.samples)
+                    .filter(|n| *n > 0)
+                    .or_else(|| thread_samples.get(&(s.pid, s.tid)).copied());
                 s.ns = match (t.and_then(|t| t.on_ns), denom) {
                     (Some(on), Some(n)) if n > 0 => scale_samples(on, s.count, n),
                     _ => samples_to_ns(s.count, freq),
@@ -250,7 +284,9 @@ pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
 
     let threads: BTreeMap<(u32, u32), Thread> = threads
         .into_iter()
-        .filter(|((pid, tid), _)| (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid)))
+        .filter(|((pid, tid), _)| {
+            (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid))
+        })
         .map(|(k, mut t)| {
             if t.role.is_none() {
                 t.role = Some(role_for(&t));
@@ -375,7 +411,16 @@ mod tests {
     use super::*;
 
     fn opts() -> Options {
-        Options { folded: true, unit: wallclock_stream::units::Unit::Ns, freq: 49, per_thread: false, gpu_roots: false, pids: vec![], tids: vec![], kinds: vec![] }
+        Options {
+            folded: true,
+            unit: wallclock_stream::units::Unit::Ns,
+            freq: 49,
+            per_thread: false,
+            gpu_roots: false,
+            pids: vec![],
+            tids: vec![],
+            kinds: vec![],
+        }
     }
 
     #[test]

@@ -166,7 +166,9 @@ fn tops(title: &str, v: &[TopStack]) -> String {
 pub fn thread_detail(t: &ThreadReport) -> String {
     let mut s = format!("THREAD {} {} (pid {}, role {}, {})\n", t.tid, name(&t.comm), t.pid, t.role, t.class);
     let base = t.alive_ns;
-    let share = |ns: u64| base.filter(|b| *b > 0).map(|b| format!(" ({:.1}%)", ns as f64 * 100.0 / b as f64)).unwrap_or_default();
+    let share = |ns: u64| {
+        base.filter(|b| *b > 0).map(|b| format!(" ({:.1}%)", ns as f64 * 100.0 / b as f64)).unwrap_or_default()
+    };
     let o = &t.off_ns;
     let _ = writeln!(
         s,
