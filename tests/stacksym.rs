@@ -355,3 +355,34 @@ fn help_has_examples() {
     let help = symbolize(&["--help"], "");
     assert!(help.contains("EXAMPLES:") && help.contains("--no-inline") && help.contains("--no-demangle"));
 }
+
+#[test]
+fn rerun_force_strip_and_maps_after_stacks() {
+    let dir = util::scratch("stacksym-rerun");
+    let exe = build_cxx(&dir);
+    let prog = Prog::start(&exe);
+    let maps = prog.maps_record();
+    let syms = if util::is_root() { kernel_symbols() } else { Vec::new() };
+    let kstack: Vec<u64> = syms.iter().take(2).map(|s| s.0 + 1).collect();
+    let st = stack(prog.pid, &prog.chain, &kstack);
+    let first = symbolize(&[], &stream(&[header(), maps.clone(), st.clone()]));
+    prog.stop();
+    // A maps record after the stacks it describes (same input chunk) works too.
+    let later = symbolize(&[], &stream(&[header(), st, maps]));
+    assert_eq!(stacks(&first), stacks(&later));
+    // User frames first, then kernel frames (they sit above the user part).
+    let s = &stacks(&first)[0];
+    let kernel: Vec<bool> = s.frames.iter().map(|f| f.kernel).collect();
+    let mut want = vec![false; 5];
+    want.extend(kstack.iter().map(|_| true));
+    assert_eq!(kernel, want, "{:#?}", s.frames);
+    if !syms.is_empty() {
+        assert_eq!(s.frames.last().unwrap().func, syms[1].1);
+    }
+    // Symbolized stacks pass through a second run unchanged...
+    assert_eq!(symbolize(&[], &first), first);
+    // ...unless forced: the same frames, and --strip drops the addresses.
+    let again = stacks(&symbolize(&["--force", "--strip"], &first));
+    assert_eq!(again[0].frames, s.frames);
+    assert!(again[0].ustack.is_empty() && again[0].kstack.is_empty());
+}

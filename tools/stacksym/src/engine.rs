@@ -66,7 +66,9 @@ pub struct Engine {
     perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Does the file at this path still carry this build id?
     build_id_ok: HashMap<(String, String), bool>,
-    cache: HashMap<Key, Vec<Frame>>,
+    /// Frames of each address, already serialized: the JSON objects joined
+    /// by commas (no clone of a `Frame` per record written).
+    cache: HashMap<Key, Box<str>>,
     warned: HashSet<String>,
 }
 
@@ -105,6 +107,9 @@ impl Engine {
 
     /// Resolve every address of `stacks` not already cached.
     pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
+        if self.cache.len() > CACHE_MAX {
+            self.cache.clear();
+        }
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
         let mut kernel: Vec<(u64, bool)> = Vec::new();
         let mut seen: HashSet<Key> = HashSet::new();
@@ -125,7 +130,7 @@ impl Engine {
         if !kernel.is_empty() {
             let frames = self.resolve_kernel(&kernel);
             for ((a, ret), f) in kernel.into_iter().zip(frames) {
-                self.cache.insert((Space::Kernel, a, ret), f);
+                self.cache.insert((Space::Kernel, a, ret), to_json(&f));
             }
         }
         let mut pids: Vec<u32> = user.keys().copied().collect();
@@ -134,22 +139,35 @@ impl Engine {
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
             for (&(a, ret), f) in keys.iter().zip(frames) {
-                self.cache.insert((Space::User(pid), a, ret), f);
+                self.cache.insert((Space::User(pid), a, ret), to_json(&f));
             }
         }
     }
 
-    /// Frames of `s`, root first: the user part, then the kernel part.
-    pub fn frames(&self, s: &Stack) -> Vec<Frame> {
-        let mut out = Vec::new();
+    /// The frames of `s` (root first: the user part, then the kernel part)
+    /// as the elements of a JSON array, appended to `buf`. Call after
+    /// [`Engine::prepare`] saw `s`.
+    pub fn write_frames(&self, s: &Stack, buf: &mut Vec<u8>) {
+        let mut first = true;
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
             for (i, &a) in addrs.iter().enumerate() {
-                if let Some(f) = self.cache.get(&(space, a, i + 1 < addrs.len())) {
-                    out.extend(f.iter().cloned());
+                if let Some(f) = self.cache.get(&(space, a, i + 1 < addrs.len())).filter(|f| !f.is_empty()) {
+                    if !first {
+                        buf.push(b',');
+                    }
+                    buf.extend_from_slice(f.as_bytes());
+                    first = false;
                 }
             }
         }
-        out
+    }
+
+    /// The frames of `s`, root first (see [`Engine::write_frames`]).
+    pub fn frames(&self, s: &Stack) -> Vec<Frame> {
+        let mut buf = b"[".to_vec();
+        self.write_frames(s, &mut buf);
+        buf.push(b']');
+        serde_json::from_slice(&buf).expect("frames we serialized ourselves")
     }
 
     fn warn(&mut self, what: String) {
@@ -280,7 +298,7 @@ impl Engine {
             let entry = procmaps::find(snapshot, it.lookup);
             let Symbolized::Sym(sym) = s else { continue };
             // Code outside any file (perf map) is JIT code.
-            let jit = sym.module.is_none() && entry.map_or(true, |m| m.path.is_empty());
+            let jit = sym.module.is_none() && !entry.is_some_and(|m| !m.path.is_empty());
             let module = match (entry, &sym.module) {
                 (Some(m), _) if !m.path.is_empty() => Some(names::basename(&m.path).to_string()),
                 (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
@@ -309,6 +327,15 @@ impl Engine {
         self.build_id_ok.insert(key, ok);
         ok
     }
+}
+
+/// Addresses cached before the cache is emptied (bounds memory on huge,
+/// diverse inputs; a few hundred bytes each).
+const CACHE_MAX: usize = 1 << 20;
+
+fn to_json(frames: &[Frame]) -> Box<str> {
+    let parts: Vec<String> = frames.iter().map(|f| serde_json::to_string(f).expect("a Frame serializes")).collect();
+    parts.join(",").into_boxed_str()
 }
 
 fn lookup(addr: u64, ret: bool) -> u64 {

@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_output};
-use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
+use wallclock_stream::{Reader, ReaderOptions, Record, Stack};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use names::demangle;
@@ -111,7 +111,7 @@ pub fn command() -> clap::Command {
 
 /// Run the tool as the command line asks.
 pub fn run(cli: &Cli) -> Result<i32> {
-    let mut out = Writer::new(open_output(cli.output.as_deref())?);
+    let mut out = open_output(cli.output.as_deref())?;
     let mut engine = Engine::new(cli.options());
     for p in inputs_or_stdin(&cli.files) {
         let (name, input) = open_input(&p)?;
@@ -122,23 +122,17 @@ pub fn run(cli: &Cli) -> Result<i32> {
 }
 
 /// Symbolize one input into `out` (library entry point: `BufRead -> Write`).
-pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, out: W) -> Result<()> {
+pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, mut out: W) -> Result<()> {
     let mut engine = Engine::new(opts);
-    let mut w = Writer::new(out);
-    symbolize_into(&mut engine, input, "<input>", &mut w)?;
-    w.flush()?;
+    symbolize_into(&mut engine, input, "<input>", &mut out)?;
+    out.flush()?;
     Ok(())
 }
 
 /// Read `input` in chunks, symbolize each, write it. On a bad line, what was
 /// read before it is written and flushed, then the error (naming the input
 /// and line) is returned.
-pub fn symbolize_into<R: BufRead, W: Write>(
-    engine: &mut Engine,
-    input: R,
-    name: &str,
-    out: &mut Writer<W>,
-) -> Result<()> {
+pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name: &str, out: &mut W) -> Result<()> {
     let mut chunk: Vec<Record> = Vec::with_capacity(1024);
     for rec in Reader::new(input, name, ReaderOptions::default()) {
         match rec {
@@ -158,13 +152,13 @@ pub fn symbolize_into<R: BufRead, W: Write>(
     write_chunk(engine, &mut chunk, out)
 }
 
-fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
+fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut W) -> Result<()> {
     for r in chunk.iter() {
         if let Record::Maps(m) = r {
             engine.add_maps(m);
         }
     }
-    let todo: Vec<&wallclock_stream::Stack> = chunk
+    let todo: Vec<&Stack> = chunk
         .iter()
         .filter_map(|r| match r {
             Record::Stack(s) if engine.needs(s) => Some(s),
@@ -172,17 +166,59 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
         })
         .collect();
     engine.prepare(todo.into_iter());
+    let (mut buf, mut frames) = (Vec::with_capacity(4096), Vec::with_capacity(4096));
     for mut r in chunk.drain(..) {
-        if let Record::Stack(s) = &mut r {
-            if engine.needs(s) {
-                s.frames = engine.frames(s);
+        buf.clear();
+        match &mut r {
+            Record::Stack(s) if engine.needs(s) => {
+                // The record without frames, then its frames spliced in from
+                // the engine's cache of serialized frames.
+                s.frames.clear();
+                frames.clear();
+                engine.write_frames(s, &mut frames);
                 if engine.options().strip {
                     s.ustack.clear();
                     s.kstack.clear();
                 }
+                serde_json::to_writer(&mut buf, &r)?;
+                splice_frames(&mut buf, &frames);
             }
+            _ => serde_json::to_writer(&mut buf, &r)?,
         }
-        out.write(&r)?;
+        buf.push(b'\n');
+        out.write_all(&buf)?;
     }
     Ok(())
+}
+
+/// Put `"frames":[FRAMES]` into the serialized stack record `buf` where
+/// serde would have put it (before `"ns"`, see `Stack`), so a record written
+/// here is byte for byte what the stream's writer would write. `,"ns":` can
+/// only be the key: a quote inside a JSON string is escaped.
+fn splice_frames(buf: &mut Vec<u8>, frames: &[u8]) {
+    let at = buf.windows(6).position(|w| w == b",\"ns\":").unwrap_or(buf.len() - 1);
+    let mut ins = Vec::with_capacity(frames.len() + 12);
+    ins.extend_from_slice(b",\"frames\":[");
+    ins.extend_from_slice(frames);
+    ins.push(b']');
+    buf.splice(at..at, ins);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wallclock_stream::{Frame, Kind};
+
+    #[test]
+    fn spliced_frames_are_what_the_writer_writes() {
+        let mut s = Stack::new(Kind::Off, 1, 2, "odd,\"ns\":comm");
+        s.ustack = vec![1, 2];
+        s.ns = 5;
+        let mut buf = serde_json::to_vec(&Record::Stack(s.clone())).unwrap();
+        let frames = [Frame::named("a"), Frame::kernel("b")];
+        let json: Vec<String> = frames.iter().map(|f| serde_json::to_string(f).unwrap()).collect();
+        splice_frames(&mut buf, json.join(",").as_bytes());
+        s.frames = frames.to_vec();
+        assert_eq!(String::from_utf8(buf).unwrap(), serde_json::to_string(&Record::Stack(s)).unwrap());
+    }
 }
