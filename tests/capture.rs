@@ -462,3 +462,31 @@ fn errors_are_one_clear_line() {
         assert!(e.contains("needs root") && e.contains("CAP_BPF"), "{e}");
     }
 }
+
+/// `-f` writes bcc-style folded lines: µs for offcputime, samples for
+/// oncputime; named when stacksym is built beside the tools.
+#[test]
+fn folded_output() {
+    if skip() {
+        return;
+    }
+    let wl = workload();
+    let dir = util::root().join("target/test-tmp");
+    let o = tool("offcputime").arg("-f").arg("--").arg(&wl).args(["1.5"]).arg(&dir).output().unwrap();
+    assert!(o.status.success());
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut lines = Vec::new();
+    for l in text.lines().filter(|l| !l.starts_with('{')) {
+        let (stack, v) = l.rsplit_once(' ').unwrap_or_else(|| panic!("not folded: {l}"));
+        lines.push((stack.to_string(), v.parse::<u64>().unwrap_or_else(|_| panic!("bad value: {l}"))));
+    }
+    assert!(lines.len() > 5, "{text}");
+    if util::bin_dir().join("stacksym").exists() {
+        let sleep: u64 = lines.iter().filter(|(s, _)| s.contains(";long_sleep;")).map(|(_, v)| v).sum();
+        assert!((1_400_000..1_600_000).contains(&sleep), "long_sleep {sleep} µs");
+        assert!(lines.iter().any(|(s, _)| s.contains(";nap;__GI___nanosleep") || s.contains(";nap;")));
+        assert!(lines.iter().any(|(s, _)| s.ends_with("__schedule_[k]")));
+    } else {
+        assert!(lines.iter().all(|(s, _)| s.contains(";0x")));
+    }
+}

@@ -11,7 +11,16 @@ use wallclock_stream::{Record, Stack, Writer};
 pub fn folded_key(s: &Stack) -> String {
     let mut parts = vec![if s.comm.is_empty() { "?".to_string() } else { s.comm.replace([';', ' '], "_") }];
     if !s.frames.is_empty() {
-        parts.extend(s.frames.iter().map(|f| f.func.replace([';', ' '], "_")));
+        parts.extend(s.frames.iter().map(|f| {
+            let name = f.func.replace([';', ' '], "_");
+            if f.kernel {
+                format!("{name}_[k]")
+            } else if f.inlined {
+                format!("{name}_[i]")
+            } else {
+                name
+            }
+        }));
     } else {
         parts.extend(s.ustack.iter().map(|a| format!("{a:#x}")));
         parts.extend(s.kstack.iter().map(|a| format!("{a:#x}_[k]")));
@@ -19,10 +28,46 @@ pub fn folded_key(s: &Stack) -> String {
     parts.join(";")
 }
 
+/// Names for folded output: the records piped through the `stacksym`
+/// installed beside this binary, when there is one.
+fn symbolized(records: &[Record]) -> Option<Vec<Record>> {
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().ok()?;
+    let sym = exe.parent()?.join("stacksym");
+    if !sym.exists() {
+        return None;
+    }
+    let mut child = Command::new(sym)
+        .args(["--no-lines", "-q"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()?;
+    let mut input = Vec::new();
+    let mut w = Writer::new(&mut input);
+    for r in records {
+        w.write(r).ok()?;
+    }
+    let mut stdin = child.stdin.take()?;
+    let feeder = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().ok()?;
+    let _ = feeder.join();
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).ok()).collect()
+}
+
 /// Write `records` as the stream, or as folded lines whose values are
 /// `value(stack)` (µs for off-CPU, samples for on-CPU).
 pub fn write(out: &mut dyn Write, records: &[Record], folded: bool, value: impl Fn(&Stack) -> u64) -> Result<()> {
     if folded {
+        let named = symbolized(records);
+        if named.is_none() {
+            eprintln!("note: no stacksym beside this binary: folded frames are hex addresses");
+        }
+        let records = named.as_deref().unwrap_or(records);
         let mut lines: BTreeMap<String, u64> = BTreeMap::new();
         for r in records {
             if let Record::Stack(s) = r {

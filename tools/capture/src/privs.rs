@@ -18,7 +18,7 @@ fn effective_caps() -> u64 {
 pub fn check(tool: &str) -> Result<()> {
     let caps = effective_caps();
     let has = |c: u32| caps & (1u64 << c) != 0;
-    if !has(CAP_SYS_ADMIN) && !(has(CAP_BPF) && has(CAP_PERFMON)) {
+    if !(has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON))) {
         let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
             .iter()
             .filter(|(c, _)| !has(*c))

@@ -39,7 +39,7 @@ impl Session {
         let duration = args.validate(positional_duration)?;
         let mut pids = args.known_pids();
         let mut launched = None;
-        let stream_on_stdout = !args.output.as_ref().is_some_and(|p| p.as_os_str() != "-");
+        let stream_on_stdout = args.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
         if !command.is_empty() {
             let l = spawn_held(command, stream_on_stdout)?;
             pids.push(l.pid());

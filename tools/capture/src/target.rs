@@ -34,8 +34,8 @@ pub struct TargetArgs {
     /// Write the stream here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Write bcc-compatible folded lines (addresses in hex; pipe the stream
-    /// through `stacksym` instead for names).
+    /// Write bcc-compatible folded lines (named by the `stacksym` beside this
+    /// binary when there is one, else hex addresses).
     #[arg(short = 'f', long = "folded")]
     pub folded: bool,
 }
@@ -58,7 +58,7 @@ impl TargetArgs {
             (a, b) => a.or(b),
         };
         if let Some(d) = d {
-            if !(d > 0.0) {
+            if d.is_nan() || d <= 0.0 {
                 bail!("duration must be positive, got {d}");
             }
         }
