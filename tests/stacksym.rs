@@ -386,3 +386,35 @@ fn rerun_force_strip_and_maps_after_stacks() {
     assert_eq!(again[0].frames, s.frames);
     assert!(again[0].ustack.is_empty() && again[0].kstack.is_empty());
 }
+
+/// Inputs nobody here wrote: already-symbolized folded stacks (bcc, FlameGraph)
+/// and raw `perf script` output pass through as stream records, frames intact.
+#[test]
+fn foreign_inputs_pass_through_golden() {
+    for (rel, golden) in [
+        ("bcc/offcputime-f-mixed.folded", "stacksym/bcc-offcputime.jsonl"),
+        ("flamegraph/perf-dd-stacks-01-collapsed-all.txt", "stacksym/perf-dd-collapsed.jsonl"),
+        ("flamegraph/perf-dd-stacks-01.txt", "stacksym/perf-dd-script.jsonl"),
+    ] {
+        let Some(path) = util::testdata(rel) else { return };
+        let text = std::fs::read_to_string(&path).unwrap();
+        let via_stdin = symbolize(&[], &text);
+        let via_file = symbolize(&[path.to_str().unwrap()], "");
+        assert_eq!(via_stdin, via_file, "{rel}: stdin and file argument differ");
+        util::golden(golden, &via_stdin);
+        let st = stacks(&via_stdin);
+        assert!(st.iter().all(|s| !s.frames.is_empty() && s.ustack.is_empty()), "{rel}");
+        if rel.ends_with(".folded") || rel.ends_with("-all.txt") {
+            // One record per folded line; values are microseconds.
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(st.len(), lines.len(), "{rel}");
+            let us: u64 = lines.iter().map(|l| l.rsplit(' ').next().unwrap().trim().parse::<u64>().unwrap()).sum();
+            assert_eq!(st.iter().map(|s| s.ns).sum::<u64>(), us * 1000, "{rel}");
+            // The leaf names survive (annotations such as _[k] become flags).
+            for (s, l) in st.iter().zip(&lines) {
+                let leaf = l.rsplit_once(' ').unwrap().0.rsplit(';').next().unwrap();
+                assert!(leaf.starts_with(s.frames.last().unwrap().func.as_str()), "{rel}: {leaf}");
+            }
+        }
+    }
+}

@@ -298,7 +298,11 @@ impl Engine {
             let entry = procmaps::find(snapshot, it.lookup);
             let Symbolized::Sym(sym) = s else { continue };
             // Code outside any file (perf map) is JIT code.
-            let jit = sym.module.is_none() && !entry.is_some_and(|m| !m.path.is_empty());
+            let anonymous = match entry {
+                Some(m) => m.path.is_empty(),
+                None => true,
+            };
+            let jit = sym.module.is_none() && anonymous;
             let module = match (entry, &sym.module) {
                 (Some(m), _) if !m.path.is_empty() => Some(names::basename(&m.path).to_string()),
                 (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
