@@ -36,6 +36,8 @@ static __always_inline __u32 state_of(unsigned int s)
 		return WC_ST_R;            /* TASK_RUNNING: preempted */
 	if (s & 0x0001)
 		return WC_ST_S;            /* TASK_INTERRUPTIBLE */
+	if (s & 0x0400)
+		return WC_ST_OTHER;        /* TASK_IDLE (D without load): idle kernel threads, not I/O */
 	if (s & 0x0002)
 		return WC_ST_D;            /* TASK_UNINTERRUPTIBLE */
 	return WC_ST_OTHER;

@@ -145,14 +145,34 @@ impl Unwind {
             return Vec::new();
         }
         if !self.covered(pid, ip) {
-            let n = self.procs.get(&pid).map_or(0, |p| p.reloads);
-            if n < 64 {
-                self.refresh(pid);
-                if let Some(p) = self.procs.get_mut(&pid) {
-                    p.reloads += 1;
-                }
-            }
+            self.reload(pid);
         }
+        let v = self.unwind_known(pid, ip, sp, bp, stack);
+        // A frame outside every known mapping: a library loaded since the
+        // last read of the maps (dlopen). Read them again, once per miss.
+        if v.len() > 1 && !v[1..].iter().all(|&a| self.covered(pid, a)) && self.reload(pid) {
+            return self.unwind_known(pid, ip, sp, bp, stack);
+        }
+        v
+    }
+
+    fn reload(&mut self, pid: u32) -> bool {
+        let n = self.procs.get(&pid).map_or(0, |p| p.reloads);
+        if n >= 64 {
+            return false;
+        }
+        let before = self.procs.get(&pid).map_or(0, |p| p.maps.len());
+        self.refresh(pid);
+        match self.procs.get_mut(&pid) {
+            Some(p) => {
+                p.reloads += 1;
+                p.maps.len() > before
+            }
+            None => false,
+        }
+    }
+
+    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
         let Some(p) = self.procs.get_mut(&pid) else { return vec![ip] };
         let mut read = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;

@@ -200,7 +200,7 @@ fn records(
     header.freq_hz = Some(cli.freq);
     let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };
     for (name, v) in event::STAT_NAMES.iter().zip(counts) {
-        if !matches!(*name, "new_stacks" | "over_max_blocks") {
+        if !matches!(*name, "new_stacks" | "over_max_blocks" | "switches") {
             stats.counts.insert(name.to_string(), *v);
         }
     }
