@@ -418,3 +418,39 @@ fn foreign_inputs_pass_through_golden() {
         }
     }
 }
+
+#[test]
+fn empty_input_large_input_and_broken_pipe() {
+    assert_eq!(symbolize(&[], ""), "");
+    // More records than one chunk (64k): addresses cached across chunks.
+    let pid = 4_000_000_000u32;
+    let mut recs = vec![header()];
+    recs.extend((0..70_000u64).map(|i| stack(pid, &[0x1000 + (i % 977) * 16, 0x9000 + (i % 13)], &[])));
+    let input = stream(&recs);
+    let st = stacks(&symbolize(&[], &input));
+    assert_eq!(st.len(), 70_000);
+    for (i, s) in st.iter().enumerate() {
+        let i = i as u64;
+        let want = [format!("[unknown]+{:#x}", 0x1000 + (i % 977) * 16), format!("[unknown]+{:#x}", 0x9000 + (i % 13))];
+        assert_eq!(funcs(&s.frames), want);
+    }
+    // `| head`: the reader goes away, stacksym exits quietly with 0.
+    let mut child = Command::new(util::bin("stacksym"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = sin.write_all(input.as_bytes());
+    });
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(first.contains("header"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
