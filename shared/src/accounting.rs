@@ -3,7 +3,7 @@
 //! `wcreport --split-dir` and in `stackmerge`'s thread records), the scaling
 //! of on-CPU samples to exact on-CPU time, and the behaviour class.
 
-use crate::record::{Frame, Stack, State, StateNs, Thread};
+use crate::record::{Frame, Kind, Stack, State, StateNs, Thread};
 
 /// Role of a thread, safe in a file name (`[a-z0-9_]`, never empty):
 /// `main` for the main thread (tid == pid); else the producer's role when it
@@ -79,6 +79,37 @@ pub fn samples_to_ns(samples: u64, freq_hz: u64) -> u64 {
     }
     let f = freq_hz as u128;
     ((samples as u128 * 1_000_000_000 + f / 2) / f) as u64
+}
+
+/// The leaf a stack's kind adds below its frames: the off-CPU state
+/// (`[sleep]`...), or for GPU work what ran (the kernel's name, under the
+/// stack that launched it).
+pub fn kind_leaf(s: &Stack) -> Option<String> {
+    match s.kind {
+        Kind::Off => s.state.map(|st| st.leaf_name().to_string()),
+        Kind::Gpu => s.gpu.as_ref().and_then(|g| g.name.clone()).filter(|n| !n.is_empty()),
+        _ => None,
+    }
+}
+
+/// Fold a second record of the same (pid, tid) into `into`: the life is
+/// the union, the first value known of each measure wins.
+pub fn merge_thread(into: &mut Thread, t: &Thread) {
+    if into.comm.is_empty() {
+        into.comm = t.comm.clone();
+    }
+    into.role = into.role.take().or_else(|| t.role.clone());
+    into.start_ns = match (into.start_ns, t.start_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    into.end_ns = match (into.end_ns, t.end_ns) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    into.on_ns = into.on_ns.or(t.on_ns);
+    into.off_ns = into.off_ns.or(t.off_ns);
+    into.samples = into.samples.or(t.samples);
 }
 
 /// What a thread mostly did.

@@ -17,6 +17,7 @@
 //! thread's wall-clock accounting.
 
 mod merge;
+mod output;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -158,8 +159,8 @@ pub fn run(cli: &Cli) -> Result<()> {
 /// Write the merged result as the stream or as folded lines.
 pub fn write(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
     if opts.folded {
-        merge::write_folded(m, opts, out)
+        output::write_folded(m, opts, out)
     } else {
-        merge::write_stream(m, out)
+        output::write_stream(m, out)
     }
 }

@@ -1,15 +1,12 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::PathBuf;
 
-use anyhow::Result;
-use wallclock_stream::accounting::{role_for, samples_to_ns, scale_samples};
+use wallclock_stream::accounting::{kind_leaf, merge_thread, role_for, samples_to_ns, scale_samples};
 use wallclock_stream::cli::open_input;
-use wallclock_stream::{
-    folded, Frame, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread, Writer,
-};
+use wallclock_stream::{Frame, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread};
 
 use crate::Options;
 
@@ -125,24 +122,6 @@ fn key_of(s: &Stack) -> Key {
         s.frames.clone(),
         s.gpu.as_ref().map(|g| (g.activity.clone(), g.device, g.stream, g.name.clone())),
     )
-}
-
-fn merge_thread(into: &mut Thread, t: &Thread) {
-    if into.comm.is_empty() {
-        into.comm = t.comm.clone();
-    }
-    into.role = into.role.take().or_else(|| t.role.clone());
-    into.start_ns = match (into.start_ns, t.start_ns) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    into.end_ns = match (into.end_ns, t.end_ns) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    into.on_ns = into.on_ns.or(t.on_ns);
-    into.off_ns = into.off_ns.or(t.off_ns);
-    into.samples = into.samples.or(t.samples);
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
@@ -313,17 +292,6 @@ fn keep(s: &Stack, opts: &Options) -> bool {
         && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))
 }
 
-/// The leaf a stack's kind adds below its frames: the off-CPU state
-/// (`[sleep]`...), or for GPU work what ran (the kernel's name, under the
-/// stack that launched it).
-pub fn kind_leaf(s: &Stack) -> Option<String> {
-    match s.kind {
-        Kind::Off => s.state.map(|st| st.leaf_name().to_string()),
-        Kind::Gpu => s.gpu.as_ref().and_then(|g| g.name.clone()).filter(|n| !n.is_empty()),
-        _ => None,
-    }
-}
-
 /// Append the kind's leaf frame, once (a re-merge does not add a second).
 /// Unsymbolized stacks keep their addresses for a later `stacksym`; their
 /// leaf is added when they are written folded.
@@ -336,74 +304,6 @@ fn append_state_leaf(s: &mut Stack) {
         return;
     }
     s.frames.push(Frame::named(leaf));
-}
-
-/// Frames for display: symbolized frames, else the raw addresses in hex
-/// (user root first, then kernel), then the state leaf.
-pub fn display_frames(s: &Stack) -> Vec<Frame> {
-    if !s.frames.is_empty() {
-        return s.frames.clone();
-    }
-    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
-    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
-    if let Some(leaf) = kind_leaf(s) {
-        v.push(Frame::named(leaf));
-    }
-    v
-}
-
-/// The root frame of a folded line.
-fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
-    if opts.gpu_roots && s.kind == Kind::Gpu {
-        let g = s.gpu.as_ref();
-        let dev = g.and_then(|g| g.device).map_or("?".to_string(), |d| d.to_string());
-        let stream = g.and_then(|g| g.stream).map_or("?".to_string(), |d| d.to_string());
-        return Some(format!("[gpu {dev} stream {stream}]"));
-    }
-    if opts.per_thread {
-        let comm = m.threads.get(&(s.pid, s.tid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
-        if comm.is_empty() && s.tid == 0 {
-            return None;
-        }
-        return Some(format!("{comm}-{}", s.tid));
-    }
-    let comm = m.threads.get(&(s.pid, s.pid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
-    (!comm.is_empty()).then(|| comm.to_string())
-}
-
-/// Folded lines: values summed per line in ns, then converted once.
-pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
-    let mut lines: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    for s in &m.stacks {
-        let prefix: Vec<String> = root_of(s, m, opts).into_iter().collect();
-        let mut text = Vec::new();
-        folded::write_line(&mut text, &prefix, &display_frames(s), s.kind, 0)?;
-        // Strip the " 0\n" placeholder value: the key is the stack text.
-        text.truncate(text.len() - 3);
-        *lines.entry(text).or_insert(0) += s.ns;
-    }
-    for (text, ns) in lines {
-        out.write_all(&text)?;
-        writeln!(out, " {}", opts.unit.from_ns(ns))?;
-    }
-    Ok(())
-}
-
-/// The stream: header, threads, maps, stacks, stats.
-pub fn write_stream(m: &Merged, out: &mut dyn Write) -> Result<()> {
-    let mut w = Writer::new(out);
-    w.write(&Record::Header(m.header.clone()))?;
-    for t in m.threads.values() {
-        w.write(&Record::Thread(t.clone()))?;
-    }
-    for mp in &m.maps {
-        w.write(&Record::Maps(mp.clone()))?;
-    }
-    for s in &m.stacks {
-        w.write(&Record::Stack(s.clone()))?;
-    }
-    w.write(&Record::Stats(m.stats.clone()))?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use wallclock_stream::accounting::{behaviour, role_for, scale_samples};
+use wallclock_stream::accounting::{behaviour, kind_leaf, merge_thread, role_for, scale_samples};
 use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
 
 /// Frame names of the synthetic stacks that keep time nobody could attribute.
@@ -108,11 +108,7 @@ pub fn display_frames(s: &Stack) -> Vec<Frame> {
 
 fn stack_text(s: &Stack) -> String {
     let mut names: Vec<String> = display_frames(s).iter().map(wallclock_stream::folded::frame_text).collect();
-    let leaf = match s.kind {
-        Kind::Off => s.state.map(|st| st.leaf_name().to_string()),
-        Kind::Gpu => s.gpu.as_ref().and_then(|g| g.name.clone()),
-        _ => None,
-    };
+    let leaf = kind_leaf(s);
     if let Some(leaf) = leaf {
         if names.last() != Some(&leaf) {
             names.push(leaf);
@@ -197,18 +193,6 @@ fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     }
-}
-
-fn merge_thread(into: &mut Thread, t: &Thread) {
-    if into.comm.is_empty() {
-        into.comm = t.comm.clone();
-    }
-    into.role = into.role.take().or_else(|| t.role.clone());
-    into.start_ns = min_opt(into.start_ns, t.start_ns);
-    into.end_ns = max_opt(into.end_ns, t.end_ns);
-    into.on_ns = into.on_ns.or(t.on_ns);
-    into.off_ns = into.off_ns.or(t.off_ns);
-    into.samples = into.samples.or(t.samples);
 }
 
 fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadReport {

@@ -1,0 +1,78 @@
+//! Writing the merged view: the stream, or folded lines.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::Result;
+use wallclock_stream::accounting::kind_leaf;
+use wallclock_stream::{folded, Frame, Kind, Record, Stack, Writer};
+
+use crate::{Merged, Options};
+
+/// Frames for display: symbolized frames, else the raw addresses in hex
+/// (user root first, then kernel), then the state leaf.
+pub fn display_frames(s: &Stack) -> Vec<Frame> {
+    if !s.frames.is_empty() {
+        return s.frames.clone();
+    }
+    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
+    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
+    if let Some(leaf) = kind_leaf(s) {
+        v.push(Frame::named(leaf));
+    }
+    v
+}
+
+/// The root frame of a folded line.
+fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
+    if opts.gpu_roots && s.kind == Kind::Gpu {
+        let g = s.gpu.as_ref();
+        let dev = g.and_then(|g| g.device).map_or("?".to_string(), |d| d.to_string());
+        let stream = g.and_then(|g| g.stream).map_or("?".to_string(), |d| d.to_string());
+        return Some(format!("[gpu {dev} stream {stream}]"));
+    }
+    if opts.per_thread {
+        let comm = m.threads.get(&(s.pid, s.tid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
+        if comm.is_empty() && s.tid == 0 {
+            return None;
+        }
+        return Some(format!("{comm}-{}", s.tid));
+    }
+    let comm = m.threads.get(&(s.pid, s.pid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
+    (!comm.is_empty()).then(|| comm.to_string())
+}
+
+/// Folded lines: values summed per line in ns, then converted once.
+pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
+    let mut lines: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for s in &m.stacks {
+        let prefix: Vec<String> = root_of(s, m, opts).into_iter().collect();
+        let mut text = Vec::new();
+        folded::write_line(&mut text, &prefix, &display_frames(s), s.kind, 0)?;
+        // Strip the " 0\n" placeholder value: the key is the stack text.
+        text.truncate(text.len() - 3);
+        *lines.entry(text).or_insert(0) += s.ns;
+    }
+    for (text, ns) in lines {
+        out.write_all(&text)?;
+        writeln!(out, " {}", opts.unit.from_ns(ns))?;
+    }
+    Ok(())
+}
+
+/// The stream: header, threads, maps, stacks, stats.
+pub fn write_stream(m: &Merged, out: &mut dyn Write) -> Result<()> {
+    let mut w = Writer::new(out);
+    w.write(&Record::Header(m.header.clone()))?;
+    for t in m.threads.values() {
+        w.write(&Record::Thread(t.clone()))?;
+    }
+    for mp in &m.maps {
+        w.write(&Record::Maps(mp.clone()))?;
+    }
+    for s in &m.stacks {
+        w.write(&Record::Stack(s.clone()))?;
+    }
+    w.write(&Record::Stats(m.stats.clone()))?;
+    Ok(())
+}
