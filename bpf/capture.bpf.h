@@ -41,7 +41,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 16 << 20);
+	__uint(max_entries, 4 << 20);
 } events SEC(".maps");
 
 struct {

@@ -38,6 +38,11 @@ pub struct TargetArgs {
     /// binary when there is one, else hex addresses).
     #[arg(short = 'f', long = "folded")]
     pub folded: bool,
+    /// Size of the ring buffer that carries new stacks to user space, MiB
+    /// (a power of two). Larger: fewer `[lost stack]` in bursts of new
+    /// stacks; smaller: less memory.
+    #[arg(long = "ringbuf-mb", default_value_t = 4, value_name = "MIB")]
+    pub ringbuf_mb: u32,
 }
 
 impl TargetArgs {
@@ -52,6 +57,9 @@ impl TargetArgs {
             if procfs::tgid_of(t).is_none() {
                 bail!("no such thread: {t}");
             }
+        }
+        if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {
+            bail!("--ringbuf-mb must be a power of two up to 1024, got {}", self.ringbuf_mb);
         }
         let d = match (self.duration, positional_duration) {
             (Some(_), Some(_)) => bail!("give the duration once: -d SECONDS or a positional DURATION"),

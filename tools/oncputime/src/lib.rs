@@ -67,6 +67,7 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OncputimeSkel<'sta
     ro.want_ustack = !cli.target.kernel_stacks_only;
     ro.want_kstack = !cli.target.user_stacks_only;
     open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
+    open.maps.events.set_max_entries(cli.target.ringbuf_mb << 20)?;
     open.progs.switch_btf.set_autoload(btf);
     open.progs.switch_raw.set_autoload(!btf);
     open.load()
