@@ -50,7 +50,9 @@ pub struct Cli {
     /// Heaviest stacks shown per kind and thread.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub top: usize,
-    /// Write the per-thread report files into DIR.
+    /// Write the report files of the earlier tool (nothing on stdout):
+    /// PREFIX_thread_analysis.txt, DIR/thread_TID_ROLE_analysis.txt, and
+    /// PREFIX_single_thread_analysis.txt for a one-thread target.
     #[arg(long, value_name = "DIR")]
     pub split_dir: Option<PathBuf>,
     /// Path prefix of the overview files of --split-dir (default DIR/wallclock).
@@ -74,9 +76,7 @@ pub fn run(cli: &Cli) -> Result<()> {
     let mut out = open_output(cli.output.as_deref())?;
     if let Some(dir) = &cli.split_dir {
         let prefix = cli.prefix.clone().unwrap_or_else(|| dir.join("wallclock"));
-        for p in write_split(&rep, dir, &prefix)? {
-            writeln!(out, "{}", p.display())?;
-        }
+        write_split(&rep, dir, &prefix)?;
     } else if cli.json {
         write_json(&rep, &mut out)?;
     } else {
@@ -90,7 +90,8 @@ pub fn run(cli: &Cli) -> Result<()> {
 }
 
 pub fn write_json(rep: &Report, out: &mut dyn Write) -> Result<()> {
-    serde_json::to_writer_pretty(&mut *out, rep)?;
+    // One line: `jq` pretty-prints it, `grep -o '"tid":[0-9]*'` finds the threads.
+    serde_json::to_writer(&mut *out, rep)?;
     out.write_all(b"\n")?;
     Ok(())
 }
