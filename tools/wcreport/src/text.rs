@@ -137,11 +137,17 @@ pub fn overview(r: &Report) -> String {
 }
 
 /// Leaf first, at most a few frames: what a reader wants to see first.
+/// The scheduler's own frames under the state leaf say nothing and go.
 fn short_stack(text: &str) -> String {
+    const SCHED: &[&str] = &["__schedule_[k]", "schedule_[k]", "preempt_schedule_common_[k]", "__cond_resched_[k]"];
     let frames: Vec<&str> = text.split(';').collect();
-    let shown: Vec<&str> = frames.iter().rev().take(6).copied().collect();
+    let mut rev: Vec<&str> = frames.iter().rev().copied().collect();
+    let leaf = if rev.first().is_some_and(|f| f.starts_with('[')) { Some(rev.remove(0)) } else { None };
+    let skipped = rev.iter().take_while(|f| SCHED.contains(f)).count();
+    let rest = &rev[skipped..];
+    let shown: Vec<&str> = leaf.into_iter().chain(rest.iter().take(6).copied()).collect();
     let mut s = shown.join(" <- ");
-    if frames.len() > shown.len() {
+    if rest.len() > 6 {
         s.push_str(" <- ...");
     }
     s
