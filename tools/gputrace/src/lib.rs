@@ -133,6 +133,34 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
         let err = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
         cmd.stdout(Stdio::from(err));
     }
+    // With on-CPU sampling, the program waits until oncputime is attached,
+    // so a short program is not missed: a shell (same pid as the program,
+    // which it execs) blocks reading a pipe that gputrace closes then.
+    let gate = if cpu { Some(Gate::new()?) } else { None };
+    if let Some(g) = &gate {
+        let mut gated = Command::new("/bin/sh");
+        gated.args(["-c", "read -r _ <&3; exec 3<&-; exec \"$@\"", "sh"]).args(&cli.command);
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => gated.env(k, v),
+                None => gated.env_remove(k),
+            };
+        }
+        if to_stdout {
+            let err = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
+            gated.stdout(Stdio::from(err));
+        }
+        let (r, w) = (g.read, g.write);
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut gated, move || {
+                libc::close(w);
+                libc::dup2(r, 3);
+                Ok(())
+            });
+        }
+        cmd = gated;
+    }
     let start_ns = monotonic_ns();
     let mut child = cmd.spawn().with_context(|| format!("cannot run {}", cli.command[0]))?;
     let pid = child.id();
@@ -142,7 +170,19 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
-    let oncpu = if cpu { start_oncputime(cli, pid, dir) } else { None };
+    let mut oncpu = if cpu { start_oncputime(cli, pid, dir) } else { None };
+    if let Some(o) = oncpu.as_mut() {
+        // Ready when it wrote its header (or gave up); at most 3 s.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let path = dir.join("oncpu.jsonl");
+        while Instant::now() < deadline
+            && std::fs::metadata(&path).map(|m| m.len() == 0).unwrap_or(true)
+            && matches!(o.child.try_wait(), Ok(None))
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    drop(gate);
     let status = child.wait().context("waiting for the program")?;
     let end_ns = monotonic_ns();
     let code = status.code().unwrap_or_else(|| {
@@ -159,7 +199,7 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
         }
     }
     files.sort();
-    let c = collect::collect(&files);
+    let c = if gpu { collect::collect(&files) } else { collect::Collected::default() };
     for n in c.notes.iter().filter(|n| !n.starts_with("no usable libcupti") && !n.starts_with("libcupti not found")) {
         eprintln!("gputrace: note: {n}");
     }
@@ -189,6 +229,33 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     w.write(&Record::Stats(Stats { end_ns: Some(end_ns), counts }))?;
     w.flush()?;
     Ok(code)
+}
+
+/// A pipe the program's pre-exec step reads: dropping it lets it run.
+struct Gate {
+    read: i32,
+    write: i32,
+}
+
+impl Gate {
+    fn new() -> Result<Gate> {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            bail!("pipe: {}", std::io::Error::last_os_error());
+        }
+        Ok(Gate { read: fds[0], write: fds[1] })
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        // SAFETY: closing our own fds; the program's read then sees EOF.
+        unsafe {
+            libc::close(self.write);
+            libc::close(self.read);
+        }
+    }
 }
 
 struct OnCpu {
@@ -257,7 +324,8 @@ fn finish_oncputime(mut o: OnCpu, dir: &Path) -> (Vec<Record>, Vec<(String, u64)
     }
     if recs.is_empty() {
         let _ = std::io::stderr().flush();
-        eprintln!("gputrace: oncputime wrote no samples (exit {status:?}; it needs root)");
+        let code = status.and_then(|s| s.code()).map_or("a signal".to_string(), |c| format!("code {c}"));
+        eprintln!("gputrace: oncputime wrote no samples (it exited with {code}; it needs root)");
     }
     (recs, counts, freq)
 }
