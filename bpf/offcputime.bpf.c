@@ -30,6 +30,17 @@ struct {
 	__type(value, __u8);
 } seen SEC(".maps");
 
+struct kscratch {
+	__u64 ips[WC_KSTACK_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kscratch);
+} kscratch SEC(".maps");
+
 static __always_inline __u32 state_of(unsigned int s)
 {
 	if (s == 0)
@@ -129,9 +140,19 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 		for (int i = 0; i < 6; i++)
 			fp = mix(fp, top[i]);
 	} else {
-		/* Kernel threads: the kernel stack is the only identity. */
-		fp = mix(0x4b, BPF_CORE_READ(prev, pid));
-		fp = mix(fp, bpf_get_prandom_u32()); /* always new: kernel threads are rare targets */
+		/* Kernel threads: the kernel stack is their only identity, so
+		 * they cost one walk per switch (user threads cost none). */
+		__u32 zero = 0;
+		struct kscratch *ks = bpf_map_lookup_elem(&kscratch, &zero);
+		fp = 0x4b;
+		if (ks) {
+			long n = bpf_get_stack(ctx, ks->ips, sizeof(ks->ips), 2);
+			for (int i = 0; i < WC_KSTACK_MAX; i++) {
+				if (i * 8 >= n)
+					break;
+				fp = mix(fp, ks->ips[i]);
+			}
+		}
 	}
 	fp = mix(fp, st);
 	fp = mix(fp, tid);

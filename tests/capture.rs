@@ -490,3 +490,43 @@ fn folded_output() {
         assert!(lines.iter().all(|(s, _)| s.contains(";0x")));
     }
 }
+
+/// `-t TID` keeps one thread of the process; its blocked-before-start
+/// stack is still found.
+#[test]
+fn tid_filter_keeps_one_thread() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-tid");
+    let mut child = Command::new(workload()).arg("2.5").arg(&d).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // The sleeper is the third thread created (after main, mixer, waiter).
+    let pid = child.id();
+    let tids: Vec<u64> = {
+        let mut v: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        v.sort();
+        v
+    };
+    let sleeper = tids
+        .iter()
+        .copied()
+        .find(|t| std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm")).unwrap_or_default().trim() == "sleeper")
+        .expect("sleeper thread");
+    let out = d.join("off.jsonl");
+    let st = tool("offcputime").args(["-t", &sleeper.to_string(), "-d", "1", "-o"]).arg(&out).status().unwrap();
+    assert!(st.success());
+    let recs = records(&out);
+    let threads = of_type(&recs, "thread");
+    assert_eq!(threads.len(), 1, "{threads:?}");
+    assert_eq!(u(&threads[0]["tid"]), sleeper);
+    let syms = Syms::new(&recs, &workload());
+    let stacks = of_type(&recs, "stack");
+    assert!(stacks.iter().all(|s| u(&s["tid"]) == sleeper));
+    assert!(stacks.iter().any(|s| syms.funcs(&ustack(s)).iter().any(|n| n == "long_sleep")));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
