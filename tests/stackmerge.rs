@@ -457,3 +457,26 @@ fn inputs_on_different_clocks_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("gpu.json") && err.contains("realtime"), "{err}");
 }
+
+/// Two capture tools start a few ms apart: the thread's life is the one
+/// its exact on/off accounting was measured over, not the union.
+#[test]
+fn thread_life_comes_from_the_exact_accounting() {
+    let mut exact = Thread::new(100, 101, "w");
+    (exact.start_ns, exact.end_ns, exact.on_ns) = (Some(1_000), Some(2_001_000), Some(600_000));
+    exact.off_ns = Some(StateNs { s: 1_400_000, ..Default::default() });
+    let mut sampled = Thread::new(100, 101, "w");
+    (sampled.start_ns, sampled.end_ns, sampled.on_ns, sampled.samples) =
+        (Some(31_000), Some(2_031_000), Some(590_000), Some(3));
+    let offs = jsonl(&[header("offcputime", None), Record::Thread(exact.clone())]);
+    let ons = jsonl(&[header("oncputime", Some(49)), Record::Thread(sampled), on(100, 101, "w", &["main", "x"], 3)]);
+    let dir = scratch("stackmerge-life");
+    let p = dir.join("on.json");
+    std::fs::write(&p, ons).unwrap();
+    let recs = parse_stream(&ok(TOOL, &["--on", p.to_str().unwrap()], offs.as_bytes()));
+    let t = recs.iter().find_map(|r| if let Record::Thread(t) = r { Some(t.clone()) } else { None }).unwrap();
+    assert_eq!((t.start_ns, t.end_ns, t.on_ns, t.off_ns), (exact.start_ns, exact.end_ns, exact.on_ns, exact.off_ns));
+    assert_eq!(t.samples, Some(3));
+    // All three samples of the thread: its whole exact on-CPU time.
+    assert_eq!(stacks(&recs)[0].ns, 600_000);
+}

@@ -92,24 +92,42 @@ pub fn kind_leaf(s: &Stack) -> Option<String> {
     }
 }
 
-/// Fold a second record of the same (pid, tid) into `into`: the life is
-/// the union, the first value known of each measure wins.
+/// Fold a second record of the same (pid, tid) into `into`. The record
+/// that carries the exact accounting (`off_ns`, from the switch tracer)
+/// gives the life and `on_ns`: on + off were measured over that interval,
+/// and another tool's slightly shifted window must not stretch it (which
+/// would show coverage under 100% for time nobody measured). Otherwise the
+/// life is the union and the first value known of each measure wins.
 pub fn merge_thread(into: &mut Thread, t: &Thread) {
     if into.comm.is_empty() {
         into.comm = t.comm.clone();
     }
     into.role = into.role.take().or_else(|| t.role.clone());
-    into.start_ns = match (into.start_ns, t.start_ns) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    into.end_ns = match (into.end_ns, t.end_ns) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    into.on_ns = into.on_ns.or(t.on_ns);
-    into.off_ns = into.off_ns.or(t.off_ns);
     into.samples = into.samples.or(t.samples);
+    match (into.off_ns.is_some(), t.off_ns.is_some()) {
+        (false, true) => {
+            into.start_ns = t.start_ns.or(into.start_ns);
+            into.end_ns = t.end_ns.or(into.end_ns);
+            into.on_ns = t.on_ns.or(into.on_ns);
+            into.off_ns = t.off_ns;
+        }
+        (true, false) => {
+            into.start_ns = into.start_ns.or(t.start_ns);
+            into.end_ns = into.end_ns.or(t.end_ns);
+            into.on_ns = into.on_ns.or(t.on_ns);
+        }
+        _ => {
+            into.start_ns = match (into.start_ns, t.start_ns) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            into.end_ns = match (into.end_ns, t.end_ns) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            into.on_ns = into.on_ns.or(t.on_ns);
+        }
+    }
 }
 
 /// What a thread mostly did.
@@ -299,6 +317,21 @@ mod tests {
         let mut t = th(10, 17, "x");
         t.role = Some("My Role!".into());
         assert_eq!(role_for(&t), "my_role");
+    }
+
+    #[test]
+    fn exact_accounting_gives_the_life() {
+        let mut sampled = th(1, 2, "w");
+        (sampled.start_ns, sampled.end_ns, sampled.on_ns, sampled.samples) = (Some(130), Some(1030), Some(5), Some(9));
+        let mut exact = th(1, 2, "w");
+        (exact.start_ns, exact.end_ns, exact.on_ns) = (Some(100), Some(1000), Some(400));
+        exact.off_ns = Some(StateNs { s: 500, ..Default::default() });
+        for (a, b) in [(&sampled, &exact), (&exact, &sampled)] {
+            let mut m = a.clone();
+            merge_thread(&mut m, b);
+            assert_eq!((m.start_ns, m.end_ns, m.on_ns, m.samples), (Some(100), Some(1000), Some(400), Some(9)));
+            assert_eq!(m.off_ns.unwrap().s, 500);
+        }
     }
 
     #[test]
