@@ -225,6 +225,7 @@ impl Cupti {
     ///
     /// # Safety
     /// `handle` must be a live handle of a library with CUPTI's ABI.
+    #[allow(clippy::missing_transmute_annotations)] // each target type is the field's
     pub unsafe fn load(handle: *mut c_void) -> Result<Cupti, String> {
         macro_rules! sym {
             ($name:literal) => {{
