@@ -42,6 +42,19 @@ const EXAMPLES: &str = "EXAMPLES:
         GPU kernels rooted at [gpu DEV stream S] instead of the process";
 
 /// Merge on-CPU, off-CPU and GPU stacks into one wall-clock stream.
+///
+/// Everything becomes integer ns on one clock. On-CPU samples divide each
+/// thread's exact on-CPU time when a thread record carries `on_ns`
+/// (width = on_ns x samples(stack) / samples(thread)), else count
+/// samples x 1e9 / freq (the input's header, or --freq for folded input);
+/// perf script input weighs stacks by their summed periods (ns). Off-CPU
+/// folded values are microseconds (bcc offcputime -f). The off-CPU state
+/// becomes the leaf frame ([runnable], [sleep], [io], [other]); a GPU
+/// activity's name sits under the stack that launched it. GPU time is never
+/// added to a thread's wall-clock accounting. Folded output: values in
+/// --unit (default us), summed per line in ns and rounded once; leaf
+/// markers _[c] on-CPU, _[o] off-CPU, _[g] GPU; unsymbolized frames as 0x
+/// addresses.
 #[derive(Debug, Parser)]
 #[command(name = "stackmerge", version, about, after_help = EXAMPLES)]
 pub struct Cli {

@@ -38,6 +38,17 @@ const EXAMPLES: &str = "EXAMPLES:
         and, for a one-thread target, out/run_single_thread_analysis.txt";
 
 /// Time accounting per process and per thread.
+///
+/// Per thread: alive time in the window (its thread record's life, else the
+/// header's window), on-CPU, off-CPU by state (R runnable, S sleeping,
+/// D uninterruptible, other), GPU time beside it (never added to the
+/// thread's wall clock), coverage = (on + off) / alive, its role (main, or
+/// from the thread name; the same string as in flame --per-thread file
+/// names) and behaviour class (cpu-bound, io-bound, lock-waiting,
+/// sleeping, runnable-starved, idle), and its top stacks per kind with
+/// their share of the thread's time. Per process: the threads' total in
+/// thread-seconds beside the wall time. [short blocks], [lost stack] and
+/// every count the capture reported lost are shown.
 #[derive(Debug, Parser)]
 #[command(name = "wcreport", version, about, after_help = EXAMPLES)]
 pub struct Cli {
