@@ -12,6 +12,8 @@ const volatile bool filter_tid = false;
 const volatile int thread_kind = 0;  /* 0 all, 1 user threads, 2 kernel threads */
 const volatile bool want_ustack = true;
 const volatile bool want_kstack = true;
+/* The common case of one target process: a compare instead of a lookup. */
+const volatile __u32 single_tgid = 0;
 
 /* Written by user space once attached, then at the stop: events outside
  * [start_ns, end_ns) are ignored. */
@@ -80,8 +82,12 @@ static __always_inline bool is_target_x(struct task_struct *t, bool btf)
 		if ((thread_kind == 1) == k)
 			return false;
 	}
-	if (filter_tgid && !bpf_map_lookup_elem(&tgids, &tgid))
+	if (single_tgid) {
+		if (tgid != single_tgid)
+			return false;
+	} else if (filter_tgid && !bpf_map_lookup_elem(&tgids, &tgid)) {
 		return false;
+	}
 	if (filter_tid && !bpf_map_lookup_elem(&tids, &tid))
 		return false;
 	return true;

@@ -38,13 +38,13 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-static __always_inline int handle(struct task_struct *prev, struct task_struct *next, unsigned int pstate)
+static __always_inline int handle(struct task_struct *prev, struct task_struct *next, unsigned int pstate, bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
 	if (!window_open(now))
 		return 0;
-	if (is_target(prev)) {
-		__u32 tid = BPF_CORE_READ(prev, pid);
+	if (is_target_x(prev, btf)) {
+		__u32 tid = RD(btf, prev, pid);
 		struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
 		if (!th)
 			th = thread_new(prev, now);
@@ -60,8 +60,8 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 			}
 		}
 	}
-	if (is_target(next)) {
-		__u32 tid = BPF_CORE_READ(next, pid);
+	if (is_target_x(next, btf)) {
+		__u32 tid = RD(btf, next, pid);
 		struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
 		if (!th)
 			th = thread_new(next, now);
@@ -78,14 +78,14 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle(prev, next, prev_state);
+	return handle(prev, next, prev_state, true);
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle(prev, next, prev_state);
+	return handle(prev, next, prev_state, false);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -62,6 +62,7 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OncputimeSkel<'sta
     let mut open = skel::OncputimeSkelBuilder::default().open(open_object)?;
     let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
     ro.filter_tgid = !sess.pids.is_empty();
+    ro.single_tgid = if sess.pids.len() == 1 { sess.pids[0] } else { 0 };
     ro.filter_tid = !cli.target.tids.is_empty();
     ro.thread_kind = cli.target.thread_kind();
     ro.want_ustack = !cli.target.kernel_stacks_only;
