@@ -69,8 +69,14 @@ pub struct RenderOptions {
 }
 
 /// Draw `entries` (any order) as an SVG into `out`.
-pub fn render<W: Write>(mut entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: W) -> Result<()> {
-    entries.retain(|e| e.total() > 0 || (opts.diff && e.before > 0));
+pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: W) -> Result<()> {
+    let fixed: Vec<Option<String>> = entries.iter().map(|e| inferno_safe(e.stack)).collect();
+    let mut entries: Vec<Entry<'_>> = entries
+        .iter()
+        .zip(&fixed)
+        .filter(|(e, _)| e.total() > 0 || (opts.diff && e.before > 0))
+        .map(|(e, f)| Entry { stack: f.as_deref().unwrap_or(e.stack), ..e.clone() })
+        .collect();
     layout::sort_entries(&mut entries);
     // Stacks only in BEFORE (diff) add to their parents' before-time but are not drawn.
     let (boxes, total) = layout::boxes(&entries, opts.min_width);
@@ -102,6 +108,27 @@ pub fn render<W: Write>(mut entries: Vec<Entry<'_>>, opts: &RenderOptions, mut o
     let svg = String::from_utf8(svg).map_err(|_| anyhow::anyhow!("internal: inferno wrote invalid UTF-8"))?;
     rewrite(&svg, &boxes, total, opts, &mut out)?;
     Ok(out.flush()?)
+}
+
+/// inferno reads a line ending in ` NUMBER NUMBER` as differential and
+/// skips lines starting with `# `: a stack that would be read so (a leaf
+/// named `frame 12`) gets a no-break space there instead.
+fn inferno_safe(stack: &str) -> Option<String> {
+    let tail = stack.rsplit_once(' ').map(|(_, t)| t);
+    let numeric = tail.is_some_and(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    let comment = stack.starts_with("# ");
+    if !numeric && !comment {
+        return None;
+    }
+    let mut s = stack.to_string();
+    if numeric {
+        let i = s.rfind(' ').unwrap();
+        s.replace_range(i..i + 1, "\u{a0}");
+    }
+    if comment {
+        s.replace_range(1..2, "\u{a0}");
+    }
+    Some(s)
 }
 
 fn itoa_u64(v: u64) -> String {
