@@ -31,6 +31,7 @@ pub struct Session {
     started: Option<Instant>,
     pub initial: BTreeMap<u32, Initial>,
     pub exit_code: Option<i32>,
+    ready_file: Option<std::path::PathBuf>,
 }
 
 impl Session {
@@ -54,6 +55,7 @@ impl Session {
             started: None,
             initial: BTreeMap::new(),
             exit_code: None,
+            ready_file: args.ready_file.clone(),
         })
     }
 
@@ -89,6 +91,10 @@ impl Session {
                 }
                 self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack });
             }
+        }
+        if let Some(f) = &self.ready_file {
+            std::fs::write(f, b"")
+                .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", f.display()))?;
         }
         Ok(())
     }

@@ -43,6 +43,10 @@ pub struct TargetArgs {
     /// stacks; smaller: less memory.
     #[arg(long = "ringbuf-mb", default_value_t = 4, value_name = "MIB")]
     pub ringbuf_mb: u32,
+    /// Create FILE once the BPF programs are attached, so that a script
+    /// running several captures can start its workload then (scripts/wallclock).
+    #[arg(long = "ready-file", value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
 }
 
 impl TargetArgs {

@@ -59,6 +59,9 @@ fn load_file(path: &str) -> Option<FileInfo> {
 }
 
 struct Proc {
+    /// Identity (device, inode) of the executable the maps belong to: an
+    /// exec replaces every mapping, so the old ones must not linger.
+    exe: Option<(u64, u64)>,
     maps: Vec<MapEntry>,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
@@ -71,6 +74,12 @@ struct Proc {
 pub struct Unwind {
     files: HashMap<String, Option<FileInfo>>,
     procs: HashMap<u32, Proc>,
+}
+
+fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((m.dev(), m.ino()))
 }
 
 fn parse_maps(pid: u32) -> Vec<MapEntry> {
@@ -108,7 +117,12 @@ impl Unwind {
         if maps.is_empty() {
             return;
         }
+        let exe = exe_identity(pid);
+        if self.procs.get(&pid).is_some_and(|p| p.exe != exe) {
+            self.procs.remove(&pid);
+        }
         let proc = self.procs.entry(pid).or_insert_with(|| Proc {
+            exe,
             maps: Vec::new(),
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),

@@ -1,0 +1,178 @@
+//! scripts/wallclock end to end, as root: the demo workload (which measures
+//! its own CPU and wall time per function) is profiled by the one command,
+//! and the files it writes must agree with that ground truth.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn skip() -> bool {
+    if !util::is_root() {
+        eprintln!("SKIPPED: wallclock tests need root (BPF)");
+        return true;
+    }
+    false
+}
+
+fn build_demo(dir: &Path) -> PathBuf {
+    let out = dir.join("workload");
+    let st = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&out)
+        .arg(util::root().join("scripts/demo/workload.c"))
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "building the demo workload failed");
+    out
+}
+
+fn wallclock(args: &[&str]) -> Output {
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(args)
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// Per folded file: (function, kind marker) -> microseconds, counting each
+/// stack once per function it contains.
+fn by_function(folded: &str) -> BTreeMap<(String, char), u64> {
+    let mut m = BTreeMap::new();
+    for line in folded.lines() {
+        let (stack, v) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad folded line {line}"));
+        let v: u64 = v.parse().unwrap();
+        let kind = if stack.ends_with("_[c]") {
+            'c'
+        } else if stack.ends_with("_[o]") {
+            'o'
+        } else {
+            panic!("leaf without a kind marker: {line}")
+        };
+        let mut seen = std::collections::HashSet::new();
+        for f in stack.split(';') {
+            let f = f.trim_end_matches("_[c]").trim_end_matches("_[o]").to_string();
+            if seen.insert(f.clone()) {
+                *m.entry((f, kind)).or_default() += v;
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn demo_profile_agrees_with_ground_truth() {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch("wallclock-demo");
+    let bin = build_demo(&dir);
+    let prefix = dir.join("demo");
+    // -m 0: every block keeps its stack, so preemptions inside a function
+    // (runnable time) are attributed to it rather than to [short blocks].
+    let out = wallclock(&["-m", "0", "-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()]);
+    assert!(out.status.success(), "wallclock failed: {}", out.status);
+    // The workload's own stdout is its truth: it must not be mixed with anything.
+    let truth: Value = serde_json::from_slice(&out.stdout).expect("the workload's stdout is its JSON truth, alone");
+
+    for f in ["demo.svg", "demo.folded", "demo.stream", "demo_thread_analysis.txt"] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    assert!(!dir.join("demo_single_thread_analysis.txt").exists(), "4 threads are not single-threaded");
+    let svg = std::fs::read_to_string(dir.join("demo.svg")).unwrap();
+    for f in ["compute_chunk", "nap", "write_and_fsync", "locked_update"] {
+        assert!(svg.contains(f), "{f} not in the flame graph");
+    }
+
+    // The report's accounting: every thread covered within 2% of its life.
+    let report = Command::new(util::bin("wcreport")).arg("--json").arg(dir.join("demo.stream")).output().unwrap();
+    assert!(report.status.success());
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let threads: Vec<&Value> = report["threads"].as_array().unwrap().iter().collect();
+    assert_eq!(threads.len(), truth["threads"].as_array().unwrap().len(), "one report entry per thread");
+    let alive: BTreeMap<u64, u64> = threads.iter().map(|t| (t["tid"].as_u64().unwrap(), t["alive_ns"].as_u64().unwrap())).collect();
+    for t in &threads {
+        let cov = t["coverage_pct"].as_f64().unwrap();
+        assert!((cov - 100.0).abs() <= 2.0, "thread {} coverage {cov}%", t["tid"]);
+    }
+
+    let mdir = dir.join("multithread_demo");
+    let mut errors = Vec::new();
+    for t in truth["threads"].as_array().unwrap() {
+        let tid = t["tid"].as_u64().unwrap();
+        let files: Vec<String> = std::fs::read_dir(&mdir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(&format!("thread_{tid}_")))
+            .collect();
+        for ext in [".svg", ".folded", "_analysis.txt"] {
+            assert!(files.iter().any(|n| n.ends_with(ext)), "thread {tid}: no thread_{tid}_<role>{ext} in {files:?}");
+        }
+        let folded_name = files.iter().find(|n| n.ends_with(".folded")).unwrap();
+        let folded = std::fs::read_to_string(mdir.join(folded_name)).unwrap();
+        let funcs = by_function(&folded);
+        let life_us = alive[&tid] as f64 / 1e3;
+        // Shares of the thread's life in the window, for the profile and
+        // for the truth alike (the workload measures only inside its named
+        // functions; start-up, joins and truncation are not theirs).
+        let fs = t["functions"].as_object().unwrap();
+        for (name, f) in fs {
+            if name == "lock_wait" {
+                continue; // measured inside locked_update, around pthread_mutex_lock
+            }
+            let cpu = f["cpu_ns"].as_f64().unwrap() / 1e3;
+            let off = f["wall_ns"].as_f64().unwrap() / 1e3 - cpu;
+            let got_on = *funcs.get(&(name.clone(), 'c')).unwrap_or(&0) as f64;
+            let got_off = *funcs.get(&(name.clone(), 'o')).unwrap_or(&0) as f64;
+            let (t_on, t_off) = (100.0 * cpu / life_us, 100.0 * off / life_us);
+            let (p_on, p_off) = (100.0 * got_on / life_us, 100.0 * got_off / life_us);
+            eprintln!("thread {tid} {name}: on {p_on:.1}% (truth {t_on:.1}%), off {p_off:.1}% (truth {t_off:.1}%)");
+            if (p_on - t_on).abs() > 3.0 || (p_off - t_off).abs() > 3.0 {
+                errors.push(format!("thread {tid} {name}: on {p_on:.1}% vs {t_on:.1}%, off {p_off:.1}% vs {t_off:.1}%"));
+            }
+        }
+    }
+    assert!(errors.is_empty(), "shares off by more than 3 points:\n{}", errors.join("\n"));
+    // The overview names every thread.
+    let overview = std::fs::read_to_string(dir.join("demo_thread_analysis.txt")).unwrap();
+    for t in truth["threads"].as_array().unwrap() {
+        assert!(overview.contains(&t["tid"].to_string()), "overview lacks thread {}", t["tid"]);
+    }
+}
+
+#[test]
+fn single_thread_command_and_exit_code() {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch("wallclock-single");
+    let prefix = dir.join("one");
+    let out = wallclock(&["-o", prefix.to_str().unwrap(), "--", "sh", "-c", "sleep 1; exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "the command's exit code is wallclock's");
+    assert!(dir.join("one_single_thread_analysis.txt").is_file() || dir.join("one_thread_analysis.txt").is_file());
+    let folded = std::fs::read_to_string(dir.join("one.folded")).unwrap();
+    let off: u64 = folded.lines().filter(|l| l.rsplit_once(' ').unwrap().0.ends_with("_[o]")).map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum();
+    // sh waits for sleep ~1 s: most of the window is off-CPU.
+    assert!(off >= 900_000, "sh's wait is off-CPU: {off} us");
+}
+
+#[test]
+fn bad_arguments_are_one_line() {
+    for (args, expect) in [
+        (vec!["notapid"], "PID must be a number"),
+        (vec!["-f", "0", "1"], "-f must be"),
+        (vec!["999999999"], "no such process"),
+    ] {
+        let out = wallclock(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
