@@ -260,14 +260,14 @@ fn gpu_stacks_under_their_launch_and_outside_thread_time() {
     }
 }
 
-/// Sum of a folded file's values per line, as (sum, per-line values).
+/// A folded file's values summed per distinct stack (its lines may repeat a stack).
 fn folded_values(path: &std::path::Path) -> Vec<u64> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.rsplit_once(' ').unwrap().1.trim().parse::<u64>().unwrap())
-        .collect()
+    let mut per_stack: BTreeMap<String, u64> = BTreeMap::new();
+    for l in std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()) {
+        let (stack, v) = l.rsplit_once(' ').unwrap();
+        *per_stack.entry(stack.to_string()).or_insert(0) += v.trim().parse::<u64>().unwrap();
+    }
+    per_stack.into_values().collect()
 }
 
 #[test]
@@ -279,7 +279,7 @@ fn bcc_offcputime_and_profile_merged() {
     let off_us = folded_values(&offp);
     let on_samples = folded_values(&onp);
     let want_off_ns: u64 = off_us.iter().map(|v| v * 1_000).sum();
-    // Each input line's samples become ns at 49 Hz; lines are then summed in ns.
+    // A stack's samples are summed, then become ns at 49 Hz, rounded once.
     let want_on_ns: u64 = on_samples.iter().map(|n| round_div(*n as u128 * 1_000_000_000, 49)).sum();
     let onarg = onp.to_str().unwrap();
     let offtext = std::fs::read(&offp).unwrap();

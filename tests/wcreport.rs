@@ -285,13 +285,14 @@ fn bcc_inputs_through_stackmerge() {
     else {
         return;
     };
+    // Values summed per distinct stack (a stack's samples scale once).
     let vals = |p: &std::path::Path| -> Vec<u64> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| l.rsplit_once(' ').unwrap().1.trim().parse().unwrap())
-            .collect()
+        let mut per: std::collections::BTreeMap<String, u64> = Default::default();
+        for l in std::fs::read_to_string(p).unwrap().lines().filter(|l| !l.trim().is_empty()) {
+            let (stack, v) = l.rsplit_once(' ').unwrap();
+            *per.entry(stack.to_string()).or_insert(0) += v.trim().parse::<u64>().unwrap();
+        }
+        per.into_values().collect()
     };
     let want_off: u64 = vals(&offp).iter().map(|v| v * 1_000).sum();
     let want_on: u64 = vals(&onp).iter().map(|n| ((*n as u128 * 1_000_000_000 + 24) / 49) as u64).sum();

@@ -27,7 +27,7 @@ use clap::Parser;
 use wallclock_stream::units::Unit;
 use wallclock_stream::Kind;
 
-pub use merge::{merge, Input, InputRole, Merged};
+pub use merge::{InputRole, Merged, Merger};
 
 const EXAMPLES: &str = "EXAMPLES:
     sudo offcputime -p 1234 10 | stacksym | stackmerge --on on.json | flame > wall.svg
@@ -158,21 +158,22 @@ pub fn run(cli: &Cli) -> Result<()> {
     paths.extend(cli.on.iter().map(|p| (InputRole::On, p.clone())));
     paths.extend(cli.gpu.iter().map(|p| (InputRole::Gpu, p.clone())));
 
-    let (inputs, err) = merge::read_inputs(&paths);
-    let merged = merge(&inputs, &opts);
+    let mut merger = Merger::new(&opts);
+    let res = merger.read_paths(&paths);
+    let merged = merger.finish();
     let mut out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
-    write(&merged, &opts, &mut out)?;
+    write(merged, &opts, &mut out)?;
     out.flush()?;
-    match err {
-        Some(e) => Err(e.context("stopped at a bad line; the records before it were merged and written")),
-        None => Ok(()),
-    }
+    res.map_err(|e| match wallclock_stream::cli::parse_error(&e) {
+        Some(_) => e.context("stopped at a bad line; the records before it were merged and written"),
+        None => e,
+    })
 }
 
 /// Write the merged result as the stream or as folded lines.
-pub fn write(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
+pub fn write(m: Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
     if opts.folded {
-        output::write_folded(m, opts, out)
+        output::write_folded(&m, opts, out)
     } else {
         output::write_stream(m, out)
     }

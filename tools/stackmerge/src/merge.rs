@@ -1,12 +1,16 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::BufRead;
 use std::path::PathBuf;
 
+use anyhow::{bail, Result};
 use wallclock_stream::accounting::{kind_leaf, merge_thread, role_for, samples_to_ns, scale_samples};
 use wallclock_stream::cli::open_input;
-use wallclock_stream::{Frame, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread};
+use wallclock_stream::{
+    Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread,
+};
 
 use crate::Options;
 
@@ -19,58 +23,300 @@ pub enum InputRole {
     Gpu,
 }
 
-/// One input, read.
-#[derive(Debug, Clone)]
-pub struct Input {
-    pub role: InputRole,
-    pub header: Option<Header>,
-    pub records: Vec<Record>,
-    /// Raw `perf script` text: each stack's value is the sum of its
-    /// samples' periods, ns for the cpu-clock/task-clock events.
-    pub perf_script: bool,
+/// Reads inputs one after the other, aggregating as it goes (identical
+/// stacks are summed on the fly, so memory follows distinct stacks, not
+/// lines), and puts everything in ns when done, once every thread's exact
+/// on-CPU time is known.
+pub struct Merger {
+    opts: Options,
+    header: Header,
+    clock: Option<(String, String)>,
+    threads: BTreeMap<(u32, u32), Thread>,
+    maps: Vec<Maps>,
+    stats: Stats,
+    any_stats: bool,
+    folded_on_input: bool,
+    /// Samples per thread over all inputs: the denominators.
+    thread_samples: HashMap<(u32, u32), u64>,
+    agg: FastMap<Key, Agg>,
 }
 
-/// Read the inputs in order; stop at the first bad line and return it
-/// beside what was read.
-pub fn read_inputs(paths: &[(InputRole, PathBuf)]) -> (Vec<Input>, Option<anyhow::Error>) {
-    let mut inputs = Vec::new();
-    for (role, p) in paths {
-        let (name, r) = match open_input(p) {
-            Ok(x) => x,
-            Err(e) => return (inputs, Some(e)),
+/// A HashMap with a fast non-cryptographic hash (FxHash's multiply-rotate):
+/// the keys are our own stacks, not adversarial input worth SipHash's cost.
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+#[derive(Default)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for b in chunks.remainder() {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// GPU activity, device, stream, name.
+type GpuKey = (String, Option<u32>, Option<u32>, Option<String>);
+
+/// Identity of a stack for aggregation. `scale` is `Some(freq)` while the
+/// value is still a sample count taken at `freq`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Key {
+    kind: Kind,
+    state: Option<State>,
+    pid: u32,
+    tid: u32,
+    comm: String,
+    ustack: Vec<u64>,
+    kstack: Vec<u64>,
+    frames: Vec<Frame>,
+    gpu: Option<GpuKey>,
+    scale: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Agg {
+    ns: u64,
+    count: u64,
+    launch_delay_ns: Option<u64>,
+}
+
+impl Agg {
+    fn add(&mut self, o: Agg) {
+        self.ns += o.ns;
+        self.count += o.count;
+        self.launch_delay_ns = match (self.launch_delay_ns, o.launch_delay_ns) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
         };
-        let (input, err) = read_input(*role, r, &name);
-        // One clock or nothing: ns of two clocks do not add up.
-        let clock_of = |i: &Input| i.header.as_ref().map(|h| h.clock.clone());
-        if let (Some(c), Some(first)) = (clock_of(&input), inputs.iter().find_map(clock_of)) {
-            if c != first {
-                let e = anyhow::anyhow!(
-                    "{name}: clock {c:?} differs from the other inputs' {first:?}; convert it before merging"
-                );
-                return (inputs, Some(e));
+    }
+}
+
+impl Merger {
+    pub fn new(opts: &Options) -> Self {
+        Merger {
+            opts: opts.clone(),
+            header: Header::new("stackmerge", env!("CARGO_PKG_VERSION")),
+            clock: None,
+            threads: BTreeMap::new(),
+            maps: Vec::new(),
+            stats: Stats::default(),
+            any_stats: false,
+            folded_on_input: false,
+            thread_samples: HashMap::new(),
+            agg: FastMap::default(),
+        }
+    }
+
+    /// Read the inputs in order; stop at the first bad line (what was read
+    /// before it stays merged).
+    pub fn read_paths(&mut self, paths: &[(InputRole, PathBuf)]) -> Result<()> {
+        for (role, p) in paths {
+            let (name, r) = open_input(p)?;
+            self.read(*role, r, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Read one input (`name` is for error messages).
+    pub fn read<R: BufRead>(&mut self, role: InputRole, mut r: R, name: &str) -> Result<()> {
+        let perf_script = starts_like_perf_script(&mut r);
+        let mut header_seen = false;
+        let mut freq = self.opts.freq;
+        for rec in Reader::new(r, name, ReaderOptions::default()) {
+            match rec? {
+                Record::Header(h) if !header_seen => {
+                    header_seen = true;
+                    // One clock or nothing: ns of two clocks do not add up.
+                    match &self.clock {
+                        Some((c, first)) if *c != h.clock => {
+                            bail!("{name}: clock {:?} differs from {first}'s {c:?}; convert it before merging", h.clock)
+                        }
+                        Some(_) => {}
+                        None => self.clock = Some((h.clock.clone(), name.to_string())),
+                    }
+                    freq = h.freq_hz.filter(|f| *f > 0).unwrap_or(self.opts.freq);
+                    merge_header(&mut self.header, &h, role);
+                }
+                Record::Header(_) => {}
+                Record::Thread(t) => match self.threads.get_mut(&(t.pid, t.tid)) {
+                    Some(into) => merge_thread(into, &t),
+                    None => {
+                        self.threads.insert((t.pid, t.tid), t);
+                    }
+                },
+                Record::Maps(m) => {
+                    if !self.maps.contains(&m) {
+                        self.maps.push(m);
+                    }
+                }
+                Record::Stats(s) => {
+                    self.any_stats = true;
+                    self.stats.end_ns = self.stats.end_ns.max(s.end_ns);
+                    for (k, v) in s.counts {
+                        *self.stats.counts.entry(k).or_insert(0) += v;
+                    }
+                }
+                Record::Stack(s) => {
+                    // On-CPU values to scale: `--on` inputs and streams (a
+                    // header); not folded `_[c]` lines given as off-CPU
+                    // input, whose values are already time (us).
+                    let scale = if perf_script {
+                        None
+                    } else {
+                        let k = kind_in(&s, role);
+                        (k == Kind::On && (role == InputRole::On || header_seen) && s.count > 0).then_some(freq)
+                    };
+                    if role == InputRole::On && !header_seen {
+                        self.folded_on_input = true;
+                    }
+                    self.add(s, role, perf_script, scale);
+                }
             }
         }
-        inputs.push(input);
-        if err.is_some() {
-            return (inputs, err);
-        }
+        Ok(())
     }
-    (inputs, None)
-}
 
-/// Read one input (`name` is for error messages); on a bad line, what came
-/// before it and the error naming the line.
-pub fn read_input<R: BufRead>(role: InputRole, mut r: R, name: &str) -> (Input, Option<anyhow::Error>) {
-    let perf_script = starts_like_perf_script(&mut r);
-    let mut input = Input { role, header: None, records: Vec::new(), perf_script };
-    for rec in Reader::new(r, name, ReaderOptions::default()) {
-        match rec {
-            Ok(Record::Header(h)) if input.header.is_none() => input.header = Some(h),
-            Ok(r) => input.records.push(r),
-            Err(e) => return (input, Some(e.into())),
+    fn add(&mut self, mut s: Stack, role: InputRole, perf_script: bool, scale: Option<u64>) {
+        s.kind = kind_in(&s, role);
+        if perf_script {
+            // Summed periods: already ns (cpu-clock), not a sample count.
+            s.ns = s.count;
         }
+        if !keep(&s, &self.opts) {
+            return;
+        }
+        append_state_leaf(&mut s);
+        if scale.is_some() {
+            *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
+        }
+        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
+        let key = Key {
+            kind: s.kind,
+            state: s.state,
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm,
+            ustack: s.ustack,
+            kstack: s.kstack,
+            frames: s.frames,
+            gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
+            scale,
+        };
+        self.agg.entry(key).or_default().add(v);
     }
-    (input, None)
+
+    /// Samples become ns (each thread's exact on-CPU time divided by its
+    /// samples, else samples / freq), filters and roles applied.
+    pub fn finish(self) -> Merged {
+        let Merger {
+            opts,
+            mut header,
+            threads,
+            mut maps,
+            mut stats,
+            any_stats,
+            folded_on_input,
+            thread_samples,
+            agg,
+            ..
+        } = self;
+        if header.freq_hz.is_none() && folded_on_input {
+            header.freq_hz = Some(opts.freq);
+        }
+        header.pids = header
+            .pids
+            .iter()
+            .copied()
+            .filter(|p| opts.pids.is_empty() || opts.pids.contains(p))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !any_stats {
+            stats.end_ns = header.end_ns;
+        }
+        let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
+        for (mut key, mut v) in agg {
+            if let Some(freq) = key.scale.take() {
+                let t = threads.get(&(key.pid, key.tid));
+                let denom = t
+                    .and_then(|t| t.samples)
+                    .filter(|n| *n > 0)
+                    .or_else(|| thread_samples.get(&(key.pid, key.tid)).copied());
+                v.ns = match (t.and_then(|t| t.on_ns), denom) {
+                    (Some(on), Some(n)) if n > 0 => scale_samples(on, v.count, n),
+                    _ => samples_to_ns(v.count, freq),
+                };
+            }
+            done.push((key, v));
+        }
+        // Sorted once at the end; a stack that came both as samples and as
+        // time (or at two frequencies) now has one key: merge neighbours.
+        done.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        done.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1.add(later.1);
+            }
+            same
+        });
+        let stacks = done
+            .into_iter()
+            .map(|(k, v)| Stack {
+                kind: k.kind,
+                state: k.state,
+                pid: k.pid,
+                tid: k.tid,
+                comm: k.comm,
+                ustack: k.ustack,
+                kstack: k.kstack,
+                frames: k.frames,
+                ns: v.ns,
+                count: v.count,
+                gpu: k.gpu.map(|(activity, device, stream, name)| GpuInfo {
+                    activity,
+                    device,
+                    stream,
+                    name,
+                    launch_delay_ns: v.launch_delay_ns,
+                }),
+            })
+            .collect();
+        let threads: BTreeMap<(u32, u32), Thread> = threads
+            .into_iter()
+            .filter(|((pid, tid), _)| {
+                (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid))
+            })
+            .map(|(k, mut t)| {
+                if t.role.is_none() {
+                    t.role = Some(role_for(&t));
+                }
+                (k, t)
+            })
+            .collect();
+        maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
+        Merged { header, threads, maps, stacks, stats }
+    }
 }
 
 /// Peek (without consuming) at the first line: `comm pid [cpu] time: period event:`.
@@ -97,33 +343,6 @@ pub struct Merged {
     pub stats: Stats,
 }
 
-/// Identity of a stack for aggregation.
-type Key = (
-    Kind,
-    Option<State>,
-    u32,
-    u32,
-    String,
-    Vec<u64>,
-    Vec<u64>,
-    Vec<Frame>,
-    Option<(String, Option<u32>, Option<u32>, Option<String>)>,
-);
-
-fn key_of(s: &Stack) -> Key {
-    (
-        s.kind,
-        s.state,
-        s.pid,
-        s.tid,
-        s.comm.clone(),
-        s.ustack.clone(),
-        s.kstack.clone(),
-        s.frames.clone(),
-        s.gpu.as_ref().map(|g| (g.activity.clone(), g.device, g.stream, g.name.clone())),
-    )
-}
-
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
     into.pids.extend(h.pids.iter().copied());
     if into.command.is_none() {
@@ -146,135 +365,6 @@ fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
     for (k, v) in &h.lost {
         *into.lost.entry(k.clone()).or_insert(0) += v;
     }
-}
-
-/// Is an on-CPU stack of this input a sample count to scale? Yes for
-/// `--on` inputs and for streams (a header); no for folded `_[c]` lines
-/// given as off-CPU input, whose values are already time (us).
-fn scales(input: &Input) -> bool {
-    input.role == InputRole::On || input.header.is_some()
-}
-
-/// Merge the inputs: threads per (pid, tid), on-CPU samples scaled, the
-/// state leaf appended, filters applied, identical stacks aggregated.
-pub fn merge(inputs: &[Input], opts: &Options) -> Merged {
-    let mut header = Header::new("stackmerge", env!("CARGO_PKG_VERSION"));
-    let mut threads: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
-    let mut maps: Vec<Maps> = Vec::new();
-    let mut stats = Stats::default();
-    let mut any_stats = false;
-    for input in inputs {
-        if let Some(h) = &input.header {
-            merge_header(&mut header, h, input.role);
-        }
-        for r in &input.records {
-            match r {
-                Record::Thread(t) => match threads.get_mut(&(t.pid, t.tid)) {
-                    Some(into) => merge_thread(into, t),
-                    None => {
-                        threads.insert((t.pid, t.tid), t.clone());
-                    }
-                },
-                Record::Maps(m) => {
-                    if !maps.iter().any(|x| x == m) {
-                        maps.push(m.clone());
-                    }
-                }
-                Record::Stats(s) => {
-                    any_stats = true;
-                    stats.end_ns = stats.end_ns.max(s.end_ns);
-                    for (k, v) in &s.counts {
-                        *stats.counts.entry(k.clone()).or_insert(0) += v;
-                    }
-                }
-                Record::Header(_) | Record::Stack(_) => {}
-            }
-        }
-    }
-    if header.freq_hz.is_none() && inputs.iter().any(|i| i.role == InputRole::On && i.header.is_none()) {
-        header.freq_hz = Some(opts.freq);
-    }
-    header.pids = header
-        .pids
-        .iter()
-        .copied()
-        .filter(|p| opts.pids.is_empty() || opts.pids.contains(p))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if !any_stats {
-        stats.end_ns = header.end_ns;
-    }
-
-    // Samples per thread over all inputs, for the denominators.
-    let mut thread_samples: HashMap<(u32, u32), u64> = HashMap::new();
-    for input in inputs.iter().filter(|i| scales(i) && !i.perf_script) {
-        for r in &input.records {
-            if let Record::Stack(s) = r {
-                if kind_in(s, input.role) == Kind::On {
-                    *thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
-                }
-            }
-        }
-    }
-
-    let mut agg: BTreeMap<Key, Stack> = BTreeMap::new();
-    for input in inputs {
-        let freq = input.header.as_ref().and_then(|h| h.freq_hz).filter(|f| *f > 0).unwrap_or(opts.freq);
-        for r in &input.records {
-            let Record::Stack(s) = r else { continue };
-            let mut s = s.clone();
-            s.kind = kind_in(&s, input.role);
-            if input.perf_script {
-                // Summed periods: already ns (cpu-clock), not a sample count.
-                s.ns = s.count;
-            } else if s.kind == Kind::On && scales(input) && s.count > 0 {
-                let t = threads.get(&(s.pid, s.tid));
-                let denom = t
-                    .and_then(|t| t.samples)
-                    .filter(|n| *n > 0)
-                    .or_else(|| thread_samples.get(&(s.pid, s.tid)).copied());
-                s.ns = match (t.and_then(|t| t.on_ns), denom) {
-                    (Some(on), Some(n)) if n > 0 => scale_samples(on, s.count, n),
-                    _ => samples_to_ns(s.count, freq),
-                };
-            }
-            if !keep(&s, opts) {
-                continue;
-            }
-            append_state_leaf(&mut s);
-            match agg.get_mut(&key_of(&s)) {
-                Some(a) => {
-                    a.ns += s.ns;
-                    a.count += s.count;
-                    if let (Some(ag), Some(sg)) = (a.gpu.as_mut(), s.gpu.as_ref()) {
-                        ag.launch_delay_ns = match (ag.launch_delay_ns, sg.launch_delay_ns) {
-                            (None, None) => None,
-                            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
-                        };
-                    }
-                }
-                None => {
-                    agg.insert(key_of(&s), s);
-                }
-            }
-        }
-    }
-
-    let threads: BTreeMap<(u32, u32), Thread> = threads
-        .into_iter()
-        .filter(|((pid, tid), _)| {
-            (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid))
-        })
-        .map(|(k, mut t)| {
-            if t.role.is_none() {
-                t.role = Some(role_for(&t));
-            }
-            (k, t)
-        })
-        .collect();
-    maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-    Merged { header, threads, maps, stacks: agg.into_values().collect(), stats }
 }
 
 fn kind_in(s: &Stack, role: InputRole) -> Kind {
@@ -325,19 +415,19 @@ mod tests {
 
     #[test]
     fn in_process_merge_of_folded_inputs() {
-        let (off, e1) = read_input(InputRole::Off, &b"app;main;read 3\napp;main;read 2\n"[..], "off");
-        let (on, e2) = read_input(InputRole::On, &b"app;main;spin 49\n"[..], "on");
-        assert!(e1.is_none() && e2.is_none());
-        let m = merge(&[off, on], &opts());
+        let mut m = Merger::new(&opts());
+        m.read(InputRole::Off, &b"app;main;read 3\napp;main;read 2\n"[..], "off").unwrap();
+        m.read(InputRole::On, &b"app;main;spin 49\n"[..], "on").unwrap();
         let mut out = Vec::new();
-        crate::write(&m, &opts(), &mut out).unwrap();
+        crate::write(m.finish(), &opts(), &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "app;main;read_[o] 5000\napp;main;spin_[c] 1000000000\n");
     }
 
     #[test]
     fn bad_line_keeps_what_came_before() {
-        let (inp, err) = read_input(InputRole::Off, &b"a;b 1\nbroken\n"[..], "x");
-        assert_eq!(inp.records.len(), 1);
-        assert!(err.unwrap().to_string().contains("line 2"));
+        let mut m = Merger::new(&opts());
+        let err = m.read(InputRole::Off, &b"a;b 1\nbroken\n"[..], "x").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+        assert_eq!(m.finish().stacks.len(), 1);
     }
 }

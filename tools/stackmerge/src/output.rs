@@ -1,6 +1,6 @@
 //! Writing the merged view: the stream, or folded lines.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 use std::io::Write;
 
 use anyhow::Result;
@@ -11,16 +11,16 @@ use crate::{Merged, Options};
 
 /// Frames for display: symbolized frames, else the raw addresses in hex
 /// (user root first, then kernel), then the state leaf.
-pub fn display_frames(s: &Stack) -> Vec<Frame> {
+pub fn display_frames(s: &Stack) -> Cow<'_, [Frame]> {
     if !s.frames.is_empty() {
-        return s.frames.clone();
+        return Cow::Borrowed(&s.frames);
     }
     let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
     v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
     if let Some(leaf) = kind_leaf(s) {
         v.push(Frame::named(leaf));
     }
-    v
+    Cow::Owned(v)
 }
 
 /// The root frame of a folded line.
@@ -44,15 +44,25 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
 
 /// Folded lines: values summed per line in ns, then converted once.
 pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
-    let mut lines: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.stacks.len());
     for s in &m.stacks {
         let prefix: Vec<String> = root_of(s, m, opts).into_iter().collect();
         let mut text = Vec::new();
         folded::write_line(&mut text, &prefix, &display_frames(s), s.kind, 0)?;
         // Strip the " 0\n" placeholder value: the key is the stack text.
         text.truncate(text.len() - 3);
-        *lines.entry(text).or_insert(0) += s.ns;
+        lines.push((text, s.ns));
     }
+    // Different stacks can print the same line (threads under one process
+    // root): sort, then sum neighbours in ns before the one conversion.
+    lines.sort_unstable();
+    lines.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 += later.1;
+        }
+        same
+    });
     for (text, ns) in lines {
         out.write_all(&text)?;
         writeln!(out, " {}", opts.unit.from_ns(ns))?;
@@ -61,18 +71,18 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
 }
 
 /// The stream: header, threads, maps, stacks, stats.
-pub fn write_stream(m: &Merged, out: &mut dyn Write) -> Result<()> {
+pub fn write_stream(m: Merged, out: &mut dyn Write) -> Result<()> {
     let mut w = Writer::new(out);
-    w.write(&Record::Header(m.header.clone()))?;
-    for t in m.threads.values() {
-        w.write(&Record::Thread(t.clone()))?;
+    w.write(&Record::Header(m.header))?;
+    for t in m.threads.into_values() {
+        w.write(&Record::Thread(t))?;
     }
-    for mp in &m.maps {
-        w.write(&Record::Maps(mp.clone()))?;
+    for mp in m.maps {
+        w.write(&Record::Maps(mp))?;
     }
-    for s in &m.stacks {
-        w.write(&Record::Stack(s.clone()))?;
+    for s in m.stacks {
+        w.write(&Record::Stack(s))?;
     }
-    w.write(&Record::Stats(m.stats.clone()))?;
+    w.write(&Record::Stats(m.stats))?;
     Ok(())
 }
