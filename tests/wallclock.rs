@@ -85,6 +85,10 @@ fn demo_profile_agrees_with_ground_truth() {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
     assert!(!dir.join("demo_single_thread_analysis.txt").exists(), "4 threads are not single-threaded");
+    // Every user frame is named: the vDSO, and the shell that held the
+    // target before its exec, included.
+    let combined = std::fs::read_to_string(dir.join("demo.folded")).unwrap();
+    assert!(!combined.contains("[unknown]"), "unnamed frames: {}", combined.lines().filter(|l| l.contains("[unknown]")).next().unwrap());
     let svg = std::fs::read_to_string(dir.join("demo.svg")).unwrap();
     for f in ["compute_chunk", "nap", "write_and_fsync", "locked_update"] {
         assert!(svg.contains(f), "{f} not in the flame graph");

@@ -67,6 +67,32 @@ pub fn read_stack(pid: u32, sp: u64) -> Vec<u8> {
     Vec::new()
 }
 
+/// Address ranges of the kernel functions that dispatch a tracepoint or
+/// perf event to a BPF program, read once from /proc/kallsyms.
+pub fn dispatch_ranges() -> &'static [(u64, u64)] {
+    static RANGES: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
+    RANGES.get_or_init(|| {
+        let Ok(s) = fs::read_to_string("/proc/kallsyms") else { return Vec::new() };
+        let mut syms: Vec<(u64, bool)> = s
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let a = u64::from_str_radix(it.next()?, 16).ok().filter(|&a| a != 0)?;
+                let t = it.next()?;
+                let n = it.next()?;
+                matches!(t, "t" | "T").then(|| {
+                    let d = ["__traceiter_", "__bpf_trace_", "bpf_trace_run", "__bpf_prog_enter", "bpf_prog_", "__bpf_prog_run"]
+                        .iter()
+                        .any(|p| n.starts_with(p));
+                    (a, d)
+                })
+            })
+            .collect();
+        syms.sort_unstable();
+        syms.windows(2).filter(|w| w[0].1).map(|w| (w[0].0, w[1].0)).collect()
+    })
+}
+
 /// Kernel symbol addresses, to turn /proc/PID/stack's `func+0x1f/0x80` into
 /// addresses a symbolizer resolves like any other.
 #[derive(Default)]

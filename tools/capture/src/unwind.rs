@@ -22,6 +22,9 @@ struct FileInfo {
 }
 
 fn load_file(path: &str) -> Option<FileInfo> {
+    if !path.starts_with('/') {
+        return None;
+    }
     let data = std::fs::read(path).ok()?;
     let obj = object::File::parse(&*data).ok()?;
     let build_id = obj.build_id().ok().flatten().map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
@@ -74,6 +77,9 @@ struct Proc {
 pub struct Unwind {
     files: HashMap<String, Option<FileInfo>>,
     procs: HashMap<u32, Proc>,
+    /// Mappings of an executable a process has since exec'd away from: its
+    /// stacks from before the exec still need them to be symbolized.
+    retired: HashMap<u32, Vec<MapEntry>>,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -91,7 +97,9 @@ fn parse_maps(pid: u32) -> Vec<MapEntry> {
             continue;
         }
         let path = f[5].trim();
-        if !path.starts_with('/') {
+        // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
+        // rather than an anonymous address).
+        if !path.starts_with('/') && path != "[vdso]" {
             continue;
         }
         let Some((a, b)) = f[0].split_once('-') else { continue };
@@ -119,7 +127,9 @@ impl Unwind {
         }
         let exe = exe_identity(pid);
         if self.procs.get(&pid).is_some_and(|p| p.exe != exe) {
-            self.procs.remove(&pid);
+            if let Some(old) = self.procs.remove(&pid) {
+                self.retired.entry(pid).or_default().extend(old.maps);
+            }
         }
         let proc = self.procs.entry(pid).or_insert_with(|| Proc {
             exe,
@@ -216,6 +226,12 @@ impl Unwind {
     pub fn maps_record(&self, pid: u32) -> Option<Maps> {
         let p = self.procs.get(&pid)?;
         let mut maps = p.maps.clone();
+        // Before-exec mappings, where they do not collide with the current ones.
+        for old in self.retired.get(&pid).into_iter().flatten() {
+            if !p.maps.iter().any(|m| m.start < old.end && old.start < m.end) {
+                maps.push(old.clone());
+            }
+        }
         maps.sort_by_key(|m| m.start);
         Some(Maps { pid, maps })
     }

@@ -70,6 +70,8 @@ pub struct Engine {
     /// by commas (no clone of a `Frame` per record written).
     cache: HashMap<Key, Box<str>>,
     warned: HashSet<String>,
+    /// Our own vDSO as a file, made on first need (`None` inside: failed).
+    vdso: Option<Option<crate::vdso::VdsoFile>>,
 }
 
 impl Engine {
@@ -88,6 +90,7 @@ impl Engine {
             build_id_ok: HashMap::new(),
             cache: HashMap::new(),
             warned: HashSet::new(),
+            vdso: None,
         }
     }
 
@@ -245,7 +248,7 @@ impl Engine {
     fn resolve_in_files(&mut self, maps: &[MapEntry], items: &[Item], out: &mut [Option<Vec<Frame>>]) {
         let mut by_file: HashMap<usize, Vec<(Item, u64)>> = HashMap::new();
         for it in items.iter().filter(|it| out[it.idx].is_none()) {
-            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i])) {
+            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i]) || maps[i].path == "[vdso]") {
                 let m = &maps[i];
                 by_file.entry(i).or_default().push((*it, it.lookup - m.start + m.offset));
             }
@@ -258,7 +261,15 @@ impl Engine {
                 continue;
             }
             let offs: Vec<u64> = list.iter().map(|(_, off)| *off).collect();
-            let src = Source::Elf(Elf::new(&m.path));
+            let elf_path = if m.path == "[vdso]" {
+                match self.vdso.get_or_insert_with(crate::vdso::VdsoFile::create) {
+                    Some(v) => v.path.clone(),
+                    None => continue,
+                }
+            } else {
+                std::path::PathBuf::from(&m.path)
+            };
+            let src = Source::Elf(Elf::new(elf_path));
             match self.symbolizer.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(res) => {
                     for ((it, _), s) in list.iter().zip(&res) {

@@ -24,6 +24,7 @@
 mod engine;
 mod names;
 mod procmaps;
+mod vdso;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
