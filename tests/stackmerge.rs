@@ -309,6 +309,8 @@ fn stream_output_golden() {
     std::fs::write(&on_path, &ons).unwrap();
     let out = ok(TOOL, &["--on", on_path.to_str().unwrap()], offs.as_bytes());
     util::golden("stackmerge/two-threads.jsonl", &out);
+    // stackmerge's own output merges to itself: nothing scaled twice, no second leaf.
+    assert_eq!(ok(TOOL, &[], out.as_bytes()), out);
     // The same through a file argument.
     let offp = dir.join("off.json");
     std::fs::write(&offp, &offs).unwrap();
@@ -439,6 +441,10 @@ fn perf_script_recorded_here() {
     let m = folded_map(&by_file);
     assert_eq!(m.values().sum::<u64>(), want);
     assert!(m.keys().all(|k| k.ends_with("_[c]")), "{m:?}");
+    // Merging the merged stream again changes nothing: periods are not samples.
+    let stream = ok(TOOL, &["/dev/null", "--on", p.to_str().unwrap()], b"");
+    let again = ok(TOOL, &["--folded", "--unit", "ns"], stream.as_bytes());
+    assert_eq!(again, by_file);
     // Rooted at the command (perf may catch it as perf-exec before the exec).
     let sh: u64 = m.iter().filter(|(k, _)| k.starts_with("sh;")).map(|(_, v)| v).sum();
     assert!(sh * 2 > want, "{m:?}");

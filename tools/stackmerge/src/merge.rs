@@ -200,8 +200,10 @@ impl Merger {
     fn add(&mut self, mut s: Stack, role: InputRole, perf_script: bool, scale: Option<u64>) {
         s.kind = kind_in(&s, role);
         if perf_script {
-            // Summed periods: already ns (cpu-clock), not a sample count.
+            // Summed periods: already ns (cpu-clock), not a sample count;
+            // count 0 so that a later merge does not take it for samples.
             s.ns = s.count;
+            s.count = 0;
         }
         if !keep(&s, &self.opts) {
             return;
