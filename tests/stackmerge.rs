@@ -357,7 +357,6 @@ fn empty_input_and_help() {
     assert_eq!(ok(TOOL, &["--folded"], b""), "");
     let help = ok(TOOL, &["--help"], b"");
     assert!(help.contains("EXAMPLES:") && help.contains("--per-thread"), "{help}");
-    let _ = StateNs::default();
 }
 
 #[test]
