@@ -307,3 +307,48 @@ fn stacksym_names_the_launch_functions() {
         assert!(s.frames.iter().any(|f| f.func == *func), "{:?} under {func}: {:?}", g.name, s.frames);
     }
 }
+
+/// `scripts/wallclock --gpu`: the GPU kernels sit in the combined folded
+/// file under the CPU functions that launched them, marked `_[g]`, with
+/// the fake GPU's own times, beside the program's on- and off-CPU time.
+#[test]
+fn wallclock_gpu_mode_puts_kernels_under_their_launchers() {
+    if !util::is_root() {
+        eprintln!("SKIPPED: scripts/wallclock needs root (BPF)");
+        return;
+    }
+    let (dir, app) = fakes();
+    let work = util::scratch("gpu-wallclock");
+    let truth = work.join("truth.txt");
+    let prefix = work.join("g");
+    let mut cmd = clean(Command::new("bash"));
+    cmd.arg(util::root().join("scripts/wallclock"))
+        .args(["--gpu", "-o", prefix.to_str().unwrap(), "--"])
+        .arg(app)
+        .arg("7")
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .env("WALLCLOCK_CUPTI_PATH", dir.join("libcupti.so.12"))
+        .env("FAKECUDA_TRUTH", &truth);
+    let out = cmd.output().unwrap();
+    // gpu_app exits with 3: wallclock passes it on.
+    assert_eq!(out.status.code(), Some(3), "wallclock --gpu: {}", String::from_utf8_lossy(&out.stderr));
+    let folded = std::fs::read_to_string(work.join("g.folded")).unwrap();
+    let sums = truth_sums(&std::fs::read_to_string(&truth).unwrap());
+    for (key, shown, launcher) in EXPECTED {
+        if *key == "-sync" {
+            continue; // the CPU's wait: GPU-side it is no kernel
+        }
+        let (ns, _) = sums[*key];
+        let got_us: u64 = folded
+            .lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(s, _)| s.ends_with(&format!("{shown}_[g]")) && s.contains(&format!(";{launcher};")))
+            .map(|(_, v)| v.parse::<u64>().unwrap())
+            .sum();
+        // Folded values are µs, each line rounded once.
+        let lines = folded.lines().filter(|l| l.contains(&format!("{shown}_[g]"))).count() as u64;
+        assert!(got_us.abs_diff(ns / 1000) <= lines.max(1), "{shown} under {launcher}: {got_us} us, truth {} us", ns / 1000);
+    }
+    assert!(folded.lines().any(|l| l.rsplit_once(' ').unwrap().0.ends_with("_[c]") || l.rsplit_once(' ').unwrap().0.ends_with("_[o]")),
+        "the CPU side is in the same picture");
+}
