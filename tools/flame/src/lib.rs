@@ -33,7 +33,8 @@ COLOURS:
   a folded line's leaf; markers never show in labels. Folded lines without a
   marker use --colors (default hot; `_[k]` kernel, `_[j]` JIT, `_[i]`
   inlined as inferno does). A box with time of several kinds lists the split
-  in its tooltip.
+  in its tooltip. --diff colours by AFTER - BEFORE instead: red grew, blue
+  shrank, white unchanged.
 
 UNITS:
   Stream records carry ns. Folded values are --unit: by default us when the
@@ -45,7 +46,7 @@ EXAMPLES:
   flame profile.folded --title 'my service' -o out.svg
   perf record -e cpu-clock -g -- ./app; perf script | flame > cpu.svg
   flame --inverted --min-width 0.5 merged.txt > icicle.svg
-  flame --per-thread -o threads/ merged.txt     # threads/thread_<TID>_<role>.svg
+  flame --per-thread -o threads/ merged.json    # threads/thread_<TID>_<role>.svg
   flame --diff before.folded after.folded > diff.svg";
 
 /// Interactive flame graph (SVG) from the wallclock stream or folded stacks.
@@ -80,7 +81,8 @@ pub struct Cli {
     /// markers, ns for perf script of cpu-clock, else samples).
     #[arg(long, value_parser = ["ns", "us", "ms", "samples"])]
     pub unit: Option<String>,
-    /// One SVG per thread into the directory -o: thread_<TID>_<role>.svg.
+    /// One SVG per thread into the directory -o: thread_<TID>_<role>.svg
+    /// (stream input; role from the thread record, else main, else its name).
     #[arg(long, requires = "output")]
     pub per_thread: bool,
     /// Differential graph: shape of AFTER, red where time grew, blue where it shrank.
