@@ -102,6 +102,9 @@ impl<R: BufRead> Reader<R> {
         if folder.collapse(&all[..], &mut out).is_err() || out.is_empty() {
             return false;
         }
+        // Collapsed values are summed sample periods: ns for perf's
+        // cpu-clock and task-clock events, not the folded default unit.
+        self.opts.folded_unit_ns = 1;
         // Line numbers now refer to the collapsed lines.
         self.name = format!("{} (perf script, collapsed)", self.name);
         self.line_no = 0;
@@ -211,6 +214,7 @@ mod tests {
         assert_eq!(recs.len(), 1, "{recs:?}");
         let Ok(Record::Stack(s)) = &recs[0] else { panic!("{recs:?}") };
         assert_eq!(s.frames.last().unwrap().func, "native_write_msr");
+        assert_eq!(s.ns, 250_000, "a cpu-clock period is ns");
         assert!(s.frames.last().unwrap().kernel);
     }
 }
