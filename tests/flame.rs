@@ -298,7 +298,9 @@ fn per_thread_files() {
     let mut names: Vec<String> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names, ["thread_100_main.svg", "thread_101_worker.svg", "thread_102_io_thr_1.svg"]);
+    // Roles by the rule wcreport's file names use (accounting::role_for):
+    // main thread, the record's role, else the name without its number.
+    assert_eq!(names, ["thread_100_main.svg", "thread_101_worker.svg", "thread_102_io_thr.svg"]);
     let fr = |n: &str| frames_of(&std::fs::read_to_string(dir.join(n)).unwrap());
     let main = fr("thread_100_main.svg");
     assert_eq!(find(&main, "all").w, 5000);

@@ -82,7 +82,8 @@ pub struct Cli {
     #[arg(long, value_parser = ["ns", "us", "ms", "samples"])]
     pub unit: Option<String>,
     /// One SVG per thread into the directory -o: thread_<TID>_<role>.svg
-    /// (stream input; role from the thread record, else main, else its name).
+    /// (stream input; role as wcreport names it: main, the record's role,
+    /// else one from the thread name).
     #[arg(long, requires = "output")]
     pub per_thread: bool,
     /// Differential graph: shape of AFTER, red where time grew, blue where it shrank.
@@ -182,24 +183,13 @@ fn flatten(p: &Profile, folded_scale: u64) -> Vec<(&str, input::Mix)> {
     out
 }
 
-/// `role` of the Thread record, else `main` for the process's main thread,
-/// else the thread name made safe for a file name.
+/// The thread's role in file names: the one rule wcreport and stackmerge
+/// use too (`accounting::role_for`), so `thread_<TID>_<role>.svg` sits
+/// beside `thread_<TID>_<role>_analysis.txt`.
 pub fn thread_role(tid: u32, t: &ThreadName) -> String {
-    let raw = match &t.role {
-        Some(r) if !r.is_empty() => r.clone(),
-        _ if tid == t.pid && t.pid != 0 => "main".to_string(),
-        _ => t.comm.clone(),
-    };
-    let s: String = raw
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
-        .collect();
-    let s = s.trim_matches(['_', '.']).to_string();
-    if s.is_empty() {
-        "thread".to_string()
-    } else {
-        s
-    }
+    let mut th = wallclock_stream::Thread::new(t.pid, tid, &t.comm);
+    th.role = t.role.clone();
+    wallclock_stream::accounting::role_for(&th)
 }
 
 fn render_options(cli: &Cli, unit: ValueUnit) -> RenderOptions {
