@@ -92,11 +92,34 @@ impl Session {
                 self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack });
             }
         }
+        self.announce();
         if let Some(f) = &self.ready_file {
             std::fs::write(f, b"")
                 .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", f.display()))?;
         }
         Ok(())
+    }
+
+    /// On a terminal, say what is traced and how it ends (as bcc does);
+    /// scripts that redirect stderr get nothing.
+    fn announce(&self) {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        let tool = std::env::args().next().unwrap_or_default();
+        let tool = tool.rsplit('/').next().unwrap_or("capture");
+        let what = match (&self.command, self.pids.is_empty()) {
+            (Some(c), _) => format!("{} (pid {})", c.join(" "), self.pids.last().copied().unwrap_or(0)),
+            (None, true) => "all threads".to_string(),
+            (None, false) => format!("pid {}", self.pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        };
+        let until = match (self.duration, &self.command) {
+            (Some(d), _) => format!("for {d} s (Ctrl-C to stop early)"),
+            (None, Some(_)) => "until it exits (Ctrl-C to stop)".to_string(),
+            (None, None) => "until Ctrl-C or the target exits".to_string(),
+        };
+        eprintln!("{tool}: tracing {what} {until}");
     }
 
     /// Whether to stop now: duration over, Ctrl-C, the launched command
