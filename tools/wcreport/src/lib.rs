@@ -13,6 +13,7 @@
 //! D, other), GPU time apart (never added to the thread's wall clock),
 //! coverage = (on + off) / alive, role and behaviour class, top stacks.
 
+pub mod gpu;
 pub mod report;
 pub mod text;
 

@@ -6,6 +6,8 @@ use serde::Serialize;
 use wallclock_stream::accounting::{behaviour, kind_leaf, merge_thread, role_for, scale_samples};
 use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
 
+use crate::gpu::{self, GpuReport};
+
 /// Frame names of the synthetic stacks that keep time nobody could attribute.
 pub const SHORT_BLOCKS: &str = "[short blocks]";
 pub const LOST_STACK: &str = "[lost stack]";
@@ -23,6 +25,9 @@ pub struct Report {
     pub lost_stack_ns: u64,
     pub processes: Vec<ProcessReport>,
     pub threads: Vec<ThreadReport>,
+    /// Present whenever the input has GPU records or `gpu_*` counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuReport>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -45,6 +50,8 @@ pub struct ProcessReport {
     pub off_ns: StateNs,
     pub off_total_ns: u64,
     pub gpu_ns: u64,
+    /// CPU time its threads spent waiting in GPU synchronizations.
+    pub gpu_sync_ns: u64,
     pub other_ns: u64,
     /// (on + off) / thread_ns, percent.
     pub coverage_pct: Option<f64>,
@@ -65,8 +72,12 @@ pub struct ThreadReport {
     pub on_ns: u64,
     pub off_ns: StateNs,
     pub off_total_ns: u64,
-    /// GPU time launched by this thread; not part of its wall-clock time.
+    /// GPU work (kernels, copies, memsets) launched by this thread; not
+    /// part of its wall-clock time.
     pub gpu_ns: u64,
+    /// Its time waiting in GPU synchronizations (CPU time, already inside
+    /// its on/off-CPU time when those were captured; never added to them).
+    pub gpu_sync_ns: u64,
     /// Stacks of unknown kind (plain folded input without markers).
     pub other_ns: u64,
     /// (on + off) / alive, percent.
@@ -178,7 +189,10 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let processes = processes(&out_threads, &threads, &window);
     let short_blocks_ns = out_threads.iter().map(|t| t.short_blocks_ns).sum();
     let lost_stack_ns = out_threads.iter().map(|t| t.lost_stack_ns).sum();
-    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads }
+    let comms: BTreeMap<(u32, u32), String> = threads.iter().map(|(k, t)| (*k, t.comm.clone())).collect();
+    let all: Vec<&Stack> = stacks.values().flatten().copied().collect();
+    let gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
+    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, gpu }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -267,7 +281,8 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadR
         on_ns,
         off_ns,
         off_total_ns,
-        gpu_ns: sum(Kind::Gpu),
+        gpu_ns: ss.iter().filter(|s| gpu::is_device_work(s)).map(|s| s.ns).sum(),
+        gpu_sync_ns: ss.iter().filter(|s| s.kind == Kind::Gpu && !gpu::is_device_work(s)).map(|s| s.ns).sum(),
         other_ns: sum(Kind::Other),
         coverage_pct: pct(on_ns + off_total_ns, alive_ns),
         short_blocks_ns,
@@ -327,6 +342,7 @@ fn processes(ts: &[ThreadReport], threads: &BTreeMap<(u32, u32), Thread>, w: &Wi
                 off_total_ns: off.total(),
                 off_ns: off,
                 gpu_ns: v.iter().map(|t| t.gpu_ns).sum(),
+                gpu_sync_ns: v.iter().map(|t| t.gpu_sync_ns).sum(),
                 other_ns: v.iter().map(|t| t.other_ns).sum(),
                 coverage_pct: pct(on_ns + off.total(), Some(thread_ns)),
             }
