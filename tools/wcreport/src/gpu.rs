@@ -62,8 +62,9 @@ pub struct GpuKernel {
     pub name: String,
     pub ns: u64,
     pub count: u64,
-    /// ns / count, rounded to the nearest ns.
-    pub mean_ns: u64,
+    /// ns / count, rounded to the nearest ns; null when the count is
+    /// unknown (plain folded input).
+    pub mean_ns: Option<u64>,
     /// Summed launch-call-start to kernel-start delay.
     pub launch_delay_ns: u64,
     /// launch_delay_ns / the launches that carry a delay, rounded; null
@@ -138,12 +139,9 @@ pub fn is_device_work(s: &Stack) -> bool {
     s.kind == Kind::Gpu && activity_of(s).0 != "sync"
 }
 
+/// sum / n rounded to the nearest; n > 0.
 fn mean(sum: u64, n: u64) -> u64 {
-    if n == 0 {
-        0
-    } else {
-        ((sum as u128 + n as u128 / 2) / n as u128) as u64
-    }
+    ((sum as u128 + n as u128 / 2) / n as u128) as u64
 }
 
 #[derive(Default)]
@@ -175,33 +173,36 @@ pub fn build(
     let mut syncs: BTreeMap<(u32, u32), GpuSyncThread> = BTreeMap::new();
     for s in gpu {
         let (act, name) = activity_of(s);
+        // A plain folded `_[g]` line's value is its time, not a number of
+        // activities: counts are known only from stream records.
+        let n = if s.gpu.is_some() { s.count } else { 0 };
         let device = s.gpu.as_ref().and_then(|g| g.device);
         let dev = || GpuDevice { device, ..Default::default() };
         match act.as_str() {
             "kernel" => {
                 let d = devices.entry(device).or_insert_with(dev);
                 d.kernel_ns += s.ns;
-                d.kernel_count += s.count;
+                d.kernel_count += n;
                 let k = kernels.entry(name).or_default();
                 k.ns += s.ns;
-                k.count += s.count;
+                k.count += n;
                 if let Some(delay) = s.gpu.as_ref().and_then(|g| g.launch_delay_ns) {
                     k.delay += delay;
-                    k.delayed += s.count;
+                    k.delayed += n;
                 }
             }
             "memcpy" => {
                 let d = devices.entry(device).or_insert_with(dev);
                 d.memcpy_ns += s.ns;
-                d.memcpy_count += s.count;
+                d.memcpy_count += n;
                 let c = copies.entry(name.clone()).or_insert_with(|| GpuNamed { name, ..Default::default() });
                 c.ns += s.ns;
-                c.count += s.count;
+                c.count += n;
             }
             "memset" => {
                 let d = devices.entry(device).or_insert_with(dev);
                 d.memset_ns += s.ns;
-                d.memset_count += s.count;
+                d.memset_count += n;
             }
             "sync" => {
                 let comm = comms.get(&(s.pid, s.tid)).cloned().filter(|c| !c.is_empty()).unwrap_or(s.comm.clone());
@@ -212,7 +213,7 @@ pub fn build(
                     ..Default::default()
                 });
                 t.ns += s.ns;
-                t.count += s.count;
+                t.count += n;
             }
             "overhead" => r.cupti_overhead_ns += s.ns,
             // An activity this report does not know: kept in the thread's
@@ -237,7 +238,7 @@ pub fn build(
             name,
             ns: k.ns,
             count: k.count,
-            mean_ns: mean(k.ns, k.count),
+            mean_ns: (k.count > 0).then(|| mean(k.ns, k.count)),
             launch_delay_ns: k.delay,
             mean_launch_delay_ns: (k.delayed > 0).then(|| mean(k.delay, k.delayed)),
         })

@@ -12,6 +12,10 @@
 //! Per thread: alive time in the window, on-CPU, off-CPU by state (R, S,
 //! D, other), GPU time apart (never added to the thread's wall clock),
 //! coverage = (on + off) / alive, role and behaviour class, top stacks.
+//! When the input has GPU records, a GPU section (`gpu` in the JSON, see
+//! [`gpu`]): busy time per device, top kernels by time and by count with
+//! their mean launch-to-start delay, copies, memsets, the CPU's waits in
+//! synchronizations, and the GPU losses the capture counted.
 
 pub mod gpu;
 pub mod report;

@@ -146,16 +146,38 @@ fn kernel_rows(title: &str, v: &[GpuKernel]) -> String {
         return String::new();
     }
     let mut rows = vec![["TIME", "COUNT", "MEAN", "LAUNCH->START", "KERNEL"].map(String::from).to_vec()];
-    rows.extend(v.iter().map(|k| {
-        vec![h(k.ns), k.count.to_string(), h(k.mean_ns), hopt(k.mean_launch_delay_ns), k.name.clone()]
-    }));
+    rows.extend(
+        v.iter()
+            .map(|k| vec![h(k.ns), k.count.to_string(), hopt(k.mean_ns), hopt(k.mean_launch_delay_ns), k.name.clone()]),
+    );
     // Numbers right-aligned, the name left free (it can be long).
     let w: Vec<usize> = (0..4).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut s = format!("  top kernels by {title}:\n");
     for r in &rows {
-        let _ = writeln!(s, "    {:>w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}", r[0], r[1], r[2], r[3], r[4], w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3]);
+        let _ = writeln!(
+            s,
+            "    {:>w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3]
+        );
     }
     s
+}
+
+/// ` in N what`; nothing when no count is known (plain folded input).
+fn times(n: u64, what: &str) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" in {n} {what}")
+    }
 }
 
 /// The GPU section: busy time per device, top kernels, copies, memsets,
@@ -168,7 +190,8 @@ pub fn gpu_section(g: &GpuReport) -> String {
         h(g.busy_ns)
     );
     if !g.devices.is_empty() {
-        let mut rows = vec![["DEVICE", "BUSY", "KERNELS", "N", "MEMCPY", "N", "MEMSET", "N"].map(String::from).to_vec()];
+        let mut rows =
+            vec![["DEVICE", "BUSY", "KERNELS", "N", "MEMCPY", "N", "MEMSET", "N"].map(String::from).to_vec()];
         rows.extend(g.devices.iter().map(|d| {
             vec![
                 d.device.map_or("-".to_string(), |x| x.to_string()),
@@ -183,7 +206,7 @@ pub fn gpu_section(g: &GpuReport) -> String {
         }));
         s.push_str(&table(&rows, 1, "  "));
     }
-    let _ = writeln!(s, "  kernels: {} in {} launch(es), {} distinct", h(g.kernel_ns), g.kernel_count, g.kernels);
+    let _ = writeln!(s, "  kernels: {}{}, {} distinct", h(g.kernel_ns), times(g.kernel_count, "launch(es)"), g.kernels);
     // Both orders say something; when they agree, one list is enough.
     let same = g.top_kernels_by_ns.iter().map(|k| &k.name).eq(g.top_kernels_by_count.iter().map(|k| &k.name));
     s.push_str(&kernel_rows(if same { "time (and count)" } else { "time" }, &g.top_kernels_by_ns));
@@ -193,18 +216,21 @@ pub fn gpu_section(g: &GpuReport) -> String {
     let kinds: Vec<String> = g.memcpy.by_kind.iter().map(|c| format!("{} {} x{}", c.name, h(c.ns), c.count)).collect();
     let _ = writeln!(
         s,
-        "  copies: {} in {}, {} bytes{}",
+        "  copies: {}{}, {} bytes{}",
         h(g.memcpy.ns),
-        g.memcpy.count,
+        times(g.memcpy.count, "copies"),
         g.memcpy.bytes,
         if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) }
     );
-    let _ = writeln!(s, "  memsets: {} in {}", h(g.memset.ns), g.memset.count);
-    let _ = writeln!(s, "  CPU waiting in GPU synchronization: {} in {} call(s)", h(g.sync.ns), g.sync.count);
+    let _ = writeln!(s, "  memsets: {}{}", h(g.memset.ns), times(g.memset.count, "memset(s)"));
+    let _ = writeln!(s, "  CPU waiting in GPU synchronization: {}{}", h(g.sync.ns), times(g.sync.count, "call(s)"));
     if !g.sync.threads.is_empty() {
         let mut rows = vec![["TID", "NAME", "WAIT", "CALLS"].map(String::from).to_vec()];
         rows.extend(
-            g.sync.threads.iter().map(|t| vec![t.tid.to_string(), name(&t.comm).to_string(), h(t.ns), t.count.to_string()]),
+            g.sync
+                .threads
+                .iter()
+                .map(|t| vec![t.tid.to_string(), name(&t.comm).to_string(), h(t.ns), t.count.to_string()]),
         );
         s.push_str(&table(&rows, 2, "    "));
     }
