@@ -5,7 +5,9 @@
 //! [`Header`]; then any mix of [`Thread`], [`Maps`] and [`Stack`] records;
 //! last a [`Stats`] trailer. Time is integer nanoseconds on
 //! `CLOCK_MONOTONIC` throughout. Plain folded lines (`a;b;c 123`) are
-//! accepted wherever a stream is read (see [`folded`]).
+//! accepted wherever a stream is read (see [`folded`]), and so is the
+//! binary framing of the same records ([`binary`]), which writers produce
+//! when `WALLCLOCK_STREAM_FORMAT=bincode` (see [`writer::Format`]).
 //!
 //! ```text
 //! {"type":"header","format":"wallclock","version":"1.0","tool":"offcputime",...}
@@ -18,6 +20,7 @@
 //! this crate.
 
 pub mod accounting;
+pub mod binary;
 pub mod cli;
 pub mod folded;
 pub mod reader;
@@ -27,4 +30,4 @@ pub mod writer;
 
 pub use reader::{ParseError, Reader, ReaderOptions};
 pub use record::*;
-pub use writer::Writer;
+pub use writer::{Format, Writer};

@@ -1,10 +1,13 @@
 //! Reading the stream. Each line is a JSON record (it starts with `{`) or a
 //! plain folded line; `perf script` output is recognised on its first line
 //! and collapsed (as `stackcollapse-perf.pl --all` would) before reading.
+//! Input that starts with a NUL byte is the binary framing
+//! ([`crate::binary`]): the same records, numbered instead of lines.
 
 use std::fmt;
 use std::io::{BufRead, Cursor};
 
+use crate::binary::{self, FrameError};
 use crate::folded;
 use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
 
@@ -27,17 +30,20 @@ impl Default for ReaderOptions {
 pub struct ParseError {
     /// Input name (file path, or `<stdin>`).
     pub source_name: String,
-    /// 1-based line number.
+    /// 1-based line number (record number in a binary stream).
     pub line: usize,
     pub msg: String,
+    /// `line` counts the records of a binary stream: shown as `record N`.
+    pub binary: bool,
 }
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unit = if self.binary { "record" } else { "line" };
         if self.source_name.is_empty() {
-            write!(f, "line {}: {}", self.line, self.msg)
+            write!(f, "{unit} {}: {}", self.line, self.msg)
         } else {
-            write!(f, "{}: line {}: {}", self.source_name, self.line, self.msg)
+            write!(f, "{}: {unit} {}: {}", self.source_name, self.line, self.msg)
         }
     }
 }
@@ -52,6 +58,10 @@ pub struct Reader<R: BufRead> {
     /// Set once the input turned out to be `perf script` output.
     collapsed: Option<Cursor<Vec<u8>>>,
     seen_data: bool,
+    /// The input turned out to be the binary framing.
+    binary: bool,
+    /// A broken binary framing: nothing more can be read.
+    done: bool,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -64,11 +74,51 @@ impl<R: BufRead> Reader<R> {
             buf: Vec::new(),
             collapsed: None,
             seen_data: false,
+            binary: false,
+            done: false,
         }
     }
 
     fn err(&self, msg: impl Into<String>) -> ParseError {
-        ParseError { source_name: self.name.clone(), line: self.line_no, msg: msg.into() }
+        ParseError { source_name: self.name.clone(), line: self.line_no, msg: msg.into(), binary: self.binary }
+    }
+
+    /// Does a binary stream start here (at a line start of the raw input)?
+    fn at_binary(&mut self) -> bool {
+        self.collapsed.is_none() && self.inner.fill_buf().is_ok_and(binary::starts_binary)
+    }
+
+    /// Switch to the binary framing: check its magic; records count from 1.
+    fn start_binary(&mut self) -> Result<(), ParseError> {
+        self.binary = true;
+        self.line_no = 0;
+        binary::read_magic(&mut self.inner).map_err(|e| {
+            self.done = true;
+            self.line_no = 1;
+            let (FrameError::Fatal(m) | FrameError::Record(m)) = e;
+            self.err(m)
+        })
+    }
+
+    fn next_binary(&mut self) -> Option<Result<Record, ParseError>> {
+        let res = binary::read_record(&mut self.inner, &mut self.buf);
+        self.line_no += 1;
+        match res {
+            Ok(None) => None,
+            Ok(Some(rec)) => {
+                if let Record::Header(h) = &rec {
+                    if let Err(m) = check_header(&h.format, &h.version) {
+                        return Some(Err(self.err(m)));
+                    }
+                }
+                Some(Ok(rec))
+            }
+            Err(FrameError::Record(m)) => Some(Err(self.err(m))),
+            Err(FrameError::Fatal(m)) => {
+                self.done = true;
+                Some(Err(self.err(m)))
+            }
+        }
     }
 
     fn parse(&mut self, line: &str) -> Result<Record, ParseError> {
@@ -141,7 +191,19 @@ impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<Record, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if self.binary {
+            return self.next_binary();
+        }
         loop {
+            if self.at_binary() {
+                if let Err(e) = self.start_binary() {
+                    return Some(Err(e));
+                }
+                return self.next_binary();
+            }
             self.buf.clear();
             let n = match self.collapsed.as_mut() {
                 Some(c) => c.read_until(b'\n', &mut self.buf),
@@ -203,6 +265,25 @@ mod tests {
         let recs = read("a 1\nb 2\n{\"type\":\"bogus\"}\n");
         let e = recs[2].as_ref().unwrap_err();
         assert_eq!(e.to_string().split(':').take(2).collect::<Vec<_>>(), ["t", " line 3"]);
+    }
+
+    #[test]
+    fn binary_after_text_and_truncated() {
+        let h = Record::Header(Header::new("x", "0"));
+        let mut w = crate::Writer::with_format(Vec::new(), crate::Format::Bincode);
+        w.write(&h).unwrap();
+        w.write(&h).unwrap();
+        let bin = w.into_inner();
+        let mut input = b"a;b_[c] 3\n".to_vec();
+        input.extend_from_slice(&bin);
+        let recs: Vec<_> = Reader::new(&input[..], "t", ReaderOptions::default()).collect();
+        assert_eq!(recs.len(), 3, "{recs:?}");
+        assert_eq!(recs[2].as_ref().unwrap(), &h);
+        let cut = &bin[..bin.len() - 2];
+        let recs: Vec<_> = Reader::new(cut, "t", ReaderOptions::default()).collect();
+        assert_eq!(recs.len(), 2, "{recs:?}");
+        let e = recs[1].as_ref().unwrap_err().to_string();
+        assert!(e.starts_with("t: record 2: truncated"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,11 @@
-//! Record types of the stream. Field order here is the order on the wire.
+//! Record types of the stream. Field order here is the order on the wire,
+//! in JSON and in the binary framing, where the variants and fields in
+//! their order *are* the encoding: any change to them (a new optional field
+//! too) must bump [`crate::binary::VERSION`].
 
 use std::collections::BTreeMap;
 
+use bincode::{Decode, Encode};
 use serde::{Deserialize, Serialize};
 
 /// The value of `Header::format`.
@@ -12,7 +16,7 @@ pub const VERSION_MAJOR: u32 = 1;
 pub const VERSION_MINOR: u32 = 0;
 
 /// One line of the stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Record {
     Header(Header),
@@ -23,7 +27,7 @@ pub enum Record {
 }
 
 /// First record: makes the stream self-describing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct Header {
     /// Always [`FORMAT_NAME`].
     pub format: String,
@@ -83,7 +87,7 @@ impl Header {
 }
 
 /// Off-CPU thread state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Encode, Decode)]
 pub enum State {
     /// Runnable: preempted or woken, waiting for a CPU.
     R,
@@ -126,7 +130,7 @@ impl State {
 }
 
 /// Off-CPU ns split by state.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Encode, Decode)]
 pub struct StateNs {
     #[serde(rename = "R", default)]
     pub r: u64,
@@ -166,7 +170,7 @@ impl StateNs {
 }
 
 /// What the producer knows of one thread over the window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct Thread {
     pub pid: u32,
     pub tid: u32,
@@ -211,13 +215,13 @@ impl Thread {
 
 /// A process's executable mappings, so that its addresses can be
 /// symbolized after it exited.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct Maps {
     pub pid: u32,
     pub maps: Vec<MapEntry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct MapEntry {
     pub start: u64,
     pub end: u64,
@@ -230,7 +234,7 @@ pub struct MapEntry {
 }
 
 /// What a stack's time is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Encode, Decode)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// Sampled on-CPU.
@@ -256,7 +260,7 @@ impl Kind {
 }
 
 /// One stack and the time spent in it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct Stack {
     pub kind: Kind,
     /// Off-CPU thread state (kind `off` only).
@@ -309,7 +313,7 @@ impl Stack {
 }
 
 /// One frame of a symbolized stack.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Encode, Decode)]
 pub struct Frame {
     /// Function name, demangled; `module+0xoffset` when unresolved;
     /// `[bracketed]` for synthetic frames (`[short blocks]`, `[lost stack]`).
@@ -351,7 +355,7 @@ impl Frame {
 }
 
 /// GPU activity detail.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, Encode, Decode)]
 pub struct GpuInfo {
     /// `kernel`, `memcpy`, `memset`, `sync`, `overhead`...
     pub activity: String,
@@ -373,7 +377,7 @@ pub struct GpuInfo {
 /// `short_blocks` (blocks under min-block, kept under `[short blocks]`),
 /// `lost_stacks` (stack unreadable, kept under `[lost stack]`),
 /// `ringbuf_drops`, `map_full`, `samples`, `switches`, `gpu_records_dropped`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct Stats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_ns: Option<u64>,

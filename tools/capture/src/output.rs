@@ -56,7 +56,8 @@ fn symbolized(records: &[Record]) -> Option<Vec<Record>> {
     if !out.status.success() {
         return None;
     }
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).ok()).collect()
+    // stacksym writes the framing WALLCLOCK_STREAM_FORMAT asks for: read either.
+    wallclock_stream::Reader::new(&out.stdout[..], "stacksym", Default::default()).map(Result::ok).collect()
 }
 
 /// Write `records` as the stream, or as folded lines whose values are
@@ -80,7 +81,7 @@ pub fn write(out: &mut dyn Write, records: &[Record], folded: bool, value: impl 
             }
         }
     } else {
-        let mut w = Writer::new(&mut *out);
+        let mut w = Writer::from_env(&mut *out)?;
         for r in records {
             w.write(r)?;
         }

@@ -120,6 +120,10 @@ impl Profile {
     /// folded lines, or `perf script` output. `per_thread` keys stream
     /// stacks by tid.
     pub fn add(&mut self, mut r: impl BufRead, name: &str, per_thread: bool, stream_folded_unit_ns: u64) -> Result<()> {
+        // The binary framing is the stream.
+        if wallclock_stream::binary::starts_binary(r.fill_buf().with_context(|| format!("cannot read {name}"))?) {
+            return self.add_stream(r, name, per_thread, stream_folded_unit_ns);
+        }
         // Skip to the first meaningful line, keeping what was read.
         let mut head = Vec::new();
         let mut line_no = 0;

@@ -221,7 +221,7 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
             header.lost.insert(k.to_string(), v);
         }
     }
-    let mut w = Writer::new(out);
+    let mut w = Writer::from_env(out)?;
     w.write(&Record::Header(header))?;
     for r in cpu_records.0.iter().chain(&c.records) {
         w.write(r)?;

@@ -324,6 +324,9 @@ impl Merger {
 /// Peek (without consuming) at the first line: `comm pid [cpu] time: period event:`.
 fn starts_like_perf_script<R: BufRead>(r: &mut R) -> bool {
     let Ok(buf) = r.fill_buf() else { return false };
+    if wallclock_stream::binary::starts_binary(buf) {
+        return false;
+    }
     let text = String::from_utf8_lossy(buf);
     let Some(first) = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')) else { return false };
     if first.starts_with('{') || !first.ends_with(':') {

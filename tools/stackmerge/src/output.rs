@@ -72,7 +72,7 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
 
 /// The stream: header, threads, maps, stacks, stats.
 pub fn write_stream(m: Merged, out: &mut dyn Write) -> Result<()> {
-    let mut w = Writer::new(out);
+    let mut w = Writer::from_env(out)?;
     w.write(&Record::Header(m.header))?;
     for t in m.threads.into_values() {
         w.write(&Record::Thread(t))?;

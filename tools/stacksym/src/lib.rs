@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_output};
-use wallclock_stream::{Reader, ReaderOptions, Record, Stack};
+use wallclock_stream::{Format, Reader, ReaderOptions, Record, Stack, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use names::demangle;
@@ -132,8 +132,9 @@ pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, mut out: W) -> R
 
 /// Read `input` in chunks, symbolize each, write it. On a bad line, what was
 /// read before it is written and flushed, then the error (naming the input
-/// and line) is returned.
+/// and line) is returned. The output's framing is `WALLCLOCK_STREAM_FORMAT`'s.
 pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name: &str, out: &mut W) -> Result<()> {
+    let out = &mut Writer::from_env(out)?;
     let mut chunk: Vec<Record> = Vec::with_capacity(1024);
     for rec in Reader::new(input, name, ReaderOptions::default()) {
         match rec {
@@ -153,7 +154,7 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
     write_chunk(engine, &mut chunk, out)
 }
 
-fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut W) -> Result<()> {
+fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
     for r in chunk.iter() {
         if let Record::Maps(m) = r {
             engine.add_maps(m);
@@ -167,6 +168,22 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
         })
         .collect();
     engine.prepare(todo.into_iter());
+    if out.format() == Format::Bincode {
+        for mut r in chunk.drain(..) {
+            if let Record::Stack(s) = &mut r {
+                if engine.needs(s) {
+                    s.frames = engine.frames(s);
+                    if engine.options().strip {
+                        s.ustack.clear();
+                        s.kstack.clear();
+                    }
+                }
+            }
+            out.write(&r)?;
+        }
+        return Ok(());
+    }
+    let out = out.get_mut();
     let (mut buf, mut frames) = (Vec::with_capacity(4096), Vec::with_capacity(4096));
     for mut r in chunk.drain(..) {
         buf.clear();
