@@ -1,6 +1,9 @@
 // Context-switch storm: two threads ping-pong one byte through two pipes
 // for SECONDS and print the round trips per second. Pin it to one CPU
 // (taskset -c 0) so every hand-off is a context switch.
+//
+//   storm [SECONDS] [GATE]
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,17 @@ static void *pong(void *arg) {
     return NULL;
 }
 
+// With a GATE argument (a fifo), wait on it before the measured interval: the
+// bench attaches a profiler with -p PID while we block in read() on the gate,
+// then writes one byte to release us.
+static void wait_gate(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) { perror(path); exit(1); }
+    char g;
+    if (read(fd, &g, 1) < 0) { perror(path); exit(1); }
+    close(fd);
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -31,6 +45,7 @@ int main(int argc, char **argv) {
     if (pipe(ab) || pipe(ba)) { perror("pipe"); return 1; }
     pthread_t t;
     pthread_create(&t, NULL, pong, NULL);
+    if (argc > 2) wait_gate(argv[2]);
     double start = now(), end = start + secs;
     long trips = 0;
     char c = 'p';
