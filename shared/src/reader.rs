@@ -7,7 +7,7 @@
 use std::fmt;
 use std::io::{BufRead, Cursor};
 
-use crate::binary::{self, FrameError};
+use crate::binary;
 use crate::folded;
 use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
 
@@ -89,14 +89,16 @@ impl<R: BufRead> Reader<R> {
     }
 
     /// Switch to the binary framing: check its magic; records count from 1.
+    /// A bad magic after text lines is named as the next line.
     fn start_binary(&mut self) -> Result<(), ParseError> {
+        let lines = self.line_no;
         self.binary = true;
         self.line_no = 0;
         binary::read_magic(&mut self.inner).map_err(|e| {
             self.done = true;
-            self.line_no = 1;
-            let (FrameError::Fatal(m) | FrameError::Record(m)) = e;
-            self.err(m)
+            self.binary = lines == 0;
+            self.line_no = lines + 1;
+            self.err(e)
         })
     }
 
@@ -108,13 +110,15 @@ impl<R: BufRead> Reader<R> {
             Ok(Some(rec)) => {
                 if let Record::Header(h) = &rec {
                     if let Err(m) = check_header(&h.format, &h.version) {
+                        self.done = true;
                         return Some(Err(self.err(m)));
                     }
                 }
                 Some(Ok(rec))
             }
-            Err(FrameError::Record(m)) => Some(Err(self.err(m))),
-            Err(FrameError::Fatal(m)) => {
+            // Unlike a bad line, a bad record leaves no sure place to go
+            // on from (its length may be what is corrupt): stop there.
+            Err(m) => {
                 self.done = true;
                 Some(Err(self.err(m)))
             }

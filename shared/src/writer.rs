@@ -9,7 +9,7 @@ use std::fmt;
 use std::io::{self, Write};
 
 use crate::binary;
-use crate::record::Record;
+use crate::record::{Record, Stack};
 
 /// The environment variable that chooses what [`Writer::from_env`] writes.
 pub const FORMAT_ENV: &str = "WALLCLOCK_STREAM_FORMAT";
@@ -29,7 +29,7 @@ impl Format {
     pub fn parse(s: &str) -> Option<Format> {
         match s.trim() {
             "json" => Some(Format::Json),
-            "bincode" | "binary" => Some(Format::Bincode),
+            "bincode" => Some(Format::Bincode),
             _ => None,
         }
     }
@@ -101,6 +101,21 @@ impl<W: Write> Writer<W> {
                 self.out.write_all(&self.buf)
             }
         }
+    }
+
+    /// Binary framing only: write `Record::Stack(s)` with the `n` frames
+    /// pre-encoded in `frames` (see [`binary::encode_stack_spliced`]).
+    pub fn write_stack_spliced(&mut self, s: &Stack, n: usize, frames: &[u8]) -> io::Result<()> {
+        if self.format != Format::Bincode {
+            return Err(io::Error::other("pre-encoded frames need the binary framing"));
+        }
+        self.buf.clear();
+        if !self.started {
+            self.buf.extend_from_slice(&binary::magic());
+            self.started = true;
+        }
+        binary::encode_stack_spliced(s, n, frames, &mut self.buf)?;
+        self.out.write_all(&self.buf)
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

@@ -69,6 +69,9 @@ pub struct Engine {
     /// Frames of each address, already serialized: the JSON objects joined
     /// by commas (no clone of a `Frame` per record written).
     cache: HashMap<Key, Box<str>>,
+    /// The same frames bincode-encoded (count, bytes), made from `cache`
+    /// on first use by the binary framing.
+    bin_cache: HashMap<Key, (usize, Box<[u8]>)>,
     warned: HashSet<String>,
     /// Our own vDSO as a file, made on first need (`None` inside: failed).
     vdso: Option<Option<crate::vdso::VdsoFile>>,
@@ -89,6 +92,7 @@ impl Engine {
             perf_maps: HashMap::new(),
             build_id_ok: HashMap::new(),
             cache: HashMap::new(),
+            bin_cache: HashMap::new(),
             warned: HashSet::new(),
             vdso: None,
         }
@@ -112,6 +116,7 @@ impl Engine {
     pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
         if self.cache.len() > CACHE_MAX {
             self.cache.clear();
+            self.bin_cache.clear();
         }
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
         let mut kernel: Vec<(u64, bool)> = Vec::new();
@@ -163,6 +168,28 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Like [`Engine::write_frames`], for the binary framing: the frames
+    /// bincode-encoded back to back; returns how many.
+    pub fn write_frames_bincode(&mut self, s: &Stack, buf: &mut Vec<u8>) -> usize {
+        let mut n = 0;
+        for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+            for (i, &a) in addrs.iter().enumerate() {
+                let key = (space, a, i + 1 < addrs.len());
+                let Some(json) = self.cache.get(&key) else { continue };
+                let (k, bytes) = self.bin_cache.entry(key).or_insert_with(|| {
+                    let frames: Vec<Frame> =
+                        serde_json::from_str(&format!("[{json}]")).expect("frames we serialized ourselves");
+                    let mut b = Vec::new();
+                    wallclock_stream::binary::encode_frames(&frames, &mut b).expect("a Frame encodes");
+                    (frames.len(), b.into_boxed_slice())
+                });
+                n += *k;
+                buf.extend_from_slice(bytes);
+            }
+        }
+        n
     }
 
     /// The frames of `s`, root first (see [`Engine::write_frames`]).

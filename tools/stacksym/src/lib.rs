@@ -169,17 +169,21 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
         .collect();
     engine.prepare(todo.into_iter());
     if out.format() == Format::Bincode {
+        // As below, with the frames spliced in already encoded.
+        let mut frames = Vec::with_capacity(4096);
         for mut r in chunk.drain(..) {
-            if let Record::Stack(s) = &mut r {
-                if engine.needs(s) {
-                    s.frames = engine.frames(s);
+            match &mut r {
+                Record::Stack(s) if engine.needs(s) => {
+                    frames.clear();
+                    let n = engine.write_frames_bincode(s, &mut frames);
                     if engine.options().strip {
                         s.ustack.clear();
                         s.kstack.clear();
                     }
+                    out.write_stack_spliced(s, n, &frames)?;
                 }
+                _ => out.write(&r)?,
             }
-            out.write(&r)?;
         }
         return Ok(());
     }
