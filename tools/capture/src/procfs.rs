@@ -67,76 +67,105 @@ pub fn read_stack(pid: u32, sp: u64) -> Vec<u8> {
     Vec::new()
 }
 
+/// Each text symbol of /proc/kallsyms, read line by line: the file is
+/// megabytes, and holding it (or a map of every name) would double the
+/// tools' memory.
+fn for_each_text_symbol(mut f: impl FnMut(u64, &str)) {
+    use std::io::BufRead;
+    let Ok(file) = fs::File::open("/proc/kallsyms") else { return };
+    let mut r = std::io::BufReader::new(file);
+    let mut line = String::new();
+    while r.read_line(&mut line).unwrap_or(0) > 0 {
+        let mut it = line.split_whitespace();
+        if let (Some(a), Some(t), Some(n)) = (it.next(), it.next(), it.next()) {
+            if matches!(t, "t" | "T") {
+                if let Ok(a) = u64::from_str_radix(a, 16) {
+                    if a != 0 {
+                        f(a, n);
+                    }
+                }
+            }
+        }
+        line.clear();
+    }
+}
+
 /// Address ranges of the kernel functions that dispatch a tracepoint or
 /// perf event to a BPF program, read once from /proc/kallsyms.
 pub fn dispatch_ranges() -> &'static [(u64, u64)] {
     static RANGES: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
     RANGES.get_or_init(|| {
-        let Ok(s) = fs::read_to_string("/proc/kallsyms") else { return Vec::new() };
-        let mut syms: Vec<(u64, bool)> = s
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                let a = u64::from_str_radix(it.next()?, 16).ok().filter(|&a| a != 0)?;
-                let t = it.next()?;
-                let n = it.next()?;
-                matches!(t, "t" | "T").then(|| {
-                    let d = ["__traceiter_", "__bpf_trace_", "bpf_trace_run", "__bpf_prog_enter", "bpf_prog_", "__bpf_prog_run"]
-                        .iter()
-                        .any(|p| n.starts_with(p));
-                    (a, d)
-                })
+        const PREFIXES: [&str; 6] =
+            ["__traceiter_", "__bpf_trace_", "bpf_trace_run", "__bpf_prog_enter", "bpf_prog_", "__bpf_prog_run"];
+        // Every symbol start, to find where each dispatch function ends.
+        let mut starts: Vec<u64> = Vec::new();
+        let mut dispatch: Vec<u64> = Vec::new();
+        for_each_text_symbol(|a, n| {
+            starts.push(a);
+            if PREFIXES.iter().any(|p| n.starts_with(p)) {
+                dispatch.push(a);
+            }
+        });
+        starts.sort_unstable();
+        starts.dedup();
+        dispatch
+            .into_iter()
+            .filter_map(|a| {
+                let i = starts.partition_point(|&s| s <= a);
+                starts.get(i).map(|&end| (a, end))
             })
-            .collect();
-        syms.sort_unstable();
-        syms.windows(2).filter(|w| w[0].1).map(|w| (w[0].0, w[1].0)).collect()
+            .collect()
     })
 }
 
-/// Kernel symbol addresses, to turn /proc/PID/stack's `func+0x1f/0x80` into
-/// addresses a symbolizer resolves like any other.
+/// One frame of /proc/PID/task/TID/stack: `do_nanosleep+0x6d/0x170`.
+pub type NamedFrame = (String, u64);
+
+/// Kernel stack of a thread as /proc shows it, root first, by name.
+pub fn task_stack_names(pid: u32, tid: u32) -> Vec<NamedFrame> {
+    let Ok(s) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack")) else { return Vec::new() };
+    let mut v = Vec::new();
+    for l in s.lines() {
+        // "[<0>] do_nanosleep+0x6d/0x170"
+        let Some(sym) = l.split_whitespace().nth(1) else { continue };
+        let (name, off) = match sym.split_once('+') {
+            Some((n, rest)) => (n, rest.split('/').next().unwrap_or("0")),
+            None => (sym, "0"),
+        };
+        let off = u64::from_str_radix(off.trim_start_matches("0x"), 16).unwrap_or(0);
+        v.push((name.to_string(), off));
+    }
+    v.reverse();
+    v
+}
+
+/// Kernel symbol addresses of just the names asked for, to turn
+/// /proc/PID/stack's frames into addresses a symbolizer resolves like any
+/// other.
 #[derive(Default)]
 pub struct Kallsyms {
     by_name: HashMap<String, u64>,
 }
 
 impl Kallsyms {
-    pub fn load() -> Kallsyms {
-        let mut by_name = HashMap::new();
-        if let Ok(s) = fs::read_to_string("/proc/kallsyms") {
-            for l in s.lines() {
-                let mut it = l.split_whitespace();
-                let (Some(a), Some(t), Some(n)) = (it.next(), it.next(), it.next()) else { continue };
-                if !matches!(t, "t" | "T") {
-                    continue;
-                }
-                if let Ok(a) = u64::from_str_radix(a, 16) {
-                    if a != 0 {
-                        by_name.entry(n.to_string()).or_insert(a);
-                    }
+    pub fn load_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Kallsyms {
+        let mut by_name: HashMap<String, u64> = names.into_iter().map(|n| (n.to_string(), 0)).collect();
+        if by_name.is_empty() {
+            return Kallsyms { by_name };
+        }
+        for_each_text_symbol(|a, n| {
+            if let Some(v) = by_name.get_mut(n) {
+                if *v == 0 {
+                    *v = a;
                 }
             }
-        }
+        });
+        by_name.retain(|_, a| *a != 0);
         Kallsyms { by_name }
     }
 
-    /// Kernel stack of a thread, root first, as return addresses.
-    pub fn task_stack(&self, pid: u32, tid: u32) -> Vec<u64> {
-        let Ok(s) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack")) else { return Vec::new() };
-        let mut v = Vec::new();
-        for l in s.lines() {
-            // "[<0>] do_nanosleep+0x6d/0x170"
-            let Some(sym) = l.split_whitespace().nth(1) else { continue };
-            let (name, off) = match sym.split_once('+') {
-                Some((n, rest)) => (n, rest.split('/').next().unwrap_or("0")),
-                None => (sym, "0"),
-            };
-            let off = u64::from_str_radix(off.trim_start_matches("0x"), 16).unwrap_or(0);
-            if let Some(a) = self.by_name.get(name) {
-                v.push(a + off);
-            }
-        }
-        v.reverse();
-        v
+    /// Addresses of named frames; unknown names are left out.
+    pub fn resolve(&self, frames: &[NamedFrame]) -> Vec<u64> {
+        frames.iter().filter_map(|(n, off)| self.by_name.get(n).map(|a| a + off)).collect()
     }
 }

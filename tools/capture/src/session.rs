@@ -68,7 +68,9 @@ impl Session {
         if let Some(l) = self.launched.as_mut() {
             l.release()?;
         }
-        let mut ksyms: Option<Kallsyms> = None;
+        // Kernel stacks come by name from /proc; all names are resolved in
+        // one pass over kallsyms at the end.
+        let mut named: Vec<(u32, Vec<procfs::NamedFrame>)> = Vec::new();
         for &pid in &self.pids {
             if self.launched.as_ref().is_some_and(|l| l.pid() == pid) {
                 continue;
@@ -81,15 +83,20 @@ impl Session {
                 let state = procfs::state(pid, tid).unwrap_or('?');
                 let comm = procfs::comm(pid, tid).unwrap_or_default();
                 let mut ustack = Vec::new();
-                let mut kstack = Vec::new();
                 if state != 'R' {
                     if let Some((sp, pc)) = procfs::syscall_regs(pid, tid) {
                         let stack = procfs::read_stack(pid, sp);
                         ustack = unwind.unwind(pid, pc, sp, 0, &stack);
                     }
-                    kstack = ksyms.get_or_insert_with(Kallsyms::load).task_stack(pid, tid);
+                    named.push((tid, procfs::task_stack_names(pid, tid)));
                 }
-                self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack });
+                self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack: Vec::new() });
+            }
+        }
+        let ksyms = Kallsyms::load_names(named.iter().flat_map(|(_, f)| f.iter().map(|(n, _)| n.as_str())));
+        for (tid, frames) in &named {
+            if let Some(i) = self.initial.get_mut(tid) {
+                i.kstack = ksyms.resolve(frames);
             }
         }
         self.announce();
