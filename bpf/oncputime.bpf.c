@@ -2,8 +2,9 @@
 /* On-CPU sampling: a software cpu-clock perf event on every CPU, filtered
  * to the target here, sends each sample's stacks to user space (kernel
  * stack + a copy of the user stack, unwound there with .eh_frame).
- * sched_switch measures each thread's exact on-CPU time, so that samples
- * can be scaled to it. */
+ * With --exact, sched_switch also measures each thread's exact on-CPU
+ * time, so that samples can be scaled to it (loaded only then: it costs
+ * every context switch of the target). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

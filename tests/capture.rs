@@ -302,7 +302,7 @@ fn oncputime_matches_ground_truth() {
         return;
     }
     let d = util::scratch("capture-on-truth");
-    let (recs, truth) = launch("oncputime", &["-F", "999"], &d.join("on.jsonl"), "3");
+    let (recs, truth) = launch("oncputime", &["--exact", "-F", "999"], &d.join("on.jsonl"), "3");
     let syms = Syms::new(&recs, &workload());
     let hdr = &recs[0];
     assert_eq!(hdr["tool"], "oncputime");
@@ -354,7 +354,7 @@ fn attach_to_running_process_that_exits() {
     let pid = child.id().to_string();
     let t0 = Instant::now();
     let off = tool("offcputime").args(["-p", &pid, "-d", "30", "-o"]).arg(d.join("off.jsonl")).spawn().unwrap();
-    let on = tool("oncputime").args(["-p", &pid, "-F", "999", "-o"]).arg(d.join("on.jsonl")).arg("30").spawn().unwrap();
+    let on = tool("oncputime").args(["--exact", "-p", &pid, "-F", "999", "-o"]).arg(d.join("on.jsonl")).arg("30").spawn().unwrap();
     let wout = child.wait_with_output().unwrap();
     let (off, on) = (off.wait_with_output().unwrap(), on.wait_with_output().unwrap());
     assert!(off.status.success() && on.status.success());

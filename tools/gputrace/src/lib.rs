@@ -270,7 +270,8 @@ fn start_oncputime(cli: &Cli, pid: u32, dir: &Path) -> Option<OnCpu> {
     };
     let out = std::fs::File::create(dir.join("oncpu.jsonl")).ok()?;
     let child = Command::new(bin)
-        .args(["-p", &pid.to_string(), "-F", &cli.freq.to_string()])
+        // --exact: no offcputime runs beside it to measure on-CPU time.
+        .args(["--exact", "-p", &pid.to_string(), "-F", &cli.freq.to_string()])
         .stdout(out)
         .stdin(Stdio::null())
         .spawn();

@@ -1,12 +1,13 @@
 //! oncputime: on-CPU stacks per thread, sampled by a software cpu-clock
-//! perf event at `-F` Hz on every CPU and filtered to the target in BPF,
-//! with each thread's exact on-CPU time (sched_switch) so that samples can
-//! be scaled to time.
+//! perf event at `-F` Hz on every CPU and filtered to the target in BPF;
+//! with `--exact`, also each thread's exact on-CPU time (sched_switch) so
+//! that samples can be scaled to time.
 //!
 //! Usage: `oncputime [-p PID] [-F HZ] [-d SECONDS] [-o FILE] [-- COMMAND ARGS]`
 //!
 //! Writes the wallclock stream (`Header`, `Maps`, `Thread` with `samples`
-//! and `on_ns`, `Stack` kind `on`, `Stats`); `-f` writes folded sample counts.
+//! (and `on_ns` with `--exact`), `Stack` kind `on`, `Stats`); `-f` writes
+//! folded sample counts.
 
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
@@ -30,10 +31,11 @@ use wallclock_stream::{accounting, Header, Kind, Record, Stack, Stats, Thread};
 const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 10 > on.jsonl          # 10 s of process 1234 at 49 Hz
     oncputime -F 999 -- ./build.sh           # launch, 999 Hz
+    oncputime --exact -p 1234 10             # samples scaled to exact on-CPU time
     oncputime -p 1234 -f 5 > on.folded       # folded sample counts (hex addresses)
     oncputime -p 1234 | stacksym | flame > on.svg";
 
-/// On-CPU stacks per thread, sampled on every CPU, with exact on-CPU time.
+/// On-CPU stacks per thread, sampled on every CPU (with --exact, scaled to exact on-CPU time).
 #[derive(Parser, Debug)]
 #[command(name = "oncputime", version, after_help = EXAMPLES)]
 pub struct Cli {
@@ -42,6 +44,13 @@ pub struct Cli {
     /// Sampling frequency per CPU, Hz.
     #[arg(short = 'F', long = "frequency", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
+    /// Also measure each thread's exact on-CPU time (a sched_switch hook,
+    /// about 120 ns per context switch of the target) and scale the samples
+    /// to it. Off by default: offcputime measures the same time at its own
+    /// switch hook, and `stackmerge` takes it from there (as scripts/wallclock
+    /// does); without it, each sample stands for 1/HZ seconds.
+    #[arg(long = "exact")]
+    pub exact: bool,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
@@ -69,8 +78,8 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OncputimeSkel<'sta
     ro.want_kstack = !cli.target.user_stacks_only;
     open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
     open.maps.events.set_max_entries(cli.target.ringbuf_mb << 20)?;
-    open.progs.switch_btf.set_autoload(btf);
-    open.progs.switch_raw.set_autoload(!btf);
+    open.progs.switch_btf.set_autoload(cli.exact && btf);
+    open.progs.switch_raw.set_autoload(cli.exact && !btf);
     open.load()
 }
 
@@ -108,8 +117,13 @@ pub fn run(cli: Cli) -> Result<i32> {
     };
     bpf::put_u32_set(&skel.maps.tgids, &sess.pids)?;
     bpf::put_u32_set(&skel.maps.tids, &cli.target.tids)?;
-    let _switch = if btf { skel.progs.switch_btf.attach() } else { skel.progs.switch_raw.attach() }
-        .context("attaching to sched_switch")?;
+    let _switch = if !cli.exact {
+        None
+    } else if btf {
+        Some(skel.progs.switch_btf.attach().context("attaching to sched_switch")?)
+    } else {
+        Some(skel.progs.switch_raw.attach().context("attaching to sched_switch")?)
+    };
     let mut links = Vec::new();
     for cpu in bpf::online_cpus() {
         let fd = bpf::open_cpu_clock(cpu, cli.freq)?;
@@ -178,18 +192,24 @@ fn records(
             .or_else(|| samples.per_thread.get(&tid).map(|t| t.2.clone()))
             .unwrap_or_else(|| event::comm_str(&th.comm));
         let mut t = Thread::new(th.pid, tid, &comm);
-        t.start_ns = Some(th.begin_ns);
-        t.end_ns = Some(if th.exit_ns > 0 { th.exit_ns.min(end) } else { end });
-        t.on_ns = Some(on);
+        // Without the switch hook the thread's life and on-CPU time are
+        // unknown here (its first sample is not its start): say nothing.
+        if cli.exact {
+            t.start_ns = Some(th.begin_ns);
+            t.end_ns = Some(if th.exit_ns > 0 { th.exit_ns.min(end) } else { end });
+            t.on_ns = Some(on);
+        }
         t.samples = Some(samples.per_thread.get(&tid).map_or(0, |t| t.1));
         out.insert(tid, t);
     }
     for (&tid, i) in &sess.initial {
         if !out.contains_key(&tid) && procfs::exists(i.pid) {
             let mut t = Thread::new(i.pid, tid, &procfs::comm(i.pid, tid).unwrap_or_else(|| i.comm.clone()));
-            t.start_ns = Some(start);
-            t.end_ns = Some(end);
-            t.on_ns = Some(0);
+            if cli.exact {
+                t.start_ns = Some(start);
+                t.end_ns = Some(end);
+                t.on_ns = Some(0);
+            }
             t.samples = Some(0);
             out.insert(tid, t);
         }
