@@ -38,6 +38,9 @@ impl Session {
     /// Validate the targets and launch `command` held before exec.
     pub fn prepare(args: &TargetArgs, positional_duration: Option<f64>, command: &[String]) -> Result<Session> {
         let duration = args.validate(positional_duration)?;
+        // Read now, not at the first stack event: a scan of kallsyms while
+        // events arrive would stall the ring buffer's consumer.
+        procfs::dispatch_ranges();
         let mut pids = args.known_pids();
         let mut launched = None;
         let stream_on_stdout = args.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
