@@ -180,3 +180,38 @@ fn bad_arguments_are_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// Ctrl-C (SIGINT) on a PID capture: it stops early and still writes the
+/// flame graph, folded stacks and report of what was captured.
+#[test]
+fn sigint_stops_early_with_everything_written() {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch("wallclock-sigint");
+    let mut target = Command::new("sleep").arg("60").spawn().unwrap();
+    let prefix = dir.join("int");
+    let started = std::time::Instant::now();
+    let mut wc = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-d", "30", "-o", prefix.to_str().unwrap(), &target.id().to_string()])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(wc.id() as i32, libc::SIGINT) };
+    let out = wc.wait_with_output().unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed().as_secs() < 20, "stopped early");
+    let folded = std::fs::read_to_string(dir.join("int.folded")).expect("folded written");
+    let off: u64 = folded.lines().filter_map(|l| l.rsplit_once(' ')).filter(|(s, _)| s.ends_with("_[o]")).map(|(_, v)| v.parse::<u64>().unwrap()).sum();
+    // About 2 s of sleep, captured before the interrupt.
+    assert!((1_500_000..10_000_000).contains(&off), "off-CPU {off} us");
+    assert!(folded.contains("clock_nanosleep") || folded.contains("nanosleep"), "{folded}");
+    assert!(dir.join("int.svg").is_file());
+    assert!(dir.join("int_single_thread_analysis.txt").is_file());
+}
