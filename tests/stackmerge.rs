@@ -5,8 +5,7 @@
 mod util;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use util::{ok, run, scratch, testdata};
 use wallclock_stream::{Frame, GpuInfo, Header, Kind, Record, Stack, State, StateNs, Stats, Thread};
@@ -365,27 +364,7 @@ fn head_closes_the_pipe_quietly() {
     for i in 0..200_000 {
         input.push_str(&format!("app;main;f{i} {}\n", i + 1));
     }
-    let mut child = Command::new(util::bin(TOOL))
-        .args(["--folded"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut sin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        let _ = sin.write_all(input.as_bytes());
-    });
-    let mut first = String::new();
-    {
-        let mut r = BufReader::new(child.stdout.take().unwrap());
-        r.read_line(&mut first).unwrap();
-    } // stdout closed here, like `| head -1`
-    let status = child.wait().unwrap();
-    writer.join().unwrap();
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (first, status, err) = util::first_line_then_close(TOOL, &["--folded"], input.into_bytes());
     assert!(first.starts_with("app;main;f") && first.contains("_[o] "), "{first}");
     assert!(status.success(), "{status}: {err}");
     assert!(err.is_empty(), "{err}");

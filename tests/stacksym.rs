@@ -435,22 +435,8 @@ fn empty_input_large_input_and_broken_pipe() {
         assert_eq!(funcs(&s.frames), want);
     }
     // `| head`: the reader goes away, stacksym exits quietly with 0.
-    let mut child = Command::new(util::bin("stacksym"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut sin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        let _ = sin.write_all(input.as_bytes());
-    });
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap();
+    let (first, status, err) = util::first_line_then_close("stacksym", &[], input.into_bytes());
     assert!(first.contains("header"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(status.success(), "{err}");
+    assert!(err.is_empty(), "{err}");
 }

@@ -3,8 +3,7 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 use util::{ok, run, scratch, testdata};
@@ -336,26 +335,7 @@ fn head_closes_the_pipe_quietly() {
         recs.push(stack(Kind::Off, Some(State::S), tid, "w", &["main", "poll"], tid as u64 * 1000));
     }
     let input = jsonl(&recs);
-    let mut child = Command::new(util::bin(TOOL))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut sin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        use std::io::Write;
-        let _ = sin.write_all(input.as_bytes());
-    });
-    let mut first = String::new();
-    {
-        let mut r = BufReader::new(child.stdout.take().unwrap());
-        r.read_line(&mut first).unwrap();
-    }
-    let status = child.wait().unwrap();
-    writer.join().unwrap();
-    let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (first, status, err) = util::first_line_then_close(TOOL, &[], input.into_bytes());
     assert!(first.starts_with("wall-clock report"), "{first}");
     assert!(status.success() && err.is_empty(), "{status}: {err}");
 }

@@ -120,3 +120,31 @@ pub fn golden(rel: &str, actual: &str) {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// `TOOL ARGS < input | head -1`: feed `input`, read one line of stdout,
+/// close it. Returns (that line, exit status, stderr): a pipe-safe tool
+/// exits 0 with nothing on stderr.
+pub fn first_line_then_close(name: &str, args: &[&str], input: Vec<u8>) -> (String, std::process::ExitStatus, String) {
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = Command::new(bin(name))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = sin.write_all(&input);
+    });
+    let mut first = String::new();
+    {
+        let mut r = BufReader::new(child.stdout.take().unwrap());
+        r.read_line(&mut first).unwrap();
+    } // stdout closed here, like `| head -1`
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    writer.join().unwrap();
+    (first, status, err)
+}
