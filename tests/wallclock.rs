@@ -192,7 +192,7 @@ fn sigint_stops_early_with_everything_written() {
     let mut target = Command::new("sleep").arg("60").spawn().unwrap();
     let prefix = dir.join("int");
     let started = std::time::Instant::now();
-    let mut wc = Command::new("bash")
+    let wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
         .args(["-d", "30", "-o", prefix.to_str().unwrap(), &target.id().to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

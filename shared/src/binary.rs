@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn newer_version_rejected() {
         let mut r: &[u8] = b"\0WCB\x09";
-        let Err((m)) = read_magic(&mut r) else { panic!() };
+        let Err(m) = read_magic(&mut r) else { panic!() };
         assert!(m.contains("version 9"), "{m}");
     }
 }
