@@ -13,16 +13,7 @@ use crate::record::{Frame, Kind, Stack, State};
 /// Parse one folded line. `unit_ns` converts the value to ns (e.g. 1000 for
 /// bcc offcputime's microseconds); the raw value is kept as `count`.
 pub fn parse_line(line: &str, unit_ns: u64) -> Result<Stack, String> {
-    let line = line.trim_end();
-    let (stack, value) = line
-        .rsplit_once([' ', '\t'])
-        .ok_or_else(|| "expected a folded line 'frame;frame;... VALUE'".to_string())?;
-    let value = parse_value(value)
-        .ok_or_else(|| format!("expected a number at the end of a folded line, found {value:?}"))?;
-    let stack = stack.trim_end();
-    if stack.is_empty() {
-        return Err("folded line has a value but no stack".to_string());
-    }
+    let (stack, value) = split_line(line.trim_end())?;
     let mut kind = Kind::Other;
     let mut frames: Vec<Frame> = Vec::new();
     for raw in stack.split(';') {
@@ -40,6 +31,21 @@ pub fn parse_line(line: &str, unit_ns: u64) -> Result<Stack, String> {
     s.count = value;
     s.ns = value.saturating_mul(unit_ns);
     Ok(s)
+}
+
+/// `stack VALUE` -> (stack text, value), with the errors every reader of
+/// folded lines gives. Frame annotations are left in the text.
+pub fn split_line(line: &str) -> Result<(&str, u64), String> {
+    let (stack, value) = line
+        .rsplit_once([' ', '\t'])
+        .ok_or_else(|| "expected a folded line 'frame;frame;... VALUE'".to_string())?;
+    let value = parse_value(value)
+        .ok_or_else(|| format!("expected a number at the end of a folded line, found {value:?}"))?;
+    let stack = stack.trim_end();
+    if stack.is_empty() {
+        return Err("folded line has a value but no stack".to_string());
+    }
+    Ok((stack, value))
 }
 
 fn parse_value(v: &str) -> Option<u64> {

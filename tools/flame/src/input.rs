@@ -265,15 +265,7 @@ const KIND_MARKERS: [(&str, usize); 3] = [("_[c]", ON), ("_[o]", OFF), ("_[g]", 
 /// One folded line -> (stack without kind marker, value, kind), borrowing
 /// the stack text whenever the marker is a plain suffix.
 pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, u64, usize), String> {
-    let (stack, value) = line
-        .rsplit_once([' ', '\t'])
-        .ok_or_else(|| "expected a folded line 'frame;frame;... VALUE'".to_string())?;
-    let value = parse_value(value)
-        .ok_or_else(|| format!("expected a number at the end of a folded line, found {value:?}"))?;
-    let stack = stack.trim_end();
-    if stack.is_empty() {
-        return Err("folded line has a value but no stack".to_string());
-    }
+    let (stack, value) = folded::split_line(line)?;
     for (m, k) in KIND_MARKERS {
         if let Some(base) = stack.strip_suffix(m) {
             if !KIND_MARKERS.iter().any(|(m2, _)| base.contains(m2)) {
@@ -288,14 +280,6 @@ pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, u64, usize), String> {
     let s = folded::parse_line(line, 1)?;
     let text: Vec<String> = s.frames.iter().map(folded::frame_text).collect();
     Ok((Cow::Owned(text.join(";")), value, kind_index(s.kind)))
-}
-
-fn parse_value(v: &str) -> Option<u64> {
-    if let Ok(n) = v.parse::<u64>() {
-        return Some(n);
-    }
-    let f: f64 = v.parse().ok()?;
-    (f.is_finite() && f >= 0.0).then(|| f.round() as u64)
 }
 
 #[cfg(test)]
