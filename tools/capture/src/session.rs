@@ -110,6 +110,16 @@ impl Session {
         Ok(())
     }
 
+    /// The stream header every capture tool writes for this session.
+    pub fn header(&self, tool: &str, version: &str, end_ns: u64) -> wallclock_stream::Header {
+        let mut h = wallclock_stream::Header::new(tool, version);
+        h.pids = self.pids.clone();
+        h.command = self.command.clone();
+        h.start_ns = Some(self.start_ns);
+        h.end_ns = Some(end_ns);
+        h
+    }
+
     /// On a terminal, say what is traced and how it ends (as bcc does);
     /// scripts that redirect stderr get nothing.
     fn announce(&self) {

@@ -236,9 +236,10 @@ impl Unwind {
         Some(Maps { pid, maps })
     }
 
-    pub fn pids(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.procs.keys().copied().collect();
-        v.sort_unstable();
-        v
+    /// The Maps record of every process whose mappings were read, by pid.
+    pub fn maps_records(&self) -> Vec<Maps> {
+        let mut pids: Vec<u32> = self.procs.keys().copied().collect();
+        pids.sort_unstable();
+        pids.into_iter().filter_map(|pid| self.maps_record(pid)).collect()
     }
 }

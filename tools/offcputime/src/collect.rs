@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use wallclock_capture::event::{self, WcEvent, WcOkey, WcOval, WcThread};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
-use wallclock_stream::{Frame, Header, Kind, Record, StateNs, Stack, State, Stats, Thread};
+use wallclock_stream::{Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 
 use crate::Cli;
 
@@ -191,11 +191,7 @@ pub fn records(
     stats.counts.insert("lost_stacks".into(), acc.lost_blocks);
     stats.counts.insert("threads".into(), out_threads.len() as u64);
 
-    let mut header = Header::new("offcputime", env!("CARGO_PKG_VERSION"));
-    header.pids = sess.pids.clone();
-    header.command = sess.command.clone();
-    header.start_ns = Some(start);
-    header.end_ns = Some(end);
+    let mut header = sess.header("offcputime", env!("CARGO_PKG_VERSION"), end);
     header.min_block_ns = Some(cfg.min_block_ns);
     for k in ["lost_stacks", "ringbuf_drops", "map_full"] {
         let v = stats.counts[k];
@@ -205,11 +201,7 @@ pub fn records(
     }
 
     let mut recs = vec![Record::Header(header)];
-    for pid in unwind.pids() {
-        if let Some(m) = unwind.maps_record(pid) {
-            recs.push(Record::Maps(m));
-        }
-    }
+    recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
     for t in out_threads.values() {
         recs.push(Record::Thread(t.clone()));
     }

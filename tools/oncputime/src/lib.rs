@@ -26,7 +26,7 @@ use libbpf_rs::RingBufferBuilder;
 use wallclock_capture::event::{self, WcEvent, WcThread};
 use wallclock_capture::target::{monotonic_ns, TargetArgs};
 use wallclock_capture::{bpf, privs, procfs, session::Session, signal, unwind::Unwind};
-use wallclock_stream::{accounting, Header, Kind, Record, Stack, Stats, Thread};
+use wallclock_stream::{accounting, Kind, Record, Stack, Stats, Thread};
 
 const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 10 > on.jsonl          # 10 s of process 1234 at 49 Hz
@@ -214,11 +214,7 @@ fn records(
             out.insert(tid, t);
         }
     }
-    let mut header = Header::new("oncputime", env!("CARGO_PKG_VERSION"));
-    header.pids = sess.pids.clone();
-    header.command = sess.command.clone();
-    header.start_ns = Some(start);
-    header.end_ns = Some(end);
+    let mut header = sess.header("oncputime", env!("CARGO_PKG_VERSION"), end);
     header.freq_hz = Some(cli.freq);
     let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };
     for (name, v) in event::STAT_NAMES.iter().zip(counts) {
@@ -233,11 +229,7 @@ fn records(
         }
     }
     let mut recs = vec![Record::Header(header)];
-    for pid in unwind.pids() {
-        if let Some(m) = unwind.maps_record(pid) {
-            recs.push(Record::Maps(m));
-        }
-    }
+    recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
     recs.extend(out.values().cloned().map(Record::Thread));
     for ((tid, u, k), n) in &samples.stacks {
         let (pid, comm, on, tot) = match out.get(tid) {
