@@ -89,6 +89,8 @@ fn demo_profile_agrees_with_ground_truth() {
     // target before its exec, included.
     let combined = std::fs::read_to_string(dir.join("demo.folded")).unwrap();
     assert!(!combined.contains("[unknown]"), "unnamed frames: {}", combined.lines().filter(|l| l.contains("[unknown]")).next().unwrap());
+    // The tracing machinery that ran our BPF programs is not the thread's.
+    assert!(!combined.contains("__traceiter_") && !combined.contains("bpf_prog_"), "dispatch frames left in the stacks");
     let svg = std::fs::read_to_string(dir.join("demo.svg")).unwrap();
     for f in ["compute_chunk", "nap", "write_and_fsync", "locked_update"] {
         assert!(svg.contains(f), "{f} not in the flame graph");

@@ -105,13 +105,13 @@ pub fn comm_str(c: &[u8]) -> String {
 impl WcEvent {
     /// Kernel stack, root first.
     /// The frames of the tracing machinery that ran our program (the
-    /// tracepoint's `__traceiter_*`, BPF dispatch) are not the thread's:
-    /// they are trimmed from the leaf end.
+    /// tracepoint's `__traceiter_*`, BPF dispatch) are not the thread's.
+    /// The BPF side skips a fixed number of them; how many there are
+    /// depends on the kernel build, so any left are trimmed here by name.
     pub fn kstack_root_first(&self) -> Vec<u64> {
         let n = (self.kstack_bytes as usize / 8).min(KSTACK_MAX);
         let mut v: Vec<u64> = self.kstack[..n].iter().rev().copied().filter(|&a| a != 0).collect();
-        let dispatch = crate::procfs::dispatch_ranges();
-        while v.last().is_some_and(|&a| dispatch.iter().any(|&(lo, hi)| a >= lo && a < hi)) {
+        while v.last().is_some_and(|&a| crate::procfs::in_dispatch(a)) {
             v.pop();
         }
         v

@@ -90,8 +90,16 @@ fn for_each_text_symbol(mut f: impl FnMut(u64, &str)) {
     }
 }
 
+/// Whether `addr` is in one of the dispatch functions.
+pub fn in_dispatch(addr: u64) -> bool {
+    let r = dispatch_ranges();
+    let i = r.partition_point(|&(lo, _)| lo <= addr);
+    i > 0 && addr < r[i - 1].1
+}
+
 /// Address ranges of the kernel functions that dispatch a tracepoint or
-/// perf event to a BPF program, read once from /proc/kallsyms.
+/// perf event to a BPF program, read once from /proc/kallsyms; sorted and
+/// disjoint (each ends where the next symbol starts).
 pub fn dispatch_ranges() -> &'static [(u64, u64)] {
     static RANGES: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
     RANGES.get_or_init(|| {
@@ -108,6 +116,8 @@ pub fn dispatch_ranges() -> &'static [(u64, u64)] {
         });
         starts.sort_unstable();
         starts.dedup();
+        dispatch.sort_unstable();
+        dispatch.dedup();
         dispatch
             .into_iter()
             .filter_map(|a| {
