@@ -119,6 +119,68 @@ static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64
 	return bpf_map_lookup_elem(&threads, &tid);
 }
 
+/* A thread leaves the CPU at `now` after running since th->last_ts: the
+ * slice is on-CPU, and the part of it the task's CPU clock did not count
+ * is steal (see struct wc_thread). (se.sum_exec_runtime is current here: __schedule updated it
+ * just before this tracepoint.) */
+static __always_inline void close_slice(struct wc_thread *th, struct task_struct *t, __u64 now, bool btf)
+{
+	__u64 wall = now - th->last_ts;
+	__u64 exec = RD(btf, t, se.sum_exec_runtime);
+	th->on_ns += wall;
+	if (th->exec_known) {
+		th->slice_wall_ns += wall;
+		th->slice_exec_ns += exec - th->exec_base;
+	} else if (!th->first_out) {
+		th->first_out = now;
+		th->first_exec = exec;
+	}
+	th->exec_known = 0;
+	th->out_exec = exec;
+}
+
+/* A switch-out of a thread we saw leave and never come back: its switch-in
+ * was not seen (it happens, rarely, under load). Its CPU clock says how long
+ * it ran since it left: that much before `now` was on-CPU. Returns when
+ * that unseen slice began (the caller closes the off-CPU interval there). */
+static __always_inline __u64 unseen_in(struct wc_thread *th, struct task_struct *t, __u64 now, bool btf)
+{
+	__u64 exec = RD(btf, t, se.sum_exec_runtime);
+	__u64 ran = exec > th->out_exec ? exec - th->out_exec : 0;
+	if (ran > now - th->last_ts)
+		ran = now - th->last_ts;
+	stat_add(WC_STAT_MISSED, 1);
+	th->exec_base = exec - ran;
+	th->exec_known = 1;
+	return now - ran;
+}
+
+/* A switch-in of a thread we think is running: its switch-out was not seen.
+ * Its clock says how long it ran after its last switch-in: that slice is
+ * closed; the rest, up to `now`, was off-CPU (state and stack unknown).
+ * Returns false when there is no clock base to tell. */
+static __always_inline bool unseen_out(struct wc_thread *th, struct task_struct *t, __u64 now, bool btf)
+{
+	stat_add(WC_STAT_MISSED, 1);
+	if (!th->exec_known)
+		return false;
+	__u64 exec = RD(btf, t, se.sum_exec_runtime);
+	__u64 ran = exec > th->exec_base ? exec - th->exec_base : 0;
+	if (ran > now - th->last_ts)
+		ran = now - th->last_ts;
+	close_slice(th, t, th->last_ts + ran, btf);
+	th->last_ts += ran;
+	th->running = 0;
+	return true;
+}
+
+/* A thread gets the CPU: its CPU clock now is the base of the slice. */
+static __always_inline void open_slice(struct wc_thread *th, struct task_struct *t, bool btf)
+{
+	th->exec_base = RD(btf, t, se.sum_exec_runtime);
+	th->exec_known = 1;
+}
+
 /* Fill and submit a stack event for `current` (skipping `kskip` kernel
  * frames: the BPF dispatch above __schedule in a tracepoint): kernel stack, user
  * registers and a copy of the user stack (16K, falling back to smaller

@@ -98,6 +98,25 @@ static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, 
 	th->pend_cnt = 1;
 }
 
+/* Close th's off-CPU interval (state st, stack fp) at `now`. */
+static __always_inline void close_off(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 now)
+{
+	__u64 d = now - th->last_ts;
+	if (st >= WC_NSTATES)
+		return;
+	th->off_ns[st] += d;
+	if (st == WC_ST_INIT || fp == WC_FP_NEWTHREAD) {
+		add_off(tid, fp, st, d, th);
+	} else if (d < min_block_ns) {
+		th->short_ns[st] += d;
+		th->short_cnt[st] += 1;
+	} else if (d > max_block_ns || (state_filter >= 0 && st != state_of(state_filter))) {
+		stat_add(WC_STAT_OVER_MAX, 1);
+	} else {
+		add_off(tid, fp, st, d, th);
+	}
+}
+
 /* prev leaves the CPU: close its on-CPU interval, note where it blocks. */
 static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int pstate, __u64 now, bool btf)
 {
@@ -107,10 +126,15 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 		th = thread_new(prev, now);
 		if (!th)
 			return;
-	} else if (!th->running || th->exit_ns) {
-		return; /* inconsistent (missed event); skip */
+	} else if (th->exit_ns) {
+		return;
+	} else if (!th->running) {
+		__u64 began = unseen_in(th, prev, now, btf);
+		close_off(th, tid, th->cur_state, th->cur_fp, began);
+		th->last_ts = began;
+		th->running = 1;
 	}
-	th->on_ns += now - th->last_ts;
+	close_slice(th, prev, now, btf);
 	th->last_ts = now;
 	th->running = 0;
 	if (pstate & 0x80 /* TASK_DEAD */) {
@@ -190,27 +214,21 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 			fp = WC_FP_INIT;
 		}
 	} else {
-		if (th->running || th->exit_ns)
+		if (th->exit_ns)
 			return;
+		if (th->running) {
+			if (!unseen_out(th, next, now, btf))
+				return;
+			th->cur_state = WC_ST_OTHER;
+			th->cur_fp = WC_FP_LOST;
+		}
 		st = th->cur_state;
 		fp = th->cur_fp;
 	}
-	__u64 d = now - th->last_ts;
+	close_off(th, tid, st, fp, now);
 	th->last_ts = now;
 	th->running = 1;
-	if (st >= WC_NSTATES)
-		return;
-	th->off_ns[st] += d;
-	if (st == WC_ST_INIT || fp == WC_FP_NEWTHREAD) {
-		add_off(tid, fp, st, d, th);
-	} else if (d < min_block_ns) {
-		th->short_ns[st] += d;
-		th->short_cnt[st] += 1;
-	} else if (d > max_block_ns || (state_filter >= 0 && st != state_of(state_filter))) {
-		stat_add(WC_STAT_OVER_MAX, 1);
-	} else {
-		add_off(tid, fp, st, d, th);
-	}
+	open_slice(th, next, btf);
 }
 
 static __always_inline int handle(void *ctx, struct task_struct *prev, struct task_struct *next,

@@ -47,12 +47,18 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 	if (is_target_x(prev, btf)) {
 		__u32 tid = RD(btf, prev, pid);
 		struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
-		if (!th)
+		if (!th) {
 			th = thread_new(prev, now);
-		else if (!th->running)
+		} else if (th->exit_ns) {
 			th = NULL;
+		} else if (!th->running) {
+			__u64 began = unseen_in(th, prev, now, btf);
+			th->off_ns[0] += began - th->last_ts;
+			th->last_ts = began;
+			th->running = 1;
+		}
 		if (th) {
-			th->on_ns += now - th->last_ts;
+			close_slice(th, prev, now, btf);
 			th->last_ts = now;
 			th->running = 0;
 			if (pstate & 0x80) {
@@ -66,10 +72,13 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 		struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
 		if (!th)
 			th = thread_new(next, now);
+		if (th && th->running && !th->exit_ns && !unseen_out(th, next, now, btf))
+			th = NULL;
 		if (th && !th->exit_ns) {
 			th->off_ns[0] += now - th->last_ts;
 			th->last_ts = now;
 			th->running = 1;
+			open_slice(th, next, btf);
 		}
 	}
 	return 0;

@@ -25,6 +25,7 @@ enum wc_stat {
 	WC_STAT_USTACK_FAULTS,
 	WC_STAT_SAMPLES,
 	WC_STAT_OVER_MAX,
+	WC_STAT_MISSED, /* a switch-in or -out not seen, repaired from the CPU clock */
 	WC_STAT_MAX,
 };
 
@@ -41,13 +42,29 @@ struct wc_thread {
 	__u64 lost_ns[WC_NSTATES];
 	__u64 cur_fp;
 	__u64 samples;
+	/* Steal: the part of on_ns the task's own CPU clock
+	 * (se.sum_exec_runtime) did not count, i.e. time the hypervisor ran
+	 * something else on its vCPU. exec_base is that clock at the last
+	 * switch-in (valid when exec_known); slice_wall_ns and slice_exec_ns
+	 * sum wall and clock over the slices measured so (steal is their
+	 * difference, taken at the end: clamping each slice would turn the
+	 * clocks' jitter into steal). A thread already running at the start
+	 * has no base for its first slice: first_out and first_exec (time and
+	 * clock at its end) let user space measure it from the /proc snapshot
+	 * taken at the start. */
+	__u64 exec_base;
+	__u64 slice_wall_ns;
+	__u64 slice_exec_ns;
+	__u64 first_out;
+	__u64 first_exec;
+	__u64 out_exec;  /* the clock at the last switch-out */
 	/* Blocks at the same stack as the previous one are summed here and
 	 * written to the offcpu map only when the stack changes. */
 	__u64 pend_fp;
 	__u64 pend_ns;
 	__u64 pend_cnt;
 	__u32 pend_state;
-	__u32 pad;
+	__u32 exec_known;
 	__u32 pid;
 	__u32 cur_state;
 	__u32 running;

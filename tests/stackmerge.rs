@@ -130,6 +130,42 @@ fn on_cpu_scaled_to_each_threads_exact_time() {
     assert!(matches!(recs.last(), Some(Record::Stats(_))));
 }
 
+/// A thread's steal (the hypervisor's time on its vCPU, inside on_ns) is
+/// not sampled: the samples share on_ns - steal_ns, and the steal is one
+/// `[steal]` stack, once, even when two inputs each carry one.
+#[test]
+fn steal_is_its_own_stack_and_samples_share_the_rest() {
+    let (on_ns, steal_ns) = (1_000_000_000u64, 250_000_000u64);
+    let input = |with_samples: bool| {
+        let mut t = Thread::new(100, 100, "app");
+        (t.start_ns, t.end_ns, t.on_ns, t.steal_ns) = (Some(1_000_000_000), Some(3_000_000_000), Some(on_ns), Some(steal_ns));
+        t.off_ns = Some(StateNs { s: 1_000_000_000, ..StateNs::default() });
+        let mut steal = Stack::new(Kind::On, 100, 100, "app");
+        steal.frames = vec![Frame::named("[steal]")];
+        steal.ns = steal_ns;
+        let mut recs = vec![header("offcputime", Some(99)), Record::Thread(t), Record::Stack(steal)];
+        if with_samples {
+            recs.push(on(100, 100, "app", &["main", "work"], 3));
+            recs.push(on(100, 100, "app", &["main", "idle_spin"], 1));
+        }
+        jsonl(&recs)
+    };
+    let dir = scratch("stackmerge-steal");
+    let second = dir.join("on.json");
+    std::fs::write(&second, input(true)).unwrap();
+    let out = ok(TOOL, &["--on", second.to_str().unwrap()], input(false).as_bytes());
+    let recs = parse_stream(&out);
+    let on: Vec<Stack> = stacks(&recs).into_iter().filter(|s| s.kind == Kind::On).collect();
+    let width = |leaf_name: &str| on.iter().filter(|s| leaf(s) == leaf_name).map(|s| s.ns).sum::<u64>();
+    assert_eq!(on.iter().filter(|s| leaf(s) == "[steal]").count(), 1, "one [steal] stack: {on:?}");
+    assert_eq!(width("[steal]"), steal_ns);
+    let ran = (on_ns - steal_ns) as u128;
+    assert_eq!(width("work"), round_div(ran * 3, 4));
+    assert_eq!(width("idle_spin"), round_div(ran, 4));
+    // All on-CPU stacks together are the thread's on_ns.
+    assert!(on.iter().map(|s| s.ns).sum::<u64>().abs_diff(on_ns) <= 1);
+}
+
 #[test]
 fn without_on_ns_samples_use_the_frequency() {
     let ons = jsonl(&[header("oncputime", Some(99)), on(100, 100, "app", &["main", "compute"], 5)]);

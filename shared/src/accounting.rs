@@ -108,13 +108,17 @@ pub fn merge_thread(into: &mut Thread, t: &Thread) {
         (false, true) => {
             into.start_ns = t.start_ns.or(into.start_ns);
             into.end_ns = t.end_ns.or(into.end_ns);
-            into.on_ns = t.on_ns.or(into.on_ns);
+            if t.on_ns.is_some() {
+                (into.on_ns, into.steal_ns) = (t.on_ns, t.steal_ns);
+            }
             into.off_ns = t.off_ns;
         }
         (true, false) => {
             into.start_ns = into.start_ns.or(t.start_ns);
             into.end_ns = into.end_ns.or(t.end_ns);
-            into.on_ns = into.on_ns.or(t.on_ns);
+            if into.on_ns.is_none() {
+                (into.on_ns, into.steal_ns) = (t.on_ns, t.steal_ns);
+            }
         }
         _ => {
             into.start_ns = match (into.start_ns, t.start_ns) {
@@ -125,9 +129,30 @@ pub fn merge_thread(into: &mut Thread, t: &Thread) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
             };
-            into.on_ns = into.on_ns.or(t.on_ns);
+            if into.on_ns.is_none() {
+                (into.on_ns, into.steal_ns) = (t.on_ns, t.steal_ns);
+            }
         }
     }
+}
+
+/// The on-CPU time a thread's samples stand for: `on_ns` less its steal
+/// (the hypervisor's time on the vCPU, in which no sample is taken).
+pub fn sampled_on_ns(t: &Thread) -> Option<u64> {
+    Some(t.on_ns?.saturating_sub(t.steal_ns.unwrap_or(0)))
+}
+
+/// The name of the frame that stands for a thread's steal.
+pub const STEAL_FRAME: &str = "[steal]";
+
+/// The on-CPU stack that shows a thread's steal: one `[steal]` frame (where
+/// in the code it fell is not known), `count` 0 (not samples).
+pub fn steal_stack(t: &Thread) -> Option<Stack> {
+    let ns = t.steal_ns.filter(|n| *n > 0)?;
+    let mut s = Stack::new(Kind::On, t.pid, t.tid, &t.comm);
+    s.frames = vec![Frame::named(STEAL_FRAME)];
+    s.ns = ns;
+    Some(s)
 }
 
 /// What a thread mostly did.

@@ -13,7 +13,7 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 0;
+pub const VERSION_MINOR: u32 = 1;
 
 /// One line of the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
@@ -186,6 +186,10 @@ pub struct Thread {
     /// Exact on-CPU time (switch-in to switch-out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_ns: Option<u64>,
+    /// The part of `on_ns` the thread's own CPU clock did not count: the
+    /// hypervisor ran something else on its vCPU ("steal").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_ns: Option<u64>,
     /// Exact off-CPU time by state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub off_ns: Option<StateNs>,
@@ -204,6 +208,7 @@ impl Thread {
             start_ns: None,
             end_ns: None,
             on_ns: None,
+            steal_ns: None,
             off_ns: None,
             samples: None,
         }

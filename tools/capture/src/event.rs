@@ -16,8 +16,16 @@ pub const FP_INIT: u64 = 2;
 pub const FP_NEWTHREAD: u64 = 3;
 
 /// Names of the BPF `stats` slots, in order (`enum wc_stat`).
-pub const STAT_NAMES: [&str; 7] =
-    ["switches", "new_stacks", "ringbuf_drops", "map_full", "ustack_faults", "samples", "over_max_blocks"];
+pub const STAT_NAMES: [&str; 8] = [
+    "switches",
+    "new_stacks",
+    "ringbuf_drops",
+    "map_full",
+    "ustack_faults",
+    "samples",
+    "over_max_blocks",
+    "missed_switches",
+];
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -32,11 +40,17 @@ pub struct WcThread {
     pub lost_ns: [u64; NSTATES],
     pub cur_fp: u64,
     pub samples: u64,
+    pub exec_base: u64,
+    pub slice_wall_ns: u64,
+    pub slice_exec_ns: u64,
+    pub first_out: u64,
+    pub first_exec: u64,
+    pub out_exec: u64,
     pub pend_fp: u64,
     pub pend_ns: u64,
     pub pend_cnt: u64,
     pub pend_state: u32,
-    pub pad: u32,
+    pub exec_known: u32,
     pub pid: u32,
     pub cur_state: u32,
     pub running: u32,
@@ -78,7 +92,7 @@ pub struct WcEvent {
     pub ustack: [u8; USTACK_MAX],
 }
 
-const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 30 + 16 + 16);
+const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 36 + 16 + 16);
 const _: () = assert!(std::mem::size_of::<WcOkey>() == 16);
 const _: () = assert!(std::mem::size_of::<WcEvent>() == 80 + 8 * KSTACK_MAX + USTACK_MAX);
 

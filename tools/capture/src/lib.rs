@@ -10,5 +10,6 @@ pub mod privs;
 pub mod session;
 pub mod procfs;
 pub mod signal;
+pub mod steal;
 pub mod target;
 pub mod unwind;

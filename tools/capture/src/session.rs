@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::launch::{spawn_held, Launched};
+use crate::event::WcThread;
 use crate::procfs::{self, Kallsyms};
+use crate::steal::{self, ExecClock};
 use crate::target::TargetArgs;
 use crate::unwind::Unwind;
 
@@ -20,6 +22,8 @@ pub struct Initial {
     /// Root first; empty when the thread was running (no syscall stack).
     pub ustack: Vec<u64>,
     pub kstack: Vec<u64>,
+    /// Its CPU clock then (for the steal of a slice begun before the start).
+    pub exec: Option<ExecClock>,
 }
 
 pub struct Session {
@@ -30,6 +34,9 @@ pub struct Session {
     pub start_ns: u64,
     started: Option<Instant>,
     pub initial: BTreeMap<u32, Initial>,
+    /// CPU clocks of the target's threads just after the stop.
+    pub at_stop: BTreeMap<u32, ExecClock>,
+    tids: Vec<u32>,
     pub exit_code: Option<i32>,
     ready_file: Option<std::path::PathBuf>,
 }
@@ -57,6 +64,8 @@ impl Session {
             start_ns: 0,
             started: None,
             initial: BTreeMap::new(),
+            at_stop: BTreeMap::new(),
+            tids: Vec::new(),
             exit_code: None,
             ready_file: args.ready_file.clone(),
         })
@@ -68,6 +77,7 @@ impl Session {
     pub fn begin(&mut self, start_ns: u64, tids: &[u32], unwind: &mut Unwind) -> Result<()> {
         self.start_ns = start_ns;
         self.started = Some(Instant::now());
+        self.tids = tids.to_vec();
         if let Some(l) = self.launched.as_mut() {
             l.release()?;
         }
@@ -83,6 +93,7 @@ impl Session {
                 if !tids.is_empty() && !tids.contains(&tid) {
                     continue;
                 }
+                let exec = steal::read(pid, tid);
                 let state = procfs::state(pid, tid).unwrap_or('?');
                 let comm = procfs::comm(pid, tid).unwrap_or_default();
                 let mut ustack = Vec::new();
@@ -93,7 +104,7 @@ impl Session {
                     }
                     named.push((tid, procfs::task_stack_names(pid, tid)));
                 }
-                self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack: Vec::new() });
+                self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack: Vec::new(), exec });
             }
         }
         let ksyms = Kallsyms::load_names(named.iter().flat_map(|(_, f)| f.iter().map(|(n, _)| n.as_str())));
@@ -108,6 +119,27 @@ impl Session {
                 .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", f.display()))?;
         }
         Ok(())
+    }
+
+    /// The capture stopped: read the CPU clock of every thread of the
+    /// targets (for the steal of the slices still open).
+    pub fn stopped(&mut self) {
+        for &pid in &self.pids {
+            for tid in procfs::threads(pid) {
+                if self.tids.is_empty() || self.tids.contains(&tid) {
+                    if let Some(c) = steal::read(pid, tid) {
+                        self.at_stop.insert(tid, c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A thread's steal over the window (see [`crate::steal`]); `on_ns`
+    /// includes the slice open at the stop.
+    pub fn steal_of(&self, tid: u32, th: &WcThread, end_ns: u64, on_ns: u64) -> u64 {
+        let at_start = self.initial.get(&tid).and_then(|i| i.exec);
+        steal::thread_steal(th, end_ns, on_ns, at_start, self.at_stop.get(&tid).copied())
     }
 
     /// The stream header every capture tool writes for this session.

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use wallclock_capture::event::{self, WcEvent, WcOkey, WcOval, WcThread};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
-use wallclock_stream::{Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
+use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 
 use crate::Cli;
 
@@ -128,6 +128,7 @@ pub fn records(
             acc.add(tid, init_state(tid), Where::Synthetic("[lost stack]"), th.lost_ns[event::ST_INIT as usize], 1);
         }
         let t_end = if th.exit_ns > 0 { th.exit_ns.min(end) } else { end };
+        let bpf_th = th;
         if th.exit_ns == 0 && th.last_ts < end {
             // Close what is still open at the stop.
             let d = end - th.last_ts;
@@ -161,6 +162,7 @@ pub fn records(
         t.start_ns = Some(th.begin_ns);
         t.end_ns = Some(t_end);
         t.on_ns = Some(th.on_ns);
+        t.steal_ns = Some(sess.steal_of(tid, &bpf_th, end, th.on_ns));
         t.off_ns = Some(off);
         out_threads.insert(tid, t);
     }
@@ -177,6 +179,7 @@ pub fn records(
         t.start_ns = Some(start);
         t.end_ns = Some(end);
         t.on_ns = Some(0);
+        t.steal_ns = Some(0);
         t.off_ns = Some(off);
         out_threads.insert(tid, t);
     }
@@ -205,6 +208,7 @@ pub fn records(
     for t in out_threads.values() {
         recs.push(Record::Thread(t.clone()));
     }
+    recs.extend(out_threads.values().filter_map(accounting::steal_stack).map(Record::Stack));
     for ((tid, state, w), (ns, count)) in acc.stacks {
         let (pid, comm) = out_threads.get(&tid).map_or((0, String::new()), |t| (t.pid, t.comm.clone()));
         let mut s = Stack::new(Kind::Off, pid, tid, &comm);

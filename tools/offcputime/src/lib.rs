@@ -143,6 +143,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let end = monotonic_ns();
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
+    sess.stopped();
     std::thread::sleep(Duration::from_millis(5));
     let _ = rb.consume();
     drop(rb);

@@ -150,6 +150,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let end = monotonic_ns();
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
+    sess.stopped();
     std::thread::sleep(Duration::from_millis(5));
     let _ = rb.consume();
     drop(rb);
@@ -198,6 +199,7 @@ fn records(
             t.start_ns = Some(th.begin_ns);
             t.end_ns = Some(if th.exit_ns > 0 { th.exit_ns.min(end) } else { end });
             t.on_ns = Some(on);
+            t.steal_ns = Some(sess.steal_of(tid, &th, end, on));
         }
         t.samples = Some(samples.per_thread.get(&tid).map_or(0, |t| t.1));
         out.insert(tid, t);
@@ -209,6 +211,7 @@ fn records(
                 t.start_ns = Some(start);
                 t.end_ns = Some(end);
                 t.on_ns = Some(0);
+                t.steal_ns = Some(0);
             }
             t.samples = Some(0);
             out.insert(tid, t);
@@ -231,9 +234,10 @@ fn records(
     let mut recs = vec![Record::Header(header)];
     recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
     recs.extend(out.values().cloned().map(Record::Thread));
+    recs.extend(out.values().filter_map(accounting::steal_stack).map(Record::Stack));
     for ((tid, u, k), n) in &samples.stacks {
         let (pid, comm, on, tot) = match out.get(tid) {
-            Some(t) => (t.pid, t.comm.clone(), t.on_ns, t.samples.unwrap_or(0)),
+            Some(t) => (t.pid, t.comm.clone(), accounting::sampled_on_ns(t), t.samples.unwrap_or(0)),
             None => (samples.per_thread.get(tid).map_or(0, |t| t.0), String::new(), None, 0),
         };
         let mut s = Stack::new(Kind::On, pid, *tid, &comm);

@@ -6,7 +6,9 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use wallclock_stream::accounting::{kind_leaf, merge_thread, role_for, samples_to_ns, scale_samples};
+use wallclock_stream::accounting::{
+    kind_leaf, merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
+};
 use wallclock_stream::cli::open_input;
 use wallclock_stream::{
     Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread,
@@ -212,19 +214,7 @@ impl Merger {
         if scale.is_some() {
             *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
         }
-        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
-        let key = Key {
-            kind: s.kind,
-            state: s.state,
-            pid: s.pid,
-            tid: s.tid,
-            comm: s.comm,
-            ustack: s.ustack,
-            kstack: s.kstack,
-            frames: s.frames,
-            gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
-            scale,
-        };
+        let (key, v) = key_of(s, scale);
         self.agg.entry(key).or_default().add(v);
     }
 
@@ -258,6 +248,19 @@ impl Merger {
             stats.end_ns = header.end_ns;
         }
         let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
+        // A thread's steal is one stack made from its merged record (two
+        // inputs may each carry one for the same thread).
+        let mut agg = agg;
+        agg.retain(|k, _| {
+            !(k.kind == Kind::On
+                && k.frames.len() == 1
+                && k.frames[0].func == STEAL_FRAME
+                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
+        });
+        for s in threads.values().filter_map(steal_stack).filter(|s| keep(s, &opts)) {
+            let (key, v) = key_of(s, None);
+            agg.entry(key).or_default().add(v);
+        }
         for (mut key, mut v) in agg {
             if let Some(freq) = key.scale.take() {
                 let t = threads.get(&(key.pid, key.tid));
@@ -265,7 +268,7 @@ impl Merger {
                     .and_then(|t| t.samples)
                     .filter(|n| *n > 0)
                     .or_else(|| thread_samples.get(&(key.pid, key.tid)).copied());
-                v.ns = match (t.and_then(|t| t.on_ns), denom) {
+                v.ns = match (t.and_then(sampled_on_ns), denom) {
                     (Some(on), Some(n)) if n > 0 => scale_samples(on, v.count, n),
                     _ => samples_to_ns(v.count, freq),
                 };
@@ -379,6 +382,24 @@ fn kind_in(s: &Stack, role: InputRole) -> Kind {
         (Kind::Other, InputRole::Gpu) => Kind::Gpu,
         (k, _) => k,
     }
+}
+
+/// A stack's aggregation key and value.
+fn key_of(s: Stack, scale: Option<u64>) -> (Key, Agg) {
+    let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
+    let key = Key {
+        kind: s.kind,
+        state: s.state,
+        pid: s.pid,
+        tid: s.tid,
+        comm: s.comm,
+        ustack: s.ustack,
+        kstack: s.kstack,
+        frames: s.frames,
+        gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
+        scale,
+    };
+    (key, v)
 }
 
 fn keep(s: &Stack, opts: &Options) -> bool {

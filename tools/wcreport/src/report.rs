@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use wallclock_stream::accounting::{behaviour, kind_leaf, merge_thread, role_for, scale_samples};
+use wallclock_stream::accounting::{behaviour, kind_leaf, merge_thread, role_for, sampled_on_ns, scale_samples};
 use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
 
 use crate::gpu::{self, GpuReport};
@@ -70,6 +70,8 @@ pub struct ThreadReport {
     pub end_ns: Option<u64>,
     pub alive_ns: Option<u64>,
     pub on_ns: u64,
+    /// The part of `on_ns` the hypervisor took from its vCPU ("steal").
+    pub steal_ns: u64,
     pub off_ns: StateNs,
     pub off_total_ns: u64,
     /// GPU work (kernels, copies, memsets) launched by this thread; not
@@ -214,7 +216,7 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadR
     // on-CPU stacks divide the thread's exact on-CPU time, as stackmerge
     // would scale them (the same rule, so its output is unchanged here).
     let scaled: Vec<Stack>;
-    let ss: Vec<&Stack> = match t.on_ns {
+    let ss: Vec<&Stack> = match sampled_on_ns(t) {
         Some(on) if ss.iter().any(|s| s.kind == Kind::On && s.count > 0) => {
             let total: u64 = ss.iter().filter(|s| s.kind == Kind::On).map(|s| s.count).sum();
             let denom = t.samples.filter(|n| *n > 0).unwrap_or(total);
@@ -279,6 +281,7 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadR
         end_ns,
         alive_ns,
         on_ns,
+        steal_ns: t.steal_ns.unwrap_or(0),
         off_ns,
         off_total_ns,
         gpu_ns: ss.iter().filter(|s| gpu::is_device_work(s)).map(|s| s.ns).sum(),

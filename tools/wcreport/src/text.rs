@@ -297,6 +297,9 @@ pub fn thread_detail(t: &ThreadReport) -> String {
         share(t.off_total_ns),
         p(t.coverage_pct)
     );
+    if t.steal_ns > 0 {
+        let _ = writeln!(s, "  of the on-CPU time, steal (the hypervisor ran something else) {}{}", h(t.steal_ns), share(t.steal_ns));
+    }
     let _ = writeln!(
         s,
         "  off-CPU by state: runnable {}{}, sleeping {}{}, uninterruptible {}{}, other {}{}",

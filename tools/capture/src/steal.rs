@@ -1,0 +1,109 @@
+//! Steal: time a thread held a CPU (switch-in to switch-out) that its own
+//! CPU clock did not count, because the hypervisor ran something else on
+//! the vCPU (on a kernel with CONFIG_IRQ_TIME_ACCOUNTING, interrupt time
+//! too). It is part of the thread's on-CPU time; the samples are scaled to
+//! the rest, so a function's share is the time it really ran.
+//!
+//! The BPF side measures every slice it saw begin (`se.sum_exec_runtime`
+//! at switch-in and switch-out). Two slices it cannot close alone are
+//! measured here from `/proc/PID/task/TID/schedstat` readings: the slice a
+//! thread was already running in at the start, and the one still open at
+//! the stop. Such a reading of a running thread is as old as its last
+//! scheduler tick, so those two slices can be off by up to one tick.
+
+use crate::event::WcThread;
+use crate::target::monotonic_ns;
+
+/// A thread's CPU clock (ns it ran) read at a monotonic time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecClock {
+    pub at_ns: u64,
+    pub exec_ns: u64,
+}
+
+/// The CPU clock of a thread now, from `/proc/PID/task/TID/schedstat`.
+pub fn read(pid: u32, tid: u32) -> Option<ExecClock> {
+    let at_ns = monotonic_ns();
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let exec_ns = s.split_whitespace().next()?.parse().ok()?;
+    Some(ExecClock { at_ns, exec_ns })
+}
+
+/// Steal of one thread over the window ending at `end`, given the readings
+/// at the start and at the stop (when it was a thread of a target process
+/// then): the wall time of every slice measured less what its CPU clock
+/// counted in them, summed before the difference is taken (per slice, the
+/// two clocks' jitter goes both ways). Never more than its on-CPU time
+/// `on_ns` (including the slice open at the stop).
+pub fn thread_steal(th: &WcThread, end: u64, on_ns: u64, at_start: Option<ExecClock>, at_stop: Option<ExecClock>) -> u64 {
+    let (mut wall, mut exec) = (th.slice_wall_ns, th.slice_exec_ns);
+    let mut add = |a: ExecClock, b: ExecClock| {
+        wall += b.at_ns.saturating_sub(a.at_ns);
+        exec += b.exec_ns.saturating_sub(a.exec_ns);
+    };
+    // Running at the start, first switched out at first_out.
+    if let Some(s) = at_start.filter(|s| th.first_out > s.at_ns) {
+        add(s, ExecClock { at_ns: th.first_out, exec_ns: th.first_exec });
+    }
+    let open = th.exit_ns == 0 && th.running != 0 && th.last_ts < end;
+    if let (true, Some(stop)) = (open, at_stop) {
+        let base = if th.exec_known != 0 {
+            Some(ExecClock { at_ns: th.last_ts, exec_ns: th.exec_base })
+        } else if th.first_out == 0 {
+            at_start // running through the whole window
+        } else {
+            None
+        };
+        if let Some(b) = base.filter(|b| stop.at_ns > b.at_ns) {
+            add(b, stop);
+        }
+    }
+    wall.saturating_sub(exec).min(on_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clock(at_ns: u64, exec_ns: u64) -> ExecClock {
+        ExecClock { at_ns, exec_ns }
+    }
+
+    #[test]
+    fn closed_slices_only() {
+        let th = WcThread { slice_wall_ns: 100, slice_exec_ns: 93, on_ns: 100, ..Default::default() };
+        assert_eq!(thread_steal(&th, 1000, 100, None, None), 7);
+        // A clock a little ahead over the sum is no steal (nor negative).
+        let th = WcThread { slice_wall_ns: 100, slice_exec_ns: 101, on_ns: 100, ..Default::default() };
+        assert_eq!(thread_steal(&th, 1000, 100, None, None), 0);
+    }
+
+    #[test]
+    fn first_slice_from_the_start_reading() {
+        // Ran from 100 to 400 (300 ns wall) but its clock advanced 250.
+        let th = WcThread { first_out: 400, first_exec: 1250, on_ns: 300, ..Default::default() };
+        assert_eq!(thread_steal(&th, 1000, 300, Some(clock(100, 1000)), None), 50);
+        // A reading taken after the first switch-out says nothing of it.
+        assert_eq!(thread_steal(&th, 1000, 300, Some(clock(500, 1000)), None), 0);
+    }
+
+    #[test]
+    fn open_slice_at_the_stop() {
+        // Switched in at 600 with clock 2000; at the stop (1000, read at
+        // 1001) the clock says 2300: 101 ns of wall not run.
+        let th = WcThread { running: 1, exec_known: 1, last_ts: 600, exec_base: 2000, ..Default::default() };
+        assert_eq!(thread_steal(&th, 1000, 400, None, Some(clock(1001, 2300))), 101);
+        // Never switched in the window: start to stop readings.
+        let th = WcThread { running: 1, last_ts: 0, ..Default::default() };
+        assert_eq!(thread_steal(&th, 1000, 1000, Some(clock(10, 0)), Some(clock(1000, 900))), 90);
+        // Clamped to the on-CPU time.
+        assert_eq!(thread_steal(&th, 1000, 20, Some(clock(10, 0)), Some(clock(1000, 900))), 20);
+    }
+
+    #[test]
+    fn slices_jitter_both_ways() {
+        // One slice's clock ahead by 5, the first slice's behind by 5.
+        let th = WcThread { slice_wall_ns: 100, slice_exec_ns: 105, first_out: 400, first_exec: 295, ..Default::default() };
+        assert_eq!(thread_steal(&th, 1000, 400, Some(clock(100, 0)), None), 0);
+    }
+}
