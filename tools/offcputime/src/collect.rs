@@ -128,7 +128,7 @@ pub fn records(
             acc.add(tid, init_state(tid), Where::Synthetic("[lost stack]"), th.lost_ns[event::ST_INIT as usize], 1);
         }
         let t_end = if th.exit_ns > 0 { th.exit_ns.min(end) } else { end };
-        let bpf_th = th;
+        let bpf_th = th; // as the BPF side left it, before the open slice is closed below
         if th.exit_ns == 0 && th.last_ts < end {
             // Close what is still open at the stop.
             let d = end - th.last_ts;

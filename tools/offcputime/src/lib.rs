@@ -155,7 +155,15 @@ pub fn run(cli: Cli) -> Result<i32> {
     let records = collect::records(&cfg, &sess, &unwind.borrow(), &stacks.borrow(), &threads, &offcpu, &counts);
 
     let mut out = wallclock_stream::cli::open_output(cli.target.output.as_deref())?;
-    wallclock_capture::output::write(&mut out, &records, cli.target.folded, |s| s.ns / 1000)?;
+    // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
+    // (on-CPU time) stays in the stream.
+    wallclock_capture::output::write(&mut out, &records, cli.target.folded, |s| {
+        if s.kind == wallclock_stream::Kind::Off {
+            s.ns / 1000
+        } else {
+            0
+        }
+    })?;
     drop(out);
     Ok(sess.finish())
 }
