@@ -121,8 +121,8 @@ static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64
 
 /* A thread leaves the CPU at `now` after running since th->last_ts: the
  * slice is on-CPU, and the part of it the task's CPU clock did not count
- * is steal (see struct wc_thread). (se.sum_exec_runtime is current here: __schedule updated it
- * just before this tracepoint.) */
+ * is steal (see struct wc_thread). se.sum_exec_runtime is current here:
+ * __schedule updated it just before this tracepoint. */
 static __always_inline void close_slice(struct wc_thread *th, struct task_struct *t, __u64 now, bool btf)
 {
 	__u64 wall = now - th->last_ts;
