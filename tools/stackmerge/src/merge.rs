@@ -230,7 +230,7 @@ impl Merger {
             any_stats,
             folded_on_input,
             thread_samples,
-            agg,
+            mut agg,
             ..
         } = self;
         if header.freq_hz.is_none() && folded_on_input {
@@ -247,10 +247,8 @@ impl Merger {
         if !any_stats {
             stats.end_ns = header.end_ns;
         }
-        let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
         // A thread's steal is one stack made from its merged record (two
         // inputs may each carry one for the same thread).
-        let mut agg = agg;
         agg.retain(|k, _| {
             !(k.kind == Kind::On
                 && k.frames.len() == 1
@@ -261,6 +259,7 @@ impl Merger {
             let (key, v) = key_of(s, None);
             agg.entry(key).or_default().add(v);
         }
+        let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
         for (mut key, mut v) in agg {
             if let Some(freq) = key.scale.take() {
                 let t = threads.get(&(key.pid, key.tid));
