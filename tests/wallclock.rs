@@ -74,9 +74,9 @@ fn demo_profile_agrees_with_ground_truth() {
     let dir = util::scratch("wallclock-demo");
     let bin = build_demo(&dir);
     let prefix = dir.join("demo");
-    // -m 0: every block keeps its stack, so preemptions inside a function
-    // (runnable time) are attributed to it rather than to [short blocks].
-    let out = wallclock(&["-m", "0", "-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()]);
+    // Default flags, as a user types them: every block keeps its stack,
+    // however short (demo-prod and demo-cons block for ~100-300 us each).
+    let out = wallclock(&["-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()]);
     assert!(out.status.success(), "wallclock failed: {}", out.status);
     // The workload's own stdout is its truth: it must not be mixed with anything.
     let truth: Value = serde_json::from_slice(&out.stdout).expect("the workload's stdout is its JSON truth, alone");
@@ -84,7 +84,7 @@ fn demo_profile_agrees_with_ground_truth() {
     for f in ["demo.svg", "demo.folded", "demo.stream", "demo_thread_analysis.txt"] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
-    assert!(!dir.join("demo_single_thread_analysis.txt").exists(), "4 threads are not single-threaded");
+    assert!(!dir.join("demo_single_thread_analysis.txt").exists(), "6 threads are not single-threaded");
     // Every user frame is named: the vDSO, and the shell that held the
     // target before its exec, included.
     let combined = std::fs::read_to_string(dir.join("demo.folded")).unwrap();
@@ -92,7 +92,7 @@ fn demo_profile_agrees_with_ground_truth() {
     // The tracing machinery that ran our BPF programs is not the thread's.
     assert!(!combined.contains("__traceiter_") && !combined.contains("bpf_prog_"), "dispatch frames left in the stacks");
     let svg = std::fs::read_to_string(dir.join("demo.svg")).unwrap();
-    for f in ["compute_chunk", "nap", "write_and_fsync", "locked_update"] {
+    for f in ["compute_chunk", "nap", "write_and_fsync", "locked_update", "pace", "wait_for_item", "handle_item"] {
         assert!(svg.contains(f), "{f} not in the flame graph");
     }
 
@@ -107,6 +107,19 @@ fn demo_profile_agrees_with_ground_truth() {
     for t in &threads {
         let cov = t["coverage_pct"].as_f64().unwrap();
         assert!((cov - 100.0).abs() <= 2.0, "thread {} coverage {cov}%", t["tid"]);
+        // No time without the stack it was spent in.
+        let stackless = t["short_blocks_ns"].as_u64().unwrap() + t["lost_stack_ns"].as_u64().unwrap();
+        let pct = 100.0 * stackless as f64 / t["alive_ns"].as_u64().unwrap() as f64;
+        assert!(pct <= 2.0, "thread {}: {pct:.1}% of its time in [short blocks]/[lost stack]", t["tid"]);
+    }
+    // The sub-millisecond waits are a large part of their threads' time:
+    // the case a stack-less short-block bucket used to hide.
+    for (thread, func) in [("demo-prod", "pace"), ("demo-cons", "wait_for_item")] {
+        let t = truth["threads"].as_array().unwrap().iter().find(|t| t["thread"] == thread).unwrap();
+        let f = &t["functions"][func];
+        let off = f["wall_ns"].as_f64().unwrap() - f["cpu_ns"].as_f64().unwrap();
+        let life = alive[&t["tid"].as_u64().unwrap()] as f64;
+        assert!(off / life >= 0.30, "{thread} {func}: off-CPU only {:.0}% of its life", 100.0 * off / life);
     }
 
     let mdir = dir.join("multithread_demo");

@@ -1,4 +1,4 @@
-// wallclock demo workload: four threads that spend their time in known
+// wallclock demo workload: six threads that spend their time in known
 // ways and print, at exit, how long each named function ran on the CPU
 // (CLOCK_THREAD_CPUTIME_ID) and in wall time (CLOCK_MONOTONIC).
 //
@@ -6,6 +6,10 @@
 //   demo-io     write_and_fsync(): 256 KiB writes, each followed by fdatasync
 //   demo-lock1  locked_update() under a mutex held 4 ms at a time,
 //   demo-lock2    so each waits in pthread_mutex_lock for the other
+//   demo-prod   pace() (150 us nanosleeps), then hands an item over
+//   demo-cons   wait_for_item() on a condition variable, handle_item() (60 us)
+// The last two block thousands of times for well under a millisecond each:
+// the waits real servers are made of.
 //
 // Usage: workload [SECONDS] [SCRATCH_FILE]     (defaults: 10, /tmp/wallclock-demo.dat)
 // Built by scripts/demo with -fno-omit-frame-pointer -g.
@@ -20,8 +24,9 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-enum { F_COMPUTE, F_NAP, F_WRITE, F_LOCKED, F_WAIT_LOCK, NFUNC };
-static const char *fname[NFUNC] = {"compute_chunk", "nap", "write_and_fsync", "locked_update", "lock_wait"};
+enum { F_COMPUTE, F_NAP, F_WRITE, F_LOCKED, F_WAIT_LOCK, F_PACE, F_WAIT_ITEM, F_HANDLE, NFUNC };
+static const char *fname[NFUNC] = {"compute_chunk", "nap",  "write_and_fsync", "locked_update",
+                                   "lock_wait",     "pace", "wait_for_item",   "handle_item"};
 
 struct truth {
     const char *thread;
@@ -34,6 +39,9 @@ static const char *g_file = "/tmp/wallclock-demo.dat";
 static int64_t g_deadline;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static volatile uint64_t g_sink;
+static pthread_mutex_t g_qlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_qcond = PTHREAD_COND_INITIALIZER;
+static int g_items, g_done;
 
 static int64_t now_ns(clockid_t c) {
     struct timespec ts;
@@ -75,6 +83,54 @@ __attribute__((noinline)) void locked_update(struct truth *t) {
     MEASURE(t, F_WAIT_LOCK, pthread_mutex_lock(&g_lock));
     spin_ns(4 * 1000000);
     pthread_mutex_unlock(&g_lock);
+}
+
+__attribute__((noinline)) void pace(void) {
+    struct timespec ts = {0, 150 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+__attribute__((noinline)) static void post_item(int last) {
+    pthread_mutex_lock(&g_qlock);
+    g_items++;
+    g_done |= last;
+    pthread_cond_signal(&g_qcond);
+    pthread_mutex_unlock(&g_qlock);
+}
+
+// Returns 0 once the producer is done and nothing is left.
+__attribute__((noinline)) int wait_for_item(void) {
+    pthread_mutex_lock(&g_qlock);
+    while (!g_items && !g_done) pthread_cond_wait(&g_qcond, &g_qlock);
+    int got = g_items > 0;
+    if (got) g_items--;
+    pthread_mutex_unlock(&g_qlock);
+    return got;
+}
+
+__attribute__((noinline)) void handle_item(void) { spin_ns(60 * 1000); }
+
+static void *producer_thread(void *arg) {
+    struct truth *t = arg;
+    t->tid = (pid_t)syscall(SYS_gettid);
+    while (now_ns(CLOCK_MONOTONIC) < g_deadline) {
+        MEASURE(t, F_PACE, pace());
+        post_item(0);
+    }
+    post_item(1);
+    return NULL;
+}
+
+static void *consumer_thread(void *arg) {
+    struct truth *t = arg;
+    t->tid = (pid_t)syscall(SYS_gettid);
+    for (;;) {
+        int got;
+        MEASURE(t, F_WAIT_ITEM, got = wait_for_item());
+        if (!got) break;
+        MEASURE(t, F_HANDLE, handle_item());
+    }
+    return NULL;
 }
 
 static void *io_thread(void *arg) {
@@ -123,21 +179,21 @@ int main(int argc, char **argv) {
     if (g_seconds <= 0) { fprintf(stderr, "usage: %s [SECONDS] [SCRATCH_FILE]\n", argv[0]); return 2; }
     g_deadline = now_ns(CLOCK_MONOTONIC) + (int64_t)(g_seconds * 1e9);
 
-    static struct truth ts[4] = {{.thread = "main"}, {.thread = "demo-io"}, {.thread = "demo-lock1"}, {.thread = "demo-lock2"}};
+    static struct truth ts[6] = {{.thread = "main"},       {.thread = "demo-io"},   {.thread = "demo-lock1"},
+                                 {.thread = "demo-lock2"}, {.thread = "demo-prod"}, {.thread = "demo-cons"}};
     ts[0].tid = getpid();
-    pthread_t th[3];
-    pthread_create(&th[0], NULL, io_thread, &ts[1]);
-    pthread_create(&th[1], NULL, lock_thread, &ts[2]);
-    pthread_create(&th[2], NULL, lock_thread, &ts[3]);
-    pthread_setname_np(th[0], "demo-io");
-    pthread_setname_np(th[1], "demo-lock1");
-    pthread_setname_np(th[2], "demo-lock2");
+    pthread_t th[5];
+    void *(*fn[5])(void *) = {io_thread, lock_thread, lock_thread, producer_thread, consumer_thread};
+    for (int i = 0; i < 5; i++) {
+        pthread_create(&th[i], NULL, fn[i], &ts[i + 1]);
+        pthread_setname_np(th[i], ts[i + 1].thread);
+    }
 
     while (now_ns(CLOCK_MONOTONIC) < g_deadline) {
         MEASURE(&ts[0], F_COMPUTE, compute_chunk());
         MEASURE(&ts[0], F_NAP, nap());
     }
-    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-    print_truth(ts, 4);
+    for (int i = 0; i < 5; i++) pthread_join(th[i], NULL);
+    print_truth(ts, 6);
     return 0;
 }
