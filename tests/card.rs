@@ -1,0 +1,128 @@
+//! The project's card line, typed as a user types it:
+//!
+//!     oncputime -p PID > on.txt
+//!     offcputime -p PID -m 1000 | stacksym | stackmerge --on on.txt | flame > out.svg
+//!
+//! `on.txt` is raw (unsymbolized) oncputime output. The SVG must name the
+//! workload's functions in both colours, and a real browser (headless
+//! chromium, installed by `scripts/setup --tests`) must render it so.
+
+mod util;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn build_demo(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("workload");
+    let st = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&out)
+        .arg(util::root().join("scripts/demo/workload.c"))
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    out
+}
+
+fn sh(dir: &Path, script: &str) {
+    let path = format!("{}:{}", util::bin_dir().display(), std::env::var("PATH").unwrap_or_default());
+    let out = Command::new("bash").arg("-c").arg(script).current_dir(dir).env("PATH", path).output().unwrap();
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("$ {script}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Titles of the SVG's frames (`<title>NAME (N us, P%)</title>`), with
+/// the fill of the rectangle drawn for each.
+fn frames(svg: &str) -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    for g in svg.split("<g>").skip(1) {
+        let Some(t) = g.split("<title>").nth(1).and_then(|t| t.split("</title>").next()) else { continue };
+        let name = t.rsplit_once(" (").map_or(t, |(n, _)| n).to_string();
+        let fill = g.split("fill=\"").nth(1).and_then(|f| f.split('"').next()).unwrap_or("").to_string();
+        v.push((name, fill));
+    }
+    v
+}
+
+/// (red, green, blue) of an `rgb(r,g,b)` fill.
+fn rgb(fill: &str) -> Option<(u8, u8, u8)> {
+    let inner = fill.strip_prefix("rgb(")?.strip_suffix(')')?;
+    let mut it = inner.split(',').map(|c| c.trim().parse::<u8>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
+}
+
+fn warm((r, g, b): (u8, u8, u8)) -> bool {
+    r > 150 && r as u16 > b as u16 + 60 && g < 230
+}
+
+fn blue((r, _g, b): (u8, u8, u8)) -> bool {
+    b > 150 && b as u16 > r as u16 + 60
+}
+
+#[test]
+fn card_line_typed_literally_names_both_kinds() {
+    if !util::is_root() {
+        eprintln!("SKIPPED: needs root (BPF)");
+        return;
+    }
+    let dir = util::scratch("card");
+    let wl = build_demo(&dir);
+    let mut target = Command::new(&wl).arg("8").arg(dir.join("scratch.dat")).stdout(Stdio::null()).spawn().unwrap();
+    let pid = target.id();
+    sh(&dir, &format!("oncputime -p {pid} -d 2 > on.txt"));
+    sh(&dir, &format!("offcputime -p {pid} -m 1000 -d 2 | stacksym | stackmerge --on on.txt | flame > out.svg"));
+    let _ = target.kill();
+    let _ = target.wait();
+
+    let svg = std::fs::read_to_string(dir.join("out.svg")).unwrap();
+    let fr = frames(&svg);
+    let fill_of = |name: &str| fr.iter().filter(|(n, _)| n == name).filter_map(|(_, f)| rgb(f)).collect::<Vec<_>>();
+    // On-CPU work, drawn warm; off-CPU waits, drawn blue.
+    for f in ["compute_chunk", "handle_item"] {
+        assert!(fill_of(&format!("{f}_[c]")).iter().any(|&c| warm(c)) || fr.iter().any(|(n, c)| n.contains(f) && rgb(c).is_some_and(warm)), "{f}: no warm (on-CPU) frame");
+    }
+    for f in ["nap", "wait_for_item", "write_and_fsync"] {
+        assert!(fr.iter().any(|(n, c)| n.contains(f) && rgb(c).is_some_and(blue)), "{f}: no blue (off-CPU) frame");
+    }
+    let hex: Vec<&String> = fr.iter().map(|(n, _)| n).filter(|n| n.starts_with("0x")).collect();
+    assert!(hex.is_empty(), "frames left as addresses: {:?}", &hex[..hex.len().min(10)]);
+
+    // A real browser: the graph's script runs and both colours reach the screen.
+    let png = dir.join("out.png");
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=1200,720",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", dir.join("out.svg").display()))
+        .output()
+        .expect("chromium is not installed: run `sudo scripts/setup --tests` (scripts/test does)");
+    assert!(png.is_file(), "chromium wrote no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        c => panic!("unexpected PNG colour type {c:?}"),
+    };
+    let (mut n_warm, mut n_blue) = (0usize, 0usize);
+    for p in buf[..info.buffer_size()].chunks(px) {
+        let c = (p[0], p[1], p[2]);
+        n_warm += warm(c) as usize;
+        n_blue += blue(c) as usize;
+    }
+    let total = (info.width * info.height) as usize;
+    eprintln!("screenshot {}: {:.1}% warm, {:.1}% blue pixels", png.display(), 100.0 * n_warm as f64 / total as f64, 100.0 * n_blue as f64 / total as f64);
+    assert!(n_warm * 100 >= total, "the browser shows almost no on-CPU (warm) frames");
+    assert!(n_blue * 100 >= total, "the browser shows almost no off-CPU (blue) frames");
+}
