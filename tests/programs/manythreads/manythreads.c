@@ -9,6 +9,7 @@
  *   3-5  waiter:  condition-variable timed wait, period 3-91 ms
  *   6-8  juggler: alternates two blocking calls (two stacks per thread)
  *   9    parked:  waits on a condition never signalled (blocked throughout)
+ *        or, for every other one, dozer: sleeps 1-4 s at a time
  * and the first WORKERS threads instead spin 2 ms, sleep 1 ms.
  *
  * Build: gcc -O1 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -pthread */
@@ -71,6 +72,8 @@ NOINLINE void waiter_wait(long ms)
 NOINLINE void juggler_poll(long ms) { poll(NULL, 0, (int)ms); }
 NOINLINE void juggler_sleep(long ms) { sleep_ms(ms); }
 
+NOINLINE void dozer_sleep(long ms) { sleep_ms(ms); }
+
 NOINLINE void parked_wait(void)
 {
 	pthread_mutex_lock(&mu);
@@ -104,6 +107,9 @@ static void *run(void *arg)
 			juggler_sleep(1 + i % 31);
 		}
 	default:
+		if (i % 20 == 19)
+			for (;;)
+				dozer_sleep(1000 + i % 7 * 500);
 		parked_wait();
 	}
 	return 0;

@@ -1,10 +1,12 @@
 //! From the BPF maps and stack events to stream records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use wallclock_capture::event::{self, WcEvent, WcOkey, WcOval, WcThread};
+use wallclock_capture::event::{self, WcOkey, WcOval, WcThread};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
+
+pub use crate::stacks::Stacks;
 use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 
 /// Synthetic stacks. Time is never dropped: what has no stack, or what a
@@ -12,45 +14,6 @@ use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, S
 pub const LOST: &str = "[lost stack]";
 pub const OVER_MAX: &str = "[filtered: over -M]";
 pub const STATE_FILTERED: &str = "[filtered: --state]";
-
-/// Stacks sent by BPF (or read from /proc at the stop), unwound while
-/// their process lived.
-#[derive(Default)]
-pub struct Stacks {
-    by_fp: HashMap<u64, (Vec<u64>, Vec<u64>)>,
-    comm: HashMap<u32, String>,
-}
-
-impl Stacks {
-    /// One event of the ring buffer, possibly without the unread tail of
-    /// its user-stack copy (see `drain`).
-    pub fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
-        let full;
-        let data = if data.len() < std::mem::size_of::<WcEvent>() {
-            let mut v = vec![0u8; std::mem::size_of::<WcEvent>()];
-            v[..data.len()].copy_from_slice(data);
-            full = v;
-            &full[..]
-        } else {
-            data
-        };
-        let Some(e) = event::from_bytes::<WcEvent>(data) else { return };
-        self.comm.insert(e.tid, event::comm_str(&e.comm));
-        if self.by_fp.contains_key(&e.fp) {
-            return;
-        }
-        let ustack = unwind.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
-        self.by_fp.insert(e.fp, (ustack, e.kstack_root_first()));
-    }
-
-    pub fn has(&self, fp: u64) -> bool {
-        self.by_fp.contains_key(&fp)
-    }
-
-    pub fn insert(&mut self, fp: u64, ustack: Vec<u64>, kstack: Vec<u64>) {
-        self.by_fp.insert(fp, (ustack, kstack));
-    }
-}
 
 pub struct Config {
     pub start: u64,
@@ -160,7 +123,7 @@ pub fn records(
         event::FP_NEWTHREAD => Where::Synthetic("[thread start]"),
         event::FP_OVER_MAX => Where::Synthetic(OVER_MAX),
         event::FP_STATE_FILTERED => Where::Synthetic(STATE_FILTERED),
-        fp => match stacks.by_fp.get(&fp) {
+        fp => match stacks.get(fp) {
             Some((u, k)) if !u.is_empty() || !k.is_empty() => Where::Stack(u.clone(), k.clone()),
             _ => Where::Synthetic(LOST),
         },
@@ -180,7 +143,7 @@ pub fn records(
 
     let mut out_threads = BTreeMap::new();
     let comm_of = |pid: u32, tid: u32, fallback: &str| {
-        procfs::comm(pid, tid).or_else(|| stacks.comm.get(&tid).cloned()).unwrap_or_else(|| fallback.to_string())
+        procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
     };
     let mut short = [(0u64, 0u64); 4];
     for &(tid, mut th) in threads {
@@ -212,10 +175,10 @@ pub fn records(
             }
         }
         let mut off = StateNs::default();
-        for i in 0..4 {
+        for (i, sh) in short.iter_mut().enumerate() {
             *off.get_mut(st(i as u32)) += th.off_ns[i];
-            short[i].0 += th.short_cnt[i];
-            short[i].1 += th.short_ns[i];
+            sh.0 += th.short_cnt[i];
+            sh.1 += th.short_ns[i];
             if th.lost_ns[i] > 0 {
                 acc.add(tid, st(i as u32), Where::Synthetic(LOST), th.lost_ns[i], 1);
             }

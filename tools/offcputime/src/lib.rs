@@ -38,6 +38,7 @@
 mod atstop;
 mod collect;
 mod drain;
+mod stacks;
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
