@@ -10,7 +10,7 @@
 #include <bpf/bpf_core_read.h>
 #include "capture.bpf.h"
 
-const volatile __u64 min_block_ns = 1000;
+const volatile __u64 min_block_ns = 1000; /* a "short block" in the stats */
 const volatile __u64 max_block_ns = (__u64)-1;
 const volatile long state_filter = -1;
 
@@ -98,23 +98,27 @@ static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, 
 	th->pend_cnt = 1;
 }
 
-/* Close th's off-CPU interval (state st, stack fp) at `now`. */
+/* Close th's off-CPU interval (state st, stack fp) at `now`. Every block
+ * keeps its stack whatever its length: -m only counts the short ones for
+ * the stats; -M and --state move what they leave out to a named synthetic
+ * stack, so the thread's time still adds up. */
 static __always_inline void close_off(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 now)
 {
 	__u64 d = now - th->last_ts;
 	if (st >= WC_NSTATES)
 		return;
 	th->off_ns[st] += d;
-	if (st == WC_ST_INIT || fp == WC_FP_NEWTHREAD) {
-		add_off(tid, fp, st, d, th);
-	} else if (d < min_block_ns) {
-		th->short_ns[st] += d;
-		th->short_cnt[st] += 1;
-	} else if (d > max_block_ns || (state_filter >= 0 && st != state_of(state_filter))) {
-		stat_add(WC_STAT_OVER_MAX, 1);
-	} else {
-		add_off(tid, fp, st, d, th);
+	if (st != WC_ST_INIT && fp != WC_FP_NEWTHREAD) {
+		if (d < min_block_ns) {
+			th->short_ns[st] += d;
+			th->short_cnt[st] += 1;
+		}
+		if (d > max_block_ns)
+			fp = WC_FP_OVER_MAX;
+		else if (state_filter >= 0 && st != state_of(state_filter))
+			fp = WC_FP_STATE_FILTERED;
 	}
+	add_off(tid, fp, st, d, th);
 }
 
 /* prev leaves the CPU: close its on-CPU interval, note where it blocks. */
@@ -150,19 +154,29 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	struct pt_regs *regs = 0;
 	if (!th->kthread) {
 		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-		__u64 top[6] = {};
 		__u64 sp = RD(btf, regs, sp);
 		__u64 bp = RD(btf, regs, bp);
-		bpf_probe_read_user(top, sizeof(top), (void *)sp);
+		__u64 nr = RD(btf, regs, orig_ax);
 		__u64 ret = 0;
 		bpf_probe_read_user(&ret, sizeof(ret), (void *)(bp + 8));
 		fp = mix(fp, RD(btf, regs, ip));
 		fp = mix(fp, sp);
 		fp = mix(fp, bp);
 		fp = mix(fp, ret);
-		fp = mix(fp, RD(btf, regs, orig_ax));
-		for (int i = 0; i < 6; i++)
-			fp = mix(fp, top[i]);
+		/* The syscall number; for an interrupted thread, -1 whatever the
+		 * vector (timer or IPI) that stopped it. */
+		fp = mix(fp, (long)nr < 0 ? (__u64)-1 : nr);
+		/* In a system call, the libc wrapper (no frame pointer) hides its
+		 * caller from bp: the top of the stack holds the return address.
+		 * A thread preempted in user code (orig_ax < 0) has its locals
+		 * there instead, new at every preemption: leave them out, or a
+		 * spinning thread costs a stack copy per preemption. */
+		if ((long)nr >= 0) {
+			__u64 top[6] = {};
+			bpf_probe_read_user(top, sizeof(top), (void *)sp);
+			for (int i = 0; i < 6; i++)
+				fp = mix(fp, top[i]);
+		}
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so
 		 * they cost one walk per switch (user threads cost none). */
@@ -182,12 +196,18 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	fp = mix(fp, tid);
 	if (fp < 16)
 		fp += 16;
-	if (fp != th->cur_fp && !bpf_map_lookup_elem(&seen, &fp)) {
-		if (emit_stack(ctx, cur, regs, fp, 0, st, now, 2)) {
-			fp = WC_FP_LOST;
-		} else {
-			__u8 one = 1;
-			bpf_map_update_elem(&seen, &fp, &one, BPF_ANY);
+	/* A failed copy (ring buffer full) keeps the real fingerprint for the
+	 * time and is not marked seen: the next block here copies again, and
+	 * only a fingerprint that never got its stack ends as [lost stack]. */
+	if (fp != th->cur_fp || th->need_stack) {
+		th->need_stack = 0;
+		if (!bpf_map_lookup_elem(&seen, &fp)) {
+			if (emit_stack(ctx, cur, regs, fp, 0, st, now, 2)) {
+				th->need_stack = 1;
+			} else {
+				__u8 one = 1;
+				bpf_map_update_elem(&seen, &fp, &one, BPF_ANY);
+			}
 		}
 	}
 	th->cur_fp = fp;

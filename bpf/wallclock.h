@@ -13,9 +13,11 @@
 enum wc_state { WC_ST_R = 0, WC_ST_S = 1, WC_ST_D = 2, WC_ST_OTHER = 3, WC_ST_INIT = 4 };
 
 /* Fingerprints below 16 are synthetic stacks. */
-#define WC_FP_LOST 1   /* stack could not be read */
+#define WC_FP_LOST 1   /* no stack to read: a switch-out the tracer never saw */
 #define WC_FP_INIT 2   /* blocked since before the capture */
 #define WC_FP_NEWTHREAD 3 /* new thread waiting for its first run */
+#define WC_FP_OVER_MAX 4  /* a block longer than -M (a filter the user asked for) */
+#define WC_FP_STATE_FILTERED 5 /* a block in a state --state leaves out */
 
 enum wc_stat {
 	WC_STAT_SWITCHES = 0,
@@ -24,7 +26,7 @@ enum wc_stat {
 	WC_STAT_MAP_FULL,
 	WC_STAT_USTACK_FAULTS,
 	WC_STAT_SAMPLES,
-	WC_STAT_OVER_MAX,
+	WC_STAT_OVER_MAX, /* unused: offcputime counts the [filtered: ...] blocks */
 	WC_STAT_MISSED, /* a switch-in or -out not seen, repaired from the CPU clock */
 	WC_STAT_MAX,
 };
@@ -37,9 +39,11 @@ struct wc_thread {
 	__u64 exit_ns;
 	__u64 on_ns;
 	__u64 off_ns[WC_NSTATES];
+	/* Blocks under -m, counted for the stats only: their time stays under
+	 * their stacks like any other block's. */
 	__u64 short_ns[WC_NSTATES];
 	__u64 short_cnt[WC_NSTATES];
-	__u64 lost_ns[WC_NSTATES];
+	__u64 lost_ns[WC_NSTATES];  /* the offcpu map was full */
 	__u64 cur_fp;
 	__u64 samples;
 	/* Steal: the part of on_ns the task's own CPU clock
@@ -69,6 +73,10 @@ struct wc_thread {
 	__u32 cur_state;
 	__u32 running;
 	__u32 kthread;
+	/* The stack copy of cur_fp failed (ring buffer full): the next
+	 * switch-out there tries again, even at the same fingerprint. */
+	__u32 need_stack;
+	__u32 spare;
 	char comm[WC_COMM_LEN];
 };
 

@@ -31,7 +31,7 @@ fn workload() -> PathBuf {
         let out = d.join("workload");
         let src = util::root().join("tests/programs/capture/workload.c");
         let st = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread"])
             .arg(&src)
             .arg("-o")
             .arg(&out)
@@ -186,6 +186,8 @@ const CHECKED: &[(&str, &str)] = &[
     ("writer", "disk_write_fsync"),
     ("lock1", "mutex_section"),
     ("lock2", "mutex_section"),
+    ("shorty", "short_wait"),
+    ("shorty", "short_work"),
 ];
 
 fn launch(name: &str, extra: &[&str], out: &Path, secs: &str) -> (Vec<Value>, Truth) {
@@ -258,12 +260,13 @@ fn offcputime_matches_ground_truth() {
         let d = (ran - thread_cpu as f64) / alive;
         eprintln!("offcputime {tname:7} on-CPU less steal {:.1} ms, CPU clock {:.1} ms, steal {:.1} ms", ran / 1e6, thread_cpu as f64 / 1e6, u(&t["steal_ns"]) as f64 / 1e6);
         assert!(d.abs() < 0.02, "{tname}: on_ns - steal_ns {ran} vs CPU clock {thread_cpu}");
-        if *func != "compute" && *func != "spin" {
+        if !matches!(*func, "compute" | "spin" | "short_work") {
             let frac = direct as f64 / blocked.max(1) as f64;
             eprintln!("offcputime {tname:7} {func:17} caller directly above libc in {:.1}% of blocked time", frac * 100.0);
             assert!(frac > 0.95, "{tname}: {func} is the caller in only {:.1}% of blocked time", frac * 100.0);
         }
     }
+    check_short_blocks_keep_stacks(&recs, &truth, &syms);
     // The pinned spinners wait for the CPU: runnable time, under spin().
     for tname in ["spin1", "spin2"] {
         let (tid, ..) = truth.threads[tname];
@@ -278,6 +281,88 @@ fn offcputime_matches_ground_truth() {
             .sum();
         assert!(under_spin as f64 > 0.9 * r, "{tname}: {under_spin} of {r} runnable ns under spin");
     }
+}
+
+/// Off-CPU time of a thread under a stack without frames to show: a
+/// synthetic one (`[lost stack]`, `[filtered: ...]`, `[short blocks]`...).
+fn stackless_ns(recs: &[Value], tid: u64) -> u64 {
+    stacks_of(recs, tid)
+        .iter()
+        .filter(|s| s["kind"] == "off" && s["frames"].as_array().is_some_and(|f| f.iter().any(|f| f["func"].as_str().is_some_and(|n| n.starts_with('[')))))
+        .map(|s| u(&s["ns"]))
+        .sum()
+}
+
+/// With default flags, sub-millisecond blocks keep their stacks: shorty's
+/// short_wait (blocks of ~200 µs, over 30% of its time) is under its own
+/// stack, and no thread has more than 2% of its time in a stack-less bucket.
+fn check_short_blocks_keep_stacks(recs: &[Value], truth: &Truth, syms: &Syms) {
+    let (tid, life, funcs) = &truth.threads["shorty"];
+    let (cpu, wall) = funcs["short_wait"];
+    let share = (wall - cpu) as f64 / *life as f64;
+    assert!(share > 0.30, "the workload's short_wait is only {:.1}% of its thread's time", share * 100.0);
+    let (mut ns, mut count) = (0, 0);
+    for s in stacks_of(recs, *tid).iter().filter(|s| s["state"] == "S" && syms.funcs(&ustack(s)).iter().any(|n| n == "short_wait")) {
+        ns += u(&s["ns"]);
+        count += u(&s["count"]);
+    }
+    let mean = ns / count.max(1);
+    eprintln!("offcputime shorty: {count} sleeping blocks under short_wait, {mean} ns each on average");
+    assert!(count > 100 && mean < 1_000_000, "short_wait: {count} blocks, mean {mean} ns: not sub-millisecond blocks");
+    for t in of_type(recs, "thread") {
+        let alive = u(&t["end_ns"]) - u(&t["start_ns"]);
+        let lost = stackless_ns(recs, u(&t["tid"]));
+        eprintln!("offcputime thread {} ({}): {:.3}% of its time without a stack", t["tid"], t["comm"], lost as f64 * 100.0 / alive as f64);
+        assert!(lost * 50 <= alive, "thread {} ({}): {lost} of {alive} ns in stack-less buckets", t["tid"], t["comm"]);
+    }
+}
+
+/// `-M` and `--state` are filters: the time they leave out stays in the
+/// thread's totals under `[filtered: over -M]` / `[filtered: --state]`,
+/// counted in the stats; `-m` only counts the short blocks (per state).
+#[test]
+fn filters_keep_time_under_named_stacks() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-filters");
+    let (recs, truth) = launch("offcputime", &["-m", "1000", "-M", "5000", "--state", "1"], &d.join("off.jsonl"), "2");
+    check_accounting(&recs, true);
+    let syms = Syms::new(&recs, &workload());
+    let under = |tid: u64, name: &str| -> u64 {
+        stacks_of(&recs, tid).iter().filter(|s| s["frames"][0]["func"] == name).map(|s| u(&s["ns"])).sum()
+    };
+    // The sleeper's one block (2 s) is over -M.
+    let (tid, ..) = truth.threads["sleeper"];
+    let t = thread_rec(&recs, tid);
+    let alive = u(&t["end_ns"]) - u(&t["start_ns"]);
+    let over = under(tid, "[filtered: over -M]");
+    eprintln!("filters: sleeper {:.1}% under [filtered: over -M]", over as f64 * 100.0 / alive as f64);
+    assert!(over as f64 > 0.95 * alive as f64, "sleeper: {over} of {alive} ns under [filtered: over -M]");
+    // The spinners' runnable time is not in state 1 (sleep): all of it
+    // filtered, by --state, or by -M first when the wait was over 5 ms.
+    let (tid, ..) = truth.threads["spin1"];
+    let r = u(&thread_rec(&recs, tid)["off_ns"]["R"]);
+    let filt = under(tid, "[filtered: --state]");
+    let r_over: u64 = stacks_of(&recs, tid).iter().filter(|s| s["state"] == "R" && s["frames"][0]["func"] == "[filtered: over -M]").map(|s| u(&s["ns"])).sum();
+    eprintln!("filters: spin1 runnable {r} ns, {filt} under [filtered: --state], {r_over} under [filtered: over -M]");
+    assert!(filt > 0 && (filt + r_over) as f64 > 0.99 * r as f64, "spin1: {filt} + {r_over} of {r} runnable ns filtered");
+    // Short sleeping blocks keep their stacks, and the stats say how much
+    // time was in blocks under -m.
+    let (tid, _, funcs) = &truth.threads["shorty"];
+    let kept: u64 = stacks_of(&recs, *tid)
+        .iter()
+        .filter(|s| s["state"] == "S" && syms.funcs(&ustack(s)).iter().any(|n| n == "short_wait"))
+        .map(|s| u(&s["ns"]))
+        .sum();
+    let (cpu, wall) = funcs["short_wait"];
+    assert!(kept as f64 > 0.8 * (wall - cpu) as f64, "short_wait: {kept} ns kept of {} off-CPU", wall - cpu);
+    let stats = &of_type(&recs, "stats")[0]["counts"];
+    eprintln!("filters: stats {stats}");
+    assert!(u(&stats["over_max_blocks"]) > 0 && u(&stats["state_filtered_blocks"]) > 0, "{stats}");
+    assert!(u(&stats["short_blocks_ns_S"]) as f64 > 0.8 * kept as f64, "short_blocks_ns_S {} vs short_wait {kept}", stats["short_blocks_ns_S"]);
+    assert_eq!(u(&stats["short_blocks_ns"]), ["R", "S", "D", "other"].iter().map(|s| u(&stats[format!("short_blocks_ns_{s}")])).sum::<u64>());
+    assert_eq!(u(&recs[0]["min_block_ns"]), 1_000_000);
 }
 
 /// The raw_tp program (chosen when tp_btf cannot load) accounts the same.

@@ -4,7 +4,9 @@
  *
  *   workload SECONDS [DIR]    (DIR: where disk_write_fsync writes)
  *
- * Build: gcc -O1 -g -fno-omit-frame-pointer -pthread workload.c -o workload */
+ * Build: gcc -O1 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -pthread workload.c -o workload
+ * (without -fno-optimize-sibling-calls a function's last call becomes a
+ * jump and the function leaves every stack: see DESIGN.md). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +38,8 @@ static const char *dir = ".";
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t cmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t scv = PTHREAD_COND_INITIALIZER;
 static volatile unsigned long sink;
 
 static unsigned long long now(clockid_t c)
@@ -110,6 +114,23 @@ NOINLINE void disk_write_fsync(struct thr *t, int fd)
 	END(t, "disk_write_fsync");
 }
 
+/* A sub-millisecond wait (150 µs timeout, ~200 µs with the timer slack):
+ * the kind of block a server spends most of its waiting in. */
+NOINLINE void short_wait(struct thr *t)
+{
+	BEGIN;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 150000;
+	if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+	pthread_mutex_lock(&smu);
+	pthread_cond_timedwait(&scv, &smu, &ts);
+	pthread_mutex_unlock(&smu);
+	END(t, "short_wait");
+}
+
+NOINLINE void short_work(struct thr *t) { BEGIN; burn(100000); END(t, "short_work"); }
+
 NOINLINE void mutex_section(struct thr *t)
 {
 	BEGIN;
@@ -123,6 +144,20 @@ static void *mixer(void *a) { struct thr *t = a; while (!stop) { compute(t); nap
 static void *waiter(void *a) { struct thr *t = a; while (!stop) wait_cond(t); return 0; }
 static void *sleeper(void *a) { long_sleep(a); return 0; }
 static void *locker(void *a) { struct thr *t = a; while (!stop) mutex_section(t); return 0; }
+/* Real-time priority (when allowed: the capture tests run as root) so that
+ * its waits stay sub-millisecond on a loaded machine: a woken thread of
+ * normal priority can wait longer for the CPU than it slept. */
+static void *shorty(void *a)
+{
+	struct thr *t = a;
+	struct sched_param sp = { .sched_priority = 1 };
+	pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+	while (!stop) {
+		short_wait(t);
+		short_work(t);
+	}
+	return 0;
+}
 
 static void *spinner(void *a)
 {
@@ -156,8 +191,9 @@ static void *writer(void *a)
 struct thr threads[] = {
 	{ .name = "mixer" }, { .name = "waiter" }, { .name = "sleeper" }, { .name = "spin1" },
 	{ .name = "spin2" }, { .name = "writer" }, { .name = "lock1" }, { .name = "lock2" },
+	{ .name = "shorty" },
 };
-static void *(*fns[])(void *) = { mixer, waiter, sleeper, spinner, spinner, writer, locker, locker };
+static void *(*fns[])(void *) = { mixer, waiter, sleeper, spinner, spinner, writer, locker, locker, shorty };
 #define N (int)(sizeof threads / sizeof threads[0])
 
 static void *start(void *a)

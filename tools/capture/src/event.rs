@@ -14,6 +14,8 @@ pub const ST_INIT: u32 = 4;
 pub const FP_LOST: u64 = 1;
 pub const FP_INIT: u64 = 2;
 pub const FP_NEWTHREAD: u64 = 3;
+pub const FP_OVER_MAX: u64 = 4;
+pub const FP_STATE_FILTERED: u64 = 5;
 
 /// Names of the BPF `stats` slots, in order (`enum wc_stat`).
 pub const STAT_NAMES: [&str; 8] = [
@@ -55,6 +57,8 @@ pub struct WcThread {
     pub cur_state: u32,
     pub running: u32,
     pub kthread: u32,
+    pub need_stack: u32,
+    pub spare: u32,
     pub comm: [u8; COMM_LEN],
 }
 
@@ -92,7 +96,7 @@ pub struct WcEvent {
     pub ustack: [u8; USTACK_MAX],
 }
 
-const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 36 + 16 + 16);
+const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 37 + 16 + 16);
 const _: () = assert!(std::mem::size_of::<WcOkey>() == 16);
 const _: () = assert!(std::mem::size_of::<WcEvent>() == 80 + 8 * KSTACK_MAX + USTACK_MAX);
 

@@ -1,38 +1,56 @@
 //! From the BPF maps and stack events to stream records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use wallclock_capture::event::{self, WcEvent, WcOkey, WcOval, WcThread};
+use wallclock_capture::event::{self, WcOkey, WcOval, WcThread};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
+
+pub use crate::stacks::Stacks;
 use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 
-use crate::Cli;
+/// Synthetic stacks. Time is never dropped: what has no stack, or what a
+/// filter the user asked for leaves out, stays in the thread's totals here.
+pub const LOST: &str = "[lost stack]";
+pub const OVER_MAX: &str = "[filtered: over -M]";
+pub const STATE_FILTERED: &str = "[filtered: --state]";
 
-/// Stacks sent by BPF, unwound while their process lived.
-#[derive(Default)]
-pub struct Stacks {
-    by_fp: HashMap<u64, (Vec<u64>, Vec<u64>)>,
-    comm: HashMap<u32, String>,
+pub struct Config {
+    pub start: u64,
+    pub end: u64,
+    /// Blocks under this are counted as short in the stats (nothing else).
+    pub min_block_ns: u64,
+    pub max_block_ns: u64,
+    /// `--state`: the state whose blocks keep their stacks.
+    pub state: Option<State>,
+    /// Stacks read from /proc at the stop (see `atstop`).
+    pub read_at_stop: u64,
 }
 
-impl Stacks {
-    pub fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
-        let Some(e) = event::from_bytes::<WcEvent>(data) else { return };
-        self.comm.insert(e.tid, event::comm_str(&e.comm));
-        if self.by_fp.contains_key(&e.fp) {
-            return;
+impl Config {
+    /// The filter bucket of a block the user-space side closes (one open
+    /// at the stop, one begun before the start), as the BPF side decides
+    /// for the others.
+    fn filtered(&self, s: State, ns: u64) -> Option<&'static str> {
+        if ns > self.max_block_ns {
+            Some(OVER_MAX)
+        } else if self.state.is_some_and(|w| w != s) {
+            Some(STATE_FILTERED)
+        } else {
+            None
         }
-        let ustack = unwind.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
-        self.by_fp.insert(e.fp, (ustack, e.kstack_root_first()));
     }
 }
 
-pub struct Config<'a> {
-    pub start: u64,
-    pub end: u64,
-    pub min_block_ns: u64,
-    pub cli: &'a Cli,
+/// The state `--state N` keeps (N is a task __state, as for bcc).
+pub fn state_of_raw(n: i64) -> State {
+    match n {
+        0 => State::R,
+        n if n & 1 != 0 => State::S,
+        n if n & 0x400 != 0 => State::Other,
+        n if n & 2 != 0 => State::D,
+        _ => State::Other,
+    }
 }
 
 fn st(s: u32) -> State {
@@ -50,17 +68,20 @@ enum Where {
     Synthetic(&'static str),
 }
 
+#[derive(Default)]
 struct Acc {
     /// (tid, state, where) -> (ns, count)
     stacks: BTreeMap<(u32, State, Where), (u64, u64)>,
-    lost_blocks: u64,
-    short_blocks: u64,
+    /// Blocks and ns per synthetic stack.
+    synthetic: BTreeMap<&'static str, (u64, u64)>,
 }
 
 impl Acc {
     fn add(&mut self, tid: u32, s: State, w: Where, ns: u64, count: u64) {
-        if w == Where::Synthetic("[lost stack]") {
-            self.lost_blocks += count;
+        if let Where::Synthetic(name) = w {
+            let e = self.synthetic.entry(name).or_default();
+            e.0 += count;
+            e.1 += ns;
         }
         let e = self.stacks.entry((tid, s, w)).or_default();
         e.0 += ns;
@@ -73,12 +94,12 @@ pub fn records(
     sess: &Session,
     unwind: &Unwind,
     stacks: &Stacks,
-    threads: &[(Vec<u8>, Vec<u8>)],
+    threads: &[(u32, WcThread)],
     offcpu: &[(Vec<u8>, Vec<u8>)],
     counts: &[u64],
 ) -> Vec<Record> {
     let (start, end) = (cfg.start, cfg.end);
-    let mut acc = Acc { stacks: BTreeMap::new(), lost_blocks: 0, short_blocks: 0 };
+    let mut acc = Acc::default();
     // The launched command waits (sleeping) for its release before exec.
     let launched = sess.launched.as_ref().map(|l| l.pid());
     let init_state = |tid: u32| match sess.initial.get(&tid) {
@@ -86,22 +107,31 @@ pub fn records(
         None if launched == Some(tid) => State::S,
         None => State::Other,
     };
-    let init_where = |tid: u32| match sess.initial.get(&tid) {
-        _ if launched == Some(tid) => Where::Synthetic("[before exec]"),
-        Some(i) if !i.ustack.is_empty() || !i.kstack.is_empty() => Where::Stack(i.ustack.clone(), i.kstack.clone()),
-        _ => Where::Synthetic("[lost stack]"),
+    let init_where = |tid: u32, ns: u64, count: u64| {
+        if launched == Some(tid) {
+            return Where::Synthetic("[before exec]");
+        }
+        if let Some(f) = cfg.filtered(init_state(tid), ns / count.max(1)) {
+            return Where::Synthetic(f);
+        }
+        match sess.initial.get(&tid) {
+            Some(i) if !i.ustack.is_empty() || !i.kstack.is_empty() => Where::Stack(i.ustack.clone(), i.kstack.clone()),
+            _ => Where::Synthetic(LOST),
+        }
     };
     let fp_where = |fp: u64| match fp {
         event::FP_NEWTHREAD => Where::Synthetic("[thread start]"),
-        fp => match stacks.by_fp.get(&fp) {
+        event::FP_OVER_MAX => Where::Synthetic(OVER_MAX),
+        event::FP_STATE_FILTERED => Where::Synthetic(STATE_FILTERED),
+        fp => match stacks.get(fp) {
             Some((u, k)) if !u.is_empty() || !k.is_empty() => Where::Stack(u.clone(), k.clone()),
-            _ => Where::Synthetic("[lost stack]"),
+            _ => Where::Synthetic(LOST),
         },
     };
 
     let add_key = |acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
         if state == event::ST_INIT {
-            acc.add(tid, init_state(tid), init_where(tid), ns, count);
+            acc.add(tid, init_state(tid), init_where(tid, ns, count), ns, count);
         } else {
             acc.add(tid, st(state), fp_where(fp), ns, count);
         }
@@ -113,19 +143,15 @@ pub fn records(
 
     let mut out_threads = BTreeMap::new();
     let comm_of = |pid: u32, tid: u32, fallback: &str| {
-        procfs::comm(pid, tid).or_else(|| stacks.comm.get(&tid).cloned()).unwrap_or_else(|| fallback.to_string())
+        procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
     };
-    for (k, v) in threads {
-        let (Some(tid), Some(mut th)) =
-            (k.get(..4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())), event::from_bytes::<WcThread>(v))
-        else {
-            continue;
-        };
+    let mut short = [(0u64, 0u64); 4];
+    for &(tid, mut th) in threads {
         if th.pend_cnt > 0 {
             add_key(&mut acc, tid, th.pend_fp, th.pend_state, th.pend_ns, th.pend_cnt);
         }
         if th.lost_ns[event::ST_INIT as usize] > 0 {
-            acc.add(tid, init_state(tid), Where::Synthetic("[lost stack]"), th.lost_ns[event::ST_INIT as usize], 1);
+            acc.add(tid, init_state(tid), Where::Synthetic(LOST), th.lost_ns[event::ST_INIT as usize], 1);
         }
         let t_end = if th.exit_ns > 0 { th.exit_ns.min(end) } else { end };
         let bpf_th = th; // as the BPF side left it, before the open slice is closed below
@@ -140,20 +166,21 @@ pub fn records(
                 if d < cfg.min_block_ns {
                     th.short_ns[s as usize] += d;
                     th.short_cnt[s as usize] += 1;
-                } else {
-                    acc.add(tid, st(s), fp_where(th.cur_fp), d, 1);
                 }
+                let w = match cfg.filtered(st(s), d) {
+                    Some(f) => Where::Synthetic(f),
+                    None => fp_where(th.cur_fp),
+                };
+                acc.add(tid, st(s), w, d, 1);
             }
         }
         let mut off = StateNs::default();
-        for i in 0..4 {
+        for (i, sh) in short.iter_mut().enumerate() {
             *off.get_mut(st(i as u32)) += th.off_ns[i];
-            if th.short_ns[i] > 0 {
-                acc.short_blocks += th.short_cnt[i];
-                acc.add(tid, st(i as u32), Where::Synthetic("[short blocks]"), th.short_ns[i], th.short_cnt[i]);
-            }
+            sh.0 += th.short_cnt[i];
+            sh.1 += th.short_ns[i];
             if th.lost_ns[i] > 0 {
-                acc.add(tid, st(i as u32), Where::Synthetic("[lost stack]"), th.lost_ns[i], 1);
+                acc.add(tid, st(i as u32), Where::Synthetic(LOST), th.lost_ns[i], 1);
             }
         }
         *off.get_mut(init_state(tid)) += th.off_ns[event::ST_INIT as usize];
@@ -174,7 +201,7 @@ pub fn records(
         let s = state_from_letter(i.state);
         let mut off = StateNs::default();
         *off.get_mut(s) = end - start;
-        acc.add(tid, s, init_where(tid), end - start, 1);
+        acc.add(tid, s, init_where(tid, end - start, 1), end - start, 1);
         let mut t = Thread::new(i.pid, tid, &comm_of(i.pid, tid, &i.comm));
         t.start_ns = Some(start);
         t.end_ns = Some(end);
@@ -184,19 +211,10 @@ pub fn records(
         out_threads.insert(tid, t);
     }
 
-    let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };
-    for (name, v) in event::STAT_NAMES.iter().zip(counts) {
-        if *name != "samples" {
-            stats.counts.insert(name.to_string(), *v);
-        }
-    }
-    stats.counts.insert("short_blocks".into(), acc.short_blocks);
-    stats.counts.insert("lost_stacks".into(), acc.lost_blocks);
-    stats.counts.insert("threads".into(), out_threads.len() as u64);
-
+    let stats = stats(cfg, counts, &acc, &short, out_threads.len());
     let mut header = sess.header("offcputime", env!("CARGO_PKG_VERSION"), end);
     header.min_block_ns = Some(cfg.min_block_ns);
-    for k in ["lost_stacks", "ringbuf_drops", "map_full"] {
+    for k in ["lost_stacks", "lost_stack_ns", "map_full"] {
         let v = stats.counts[k];
         if v > 0 {
             header.lost.insert(k.to_string(), v);
@@ -225,6 +243,36 @@ pub fn records(
         recs.push(Record::Stack(s));
     }
     recs.push(Record::Stats(stats));
-    let _ = cfg.cli;
     recs
+}
+
+/// The trailer: the BPF counters, then what user space counted. Short
+/// blocks (under -m) per state, count and ns: their time is under their
+/// stacks, this says how much of it there was.
+fn stats(cfg: &Config, counts: &[u64], acc: &Acc, short: &[(u64, u64); 4], threads: usize) -> Stats {
+    let mut stats = Stats { end_ns: Some(cfg.end), counts: BTreeMap::new() };
+    for (name, v) in event::STAT_NAMES.iter().zip(counts) {
+        if *name != "samples" {
+            stats.counts.insert(name.to_string(), *v);
+        }
+    }
+    let c = &mut stats.counts;
+    let syn = |name: &str| acc.synthetic.get(name).copied().unwrap_or_default();
+    c.insert("lost_stacks".into(), syn(LOST).0);
+    c.insert("lost_stack_ns".into(), syn(LOST).1);
+    c.insert("over_max_blocks".into(), syn(OVER_MAX).0);
+    c.insert("state_filtered_blocks".into(), syn(STATE_FILTERED).0);
+    c.insert("stacks_read_at_stop".into(), cfg.read_at_stop);
+    let (mut n, mut ns) = (0, 0);
+    for (i, (cnt, t)) in short.iter().enumerate() {
+        let s = ["R", "S", "D", "other"][i];
+        c.insert(format!("short_blocks_{s}"), *cnt);
+        c.insert(format!("short_blocks_ns_{s}"), *t);
+        n += cnt;
+        ns += t;
+    }
+    c.insert("short_blocks".into(), n);
+    c.insert("short_blocks_ns".into(), ns);
+    c.insert("threads".into(), threads as u64);
+    stats
 }

@@ -12,10 +12,16 @@
 //! time alive. A block still open at the stop is closed there; a thread
 //! blocked when the capture began is counted from the start, under the stack
 //! read from `/proc/PID/task/TID/{syscall,stack}` and its user stack memory.
-//! Synthetic stacks: `[short blocks]` (blocks under `-m`, per thread and
-//! state), `[lost stack]` (stack copy dropped or map full; counted in
-//! `Stats`), `[thread start]` (a new thread waiting for its first run),
-//! `[before exec]` (a launched command held until the capture was attached).
+//! Every block keeps its stack and state, whatever its length: blocks are
+//! summed in the kernel per (thread, stack, state). `-m` only says what the
+//! stats count as a short block; `-M` and `--state` are filters the user
+//! asks for, and the time they leave out stays in the thread's totals under
+//! a named stack. Synthetic stacks: `[lost stack]` (no stack could be read:
+//! every copy found the ring buffer full and the thread was no longer
+//! blocked there at the stop, the map was full, or a switch was missed;
+//! counted in `Stats`), `[filtered: over -M]`, `[filtered: --state]`,
+//! `[thread start]` (a new thread waiting for its first run), `[before
+//! exec]` (a launched command held until the capture was attached).
 //!
 //! Cost per context switch: no stack walk. A fingerprint of the user
 //! registers, the top of the user stack and the syscall number names where a
@@ -23,9 +29,16 @@
 //! (kernel stack, 16K of user stack) to user space, which unwinds them with
 //! .eh_frame (framehop), so the caller of a libc function built without
 //! frame pointers is kept. Blocks at the same place as the previous one are
-//! summed in the thread's entry without a map update.
+//! summed in the thread's entry without a map update. Stack events are
+//! drained by a thread of their own (`drain`) and unwound from its queue;
+//! a copy that failed is tried again at the next block there, and a thread
+//! still blocked at the stop under a stack never copied is read from /proc
+//! (`atstop`).
 
+mod atstop;
 mod collect;
+mod drain;
+mod stacks;
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
@@ -37,30 +50,45 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::RingBufferBuilder;
 use wallclock_capture::target::{monotonic_ns, TargetArgs};
+use wallclock_capture::event::{self, WcThread};
 use wallclock_capture::{bpf, privs, session::Session, signal, unwind::Unwind};
 
 const EXAMPLES: &str = "EXAMPLES:
     offcputime -p 1234 10 > off.jsonl       # 10 s of process 1234
-    offcputime -m 1000 -- ./server --port 80  # launch, blocks >= 1 ms
+    offcputime -- ./server --port 80         # launch it, capture until it exits
+    offcputime -m 1000 -p 1234 10            # stats count the time in blocks under 1 ms
+    offcputime -M 1000000 -p 1234 10         # blocks over 1 s under [filtered: over -M]
     offcputime -p 1234 -f 5 > off.folded     # bcc-style folded lines (µs, hex addresses)
-    offcputime -p 1234 | stacksym | flame > off.svg";
+    offcputime -p 1234 | stacksym | flame > off.svg
 
+DIFFERENCES FROM bcc's offcputime:
+    Every block is kept under its stack and state whatever its length: blocks
+    are summed in the kernel per thread, stack and state. bcc drops blocks
+    under -m (default 1 µs) and over -M; here -m only sets what the stats
+    count as short (short_blocks, short_blocks_ns, per state), and the time
+    -M and --state leave out stays in the thread's totals under
+    [filtered: over -M] and [filtered: --state], counted in the stats. Each
+    thread's on-CPU + off-CPU time adds up to its time alive.";
 /// Off-CPU time per stack and exact per-thread on/off-CPU time.
 #[derive(Parser, Debug)]
 #[command(name = "offcputime", version, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Blocks shorter than this (µs) are summed per thread under `[short blocks]`.
+    /// Blocks shorter than this (µs) are counted as short in the stats
+    /// (count and time per state); they keep their stacks like any other
+    /// block (bcc drops them).
     #[arg(short = 'm', long = "min-block-time", default_value_t = 1, value_name = "US")]
     pub min_block_us: u64,
-    /// Blocks longer than this (µs) are not kept per stack (still counted per thread).
+    /// Blocks longer than this (µs) lose their stacks: their time stays in
+    /// the thread's totals under `[filtered: over -M]` (bcc drops them).
     #[arg(short = 'M', long = "max-block-time", value_name = "US")]
     pub max_block_us: Option<u64>,
-    /// Keep stacks only for blocks in this __state (0 runnable, 1 sleep, 2 uninterruptible).
-    #[arg(long = "state", value_name = "STATE")]
+    /// Keep stacks only for blocks in this __state (0 runnable, 1 sleep, 2
+    /// uninterruptible); the others' time stays in the thread's totals under
+    /// `[filtered: --state]` (bcc drops it).
+    #[arg(long = "state", value_name = "STATE", value_parser = clap::value_parser!(i64).range(0..))]
     pub state: Option<i64>,
     /// Distinct stacks remembered in the kernel (fingerprints).
     #[arg(long = "stack-storage-size", default_value_t = 16384, value_name = "N")]
@@ -122,37 +150,42 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     .context("attaching to sched_switch")?;
 
-    let unwind = std::cell::RefCell::new(Unwind::new());
-    let stacks = std::cell::RefCell::new(collect::Stacks::default());
-    let mut rbb = RingBufferBuilder::new();
-    rbb.add(&skel.maps.events, |data: &[u8]| {
-        stacks.borrow_mut().event(data, &mut unwind.borrow_mut());
-        0
-    })?;
-    let rb = rbb.build()?;
+    let mut unwind = Unwind::new();
+    let mut stacks = collect::Stacks::default();
+    let drain = drain::Drain::start(libbpf_rs::MapHandle::try_from(&skel.maps.events)?)?;
 
     let start = monotonic_ns();
     let bss = skel.maps.bss_data.as_deref_mut().expect("bss");
     // SAFETY: bss is the program's mmapped .bss; the BPF side reads it.
     unsafe { std::ptr::write_volatile(&mut bss.start_ns, start) };
-    sess.begin(start, &cli.target.tids, &mut unwind.borrow_mut())?;
+    sess.begin(start, &cli.target.tids, &mut unwind)?;
 
     while !sess.should_stop() {
-        let _ = rb.poll(Duration::from_millis(20));
+        drain.work_for(Duration::from_millis(20), |e| stacks.event(e, &mut unwind));
     }
     let end = monotonic_ns();
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
     sess.stopped();
     std::thread::sleep(Duration::from_millis(5));
-    let _ = rb.consume();
-    drop(rb);
+    drain.finish(|e| stacks.event(e, &mut unwind));
 
-    let threads = bpf::dump(&skel.maps.threads);
+    let threads: Vec<(u32, WcThread)> = bpf::dump(&skel.maps.threads)
+        .iter()
+        .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
+        .collect();
+    let read_at_stop = atstop::read_missing(&threads, &mut stacks, &mut unwind);
     let offcpu = bpf::dump(&skel.maps.offcpu);
-    let counts = bpf::percpu_sums(&skel.maps.stats, wallclock_capture::event::STAT_NAMES.len() as u32);
-    let cfg = collect::Config { start, end, min_block_ns: cli.min_block_us.saturating_mul(1000), cli: &cli };
-    let records = collect::records(&cfg, &sess, &unwind.borrow(), &stacks.borrow(), &threads, &offcpu, &counts);
+    let counts = bpf::percpu_sums(&skel.maps.stats, event::STAT_NAMES.len() as u32);
+    let cfg = collect::Config {
+        start,
+        end,
+        min_block_ns: cli.min_block_us.saturating_mul(1000),
+        max_block_ns: cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000)),
+        state: cli.state.map(collect::state_of_raw),
+        read_at_stop,
+    };
+    let records = collect::records(&cfg, &sess, &unwind, &stacks, &threads, &offcpu, &counts);
 
     let mut out = wallclock_stream::cli::open_output(cli.target.output.as_deref())?;
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]

@@ -1,0 +1,84 @@
+//! The ring buffer of new stacks, drained by a thread of its own whose
+//! callback only copies each event out (the part of the user stack that
+//! was read, not the whole 16K slot). The buffer then empties as fast as
+//! memory is copied, while the unwinding, slower, runs on the main thread
+//! from the queue: a burst of first stacks (thousands of threads waking at
+//! once, or arriving while the threads blocked at the start are read from
+//! /proc) costs heap for a moment instead of dropped stacks.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapHandle, RingBufferBuilder};
+use wallclock_capture::event::WcEvent;
+
+pub struct Drain {
+    rx: Receiver<Vec<u8>>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// The event without the unread tail of its user-stack copy.
+fn trimmed(data: &[u8]) -> Vec<u8> {
+    let at = std::mem::offset_of!(WcEvent, ustack_bytes);
+    let used = data.get(at..at + 4).map_or(0, |b| u32::from_ne_bytes(b.try_into().unwrap()) as usize);
+    let len = (std::mem::offset_of!(WcEvent, ustack) + used).min(data.len());
+    data[..len].to_vec()
+}
+
+impl Drain {
+    pub fn start(events: MapHandle) -> Result<Drain> {
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let mut b = RingBufferBuilder::new();
+        // Built here so that an error is reported before the capture starts.
+        b.add(&events, move |data: &[u8]| {
+            let _ = tx.send(trimmed(data));
+            0
+        })?;
+        let rb = b.build().context("opening the stack ring buffer")?;
+        let thread = std::thread::Builder::new()
+            .name("ringbuf".into())
+            .spawn(move || {
+                while !stopping.load(Ordering::Relaxed) {
+                    let _ = rb.poll(Duration::from_millis(20));
+                }
+                let _ = rb.consume();
+                drop(rb);
+                drop(events);
+            })
+            .context("starting the ring buffer thread")?;
+        Ok(Drain { rx, stop, thread })
+    }
+
+    /// Hand queued events to `f` for up to `budget` (waiting that long for
+    /// the first when there is none).
+    pub fn work_for(&self, budget: Duration, mut f: impl FnMut(&[u8])) {
+        let t0 = Instant::now();
+        match self.rx.recv_timeout(budget) {
+            Ok(e) => f(&e),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
+        }
+        while t0.elapsed() < budget {
+            match self.rx.try_recv() {
+                Ok(e) => f(&e),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Stop draining (after a last pass over the buffer) and hand every
+    /// event still queued to `f`.
+    pub fn finish(self, mut f: impl FnMut(&[u8])) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        for e in self.rx.try_iter() {
+            f(&e);
+        }
+    }
+}

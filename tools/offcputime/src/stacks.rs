@@ -1,0 +1,54 @@
+//! The stacks of the fingerprints, as the ring buffer's events bring them.
+
+use std::collections::HashMap;
+
+use wallclock_capture::event::{self, WcEvent};
+use wallclock_capture::unwind::Unwind;
+
+/// Stacks sent by BPF (or read from /proc at the stop), unwound while
+/// their process lived.
+#[derive(Default)]
+pub struct Stacks {
+    by_fp: HashMap<u64, (Vec<u64>, Vec<u64>)>,
+    comm: HashMap<u32, String>,
+}
+
+impl Stacks {
+    /// One event of the ring buffer, possibly without the unread tail of
+    /// its user-stack copy (see `drain`).
+    pub fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
+        let full;
+        let data = if data.len() < std::mem::size_of::<WcEvent>() {
+            let mut v = vec![0u8; std::mem::size_of::<WcEvent>()];
+            v[..data.len()].copy_from_slice(data);
+            full = v;
+            &full[..]
+        } else {
+            data
+        };
+        let Some(e) = event::from_bytes::<WcEvent>(data) else { return };
+        self.comm.insert(e.tid, event::comm_str(&e.comm));
+        if self.by_fp.contains_key(&e.fp) {
+            return;
+        }
+        let ustack = unwind.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        self.by_fp.insert(e.fp, (ustack, e.kstack_root_first()));
+    }
+
+    pub fn get(&self, fp: u64) -> Option<&(Vec<u64>, Vec<u64>)> {
+        self.by_fp.get(&fp)
+    }
+
+    /// The name of a thread as its last stack event gave it.
+    pub fn comm(&self, tid: u32) -> Option<String> {
+        self.comm.get(&tid).cloned()
+    }
+
+    pub fn has(&self, fp: u64) -> bool {
+        self.by_fp.contains_key(&fp)
+    }
+
+    pub fn insert(&mut self, fp: u64, ustack: Vec<u64>, kstack: Vec<u64>) {
+        self.by_fp.insert(fp, (ustack, kstack));
+    }
+}
