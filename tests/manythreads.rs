@@ -113,3 +113,73 @@ fn two_thousand_threads_accounted_with_their_stacks() {
     assert!(pct(with_ustack) > 95.0, "only {:.2}% of thread-time under a user stack", pct(with_ustack));
     assert_eq!(u(&stats["lost_stack_ns"]), lost, "the stats count what went to [lost stack]");
 }
+
+/// The one command on the same process: `wallclock PID -d 4` writes every
+/// per-thread file and finishes within 15 s of the capture's end, with
+/// under 1% of thread-time in `[lost stack]`.
+#[test]
+fn wallclock_on_two_thousand_threads() {
+    if !util::is_root() {
+        eprintln!("SKIPPED: needs root (BPF)");
+        return;
+    }
+    let d = util::scratch("manythreads-wallclock");
+    let mut child = Command::new(program()).args([&THREADS.to_string(), "120"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let target = Target(child);
+    let pid = target.0.id();
+    let prefix = d.join("many");
+    let mut wc = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-d", "4", "-o", prefix.to_str().unwrap(), &pid.to_string()])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // "symbolizing and merging" is said as soon as both captures ended.
+    let mut log = String::new();
+    let mut captured = None;
+    for line in BufReader::new(wc.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.contains("symbolizing and merging") {
+            captured = Some(Instant::now());
+        }
+        log.push_str(&line);
+        log.push('\n');
+    }
+    let st = wc.wait().unwrap();
+    let after = captured.unwrap_or_else(|| panic!("the capture never ended:\n{log}")).elapsed();
+    drop(target);
+    assert!(st.success(), "wallclock: {st}\n{log}");
+    eprintln!("wallclock: {:.1} s from the capture's end to the last file", after.as_secs_f64());
+    assert!(after < Duration::from_secs(15), "wallclock took {after:?} after the capture");
+
+    let report = Command::new(util::bin("wcreport")).arg("--json").arg(prefix.with_extension("stream")).output().unwrap();
+    assert!(report.status.success());
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let threads = report["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), THREADS + 1, "every thread is in the report");
+    let alive: u64 = threads.iter().map(|t| u(&t["alive_ns"])).sum();
+    let lost: u64 = threads.iter().map(|t| u(&t["lost_stack_ns"])).sum();
+    let pct = 100.0 * lost as f64 / alive as f64;
+    eprintln!("[lost stack] {pct:.3}% of {:.0} thread-s", alive as f64 / 1e9);
+    assert!(pct < 1.0, "{pct:.2}% of thread-time in [lost stack]");
+    // Every thread has its graph, folded stacks and report, and the folded
+    // file holds the thread's own time.
+    let dir = d.join("multithread_many");
+    for t in threads {
+        let tid = u(&t["tid"]);
+        let stem = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .find(|n| n.starts_with(&format!("thread_{tid}_")) && n.ends_with(".svg"))
+            .unwrap_or_else(|| panic!("no SVG for thread {tid}"));
+        let stem = stem.trim_end_matches(".svg");
+        assert!(dir.join(format!("{stem}_analysis.txt")).is_file(), "no report for thread {tid}");
+        let folded = std::fs::read_to_string(dir.join(format!("{stem}.folded"))).unwrap_or_else(|e| panic!("thread {tid} folded: {e}"));
+        let us: u64 = folded.lines().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
+        let alive_us = u(&t["alive_ns"]) / 1000;
+        assert!(us.abs_diff(alive_us) * 100 <= alive_us * 2, "thread {tid}: folded {us} us vs alive {alive_us} us");
+    }
+}
