@@ -53,7 +53,8 @@ pub struct Header {
     /// On-CPU sampling frequency.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub freq_hz: Option<u64>,
-    /// Off-CPU blocks shorter than this went to `[short blocks]`.
+    /// Off-CPU blocks shorter than this are counted as short in the stats
+    /// (`short_blocks`, `short_blocks_ns`); they keep their stacks like any other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_block_ns: Option<u64>,
     /// Everything that was lost or approximated, by name (see [`Stats`]).
@@ -321,7 +322,7 @@ impl Stack {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Encode, Decode)]
 pub struct Frame {
     /// Function name, demangled; `module+0xoffset` when unresolved;
-    /// `[bracketed]` for synthetic frames (`[short blocks]`, `[lost stack]`).
+    /// `[bracketed]` for synthetic frames (`[lost stack]`, `[steal]`, `[filtered: over -M]`).
     pub func: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
@@ -379,7 +380,8 @@ pub struct GpuInfo {
 }
 
 /// Trailer: totals and everything lost, by name. Well-known names:
-/// `short_blocks` (blocks under min-block, kept under `[short blocks]`),
+/// `short_blocks` and `short_blocks_ns` (blocks under min-block, kept under
+/// their own stacks: a count, not a loss),
 /// `lost_stacks` (stack unreadable, kept under `[lost stack]`),
 /// `ringbuf_drops`, `map_full`, `samples`, `switches`, `gpu_records_dropped`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Encode, Decode)]
