@@ -83,13 +83,14 @@ fn app() -> Vec<Record> {
     let with = |rest: &[&str]| -> Vec<&'static str> {
         root.iter().chain(rest).map(|s| &*Box::leak(s.to_string().into_boxed_str())).collect()
     };
-    let fsync: Vec<&str> = [&["write_journal@app", "__GI_fdatasync@libc.so.6"][..], &SYSCALL, &[
-        "k:__x64_sys_fdatasync",
-        "k:do_fsync",
-        "k:ext4_sync_file",
-        "k:jbd2_log_wait_commit",
-    ], &["k:io_schedule"], &SCHED]
-        .concat();
+    let fsync: Vec<&str> = [
+        &["write_journal@app", "__GI_fdatasync@libc.so.6"][..],
+        &SYSCALL,
+        &["k:__x64_sys_fdatasync", "k:do_fsync", "k:ext4_sync_file", "k:jbd2_log_wait_commit"],
+        &["k:io_schedule"],
+        &SCHED,
+    ]
+    .concat();
     let cond: Vec<&str> = [
         &["wait_for_work@app", "___pthread_cond_timedwait64@libc.so.6", "__futex_abstimed_wait_common@libc.so.6"][..],
         &SYSCALL,
@@ -98,7 +99,8 @@ fn app() -> Vec<Record> {
     ]
     .concat();
     let preempt: Vec<&str> =
-        [&["compute_chunk@app", "k:asm_sysvec_apic_timer_interrupt", "k:irqentry_exit_to_user_mode"][..], &SCHED].concat();
+        [&["compute_chunk@app", "k:asm_sysvec_apic_timer_interrupt", "k:irqentry_exit_to_user_mode"][..], &SCHED]
+            .concat();
     vec![
         header(vec![500]),
         maps(500),
@@ -147,7 +149,11 @@ fn own_function_first_then_call_and_kernel_reason() {
     // --top 1: one function, one way of it, the rest summed and counted.
     let one = ok(TOOL, &["--top", "1"], jsonl(&app()).as_bytes());
     let l1 = lines_of(&one);
-    assert!(l1.contains(&"35.0%  700 ms    compute_chunk [on-CPU]") && l1.contains(&"5.0%  100 ms    (1 more way(s) of compute_chunk)"), "{one}");
+    assert!(
+        l1.contains(&"35.0%  700 ms    compute_chunk [on-CPU]")
+            && l1.contains(&"5.0%  100 ms    (1 more way(s) of compute_chunk)"),
+        "{one}"
+    );
     assert!(l1.contains(&"60.0%  1.20 s  (3 more function(s))"), "{one}");
 }
 
@@ -157,16 +163,34 @@ fn system_libraries_and_missing_user_stacks_fall_back() {
         header(vec![600]),
         thread(600, 600, "py", (START, END), 0, StateNs { s: 2_000 * MS, ..Default::default() }),
         // All in system libraries: the innermost frame outside libc stands in.
-        stack(600, 600, Kind::Off, Some(State::S), &["Py_RunMain@libpython3.11.so.1.0", "__GI___select@libc.so.6", "k:do_select"], 1_200 * MS),
+        stack(
+            600,
+            600,
+            Kind::Off,
+            Some(State::S),
+            &["Py_RunMain@libpython3.11.so.1.0", "__GI___select@libc.so.6", "k:do_select"],
+            1_200 * MS,
+        ),
         // No user stack at all (unreadable): the process name.
         stack(600, 600, Kind::Off, Some(State::S), &["k:ret_from_fork", "k:kthread", "k:worker_thread"], 500 * MS),
         // Only the runtime: its innermost frame.
-        stack(600, 600, Kind::Off, Some(State::S), &["start_thread@libc.so.6", "__GI___clock_nanosleep@libc.so.6", "k:do_nanosleep"], 300 * MS),
+        stack(
+            600,
+            600,
+            Kind::Off,
+            Some(State::S),
+            &["start_thread@libc.so.6", "__GI___clock_nanosleep@libc.so.6", "k:do_nanosleep"],
+            300 * MS,
+        ),
     ];
     let txt = ok(TOOL, &[], jsonl(&recs).as_bytes());
     let l = lines_of(&txt);
     assert!(l.contains(&"60.0%  1.20 s  Py_RunMain → select → [S] do_select"), "{txt}");
-    assert!(l.contains(&"25.0%  500 ms  (py, no user stack) [S]") || l.contains(&"25.0%  500 ms  (py, no user stack) → [S] worker_thread"), "{txt}");
+    assert!(
+        l.contains(&"25.0%  500 ms  (py, no user stack) [S]")
+            || l.contains(&"25.0%  500 ms  (py, no user stack) → [S] worker_thread"),
+        "{txt}"
+    );
     assert!(l.contains(&"15.0%  300 ms  __GI___clock_nanosleep → [S] do_nanosleep"), "{txt}");
 }
 
@@ -192,7 +216,11 @@ fn one_section_per_process_heaviest_first() {
     let txt = ok(TOOL, &[], jsonl(&tree()).as_bytes());
     let procs: Vec<&str> = txt.lines().filter(|l| l.starts_with("PROCESS ")).collect();
     assert_eq!(procs.len(), 3, "{txt}");
-    assert!(procs[0].starts_with("PROCESS 702 (py-worker): wall 2.00 s, 3 thread(s) alive 2.70 s thread-time"), "{}", procs[0]);
+    assert!(
+        procs[0].starts_with("PROCESS 702 (py-worker): wall 2.00 s, 3 thread(s) alive 2.70 s thread-time"),
+        "{}",
+        procs[0]
+    );
     assert!(procs[1].starts_with("PROCESS 700 (sh): wall 2.00 s, 1 thread(s) alive 2.00 s"), "{}", procs[1]);
     assert!(procs[2].starts_with("PROCESS 701 (gzip):"), "{}", procs[2]);
     assert!(procs[2].contains(&format!("on-CPU {}", human_ns(1_400 * MS))), "{}", procs[2]);
@@ -234,7 +262,10 @@ fn unnamed_time_per_module_with_what_to_install() {
     assert!(txt.lines().any(|l| l.trim() == want), "{want}\n{txt}");
     let v: Value = serde_json::from_str(&ok(TOOL, &["--json"], jsonl(&app()).as_bytes())).unwrap();
     let u = &v["unnamed"][0];
-    assert_eq!((u["ns"].as_u64(), u["unnamed_ns"].as_u64(), u["build_id"].as_str()), (Some(2_000 * MS), Some(200 * MS), Some(APP_ID)));
+    assert_eq!(
+        (u["ns"].as_u64(), u["unnamed_ns"].as_u64(), u["build_id"].as_str()),
+        (Some(2_000 * MS), Some(200 * MS), Some(APP_ID))
+    );
     // A module of a Debian package on this machine: its -dbgsym package.
     let owned = std::process::Command::new("dpkg-query").args(["-S", "/bin/gzip"]).output();
     if !owned.is_ok_and(|o| o.status.success()) {
@@ -246,9 +277,19 @@ fn unnamed_time_per_module_with_what_to_install() {
     m.maps.push(MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: "/usr/bin/gzip".into(), build_id: None });
     recs.push(Record::Maps(m));
     recs.push(stack(800, 800, Kind::On, None, &["gzip+0x4a1f0@gzip"], 1_500 * MS));
-    recs.push(stack(800, 800, Kind::On, None, &["gzip+0x3000@gzip", "__memcpy_avx_unaligned_erms@libc.so.6"], 500 * MS));
+    recs.push(stack(
+        800,
+        800,
+        Kind::On,
+        None,
+        &["gzip+0x3000@gzip", "__memcpy_avx_unaligned_erms@libc.so.6"],
+        500 * MS,
+    ));
     let txt = ok(TOOL, &[], jsonl(&recs).as_bytes());
     let want = "/usr/bin/gzip: 100% of its time unnamed (2.00 s of 2.00 s; stripped): install its debug symbols (apt install gzip-dbgsym, or place the debug file under /usr/lib/debug/.build-id/)";
     assert!(txt.lines().any(|l| l.trim() == want), "{want}\n{txt}");
-    assert!(lines_of(&txt).contains(&"25.0%  500 ms  gzip+0x3000 (no name) → memcpy_avx_unaligned_erms [on-CPU]"), "{txt}");
+    assert!(
+        lines_of(&txt).contains(&"25.0%  500 ms  gzip+0x3000 (no name) → memcpy_avx_unaligned_erms [on-CPU]"),
+        "{txt}"
+    );
 }

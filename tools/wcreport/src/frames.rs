@@ -69,7 +69,8 @@ pub fn place(f: &Frame) -> Place {
     // programs. A bare file name (the stream's `module` when no maps
     // record gave its path): any shared object counts as a library.
     let system = if m.contains('/') {
-        shared_object && ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/"].iter().any(|d| m.starts_with(d))
+        shared_object
+            && ["/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/"].iter().any(|d| m.starts_with(d))
     } else {
         shared_object
     };
@@ -87,18 +88,80 @@ pub fn place(f: &Frame) -> Place {
 /// folded input: bcc `-f`, perf script): the function the program called
 /// is the one *before* these.
 const RUNTIME_NAMES: &[&str] = &[
-    "pthread_", "__pthread", "__lll_", "lll_", "__futex", "futex_wait", "__GI_", "__libc_", "_IO_", "sem_wait",
-    "sem_timedwait", "nanosleep", "clock_nanosleep", "__nanosleep", "usleep", "__sleep", "fsync", "fdatasync",
-    "__fsync", "__fdatasync", "syscall", "epoll_wait", "__poll", "__select", "__read", "__write", "__pread",
-    "__pwrite", "__recv", "__send", "__accept", "__connect", "__wait4", "__waitpid", "__open", "__close",
-    "start_thread", "clone3", "__clone", "__GI___", "_dl_",
+    "pthread_",
+    "__pthread",
+    "__lll_",
+    "lll_",
+    "__futex",
+    "futex_wait",
+    "__GI_",
+    "__libc_",
+    "_IO_",
+    "sem_wait",
+    "sem_timedwait",
+    "nanosleep",
+    "clock_nanosleep",
+    "__nanosleep",
+    "usleep",
+    "__sleep",
+    "fsync",
+    "fdatasync",
+    "__fsync",
+    "__fdatasync",
+    "syscall",
+    "epoll_wait",
+    "__poll",
+    "__select",
+    "__read",
+    "__write",
+    "__pread",
+    "__pwrite",
+    "__recv",
+    "__send",
+    "__accept",
+    "__connect",
+    "__wait4",
+    "__waitpid",
+    "__open",
+    "__close",
+    "start_thread",
+    "clone3",
+    "__clone",
+    "__GI___",
+    "_dl_",
 ];
 
 /// Syscall wrappers, matched whole (a prefix would catch `readline`).
 const RUNTIME_EXACT: &[&str] = &[
-    "read", "write", "pread64", "pwrite64", "readv", "writev", "recv", "recvfrom", "recvmsg", "send", "sendto",
-    "sendmsg", "poll", "ppoll", "select", "pselect", "accept", "accept4", "connect", "open", "open64", "openat",
-    "close", "ioctl", "waitpid", "wait4", "sleep", "pause", "sched_yield",
+    "read",
+    "write",
+    "pread64",
+    "pwrite64",
+    "readv",
+    "writev",
+    "recv",
+    "recvfrom",
+    "recvmsg",
+    "send",
+    "sendto",
+    "sendmsg",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect",
+    "accept",
+    "accept4",
+    "connect",
+    "open",
+    "open64",
+    "openat",
+    "close",
+    "ioctl",
+    "waitpid",
+    "wait4",
+    "sleep",
+    "pause",
+    "sched_yield",
 ];
 
 fn place_by_name(func: &str) -> Place {

@@ -70,7 +70,11 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
     let Some(i) = frames::user_frame(&owned) else {
         let who = match owned.iter().find(|f| frames::is_synthetic(f)) {
             Some(f) => Who { func: f.func.clone(), module: None, unnamed: false },
-            None => Who { func: format!("({}, no user stack)", if comm.is_empty() { "-" } else { comm }), module: None, unnamed: false },
+            None => Who {
+                func: format!("({}, no user stack)", if comm.is_empty() { "-" } else { comm }),
+                module: None,
+                unnamed: false,
+            },
         };
         return (who, frames::syscall(&owned), reason);
     };

@@ -390,10 +390,11 @@ fn most_common<'a>(names: impl Iterator<Item = &'a str>) -> String {
             None => n.push((c, 1)),
         }
     }
-    n.iter().fold(None::<(&str, usize)>, |best, &(c, k)| match best {
-        Some((_, bk)) if bk >= k => best,
-        _ => Some((c, k)),
-    })
-    .map(|(c, _)| c.to_string())
-    .unwrap_or_default()
+    n.iter()
+        .fold(None::<(&str, usize)>, |best, &(c, k)| match best {
+            Some((_, bk)) if bk >= k => best,
+            _ => Some((c, k)),
+        })
+        .map(|(c, _)| c.to_string())
+        .unwrap_or_default()
 }

@@ -200,7 +200,12 @@ pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
         p(t.coverage_pct)
     );
     if t.steal_ns > 0 {
-        let _ = writeln!(s, "  of the on-CPU time, steal (the hypervisor ran something else) {}{}", h(t.steal_ns), share(t.steal_ns));
+        let _ = writeln!(
+            s,
+            "  of the on-CPU time, steal (the hypervisor ran something else) {}{}",
+            h(t.steal_ns),
+            share(t.steal_ns)
+        );
     }
     let _ = writeln!(
         s,

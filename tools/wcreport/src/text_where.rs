@@ -77,7 +77,11 @@ pub fn where_time_went(t: &ThreadReport, max_parts: usize) -> String {
     let share = |ns: u64| (whole > 0).then(|| ns as f64 * 100.0 / whole as f64);
     let mut rows: Vec<[String; 3]> = t.functions.iter().flat_map(|f| rows_of(f, max_parts.max(1), &share)).collect();
     if t.functions_rest > 0 {
-        rows.push([p(share(t.functions_rest_ns)), h(t.functions_rest_ns), format!("({} more function(s))", t.functions_rest)]);
+        rows.push([
+            p(share(t.functions_rest_ns)),
+            h(t.functions_rest_ns),
+            format!("({} more function(s))", t.functions_rest),
+        ]);
     }
     let w0 = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
     let w1 = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
