@@ -27,6 +27,7 @@ pub mod functions;
 pub mod gpu;
 pub mod modules;
 pub mod names;
+mod process;
 pub mod report;
 pub mod text;
 mod text_gpu;
