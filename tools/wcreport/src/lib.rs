@@ -11,15 +11,27 @@
 //!
 //! Per thread: alive time in the window, on-CPU, off-CPU by state (R, S,
 //! D, other), GPU time apart (never added to the thread's wall clock),
-//! coverage = (on + off) / alive, role and behaviour class, top stacks.
+//! coverage = (on + off) / alive, role and behaviour class, and where the
+//! time went by the thread's own functions: innermost user frame first,
+//! then the library call and the kernel reason
+//! (`write_journal → fdatasync → [D] folio_wait_writeback`, see
+//! [`functions`]). One section per process, heaviest first. The modules
+//! whose time has no name, with what to install ([`names`]).
 //! When the input has GPU records, a GPU section (`gpu` in the JSON, see
 //! [`gpu`]): busy time per device, top kernels by time and by count with
 //! their mean launch-to-start delay, copies, memsets, the CPU's waits in
 //! synchronizations, and the GPU losses the capture counted.
 
+pub mod frames;
+pub mod functions;
 pub mod gpu;
+pub mod modules;
+pub mod names;
+mod process;
 pub mod report;
 pub mod text;
+mod text_gpu;
+pub mod text_where;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -50,10 +62,16 @@ const EXAMPLES: &str = "EXAMPLES:
 /// thread's wall clock), coverage = (on + off) / alive, its role (main, or
 /// from the thread name; the same string as in flame --per-thread file
 /// names) and behaviour class (cpu-bound, io-bound, lock-waiting,
-/// sleeping, runnable-starved, idle), and its top stacks per kind with
-/// their share of the thread's time. Per process: the threads' total in
-/// thread-seconds beside the wall time. [short blocks], [lost stack] and
-/// every count the capture reported lost are shown.
+/// sleeping, runnable-starved, idle), and where its time went by its own
+/// functions: the innermost user frame (not kernel, not a system library),
+/// then the library call it made and the kernel frame that says why it
+/// waited, with the state: `write_journal → fdatasync → [D]
+/// folio_wait_writeback`, `compute [on-CPU]`. Whole stacks are in --json
+/// (`top`) and in the folded files. Per process (one section each,
+/// heaviest first): the threads' total in thread-seconds beside the wall
+/// time. Per module: the share of its time without a name, with the debug
+/// package or file to install. [short blocks], [lost stack] and every
+/// count the capture reported lost are shown.
 #[derive(Debug, Parser)]
 #[command(name = "wcreport", version, about, after_help = EXAMPLES)]
 pub struct Cli {
@@ -63,7 +81,8 @@ pub struct Cli {
     /// JSON for scripts: ns integers, stable field names.
     #[arg(long)]
     pub json: bool,
-    /// Heaviest stacks shown per kind and thread.
+    /// Functions shown per thread (and ways per function); heaviest stacks
+    /// per kind and thread in --json.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub top: usize,
     /// Write the report files of the earlier tool (nothing on stdout):
@@ -92,11 +111,11 @@ pub fn run(cli: &Cli) -> Result<()> {
     let mut out = open_output(cli.output.as_deref())?;
     if let Some(dir) = &cli.split_dir {
         let prefix = cli.prefix.clone().unwrap_or_else(|| dir.join("wallclock"));
-        write_split(&rep, dir, &prefix)?;
+        write_split(&rep, dir, &prefix, cli.top)?;
     } else if cli.json {
         write_json(&rep, &mut out)?;
     } else {
-        out.write_all(text::full(&rep).as_bytes())?;
+        out.write_all(text::full(&rep, cli.top).as_bytes())?;
     }
     out.flush()?;
     match err {
@@ -116,7 +135,7 @@ pub fn write_json(rep: &Report, out: &mut dyn Write) -> Result<()> {
 /// overview), `<dir>/thread_<TID>_<role>_analysis.txt` per thread, and
 /// `<prefix>_single_thread_analysis.txt` when there is one thread. Returns
 /// the paths written.
-pub fn write_split(rep: &Report, dir: &Path, prefix: &Path) -> Result<Vec<PathBuf>> {
+pub fn write_split(rep: &Report, dir: &Path, prefix: &Path, max_parts: usize) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     if let Some(parent) = prefix.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
@@ -132,12 +151,12 @@ pub fn write_split(rep: &Report, dir: &Path, prefix: &Path) -> Result<Vec<PathBu
         p.push(s);
         PathBuf::from(p)
     };
-    put(with_suffix("_thread_analysis.txt"), text::full(rep))?;
+    put(with_suffix("_thread_analysis.txt"), text::full(rep, max_parts))?;
     for t in &rep.threads {
-        put(dir.join(format!("thread_{}_{}_analysis.txt", t.tid, t.role)), text::thread_file(rep, t))?;
+        put(dir.join(format!("thread_{}_{}_analysis.txt", t.tid, t.role)), text::thread_file(rep, t, max_parts))?;
     }
     if rep.threads.len() == 1 {
-        put(with_suffix("_single_thread_analysis.txt"), text::full(rep))?;
+        put(with_suffix("_single_thread_analysis.txt"), text::full(rep, max_parts))?;
     }
     Ok(written)
 }

@@ -6,7 +6,10 @@ use serde::Serialize;
 use wallclock_stream::accounting::{behaviour, kind_leaf, merge_thread, role_for, sampled_on_ns, scale_samples};
 use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
 
+use crate::functions::{by_function, FunctionTime};
 use crate::gpu::{self, GpuReport};
+use crate::modules::Modules;
+use crate::names::{unnamed_modules, UnnamedModule};
 
 /// Frame names of the synthetic stacks that keep time nobody could attribute.
 pub const SHORT_BLOCKS: &str = "[short blocks]";
@@ -23,8 +26,11 @@ pub struct Report {
     pub stats: BTreeMap<String, u64>,
     pub short_blocks_ns: u64,
     pub lost_stack_ns: u64,
+    /// Heaviest first (thread-time, then on-CPU time, then pid).
     pub processes: Vec<ProcessReport>,
     pub threads: Vec<ThreadReport>,
+    /// Modules whose code ran without a name (see [`crate::names`]).
+    pub unnamed: Vec<UnnamedModule>,
     /// Present whenever the input has GPU records or `gpu_*` counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
@@ -40,6 +46,7 @@ pub struct Window {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
     pub pid: u32,
+    /// The main thread's name (the name after exec), else its threads' most common.
     pub comm: String,
     pub threads: usize,
     /// Wall time of the window (or of its threads' lives).
@@ -87,6 +94,11 @@ pub struct ThreadReport {
     pub short_blocks_ns: u64,
     pub lost_stack_ns: u64,
     pub top: TopStacks,
+    /// Its time by innermost user function, heaviest first (at most `--top`).
+    pub functions: Vec<FunctionTime>,
+    /// The time of the functions beyond `--top`, and how many they are.
+    pub functions_rest_ns: u64,
+    pub functions_rest: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -134,7 +146,7 @@ fn stack_text(s: &Stack) -> String {
     }
 }
 
-fn pct(part: u64, whole: Option<u64>) -> Option<f64> {
+pub(crate) fn pct(part: u64, whole: Option<u64>) -> Option<f64> {
     whole.filter(|w| *w > 0).map(|w| part as f64 * 100.0 / w as f64)
 }
 
@@ -147,6 +159,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let mut threads: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
     let mut stacks: BTreeMap<(u32, u32), Vec<&Stack>> = BTreeMap::new();
     let mut headers: Vec<&Header> = Vec::new();
+    let mut modules = Modules::default();
     for r in records {
         match r {
             Record::Header(h) => headers.push(h),
@@ -163,7 +176,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
                     window.end_ns = s.end_ns;
                 }
             }
-            Record::Maps(_) => {}
+            Record::Maps(m) => modules.add(m),
         }
     }
     for h in &headers {
@@ -186,15 +199,21 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let mut out_threads = Vec::new();
     for (k, t) in &threads {
         let ss: &[&Stack] = stacks.get(k).map(Vec::as_slice).unwrap_or(&[]);
-        out_threads.push(thread_report(t, ss, &window, top_n));
+        out_threads.push(thread_report(t, ss, &window, top_n, &modules));
     }
-    let processes = processes(&out_threads, &threads, &window);
+    let unnamed = unnamed_modules(out_threads.iter().flat_map(|t| &t.functions), &modules.build_ids);
+    for t in &mut out_threads {
+        let rest = t.functions.split_off(top_n.min(t.functions.len()));
+        t.functions_rest = rest.len();
+        t.functions_rest_ns = rest.iter().map(|f| f.ns).sum();
+    }
+    let processes = crate::process::processes(&out_threads, &threads, &window);
     let short_blocks_ns = out_threads.iter().map(|t| t.short_blocks_ns).sum();
     let lost_stack_ns = out_threads.iter().map(|t| t.lost_stack_ns).sum();
     let comms: BTreeMap<(u32, u32), String> = threads.iter().map(|(k, t)| (*k, t.comm.clone())).collect();
     let all: Vec<&Stack> = stacks.values().flatten().copied().collect();
     let gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
-    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, gpu }
+    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, gpu }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -211,7 +230,7 @@ fn max_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadReport {
+fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize, modules: &Modules) -> ThreadReport {
     // A capture stream read directly (not through stackmerge): the sampled
     // on-CPU stacks divide the thread's exact on-CPU time, as stackmerge
     // would scale them (the same rule, so its output is unchanged here).
@@ -271,6 +290,7 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadR
         gpu: top_of(ss, Kind::Gpu, top_n, base),
         other: top_of(ss, Kind::Other, top_n, base),
     };
+    let functions = by_function(ss, &t.comm, base, modules);
     ThreadReport {
         pid: t.pid,
         tid: t.tid,
@@ -291,6 +311,9 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize) -> ThreadR
         short_blocks_ns,
         lost_stack_ns,
         top,
+        functions,
+        functions_rest_ns: 0,
+        functions_rest: 0,
     }
 }
 
@@ -310,45 +333,4 @@ fn top_of(ss: &[&Stack], kind: Kind, n: usize, base: Option<u64>) -> Vec<TopStac
     v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.stack.cmp(&b.stack)));
     v.truncate(n);
     v
-}
-
-fn processes(ts: &[ThreadReport], threads: &BTreeMap<(u32, u32), Thread>, w: &Window) -> Vec<ProcessReport> {
-    let mut by: BTreeMap<u32, Vec<&ThreadReport>> = BTreeMap::new();
-    for t in ts {
-        by.entry(t.pid).or_default().push(t);
-    }
-    by.into_iter()
-        .map(|(pid, v)| {
-            let comm = threads
-                .get(&(pid, pid))
-                .map(|t| t.comm.clone())
-                .filter(|c| !c.is_empty())
-                .unwrap_or_else(|| v.iter().map(|t| t.comm.clone()).find(|c| !c.is_empty()).unwrap_or_default());
-            let mut off = StateNs::default();
-            for t in &v {
-                off.add(&t.off_ns);
-            }
-            let on_ns: u64 = v.iter().map(|t| t.on_ns).sum();
-            let thread_ns: u64 = v.iter().filter_map(|t| t.alive_ns).sum();
-            let wall_ns = w.wall_ns.or_else(|| {
-                let s = v.iter().filter_map(|t| t.start_ns).min()?;
-                let e = v.iter().filter_map(|t| t.end_ns).max()?;
-                Some(e.saturating_sub(s))
-            });
-            ProcessReport {
-                pid,
-                comm,
-                threads: v.len(),
-                wall_ns,
-                thread_ns,
-                on_ns,
-                off_total_ns: off.total(),
-                off_ns: off,
-                gpu_ns: v.iter().map(|t| t.gpu_ns).sum(),
-                gpu_sync_ns: v.iter().map(|t| t.gpu_sync_ns).sum(),
-                other_ns: v.iter().map(|t| t.other_ns).sum(),
-                coverage_pct: pct(on_ns + off.total(), Some(thread_ns)),
-            }
-        })
-        .collect()
 }

@@ -4,15 +4,14 @@ use std::fmt::Write as _;
 
 use wallclock_stream::units::human_ns;
 
-use crate::gpu::{GpuKernel, GpuReport};
 use crate::report::{ProcessReport, Report, ThreadReport, TopStack};
 
-fn h(ns: u64) -> String {
+pub(crate) fn h(ns: u64) -> String {
     human_ns(ns)
 }
 
 /// A name for display: `-` when unknown (plain folded input).
-fn name(comm: &str) -> &str {
+pub(crate) fn name(comm: &str) -> &str {
     if comm.is_empty() {
         "-"
     } else {
@@ -20,16 +19,16 @@ fn name(comm: &str) -> &str {
     }
 }
 
-fn hopt(ns: Option<u64>) -> String {
+pub(crate) fn hopt(ns: Option<u64>) -> String {
     ns.map_or("-".to_string(), human_ns)
 }
 
-fn p(pct: Option<f64>) -> String {
+pub(crate) fn p(pct: Option<f64>) -> String {
     pct.map_or("-".to_string(), |v| format!("{v:.1}%"))
 }
 
 /// Columns: the first `left` left-aligned, the rest right-aligned.
-fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
+pub(crate) fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> =
         (0..n).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
@@ -74,6 +73,9 @@ pub fn summary(r: &Report) -> String {
     };
     let _ = writeln!(s, "lost (header): {}", counts(&r.lost));
     let _ = writeln!(s, "stats: {}", counts(&r.stats));
+    let _ = writeln!(s, "{}", crate::text_where::LEGEND);
+    let total: u64 = r.threads.iter().map(|t| t.on_ns + t.off_total_ns + t.other_ns).sum();
+    s.push_str(&crate::text_where::unnamed_section(&r.unnamed, total));
     s
 }
 
@@ -124,126 +126,26 @@ fn thread_row(t: &ThreadReport) -> Vec<String> {
     ]
 }
 
+/// A process's line and its thread table.
+fn process_table(r: &Report, pr: &ProcessReport) -> String {
+    let mut s = process_line(pr);
+    let mut rows = vec![thread_header()];
+    rows.extend(r.threads.iter().filter(|t| t.pid == pr.pid).map(thread_row));
+    s.push_str(&table(&rows, 4, "  "));
+    s
+}
+
 /// The thread table of the processes.
 pub fn overview(r: &Report) -> String {
     let mut s = summary(r);
     for pr in &r.processes {
         s.push('\n');
-        s.push_str(&process_line(pr));
-        let mut rows = vec![thread_header()];
-        rows.extend(r.threads.iter().filter(|t| t.pid == pr.pid).map(thread_row));
-        s.push_str(&table(&rows, 4, "  "));
+        s.push_str(&process_table(r, pr));
     }
     if let Some(g) = &r.gpu {
         s.push('\n');
-        s.push_str(&gpu_section(g));
+        s.push_str(&crate::text_gpu::gpu_section(g));
     }
-    s
-}
-
-fn kernel_rows(title: &str, v: &[GpuKernel]) -> String {
-    if v.is_empty() {
-        return String::new();
-    }
-    let mut rows = vec![["TIME", "COUNT", "MEAN", "LAUNCH->START", "KERNEL"].map(String::from).to_vec()];
-    rows.extend(
-        v.iter()
-            .map(|k| vec![h(k.ns), k.count.to_string(), hopt(k.mean_ns), hopt(k.mean_launch_delay_ns), k.name.clone()]),
-    );
-    // Numbers right-aligned, the name left free (it can be long).
-    let w: Vec<usize> = (0..4).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut s = format!("  top kernels by {title}:\n");
-    for r in &rows {
-        let _ = writeln!(
-            s,
-            "    {:>w0$}  {:>w1$}  {:>w2$}  {:>w3$}  {}",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            r[4],
-            w0 = w[0],
-            w1 = w[1],
-            w2 = w[2],
-            w3 = w[3]
-        );
-    }
-    s
-}
-
-/// ` in N what`; nothing when no count is known (plain folded input).
-fn times(n: u64, what: &str) -> String {
-    if n == 0 {
-        String::new()
-    } else {
-        format!(" in {n} {what}")
-    }
-}
-
-/// The GPU section: busy time per device, top kernels, copies, memsets,
-/// the CPU's synchronization waits, and what was lost.
-pub fn gpu_section(g: &GpuReport) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "GPU: busy {} (summed activity time: concurrent kernels overlap, so it can exceed the wall time; not part of any thread's wall clock)",
-        h(g.busy_ns)
-    );
-    if !g.devices.is_empty() {
-        let mut rows =
-            vec![["DEVICE", "BUSY", "KERNELS", "N", "MEMCPY", "N", "MEMSET", "N"].map(String::from).to_vec()];
-        rows.extend(g.devices.iter().map(|d| {
-            vec![
-                d.device.map_or("-".to_string(), |x| x.to_string()),
-                h(d.busy_ns),
-                h(d.kernel_ns),
-                d.kernel_count.to_string(),
-                h(d.memcpy_ns),
-                d.memcpy_count.to_string(),
-                h(d.memset_ns),
-                d.memset_count.to_string(),
-            ]
-        }));
-        s.push_str(&table(&rows, 1, "  "));
-    }
-    let _ = writeln!(s, "  kernels: {}{}, {} distinct", h(g.kernel_ns), times(g.kernel_count, "launch(es)"), g.kernels);
-    // Both orders say something; when they agree, one list is enough.
-    let same = g.top_kernels_by_ns.iter().map(|k| &k.name).eq(g.top_kernels_by_count.iter().map(|k| &k.name));
-    s.push_str(&kernel_rows(if same { "time (and count)" } else { "time" }, &g.top_kernels_by_ns));
-    if !same {
-        s.push_str(&kernel_rows("count", &g.top_kernels_by_count));
-    }
-    let kinds: Vec<String> = g.memcpy.by_kind.iter().map(|c| format!("{} {} x{}", c.name, h(c.ns), c.count)).collect();
-    let _ = writeln!(
-        s,
-        "  copies: {}{}, {} bytes{}",
-        h(g.memcpy.ns),
-        times(g.memcpy.count, "copies"),
-        g.memcpy.bytes,
-        if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) }
-    );
-    let _ = writeln!(s, "  memsets: {}{}", h(g.memset.ns), times(g.memset.count, "memset(s)"));
-    let _ = writeln!(s, "  CPU waiting in GPU synchronization: {}{}", h(g.sync.ns), times(g.sync.count, "call(s)"));
-    if !g.sync.threads.is_empty() {
-        let mut rows = vec![["TID", "NAME", "WAIT", "CALLS"].map(String::from).to_vec()];
-        rows.extend(
-            g.sync
-                .threads
-                .iter()
-                .map(|t| vec![t.tid.to_string(), name(&t.comm).to_string(), h(t.ns), t.count.to_string()]),
-        );
-        s.push_str(&table(&rows, 2, "    "));
-    }
-    let _ = writeln!(
-        s,
-        "  lost: records dropped {}, unmatched (no launch stack) {}, CUPTI unavailable {}, tid mismatch {}, bad lines {}; CUPTI overhead {}",
-        g.records_dropped,
-        g.unmatched,
-        g.cupti_unavailable,
-        g.tid_mismatch,
-        g.bad_lines,
-        h(g.cupti_overhead_ns)
-    );
     s
 }
 
@@ -279,8 +181,8 @@ fn tops(title: &str, v: &[TopStack]) -> String {
     s
 }
 
-/// One thread in detail.
-pub fn thread_detail(t: &ThreadReport) -> String {
+/// One thread in detail; `max_parts`: the ways of one function shown.
+pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
     let mut s = format!("THREAD {} {} (pid {}, role {}, {})\n", t.tid, name(&t.comm), t.pid, t.role, t.class);
     let base = t.alive_ns;
     let share = |ns: u64| {
@@ -298,7 +200,12 @@ pub fn thread_detail(t: &ThreadReport) -> String {
         p(t.coverage_pct)
     );
     if t.steal_ns > 0 {
-        let _ = writeln!(s, "  of the on-CPU time, steal (the hypervisor ran something else) {}{}", h(t.steal_ns), share(t.steal_ns));
+        let _ = writeln!(
+            s,
+            "  of the on-CPU time, steal (the hypervisor ran something else) {}{}",
+            h(t.steal_ns),
+            share(t.steal_ns)
+        );
     }
     let _ = writeln!(
         s,
@@ -319,29 +226,37 @@ pub fn thread_detail(t: &ThreadReport) -> String {
         let _ = writeln!(s, "  waiting in GPU synchronization {}{}", h(t.gpu_sync_ns), share(t.gpu_sync_ns));
     }
     let _ = writeln!(s, "  [short blocks] {}   [lost stack] {}", h(t.short_blocks_ns), h(t.lost_stack_ns));
-    s.push_str(&tops("on-CPU", &t.top.on));
-    s.push_str(&tops("off-CPU", &t.top.off));
+    // The whole stacks stay in the folded files and in --json.
+    s.push_str(&crate::text_where::where_time_went(t, max_parts));
     s.push_str(&tops("GPU", &t.top.gpu));
-    s.push_str(&tops("unclassified", &t.top.other));
     s
 }
 
-/// The whole report: overview, then every thread.
-pub fn full(r: &Report) -> String {
-    let mut s = overview(r);
-    for t in &r.threads {
+/// The whole report: the summary, then each process (heaviest first) with
+/// its thread table and its threads in detail, then the GPU section.
+pub fn full(r: &Report, max_parts: usize) -> String {
+    let mut s = summary(r);
+    for pr in &r.processes {
         s.push('\n');
-        s.push_str(&thread_detail(t));
+        s.push_str(&process_table(r, pr));
+        for t in r.threads.iter().filter(|t| t.pid == pr.pid) {
+            s.push('\n');
+            s.push_str(&thread_detail(t, max_parts));
+        }
+    }
+    if let Some(g) = &r.gpu {
+        s.push('\n');
+        s.push_str(&crate::text_gpu::gpu_section(g));
     }
     s
 }
 
 /// The file of one thread: the summary, its row, its detail.
-pub fn thread_file(r: &Report, t: &ThreadReport) -> String {
+pub fn thread_file(r: &Report, t: &ThreadReport, max_parts: usize) -> String {
     let mut s = summary(r);
     s.push('\n');
     s.push_str(&table(&[thread_header(), thread_row(t)], 4, "  "));
     s.push('\n');
-    s.push_str(&thread_detail(t));
+    s.push_str(&thread_detail(t, max_parts));
     s
 }
