@@ -39,7 +39,7 @@ use clap::Parser;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::RingBufferBuilder;
 use wallclock_capture::target::{monotonic_ns, TargetArgs};
-use wallclock_capture::{bpf, privs, session::Session, signal, unwind::Unwind};
+use wallclock_capture::{bpf, privs, tree, session::Session, signal, unwind::Unwind};
 
 const EXAMPLES: &str = "EXAMPLES:
     offcputime -p 1234 10 > off.jsonl       # 10 s of process 1234
@@ -84,8 +84,12 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OffcputimeSkel<'st
     let open_object = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = skel::OffcputimeSkelBuilder::default().open(open_object)?;
     let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
-    ro.filter_tgid = !sess.pids.is_empty();
-    ro.single_tgid = if sess.pids.len() == 1 { sess.pids[0] } else { 0 };
+    let f = sess.filter();
+    ro.filter_tgid = f.filter_tgid;
+    ro.single_tgid = f.single_tgid;
+    ro.follow_children = f.follow;
+    ro.filter_cgroup = f.cgroup.is_some();
+    (ro.cgroup_id, ro.cgroup_level) = f.cgroup.unwrap_or((0, 0));
     ro.filter_tid = !cli.target.tids.is_empty();
     ro.thread_kind = cli.target.thread_kind();
     ro.want_ustack = !cli.target.kernel_stacks_only;
@@ -95,6 +99,12 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OffcputimeSkel<'st
     ro.state_filter = cli.state.unwrap_or(-1);
     open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
     open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
+    // Processes of a tree, at most as many as threads.
+    open.maps.tgids.set_max_entries(cli.max_threads.max(1024))?;
+    open.progs.fork_btf.set_autoload(f.follow && btf);
+    open.progs.fork_raw.set_autoload(f.follow && !btf);
+    open.progs.exec_btf.set_autoload(btf);
+    open.progs.exec_raw.set_autoload(!btf);
     open.maps.events.set_max_entries(cli.target.ringbuf_mb << 20)?;
     open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
     open.progs.switch_btf.set_autoload(btf);
@@ -122,11 +132,17 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     .context("attaching to sched_switch")?;
 
+    let _tree = attach_tree(&skel, btf, sess.follow)?;
+    // Children of -p -C created while loading: the fork hook missed them.
+    let late = sess.late_children();
+    bpf::put_u32_set(&skel.maps.tgids, &late)?;
     let unwind = std::cell::RefCell::new(Unwind::new());
     let stacks = std::cell::RefCell::new(collect::Stacks::default());
     let mut rbb = RingBufferBuilder::new();
     rbb.add(&skel.maps.events, |data: &[u8]| {
-        stacks.borrow_mut().event(data, &mut unwind.borrow_mut());
+        if !tree::marker(data, &mut unwind.borrow_mut()) {
+            stacks.borrow_mut().event(data, &mut unwind.borrow_mut());
+        }
         0
     })?;
     let rb = rbb.build()?;
@@ -135,20 +151,25 @@ pub fn run(cli: Cli) -> Result<i32> {
     let bss = skel.maps.bss_data.as_deref_mut().expect("bss");
     // SAFETY: bss is the program's mmapped .bss; the BPF side reads it.
     unsafe { std::ptr::write_volatile(&mut bss.start_ns, start) };
+    if !late.is_empty() {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(&mut bss.tree_grown, 1) };
+    }
     sess.begin(start, &cli.target.tids, &mut unwind.borrow_mut())?;
 
-    while !sess.should_stop() {
+    while !sess.should_stop(|| bpf::u32_keys(&skel.maps.tgids)) {
         let _ = rb.poll(Duration::from_millis(20));
     }
     let end = monotonic_ns();
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
-    sess.stopped();
+    sess.stopped(bpf::u32_keys(&skel.maps.tgids));
     std::thread::sleep(Duration::from_millis(5));
     let _ = rb.consume();
     drop(rb);
 
     let threads = bpf::dump(&skel.maps.threads);
+    sess.add_thread_pids(&threads);
     let offcpu = bpf::dump(&skel.maps.offcpu);
     let counts = bpf::percpu_sums(&skel.maps.stats, wallclock_capture::event::STAT_NAMES.len() as u32);
     let cfg = collect::Config { start, end, min_block_ns: cli.min_block_us.saturating_mul(1000), cli: &cli };
@@ -166,4 +187,16 @@ pub fn run(cli: Cli) -> Result<i32> {
     })?;
     drop(out);
     Ok(sess.finish())
+}
+
+/// The exec program of bpf/tree.bpf.h (the unwinder follows images), and
+/// with a tree the fork program (new processes join the target).
+fn attach_tree(skel: &skel::OffcputimeSkel<'static>, btf: bool, follow: bool) -> Result<Vec<libbpf_rs::Link>> {
+    let exec = if btf { &skel.progs.exec_btf } else { &skel.progs.exec_raw };
+    let mut links = vec![exec.attach().context("attaching to sched_process_exec")?];
+    if follow {
+        let fork = if btf { &skel.progs.fork_btf } else { &skel.progs.fork_raw };
+        links.push(fork.attach().context("attaching to sched_process_fork")?);
+    }
+    Ok(links)
 }
