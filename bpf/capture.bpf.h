@@ -135,6 +135,11 @@ static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64
 	__u64 born = BPF_CORE_READ(t, start_time);
 	z.pid = BPF_CORE_READ(t, tgid);
 	z.begin_ns = born > start_ns ? born : start_ns;
+	/* A process may enter a cgroup long after its birth (moved there,
+	 * then exec'd: a container or a service starting): one born during
+	 * the capture is counted from when it is first seen in it. */
+	if (filter_cgroup && born > start_ns)
+		z.begin_ns = now;
 	if (z.begin_ns > now)
 		z.begin_ns = now;
 	z.last_ts = z.begin_ns;

@@ -45,6 +45,8 @@ const EXAMPLES: &str = "EXAMPLES:
     offcputime -p 1234 10 > off.jsonl       # 10 s of process 1234
     offcputime -m 1000 -- ./server --port 80  # launch, blocks >= 1 ms
     offcputime -p 1234 -f 5 > off.folded     # bcc-style folded lines (µs, hex addresses)
+    offcputime -p 1234 -C 10                 # 1234 and every process it forks
+    offcputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     offcputime -p 1234 | stacksym | flame > off.svg";
 
 /// Off-CPU time per stack and exact per-thread on/off-CPU time.
@@ -71,7 +73,9 @@ pub struct Cli {
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
-    /// Command to launch and capture from its first instruction.
+    /// Command to launch and capture from its first instruction, with every
+    /// process it starts (through fork, clone and exec); the capture ends
+    /// when the command exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

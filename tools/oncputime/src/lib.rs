@@ -30,7 +30,9 @@ use wallclock_stream::{accounting, Kind, Record, Stack, Stats, Thread};
 
 const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 10 > on.jsonl          # 10 s of process 1234 at 49 Hz
-    oncputime -F 999 -- ./build.sh           # launch, 999 Hz
+    oncputime -F 999 -- ./build.sh           # launch, 999 Hz, with every child it runs
+    oncputime -p 1234 -C 10                  # 1234 and every process it forks
+    oncputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     oncputime --exact -p 1234 10             # samples scaled to exact on-CPU time
     oncputime -p 1234 -f 5 > on.folded       # folded sample counts (hex addresses)
     oncputime -p 1234 | stacksym | flame > on.svg";
@@ -57,7 +59,9 @@ pub struct Cli {
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
-    /// Command to launch and capture from its first instruction.
+    /// Command to launch and capture from its first instruction, with every
+    /// process it starts (through fork, clone and exec); the capture ends
+    /// when the command exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
