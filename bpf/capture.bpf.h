@@ -1,5 +1,6 @@
-/* BPF-only helpers shared by offcputime and oncputime: target filtering,
- * thread bookkeeping and the stack event sent to user space. */
+/* BPF-only helpers shared by offcputime and oncputime: target filtering
+ * (pids, process trees, a cgroup), thread bookkeeping and the stack event
+ * sent to user space. */
 #ifndef CAPTURE_BPF_H
 #define CAPTURE_BPF_H
 
@@ -14,6 +15,15 @@ const volatile bool want_ustack = true;
 const volatile bool want_kstack = true;
 /* The common case of one target process: a compare instead of a lookup. */
 const volatile __u32 single_tgid = 0;
+/* Process trees (tree.bpf.h): new processes of a traced one join `tgids`;
+ * tree_grown says the map now holds more than single_tgid. */
+const volatile bool follow_children = false;
+volatile __u32 tree_grown = 0;
+/* --cgroup: tasks whose default-hierarchy (v2) cgroup is cgroup_id or
+ * below it; cgroup_level is its depth (ancestors[cgroup_level]). */
+const volatile bool filter_cgroup = false;
+const volatile __u64 cgroup_id = 0;
+const volatile __u32 cgroup_level = 0;
 
 /* Written by user space once attached, then at the stop: events outside
  * [start_ns, end_ns) are ignored. */
@@ -66,6 +76,20 @@ static __always_inline bool window_open(__u64 now)
 	return s && now >= s && (!e || now < e);
 }
 
+/* Whether t's v2 cgroup is the target cgroup or one below it: its
+ * ancestor at the target's level is the target (a move into the cgroup is
+ * seen at the task's next switch). */
+static __always_inline bool in_cgroup(struct task_struct *t)
+{
+	struct cgroup *c = BPF_CORE_READ(t, cgroups, dfl_cgrp);
+	if (!c || BPF_CORE_READ(c, level) < (int)cgroup_level)
+		return false;
+	struct cgroup *a = NULL;
+	if (bpf_core_read(&a, sizeof(a), &c->ancestors[cgroup_level]) || !a)
+		return false;
+	return BPF_CORE_READ(a, kn, id) == cgroup_id;
+}
+
 /* tp_btf hands trusted task pointers: read fields directly (a load instead
  * of a helper call); raw_tp needs the probe read. `btf` is a constant at
  * every call site, so the compiler keeps only one branch. */
@@ -83,12 +107,16 @@ static __always_inline bool is_target_x(struct task_struct *t, bool btf)
 			return false;
 	}
 	if (single_tgid) {
-		if (tgid != single_tgid)
+		/* The target itself costs one compare, as without children. */
+		if (tgid != single_tgid &&
+		    !(follow_children && tree_grown && bpf_map_lookup_elem(&tgids, &tgid)))
 			return false;
 	} else if (filter_tgid && !bpf_map_lookup_elem(&tgids, &tgid)) {
 		return false;
 	}
 	if (filter_tid && !bpf_map_lookup_elem(&tids, &tid))
+		return false;
+	if (filter_cgroup && !in_cgroup(t))
 		return false;
 	return true;
 }
@@ -107,6 +135,11 @@ static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64
 	__u64 born = BPF_CORE_READ(t, start_time);
 	z.pid = BPF_CORE_READ(t, tgid);
 	z.begin_ns = born > start_ns ? born : start_ns;
+	/* A process may enter a cgroup long after its birth (moved there,
+	 * then exec'd: a container or a service starting): one born during
+	 * the capture is counted from when it is first seen in it. */
+	if (filter_cgroup && born > start_ns)
+		z.begin_ns = now;
 	if (z.begin_ns > now)
 		z.begin_ns = now;
 	z.last_ts = z.begin_ns;
@@ -229,5 +262,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 	stat_add(WC_STAT_NEW_STACKS, 1);
 	return 0;
 }
+
+#include "tree.bpf.h"
 
 #endif

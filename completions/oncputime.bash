@@ -23,7 +23,7 @@ _oncputime() {
 
     case "${cmd}" in
         oncputime)
-            opts="-p -t -u -k -U -K -d -o -f -F -h -V --pid --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --output --folded --ringbuf-mb --ready-file --frequency --exact --max-threads --help --version"
+            opts="-p -C -G -t -u -k -U -K -d -o -f -F -h -V --pid --children --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --output --folded --ringbuf-mb --ready-file --frequency --exact --max-threads --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -34,6 +34,14 @@ _oncputime() {
                     return 0
                     ;;
                 -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -G)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -47,6 +47,11 @@ pub fn put_u32_set(map: &impl MapCore, ids: &[u32]) -> Result<()> {
     Ok(())
 }
 
+/// The keys of a hash map keyed by u32 (pids).
+pub fn u32_keys(map: &impl MapCore) -> Vec<u32> {
+    map.keys().filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))).collect()
+}
+
 /// Every key/value of a hash map.
 pub fn dump(map: &impl MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut v = Vec::new();

@@ -1,8 +1,9 @@
 //! What the capture tools (offcputime, oncputime, later gputrace) share:
-//! privilege checks, target selection, launching `-- COMMAND`, BPF load
-//! errors, /proc, user-stack unwinding with .eh_frame, Ctrl-C.
+//! privilege checks, target selection (pids, process trees, a cgroup),
+//! launching `-- COMMAND`, BPF load errors, /proc, user-stack unwinding with .eh_frame, Ctrl-C.
 
 pub mod bpf;
+pub mod cgroup;
 pub mod event;
 pub mod launch;
 pub mod output;
@@ -12,4 +13,5 @@ pub mod procfs;
 pub mod signal;
 pub mod steal;
 pub mod target;
+pub mod tree;
 pub mod unwind;

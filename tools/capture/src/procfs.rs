@@ -14,6 +14,34 @@ pub fn exists(pid: u32) -> bool {
     }
 }
 
+/// Every live descendant of `roots` (children, their children...), from
+/// the parent pid of each process in /proc.
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(s) = fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let ppid = s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo: Vec<u32> = roots.to_vec();
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).into_iter().flatten() {
+            if !roots.contains(&c) && !out.contains(&c) {
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 /// Thread ids of a process.
 pub fn threads(pid: u32) -> Vec<u32> {
     let Ok(rd) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };

@@ -1,11 +1,13 @@
-//! One capture from start to stop: the targets, a launched command, the
-//! threads found blocked at the start, when to stop.
+//! One capture from start to stop: the targets (pids, process trees, a
+//! cgroup), a launched command, the threads found blocked at the start,
+//! when to stop.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
+use crate::cgroup::Cgroup;
 use crate::launch::{spawn_held, Launched};
 use crate::event::WcThread;
 use crate::procfs::{self, Kallsyms};
@@ -26,8 +28,26 @@ pub struct Initial {
     pub exec: Option<ExecClock>,
 }
 
+/// What the BPF target filter is told (the rodata of either tool).
+#[derive(Debug, Clone, Copy)]
+pub struct Filter {
+    pub filter_tgid: bool,
+    /// The one target process, when there is one: a compare per switch.
+    pub single_tgid: u32,
+    /// New processes of traced ones are traced too (tree.bpf.h).
+    pub follow: bool,
+    /// (cgroup id, level) for --cgroup.
+    pub cgroup: Option<(u64, u32)>,
+}
+
 pub struct Session {
+    /// Processes traced: at the start, then (see [`Session::add_pids`])
+    /// every process captured.
     pub pids: Vec<u32>,
+    /// `-- COMMAND` or `-p -C`: descendants are followed.
+    pub follow: bool,
+    pub cgroup: Option<Cgroup>,
+    tree_checked: Option<Instant>,
     pub command: Option<Vec<String>>,
     pub launched: Option<Launched>,
     pub duration: Option<f64>,
@@ -49,6 +69,20 @@ impl Session {
         // events arrive would stall the ring buffer's consumer.
         procfs::dispatch_ranges();
         let mut pids = args.known_pids();
+        let cgroup = match &args.cgroup {
+            Some(_) if !command.is_empty() => {
+                bail!("--cgroup does not go with `-- COMMAND`: start the command in the cgroup")
+            }
+            Some(p) => Some(Cgroup::open(p)?),
+            None => None,
+        };
+        if let Some(c) = &cgroup {
+            pids = c.procs();
+        }
+        if args.children {
+            let d = procfs::descendants(&pids);
+            pids.extend(d);
+        }
         let mut launched = None;
         let stream_on_stdout = args.output.as_ref().is_none_or(|p| p.as_os_str() == "-");
         if !command.is_empty() {
@@ -58,6 +92,9 @@ impl Session {
         }
         Ok(Session {
             pids,
+            follow: args.children || !command.is_empty(),
+            cgroup,
+            tree_checked: None,
             command: (!command.is_empty()).then(|| command.to_vec()),
             launched,
             duration,
@@ -121,9 +158,56 @@ impl Session {
         Ok(())
     }
 
+    /// The filter the BPF programs apply.
+    pub fn filter(&self) -> Filter {
+        let by_pid = self.cgroup.is_none() && !self.pids.is_empty();
+        Filter {
+            filter_tgid: by_pid,
+            single_tgid: if by_pid && self.pids.len() == 1 { self.pids[0] } else { 0 },
+            follow: self.follow,
+            cgroup: self.cgroup.as_ref().map(|c| (c.id, c.level)),
+        }
+    }
+
+    /// Processes found to be traced since the start (the BPF `tgids` map
+    /// of a tree, the pids of the threads captured).
+    pub fn add_pids(&mut self, pids: impl IntoIterator<Item = u32>) {
+        if self.pids.is_empty() && self.cgroup.is_none() {
+            return; // system-wide stays "no pids"
+        }
+        self.pids.extend(pids);
+        self.pids.sort_unstable();
+        self.pids.dedup();
+    }
+
+    /// With -p -C: descendants born since the walk of /proc in `prepare`
+    /// (before the fork hook was attached); added to the targets.
+    pub fn late_children(&mut self) -> Vec<u32> {
+        if !self.follow || self.launched.is_some() {
+            return Vec::new();
+        }
+        let late: Vec<u32> = procfs::descendants(&self.pids).into_iter().filter(|p| !self.pids.contains(p)).collect();
+        self.pids.extend(&late);
+        late
+    }
+
+    /// The pids of the threads captured (processes that exited included).
+    pub fn add_thread_pids(&mut self, threads: &[(Vec<u8>, Vec<u8>)]) {
+        let pids: Vec<u32> = threads.iter().filter_map(|(_, v)| crate::event::from_bytes::<WcThread>(v)).map(|t| t.pid).collect();
+        self.add_pids(pids);
+    }
+
     /// The capture stopped: read the CPU clock of every thread of the
-    /// targets (for the steal of the slices still open).
-    pub fn stopped(&mut self) {
+    /// targets (for the steal of the slices still open). `tree`: the
+    /// processes the BPF side followed.
+    pub fn stopped(&mut self, tree: Vec<u32>) {
+        if self.follow {
+            self.add_pids(tree);
+        }
+        if let Some(c) = &self.cgroup {
+            let now = c.procs();
+            self.add_pids(now);
+        }
         for &pid in &self.pids {
             for tid in procfs::threads(pid) {
                 if self.tids.is_empty() || self.tids.contains(&tid) {
@@ -162,9 +246,16 @@ impl Session {
         let tool = std::env::args().next().unwrap_or_default();
         let tool = tool.rsplit('/').next().unwrap_or("capture");
         let what = match (&self.command, self.pids.is_empty()) {
-            (Some(c), _) => format!("{} (pid {})", c.join(" "), self.pids.last().copied().unwrap_or(0)),
+            _ if self.cgroup.is_some() => format!("cgroup {}", self.cgroup.as_ref().unwrap().path.display()),
+            (Some(c), _) => {
+                format!("{} (pid {}) and its children", c.join(" "), self.launched.as_ref().map_or(0, |l| l.pid()))
+            }
             (None, true) => "all threads".to_string(),
-            (None, false) => format!("pid {}", self.pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+            (None, false) => format!(
+                "pid {}{}",
+                self.pids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+                if self.follow { " and their children" } else { "" }
+            ),
         };
         let until = match (self.duration, &self.command) {
             (Some(d), _) => format!("for {d} s (Ctrl-C to stop early)"),
@@ -175,8 +266,10 @@ impl Session {
     }
 
     /// Whether to stop now: duration over, Ctrl-C, the launched command
-    /// exited, or every target process is gone.
-    pub fn should_stop(&mut self) -> bool {
+    /// exited, or every target process is gone (with -C, every process of
+    /// the tree: `tree` lists those the BPF side followed; a cgroup may be
+    /// empty for a while and does not end the capture).
+    pub fn should_stop(&mut self, tree: impl FnOnce() -> Vec<u32>) -> bool {
         if crate::signal::stopped() {
             return true;
         }
@@ -192,7 +285,19 @@ impl Session {
             }
             return false;
         }
-        !self.pids.is_empty() && self.pids.iter().all(|&p| !procfs::exists(p))
+        if self.cgroup.is_some() || self.pids.is_empty() || self.pids.iter().any(|&p| procfs::exists(p)) {
+            return false;
+        }
+        if !self.follow {
+            return true;
+        }
+        // The roots are gone; their descendants may live on. Read the
+        // tree (a map walk) a few times a second, not at every poll.
+        if self.tree_checked.is_some_and(|t| t.elapsed() < Duration::from_millis(200)) {
+            return false;
+        }
+        self.tree_checked = Some(Instant::now());
+        !tree().into_iter().any(procfs::exists)
     }
 
     /// The tool's exit code: the launched command's, else 0.

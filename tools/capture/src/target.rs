@@ -13,6 +13,16 @@ pub struct TargetArgs {
     /// Trace these processes only (comma-separated PIDs).
     #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID")]
     pub pids: Vec<u32>,
+    /// With -p: also trace every descendant of those processes, the ones
+    /// they have at the start and the ones they create during the capture
+    /// (through fork, clone and exec, as `-- COMMAND` always does).
+    #[arg(short = 'C', long = "children", requires = "pids")]
+    pub children: bool,
+    /// Trace every process in this cgroup v2 directory and the cgroups below
+    /// it (a container, a systemd service: /sys/fs/cgroup/system.slice/X.service),
+    /// including processes that start in it or move into it during the capture.
+    #[arg(short = 'G', long = "cgroup", value_name = "PATH", conflicts_with_all = ["pids", "tids"])]
+    pub cgroup: Option<PathBuf>,
     /// Trace these threads only (comma-separated TIDs).
     #[arg(short = 't', long = "tid", value_delimiter = ',', value_name = "TID")]
     pub tids: Vec<u32>,

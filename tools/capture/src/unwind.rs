@@ -2,6 +2,13 @@
 //! .eh_frame (framehop), so that the caller of a libc function built
 //! without frame pointers is kept. Also keeps each process's executable
 //! mappings for the Maps record (symbolization after the process exits).
+//!
+//! Exec and fork events (bpf/tree.bpf.h) arrive in order with the stacks:
+//! a stack is unwound against the image that ran it. A fork child starts
+//! with a copy of its parent's mappings; an exec retires a process's
+//! mappings (kept for the Maps record: its earlier stacks point into them)
+//! and names the inode of the new executable, so that /proc/PID/maps of a
+//! still later image, read before that exec's event came, is not taken.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -68,8 +75,12 @@ struct Proc {
     maps: Vec<MapEntry>,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
-    /// Reloads of /proc/PID/maps after an address outside every mapping.
-    reloads: u32,
+}
+
+impl Proc {
+    fn new(exe: Option<(u64, u64)>) -> Proc {
+        Proc { exe, maps: Vec::new(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+    }
 }
 
 /// Unwinders and mappings of every process seen.
@@ -80,6 +91,11 @@ pub struct Unwind {
     /// Mappings of an executable a process has since exec'd away from: its
     /// stacks from before the exec still need them to be symbolized.
     retired: HashMap<u32, Vec<MapEntry>>,
+    /// Reloads of /proc/PID/maps after an address outside every mapping,
+    /// per image.
+    reloads: HashMap<u32, u32>,
+    /// Inode of the executable each pid ran at its last exec event.
+    exec_ino: HashMap<u32, u64>,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -119,25 +135,56 @@ impl Unwind {
         Self::default()
     }
 
-    /// Read (or re-read) the mappings of `pid` while it lives.
+    /// Read (or re-read) the mappings of `pid` while it lives, unless it
+    /// runs another image than the one its stacks being unwound come from
+    /// (an exec whose event is still to come).
     pub fn refresh(&mut self, pid: u32) {
         let maps = parse_maps(pid);
         if maps.is_empty() {
             return;
         }
         let exe = exe_identity(pid);
-        if self.procs.get(&pid).is_some_and(|p| p.exe != exe) {
-            if let Some(old) = self.procs.remove(&pid) {
-                self.retired.entry(pid).or_default().extend(old.maps);
-            }
+        let same_image = match (self.procs.get(&pid), self.exec_ino.get(&pid)) {
+            (Some(p), _) => p.exe == exe,
+            (None, Some(&ino)) => exe.is_some_and(|e| e.1 == ino),
+            (None, None) => true,
+        };
+        if !same_image {
+            return;
         }
-        let proc = self.procs.entry(pid).or_insert_with(|| Proc {
-            exe,
-            maps: Vec::new(),
-            unwinder: UnwinderX86_64::new(),
-            cache: CacheX86_64::new(),
-            reloads: 0,
-        });
+        let mut proc = self.procs.remove(&pid).unwrap_or_else(|| Proc::new(exe));
+        self.add_maps(&mut proc, maps);
+        self.procs.insert(pid, proc);
+    }
+
+    /// A new process `child` of `parent`: until it execs, it runs its
+    /// parent's image at its parent's addresses.
+    pub fn fork(&mut self, parent: u32, child: u32) {
+        if self.procs.contains_key(&child) {
+            return;
+        }
+        // Read the parent now: what it mapped since its maps were last read
+        // (libc, when they were read just after its own exec) is the child's.
+        self.refresh(parent);
+        let Some(p) = self.procs.get(&parent) else { return };
+        let (exe, maps) = (p.exe, p.maps.clone());
+        let mut proc = Proc::new(exe);
+        self.add_maps(&mut proc, maps);
+        self.procs.insert(child, proc);
+    }
+
+    /// `pid` exec'd the file with inode `ino`: its mappings so far serve
+    /// only the stacks that came before; read the new ones while it lives.
+    pub fn exec(&mut self, pid: u32, ino: u64) {
+        if let Some(old) = self.procs.remove(&pid) {
+            self.retired.entry(pid).or_default().extend(old.maps);
+        }
+        self.exec_ino.insert(pid, ino);
+        self.reloads.remove(&pid);
+        self.refresh(pid);
+    }
+
+    fn add_maps(&mut self, proc: &mut Proc, maps: Vec<MapEntry>) {
         for mut m in maps {
             if proc.maps.iter().any(|o| o.start == m.start && o.path == m.path) {
                 continue;
@@ -181,19 +228,14 @@ impl Unwind {
     }
 
     fn reload(&mut self, pid: u32) -> bool {
-        let n = self.procs.get(&pid).map_or(0, |p| p.reloads);
-        if n >= 64 {
+        let n = self.reloads.entry(pid).or_default();
+        if *n >= 64 {
             return false;
         }
+        *n += 1;
         let before = self.procs.get(&pid).map_or(0, |p| p.maps.len());
         self.refresh(pid);
-        match self.procs.get_mut(&pid) {
-            Some(p) => {
-                p.reloads += 1;
-                p.maps.len() > before
-            }
-            None => false,
-        }
+        self.procs.get(&pid).is_some_and(|p| p.maps.len() > before)
     }
 
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {

@@ -52,7 +52,7 @@ use clap::Parser;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use wallclock_capture::target::{monotonic_ns, TargetArgs};
 use wallclock_capture::event::{self, WcThread};
-use wallclock_capture::{bpf, privs, session::Session, signal, unwind::Unwind};
+use wallclock_capture::{bpf, privs, session::Session, signal, tree, unwind::Unwind};
 
 const EXAMPLES: &str = "EXAMPLES:
     offcputime -p 1234 10 > off.jsonl       # 10 s of process 1234
@@ -60,6 +60,8 @@ const EXAMPLES: &str = "EXAMPLES:
     offcputime -m 1000 -p 1234 10            # stats count the time in blocks under 1 ms
     offcputime -M 1000000 -p 1234 10         # blocks over 1 s under [filtered: over -M]
     offcputime -p 1234 -f 5 > off.folded     # bcc-style folded lines (µs, hex addresses)
+    offcputime -p 1234 -C 10                 # 1234 and every process it forks
+    offcputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     offcputime -p 1234 | stacksym | flame > off.svg
 
 DIFFERENCES FROM bcc's offcputime:
@@ -99,7 +101,9 @@ pub struct Cli {
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
-    /// Command to launch and capture from its first instruction.
+    /// Command to launch and capture from its first instruction, with every
+    /// process it starts (through fork, clone and exec); the capture ends
+    /// when the command exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
@@ -112,8 +116,12 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OffcputimeSkel<'st
     let open_object = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = skel::OffcputimeSkelBuilder::default().open(open_object)?;
     let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
-    ro.filter_tgid = !sess.pids.is_empty();
-    ro.single_tgid = if sess.pids.len() == 1 { sess.pids[0] } else { 0 };
+    let f = sess.filter();
+    ro.filter_tgid = f.filter_tgid;
+    ro.single_tgid = f.single_tgid;
+    ro.follow_children = f.follow;
+    ro.filter_cgroup = f.cgroup.is_some();
+    (ro.cgroup_id, ro.cgroup_level) = f.cgroup.unwrap_or((0, 0));
     ro.filter_tid = !cli.target.tids.is_empty();
     ro.thread_kind = cli.target.thread_kind();
     ro.want_ustack = !cli.target.kernel_stacks_only;
@@ -123,6 +131,12 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OffcputimeSkel<'st
     ro.state_filter = cli.state.unwrap_or(-1);
     open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
     open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
+    // Processes of a tree, at most as many as threads.
+    open.maps.tgids.set_max_entries(cli.max_threads.max(1024))?;
+    open.progs.fork_btf.set_autoload(f.follow && btf);
+    open.progs.fork_raw.set_autoload(f.follow && !btf);
+    open.progs.exec_btf.set_autoload(btf);
+    open.progs.exec_raw.set_autoload(!btf);
     open.maps.events.set_max_entries(cli.target.ringbuf_mb << 20)?;
     open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
     open.progs.switch_btf.set_autoload(btf);
@@ -150,27 +164,44 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     .context("attaching to sched_switch")?;
 
+    let _tree = attach_tree(&skel, btf, sess.follow)?;
+    // Children of -p -C created while loading: the fork hook missed them.
+    let late = sess.late_children();
+    bpf::put_u32_set(&skel.maps.tgids, &late)?;
     let mut unwind = Unwind::new();
     let mut stacks = collect::Stacks::default();
     let drain = drain::Drain::start(libbpf_rs::MapHandle::try_from(&skel.maps.events)?)?;
+    // Exec and fork markers travel in order with the stacks: the unwinder
+    // follows each process's images.
+    let event = |e: &[u8], stacks: &mut collect::Stacks, unwind: &mut Unwind| {
+        if !tree::marker(e, unwind) {
+            stacks.event(e, unwind);
+        }
+    };
 
     let start = monotonic_ns();
     let bss = skel.maps.bss_data.as_deref_mut().expect("bss");
     // SAFETY: bss is the program's mmapped .bss; the BPF side reads it.
     unsafe { std::ptr::write_volatile(&mut bss.start_ns, start) };
+    if !late.is_empty() {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(&mut bss.tree_grown, 1) };
+    }
     sess.begin(start, &cli.target.tids, &mut unwind)?;
 
-    while !sess.should_stop() {
-        drain.work_for(Duration::from_millis(20), |e| stacks.event(e, &mut unwind));
+    while !sess.should_stop(|| bpf::u32_keys(&skel.maps.tgids)) {
+        drain.work_for(Duration::from_millis(20), |e| event(e, &mut stacks, &mut unwind));
     }
     let end = monotonic_ns();
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
-    sess.stopped();
+    sess.stopped(bpf::u32_keys(&skel.maps.tgids));
     std::thread::sleep(Duration::from_millis(5));
-    drain.finish(|e| stacks.event(e, &mut unwind));
+    drain.finish(|e| event(e, &mut stacks, &mut unwind));
 
-    let threads: Vec<(u32, WcThread)> = bpf::dump(&skel.maps.threads)
+    let raw_threads = bpf::dump(&skel.maps.threads);
+    sess.add_thread_pids(&raw_threads);
+    let threads: Vec<(u32, WcThread)> = raw_threads
         .iter()
         .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
         .collect();
@@ -199,4 +230,16 @@ pub fn run(cli: Cli) -> Result<i32> {
     })?;
     drop(out);
     Ok(sess.finish())
+}
+
+/// The exec program of bpf/tree.bpf.h (the unwinder follows images), and
+/// with a tree the fork program (new processes join the target).
+fn attach_tree(skel: &skel::OffcputimeSkel<'static>, btf: bool, follow: bool) -> Result<Vec<libbpf_rs::Link>> {
+    let exec = if btf { &skel.progs.exec_btf } else { &skel.progs.exec_raw };
+    let mut links = vec![exec.attach().context("attaching to sched_process_exec")?];
+    if follow {
+        let fork = if btf { &skel.progs.fork_btf } else { &skel.progs.fork_raw };
+        links.push(fork.attach().context("attaching to sched_process_fork")?);
+    }
+    Ok(links)
 }

@@ -25,12 +25,14 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::RingBufferBuilder;
 use wallclock_capture::event::{self, WcEvent, WcThread};
 use wallclock_capture::target::{monotonic_ns, TargetArgs};
-use wallclock_capture::{bpf, privs, procfs, session::Session, signal, unwind::Unwind};
+use wallclock_capture::{bpf, privs, tree, procfs, session::Session, signal, unwind::Unwind};
 use wallclock_stream::{accounting, Kind, Record, Stack, Stats, Thread};
 
 const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 10 > on.jsonl          # 10 s of process 1234 at 49 Hz
-    oncputime -F 999 -- ./build.sh           # launch, 999 Hz
+    oncputime -F 999 -- ./build.sh           # launch, 999 Hz, with every child it runs
+    oncputime -p 1234 -C 10                  # 1234 and every process it forks
+    oncputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     oncputime --exact -p 1234 10             # samples scaled to exact on-CPU time
     oncputime -p 1234 -f 5 > on.folded       # folded sample counts (hex addresses)
     oncputime -p 1234 | stacksym | flame > on.svg";
@@ -57,7 +59,9 @@ pub struct Cli {
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
-    /// Command to launch and capture from its first instruction.
+    /// Command to launch and capture from its first instruction, with every
+    /// process it starts (through fork, clone and exec); the capture ends
+    /// when the command exits.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
@@ -70,13 +74,23 @@ fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OncputimeSkel<'sta
     let open_object = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = skel::OncputimeSkelBuilder::default().open(open_object)?;
     let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
-    ro.filter_tgid = !sess.pids.is_empty();
-    ro.single_tgid = if sess.pids.len() == 1 { sess.pids[0] } else { 0 };
+    let f = sess.filter();
+    ro.filter_tgid = f.filter_tgid;
+    ro.single_tgid = f.single_tgid;
+    ro.follow_children = f.follow;
+    ro.filter_cgroup = f.cgroup.is_some();
+    (ro.cgroup_id, ro.cgroup_level) = f.cgroup.unwrap_or((0, 0));
     ro.filter_tid = !cli.target.tids.is_empty();
     ro.thread_kind = cli.target.thread_kind();
     ro.want_ustack = !cli.target.kernel_stacks_only;
     ro.want_kstack = !cli.target.user_stacks_only;
     open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
+    // Processes of a tree, at most as many as threads.
+    open.maps.tgids.set_max_entries(cli.max_threads.max(1024))?;
+    open.progs.fork_btf.set_autoload(f.follow && btf);
+    open.progs.fork_raw.set_autoload(f.follow && !btf);
+    open.progs.exec_btf.set_autoload(btf);
+    open.progs.exec_raw.set_autoload(!btf);
     open.maps.events.set_max_entries(cli.target.ringbuf_mb << 20)?;
     open.progs.switch_btf.set_autoload(cli.exact && btf);
     open.progs.switch_raw.set_autoload(cli.exact && !btf);
@@ -130,11 +144,17 @@ pub fn run(cli: Cli) -> Result<i32> {
         links.push(skel.progs.on_sample.attach_perf_event(fd).context("attaching the perf event program")?);
     }
 
+    let _tree = attach_tree(&skel, btf, sess.follow)?;
+    // Children of -p -C created while loading: the fork hook missed them.
+    let late = sess.late_children();
+    bpf::put_u32_set(&skel.maps.tgids, &late)?;
     let unwind = RefCell::new(Unwind::new());
     let samples = RefCell::new(Samples::default());
     let mut rbb = RingBufferBuilder::new();
     rbb.add(&skel.maps.events, |data: &[u8]| {
-        samples.borrow_mut().event(data, &mut unwind.borrow_mut());
+        if !tree::marker(data, &mut unwind.borrow_mut()) {
+            samples.borrow_mut().event(data, &mut unwind.borrow_mut());
+        }
         0
     })?;
     let rb = rbb.build()?;
@@ -143,20 +163,25 @@ pub fn run(cli: Cli) -> Result<i32> {
     let bss = skel.maps.bss_data.as_deref_mut().expect("bss");
     // SAFETY: bss is the program's mmapped .bss; the BPF side reads it.
     unsafe { std::ptr::write_volatile(&mut bss.start_ns, start) };
+    if !late.is_empty() {
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(&mut bss.tree_grown, 1) };
+    }
     sess.begin(start, &cli.target.tids, &mut unwind.borrow_mut())?;
-    while !sess.should_stop() {
+    while !sess.should_stop(|| bpf::u32_keys(&skel.maps.tgids)) {
         let _ = rb.poll(Duration::from_millis(20));
     }
     let end = monotonic_ns();
     // SAFETY: as above.
     unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
-    sess.stopped();
+    sess.stopped(bpf::u32_keys(&skel.maps.tgids));
     std::thread::sleep(Duration::from_millis(5));
     let _ = rb.consume();
     drop(rb);
     drop(links);
 
     let threads = bpf::dump(&skel.maps.threads);
+    sess.add_thread_pids(&threads);
     let counts = bpf::percpu_sums(&skel.maps.stats, event::STAT_NAMES.len() as u32);
     let records = records(&cli, &sess, start, end, &unwind.borrow(), &samples.borrow(), &threads, &counts);
     let mut out = wallclock_stream::cli::open_output(cli.target.output.as_deref())?;
@@ -252,4 +277,16 @@ fn records(
     }
     recs.push(Record::Stats(stats));
     recs
+}
+
+/// The exec program of bpf/tree.bpf.h (the unwinder follows images), and
+/// with a tree the fork program (new processes join the target).
+fn attach_tree(skel: &skel::OncputimeSkel<'static>, btf: bool, follow: bool) -> Result<Vec<libbpf_rs::Link>> {
+    let exec = if btf { &skel.progs.exec_btf } else { &skel.progs.exec_raw };
+    let mut links = vec![exec.attach().context("attaching to sched_process_exec")?];
+    if follow {
+        let fork = if btf { &skel.progs.fork_btf } else { &skel.progs.fork_raw };
+        links.push(fork.attach().context("attaching to sched_process_fork")?);
+    }
+    Ok(links)
 }

@@ -1,0 +1,284 @@
+//! Process trees: `-- sh -c 'CHILD; sleep 1'`, `-p PID -C` and `--cgroup`,
+//! against a workload that measures its own CPU time
+//! (tests/programs/tree/treespin.c). Real BPF: run as root (skips, saying
+//! so, otherwise).
+
+mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn skip() -> bool {
+    if !util::is_root() {
+        eprintln!("SKIPPED: tree tests need root (BPF)");
+        return true;
+    }
+    false
+}
+
+fn treespin() -> PathBuf {
+    static W: OnceLock<PathBuf> = OnceLock::new();
+    W.get_or_init(|| {
+        let d = util::root().join("target/test-tmp/tree-bin");
+        std::fs::create_dir_all(&d).unwrap();
+        let out = d.join("treespin");
+        let src = util::root().join("tests/programs/tree/treespin.c");
+        let st = Command::new("gcc")
+            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .expect("gcc");
+        assert!(st.success(), "building treespin failed");
+        out
+    })
+    .clone()
+}
+
+/// The stream of `path`, symbolized by target/release/stacksym.
+fn symbolized(path: &Path) -> Vec<Value> {
+    let out = util::run("stacksym", &[path.to_str().unwrap()], b"");
+    assert!(out.status.success(), "stacksym failed: {}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:.200}: {e}"))).collect()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// What treespin printed: pid -> its CPU time (CLOCK_PROCESS_CPUTIME_ID).
+fn truths(stdout: &str) -> HashMap<u64, u64> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["pid"].is_u64())
+        .map(|v| {
+            let (cpu, ru) = (u(&v["cpu_ns"]), u(&v["rusage_ns"]));
+            // The two clocks of the child agree (rusage is in µs).
+            assert!(cpu.abs_diff(ru) < cpu / 50 + 2_000_000, "child clocks disagree: {v}");
+            (u(&v["pid"]), cpu)
+        })
+        .collect()
+}
+
+fn threads_of(recs: &[Value], pid: u64) -> Vec<&Value> {
+    recs.iter().filter(|r| r["type"] == "thread" && u(&r["pid"]) == pid).collect()
+}
+
+/// On-CPU time the scheduler gave the process, less steal: what its own
+/// CPU clock counts.
+fn cpu_of(recs: &[Value], pid: u64) -> u64 {
+    threads_of(recs, pid).iter().map(|t| u(&t["on_ns"]).saturating_sub(u(&t["steal_ns"]))).sum()
+}
+
+fn funcs_of(recs: &[Value], pid: u64, kind: &str) -> Vec<Vec<String>> {
+    recs.iter()
+        .filter(|r| r["type"] == "stack" && u(&r["pid"]) == pid && r["kind"] == kind)
+        .map(|r| r["frames"].as_array().into_iter().flatten().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect())
+        .collect()
+}
+
+fn header_pids(recs: &[Value]) -> Vec<u64> {
+    recs[0]["pids"].as_array().expect("header pids").iter().map(u).collect()
+}
+
+/// `TOOL ARGS -o FILE -- sh -c 'treespin spin 800; sleep 1'`: the child's
+/// time is under its own pid and name, within 5% of what it measured.
+fn shell_child(tool: &str, extra: &[&str]) {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch(&format!("tree-shell-{tool}"));
+    let out_file = dir.join("out.jsonl");
+    let script = format!("{} spin 800; sleep 1", treespin().display());
+    let out = Command::new(util::bin(tool))
+        .args(extra)
+        .arg("-o")
+        .arg(&out_file)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{tool} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let truth = truths(&String::from_utf8_lossy(&out.stdout));
+    let (&child, &child_cpu) = truth.iter().next().expect("treespin printed nothing");
+    let recs = symbolized(&out_file);
+    let pids = header_pids(&recs);
+    assert!(pids.contains(&child), "header pids {pids:?} lack the child {child}");
+
+    let measured = cpu_of(&recs, child);
+    let err = measured.abs_diff(child_cpu) as f64 / child_cpu as f64;
+    eprintln!("{tool}: child {child} measured {child_cpu} ns CPU, stream says {measured} ns ({:.2}% off)", err * 100.0);
+    assert!(err < 0.05, "{tool}: child's on-CPU time {measured} ns vs its own {child_cpu} ns");
+    let comms: Vec<&str> = threads_of(&recs, child).iter().map(|t| t["comm"].as_str().unwrap()).collect();
+    assert_eq!(comms, ["treespin"], "the child's name after exec");
+
+    // Its stacks name its own functions.
+    let kind = if tool == "oncputime" { "on" } else { "off" };
+    let stacks = funcs_of(&recs, child, kind);
+    let want = if tool == "oncputime" { "spin_inner" } else { "nap" };
+    assert!(
+        stacks.iter().any(|s| s.iter().any(|f| f == want) && s.iter().any(|f| f == "main")),
+        "{tool}: no stack of the child with main..{want}: {stacks:?}"
+    );
+
+    // The shell: its own record, waiting for the child.
+    let shell = recs
+        .iter()
+        .find(|r| r["type"] == "thread" && r["comm"] == "sh" && u(&r["pid"]) != child)
+        .unwrap_or_else(|| panic!("no record of the shell in {pids:?}"));
+    assert!(pids.contains(&u(&shell["pid"])));
+    if tool == "offcputime" {
+        let waited = u(&shell["off_ns"]["S"]);
+        assert!(waited > child_cpu * 9 / 10, "the shell waited {waited} ns for a child that ran {child_cpu} ns");
+    } else {
+        assert!(u(&shell["on_ns"]) > 0, "the shell's own on-CPU time: {shell}");
+    }
+}
+
+#[test]
+fn offcputime_follows_a_shell_child() {
+    shell_child("offcputime", &[]);
+}
+
+#[test]
+fn oncputime_follows_a_shell_child() {
+    shell_child("oncputime", &["--exact", "-F", "199"]);
+}
+
+/// `-p PID -C` on a process that forks a worker once the capture runs.
+#[test]
+fn children_of_a_pid_are_followed() {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch("tree-children");
+    let go = dir.join("go");
+    let ready = dir.join("ready");
+    let out_file = dir.join("out.jsonl");
+    let parent = Command::new(treespin()).arg("fork").arg(&go).arg("400").stdout(Stdio::piped()).spawn().unwrap();
+    let ppid = parent.id().to_string();
+    let mut tool = Command::new(util::bin("offcputime"))
+        .args(["-p", &ppid, "-C", "-d", "20", "--ready-file"])
+        .arg(&ready)
+        .arg("-o")
+        .arg(&out_file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "offcputime never became ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(&go, b"").unwrap();
+    let pout = parent.wait_with_output().unwrap();
+    let st = tool.wait().unwrap();
+    assert!(st.success(), "offcputime -p -C failed");
+    assert!(t0.elapsed() < Duration::from_secs(15), "the capture did not end with the tree");
+    let truth = truths(&String::from_utf8_lossy(&pout.stdout));
+    let (&worker, &cpu) = truth.iter().next().expect("the worker printed nothing");
+    let recs = symbolized(&out_file);
+    let pids = header_pids(&recs);
+    assert!(pids.contains(&worker) && pids.contains(&(ppid.parse().unwrap())), "header pids {pids:?}");
+    let measured = cpu_of(&recs, worker);
+    eprintln!("-p -C: worker {worker} measured {cpu} ns CPU, stream says {measured} ns");
+    assert!(measured.abs_diff(cpu) < cpu / 20, "worker's on-CPU {measured} ns vs its own {cpu} ns");
+    let stacks = funcs_of(&recs, worker, "off");
+    assert!(stacks.iter().any(|s| s.iter().any(|f| f == "nap")), "no `nap` stack of the worker: {stacks:?}");
+}
+
+/// The cgroup v2 mount point, from /proc/self/mounts.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let s = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    s.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+    })
+}
+
+/// Removes the test's cgroup (moving stragglers out first) however the test ends.
+struct TempCgroup(PathBuf, PathBuf);
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        if let Ok(s) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+            for p in s.lines() {
+                let _ = std::fs::write(self.1.join("cgroup.procs"), p);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn cgroup_takes_its_processes_and_no_others() {
+    if skip() {
+        return;
+    }
+    let Some(root) = cgroup2_mount() else {
+        panic!("no cgroup2 file system is mounted: this test needs one");
+    };
+    let cg = root.join(format!("wallclock-tree-test-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.display()));
+    let _guard = TempCgroup(cg.clone(), root.clone());
+    let procs = cg.join("cgroup.procs");
+    let in_cgroup = |ms: &str| {
+        let script = format!("echo $$ > {} && exec {} spin {ms}", procs.display(), treespin().display());
+        Command::new("sh").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap()
+    };
+    let first = in_cgroup("2500");
+    let outsider = Command::new(treespin()).args(["spin", "1500"]).stdout(Stdio::piped()).spawn().unwrap();
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&procs).unwrap_or_default().trim().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the workload never entered the cgroup");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let dir = util::scratch("tree-cgroup");
+    let (ready, out_file) = (dir.join("ready"), dir.join("out.jsonl"));
+    let mut tool = Command::new(util::bin("offcputime"))
+        .arg("--cgroup")
+        .arg(&cg)
+        .args(["-d", "2", "--ready-file"])
+        .arg(&ready)
+        .arg("-o")
+        .arg(&out_file)
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "offcputime never became ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let second = in_cgroup("300");
+    assert!(tool.wait().unwrap().success(), "offcputime --cgroup failed");
+    let mut truth = HashMap::new();
+    for c in [first, second] {
+        truth.extend(truths(&String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout)));
+    }
+    let outsider = outsider.wait_with_output().unwrap();
+    let outsider_pid = *truths(&String::from_utf8_lossy(&outsider.stdout)).keys().next().unwrap();
+    assert_eq!(truth.len(), 2, "both workloads report: {truth:?}");
+
+    let recs = symbolized(&out_file);
+    let captured: Vec<u64> = recs.iter().filter(|r| r["type"] == "thread").map(|r| u(&r["pid"])).collect();
+    for (&pid, &cpu) in &truth {
+        let on = cpu_of(&recs, pid);
+        eprintln!("--cgroup: pid {pid} ran {cpu} ns in all, {on} ns captured");
+        assert!(on > cpu.min(300_000_000) / 2, "pid {pid} in the cgroup: {on} ns captured of {cpu}");
+    }
+    assert!(!captured.contains(&outsider_pid), "the process outside the cgroup was captured");
+    for p in &captured {
+        assert!(truth.contains_key(p), "pid {p} is not one of the cgroup's processes {truth:?}");
+    }
+    let mut hp = header_pids(&recs);
+    hp.sort_unstable();
+    let mut want: Vec<u64> = truth.keys().copied().collect();
+    want.sort_unstable();
+    assert_eq!(hp, want, "header pids");
+}
