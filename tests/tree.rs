@@ -282,3 +282,67 @@ fn cgroup_takes_its_processes_and_no_others() {
     want.sort_unstable();
     assert_eq!(hp, want, "header pids");
 }
+
+/// The one command on a shell that runs a CPU-bound child:
+/// `wallclock -- sh -c 'treespin spin 800; sleep 1'` shows the child's CPU
+/// time (within 5% of its own rusage) under the child's own root, named
+/// after its exec, with its own per-thread files.
+#[test]
+fn wallclock_follows_a_shell_child() {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch("tree-wallclock");
+    let prefix = dir.join("sh");
+    let script = format!("{} spin 800; sleep 1", treespin().display());
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-o", prefix.to_str().unwrap(), "--", "sh", "-c", &script])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "wallclock failed:\n{err}");
+    let truth: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("child's truth: {e}: {:?}", String::from_utf8_lossy(&out.stdout)));
+    let child = truth["pid"].as_u64().unwrap();
+    let rusage = truth["rusage_ns"].as_f64().unwrap();
+
+    let report = Command::new(util::bin("wcreport")).arg("--json").arg(prefix.with_extension("stream")).output().unwrap();
+    assert!(report.status.success());
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let procs = report["processes"].as_array().unwrap();
+    let p = procs.iter().find(|p| p["pid"].as_u64() == Some(child)).unwrap_or_else(|| panic!("child {child} has no section: {procs:?}"));
+    assert_eq!(p["comm"], "treespin", "the child is named after its exec");
+    let threads: Vec<&Value> = report["threads"].as_array().unwrap().iter().filter(|t| t["pid"].as_u64() == Some(child)).collect();
+    let ran: f64 = threads.iter().map(|t| t["on_ns"].as_f64().unwrap() - t["steal_ns"].as_f64().unwrap()).sum();
+    eprintln!("child {child}: {:.1} ms on-CPU in the report, {:.1} ms by its rusage", ran / 1e6, rusage / 1e6);
+    assert!((ran - rusage).abs() <= 0.05 * rusage, "child on-CPU {ran} ns vs rusage {rusage} ns");
+    assert!(procs.iter().any(|p| p["comm"] == "sh"), "the shell is there too");
+
+    // The combined folded file: the child's on-CPU time under its own root,
+    // in its own functions.
+    let folded = std::fs::read_to_string(prefix.with_extension("folded")).unwrap();
+    let mut under_child = 0u64;
+    for line in folded.lines() {
+        let (stack, v) = line.rsplit_once(' ').unwrap();
+        let root = stack.split(';').next().unwrap();
+        if root.starts_with("treespin") && stack.ends_with("_[c]") && stack.contains(";spin_inner") {
+            under_child += v.parse::<u64>().unwrap();
+        }
+        assert!(!(stack.contains("spin_inner") && root.starts_with("sh")), "child's frames under the shell's root: {line}");
+    }
+    let under_child = under_child as f64 * 1e3;
+    eprintln!("folded: {:.1} ms in spin_inner under the treespin root", under_child / 1e6);
+    assert!(under_child >= 0.9 * rusage, "only {under_child} ns of {rusage} ns under the child's root in spin_inner");
+    // Several processes: each has its own directory of per-thread files.
+    let pdir = std::fs::read_dir(dir.join("multithread_sh"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().ends_with(&format!("_{child}")))
+        .unwrap_or_else(|| panic!("no per-process directory for {child}"))
+        .path();
+    let files: Vec<String> = std::fs::read_dir(&pdir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    for ext in [".svg", ".folded", "_analysis.txt"] {
+        assert!(files.iter().any(|f| f.starts_with(&format!("thread_{child}_")) && f.ends_with(ext)), "{}: no {ext} in {files:?}", pdir.display());
+    }
+}
