@@ -15,7 +15,7 @@ fn man_pages_are_current() {
 
 #[test]
 fn every_tool_has_a_page_with_examples() {
-    for tool in ["offcputime", "oncputime", "gputrace", "stacksym", "stackmerge", "wcreport", "flame"] {
+    for tool in ["offcputime", "oncputime", "gputrace", "stacksym", "stackmerge", "wcreport", "flame", "wcexport"] {
         let page = std::fs::read_to_string(util::root().join("man").join(format!("{tool}.1")))
             .unwrap_or_else(|e| panic!("man/{tool}.1: {e}"));
         assert!(page.contains("EXAMPLES"), "man/{tool}.1 has no EXAMPLES");

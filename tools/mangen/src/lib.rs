@@ -15,6 +15,7 @@ pub fn commands() -> Vec<clap::Command> {
         stackmerge::command(),
         wcreport::command(),
         flame::command(),
+        wcexport::command(),
     ]
 }
 
