@@ -81,7 +81,7 @@ fn demo_profile_agrees_with_ground_truth() {
     // The workload's own stdout is its truth: it must not be mixed with anything.
     let truth: Value = serde_json::from_slice(&out.stdout).expect("the workload's stdout is its JSON truth, alone");
 
-    for f in ["demo.svg", "demo.folded", "demo.stream", "demo_thread_analysis.txt"] {
+    for f in ["demo.svg", "demo.folded", "demo.stream", "demo.pb.gz", "demo_thread_analysis.txt"] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
     assert!(!dir.join("demo_single_thread_analysis.txt").exists(), "6 threads are not single-threaded");
