@@ -20,7 +20,15 @@
 //! hex `build_id`) lets the pid's addresses be symbolized after it exited.
 //! Within a chunk of input (64k records) a `maps` record may come after the
 //! stacks it describes; across chunks it must come before them.
+//!
+//! Stripped files are named from their debug file where debuggers keep it
+//! (`.gnu_debuglink`, `/usr/lib/debug/.build-id/`), else from `.dynsym`.
+//! What stays unnamed is counted per module in the `stats` trailer
+//! (`unnamed_addrs:M`, `unnamed_ns:M`, `unnamed_count:M`; a trailer is
+//! added at the end of an input that had none) and its reason told once on
+//! stderr.
 
+mod debugfile;
 mod engine;
 mod names;
 mod procmaps;
@@ -101,6 +109,7 @@ impl Cli {
             strip: self.strip,
             kallsyms: self.kallsyms.clone(),
             quiet: self.quiet,
+            tool: "stacksym",
         }
     }
 }
@@ -136,9 +145,11 @@ pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, mut out: W) -> R
 pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name: &str, out: &mut W) -> Result<()> {
     let out = &mut Writer::from_env(out)?;
     let mut chunk: Vec<Record> = Vec::with_capacity(1024);
+    let mut trailer = false;
     for rec in Reader::new(input, name, ReaderOptions::default()) {
         match rec {
             Ok(r) => {
+                trailer = matches!(r, Record::Stats(_));
                 chunk.push(r);
                 if chunk.len() >= CHUNK {
                     write_chunk(engine, &mut chunk, out)?;
@@ -151,7 +162,13 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
             }
         }
     }
-    write_chunk(engine, &mut chunk, out)
+    write_chunk(engine, &mut chunk, out)?;
+    // No trailer to carry what stayed unnamed (a stream cut short): add one.
+    let counts = engine.take_counts();
+    if !trailer && !counts.is_empty() {
+        out.write(&Record::Stats(wallclock_stream::Stats { end_ns: None, counts }))?;
+    }
+    Ok(())
 }
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
@@ -168,6 +185,20 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
         })
         .collect();
     engine.prepare(todo.into_iter());
+    for r in chunk.iter() {
+        if let Record::Stack(s) = r {
+            if engine.needs(s) {
+                engine.account(s);
+            }
+        }
+    }
+    for r in chunk.iter_mut() {
+        if let Record::Stats(st) = r {
+            for (k, v) in engine.take_counts() {
+                *st.counts.entry(k).or_insert(0) += v;
+            }
+        }
+    }
     if out.format() == Format::Bincode {
         // As below, with the frames spliced in already encoded.
         let mut frames = Vec::with_capacity(4096);
