@@ -303,10 +303,10 @@ fn per_thread_files() {
     assert_eq!(names, ["thread_100_main.svg", "thread_101_worker.svg", "thread_102_io_thr.svg"]);
     let fr = |n: &str| frames_of(&std::fs::read_to_string(dir.join(n)).unwrap());
     let main = fr("thread_100_main.svg");
-    assert_eq!(find(&main, "all").w, 5000);
+    assert_eq!(find(&main, "server (100)").w, 5000, "the root names the process");
     assert!(!main.iter().any(|f| f.name() == "wait" || f.name() == "io_loop"));
     let worker = fr("thread_101_worker.svg");
-    assert_eq!(find(&worker, "all").w, 7000);
+    assert_eq!(find(&worker, "server (100)").w, 7000);
     assert!(is_off_user(find(&worker, "[sleep]").fill));
     // Folded input has no threads: a clear error.
     let out = run("flame", &["--per-thread", "-o", dir.to_str().unwrap()], b"a;b 1\n");

@@ -18,6 +18,7 @@
 
 mod merge;
 mod output;
+mod symbolize;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

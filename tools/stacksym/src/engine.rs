@@ -195,7 +195,7 @@ impl Engine {
             }
             if self.warned_modules.insert(m.to_string()) {
                 let why = self.why.get(m).cloned().unwrap_or_else(|| "no symbol covers these addresses".into());
-                self.warn(format!("{m}: frames left as {m}+0x...: {why}"));
+                self.warn(format!("frames left as {m}+0x...: {why}"));
             }
             self.unnamed_keys.insert(key, m.into());
         }
@@ -345,7 +345,17 @@ impl Engine {
                 continue;
             }
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
-            out[it.idx] = Some(vec![unresolved_frame(entry, it.addr)]);
+            let why = match entry {
+                None if live => format!("pid {pid}: not in any mapping of the process"),
+                None => format!("pid {pid}: not running and no maps record in the stream for it"),
+                Some(m) if m.path.is_empty() => format!("pid {pid}: anonymous memory (JIT code?) and no /tmp/perf-{pid}.map"),
+                Some(_) => "no symbol covers these addresses".into(),
+            };
+            let frame = unresolved_frame(entry, it.addr);
+            if let Some(m) = frame.unnamed_module() {
+                self.why.entry(m.to_string()).or_insert(why);
+            }
+            out[it.idx] = Some(vec![frame]);
         }
         out.into_iter().map(Option::unwrap_or_default).collect()
     }
@@ -389,7 +399,7 @@ impl Engine {
                         })
                         .collect();
                     drop(res);
-                    if m.path != "[vdso]" && found.iter().any(|f| *f == Err(true)) {
+                    if m.path != "[vdso]" && found.contains(&Err(true)) {
                         let (frames, why) = crate::debugfile::symbolize_stripped(&self.symbolizer, &self.opts, &elf_path, &offs, &found);
                         for (f, named) in found.iter_mut().zip(frames) {
                             if let Some(named) = named {
