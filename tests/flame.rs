@@ -441,3 +441,34 @@ fn perf_record_on_this_machine() {
     // perf script through stdin draws the same graph.
     assert_eq!(ok("flame", &["--min-width", "0"], text.as_bytes()), svg);
 }
+
+/// The default title says what the stream covers; the root names the
+/// process, or with several, what the graph covers with one root each.
+#[test]
+fn title_and_process_roots_from_the_stream() {
+    let one = [
+        r#"{"type":"header","format":"wallclock","version":"1.2","tool":"stackmerge","tool_version":"0","clock":"monotonic","pids":[100],"command":["./app","-x"],"start_ns":1000000000,"end_ns":3000000000}"#,
+        r#"{"type":"thread","pid":100,"tid":100,"comm":"app"}"#,
+        r#"{"type":"stack","kind":"on","pid":100,"tid":101,"comm":"pool","frames":[{"func":"main"}],"ns":5000,"count":5}"#,
+    ]
+    .join("\n");
+    let svg = ok("flame", &[], one.as_bytes());
+    let (fr, texts) = parse(&svg);
+    assert!(texts[0].starts_with("./app -x (pid 100): 2.00 s window from "), "{texts:?}");
+    assert!(texts[0].ends_with("UTC, stackmerge"), "{texts:?}");
+    let root = find(&fr, "app (100)");
+    assert_eq!((root.w, root.label.as_str()), (5000, "app (100)"));
+    assert_eq!(find(&fr, "main").y, root.y - 16, "main sits right on the process root");
+
+    let two = format!(
+        "{one}\n{}\n{}",
+        r#"{"type":"thread","pid":200,"tid":200,"comm":"gzip"}"#,
+        r#"{"type":"stack","kind":"on","pid":200,"tid":200,"comm":"gzip","frames":[{"func":"deflate"}],"ns":3000,"count":3}"#
+    );
+    let fr = frames_of(&ok("flame", &[], two.as_bytes()));
+    assert_eq!(find(&fr, "all 2 processes: app (100), gzip (200)").w, 8000);
+    assert_eq!((find(&fr, "app (100)").w, find(&fr, "gzip (200)").w), (5000, 3000));
+    // Folded input without a header: the generic title and root.
+    let (fr, texts) = parse(&ok("flame", &[], b"a;b 3\n"));
+    assert_eq!((texts[0].as_str(), find(&fr, "all").w), ("Flame Graph", 3));
+}

@@ -8,12 +8,13 @@
 #define CODE(f) ((unsigned long)(void *)&f + 4)
 
 __attribute__((noinline)) static int wcstrip_inner(int x) { return x * 3 + 1; }
-__attribute__((noinline)) static int wcstrip_outer(int x) { return wcstrip_inner(x) + 2; }
+__attribute__((noinline)) static int wcstrip_middle(int x) { return wcstrip_inner(x) + 2; }
+__attribute__((noinline)) static int wcstrip_outer(int x) { return wcstrip_middle(x) * 2; }
 
 int main(void)
 {
     printf("pid %d\n", (int)getpid());
-    printf("chain %lx %lx %lx\n", CODE(main), CODE(wcstrip_outer), CODE(wcstrip_inner));
+    printf("chain %lx %lx %lx %lx\n", CODE(main), CODE(wcstrip_outer), CODE(wcstrip_middle), CODE(wcstrip_inner));
     printf("result %d\n", wcstrip_outer(4));
     fflush(stdout);
     char c;

@@ -62,6 +62,15 @@ EXAMPLES:
 
 /// Turn the raw stack addresses of a wallclock stream into function names
 /// (user code, kernel, JIT perf maps, inlined functions, demangled C++/Rust).
+///
+/// A stripped binary is named from its separate debug file where debuggers
+/// keep it: /usr/lib/debug/.build-id/xx/yyyy.debug, or the name in its
+/// .gnu_debuglink beside it, in .debug/ beside it or under
+/// /usr/lib/debug/DIR/; else from its dynamic symbol table (.dynsym). What
+/// stays unnamed (module+0xOFFSET) is told once per module on stderr, with
+/// the reason and the debug file looked for, and counted in the stream's
+/// trailer: unnamed_addrs:MODULE, unnamed_ns:MODULE, unnamed_count:MODULE.
+/// A relative path in a maps record is taken from the current directory.
 #[derive(Debug, Parser)]
 #[command(name = "stacksym", version, after_help = EXAMPLES)]
 pub struct Cli {
