@@ -176,7 +176,7 @@ fn rewrite<W: Write>(svg: &str, boxes: &[FrameBox<'_>], total: u64, opts: &Rende
         if let (0, Some(root)) = (b.depth, &opts.root) {
             let text = svg[pos..].find("</text>").map(|i| i + pos).filter(|&e| svg[pos..e].contains("<text "));
             if let Some(e) = text.filter(|&e| svg[pos..e].ends_with('>')) {
-                out.write_all(svg[pos..e].as_bytes())?;
+                out.write_all(&svg.as_bytes()[pos..e])?;
                 escape_into(out, root)?;
                 pos = e;
             }
