@@ -303,10 +303,10 @@ fn per_thread_files() {
     assert_eq!(names, ["thread_100_main.svg", "thread_101_worker.svg", "thread_102_io_thr.svg"]);
     let fr = |n: &str| frames_of(&std::fs::read_to_string(dir.join(n)).unwrap());
     let main = fr("thread_100_main.svg");
-    assert_eq!(find(&main, "all").w, 5000);
+    assert_eq!(find(&main, "server (100)").w, 5000, "the root names the process");
     assert!(!main.iter().any(|f| f.name() == "wait" || f.name() == "io_loop"));
     let worker = fr("thread_101_worker.svg");
-    assert_eq!(find(&worker, "all").w, 7000);
+    assert_eq!(find(&worker, "server (100)").w, 7000);
     assert!(is_off_user(find(&worker, "[sleep]").fill));
     // Folded input has no threads: a clear error.
     let out = run("flame", &["--per-thread", "-o", dir.to_str().unwrap()], b"a;b 1\n");
@@ -440,4 +440,35 @@ fn perf_record_on_this_machine() {
     assert_eq!(all.title, format!("all ({}, 100.00%)", wallclock_stream::units::human_ns(all.w)));
     // perf script through stdin draws the same graph.
     assert_eq!(ok("flame", &["--min-width", "0"], text.as_bytes()), svg);
+}
+
+/// The default title says what the stream covers; the root names the
+/// process, or with several, what the graph covers with one root each.
+#[test]
+fn title_and_process_roots_from_the_stream() {
+    let one = [
+        r#"{"type":"header","format":"wallclock","version":"1.2","tool":"stackmerge","tool_version":"0","clock":"monotonic","pids":[100],"command":["./app","-x"],"start_ns":1000000000,"end_ns":3000000000}"#,
+        r#"{"type":"thread","pid":100,"tid":100,"comm":"app"}"#,
+        r#"{"type":"stack","kind":"on","pid":100,"tid":101,"comm":"pool","frames":[{"func":"main"}],"ns":5000,"count":5}"#,
+    ]
+    .join("\n");
+    let svg = ok("flame", &[], one.as_bytes());
+    let (fr, texts) = parse(&svg);
+    assert!(texts[0].starts_with("./app -x (pid 100): 2.00 s window from "), "{texts:?}");
+    assert!(texts[0].ends_with("UTC, stackmerge"), "{texts:?}");
+    let root = find(&fr, "app (100)");
+    assert_eq!((root.w, root.label.as_str()), (5000, "app (100)"));
+    assert_eq!(find(&fr, "main").y, root.y - 16, "main sits right on the process root");
+
+    let two = format!(
+        "{one}\n{}\n{}",
+        r#"{"type":"thread","pid":200,"tid":200,"comm":"gzip"}"#,
+        r#"{"type":"stack","kind":"on","pid":200,"tid":200,"comm":"gzip","frames":[{"func":"deflate"}],"ns":3000,"count":3}"#
+    );
+    let fr = frames_of(&ok("flame", &[], two.as_bytes()));
+    assert_eq!(find(&fr, "all 2 processes: app (100), gzip (200)").w, 8000);
+    assert_eq!((find(&fr, "app (100)").w, find(&fr, "gzip (200)").w), (5000, 3000));
+    // Folded input without a header: the generic title and root.
+    let (fr, texts) = parse(&ok("flame", &[], b"a;b 3\n"));
+    assert_eq!((texts[0].as_str(), find(&fr, "all").w), ("Flame Graph", 3));
 }

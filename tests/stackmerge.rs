@@ -175,11 +175,11 @@ fn without_on_ns_samples_use_the_frequency() {
     // Folded on-CPU input has no header: --freq (default 49).
     let dir = scratch("stackmerge-freq");
     let p = dir.join("p.folded");
-    std::fs::write(&p, "app;main;spin 7\n").unwrap();
+    std::fs::write(&p, "app (100);main;spin 7\n").unwrap();
     let out = ok(TOOL, &["--on", p.to_str().unwrap(), "--folded", "--unit", "ns", "/dev/null"], b"");
-    assert_eq!(out, format!("app;main;spin_[c] {}\n", round_div(7_000_000_000, 49)));
+    assert_eq!(out, format!("app (100);main;spin_[c] {}\n", round_div(7_000_000_000, 49)));
     let out = ok(TOOL, &["--on", p.to_str().unwrap(), "--folded", "--unit", "ns", "-F", "99", "/dev/null"], b"");
-    assert_eq!(out, format!("app;main;spin_[c] {}\n", round_div(7_000_000_000, 99)));
+    assert_eq!(out, format!("app (100);main;spin_[c] {}\n", round_div(7_000_000_000, 99)));
 }
 
 #[test]
@@ -193,10 +193,10 @@ fn state_becomes_the_leaf_frame() {
     ]);
     let out = ok(TOOL, &["--folded"], recs.as_bytes());
     let m = folded_map(&out);
-    assert_eq!(m["app;main;a;[runnable]_[o]"], 1);
-    assert_eq!(m["app;main;b;[sleep]_[o]"], 2);
-    assert_eq!(m["app;main;c;[io]_[o]"], 3);
-    assert_eq!(m["app;main;d;[other]_[o]"], 4);
+    assert_eq!(m["app (100);main;a;[runnable]_[o]"], 1);
+    assert_eq!(m["app (100);main;b;[sleep]_[o]"], 2);
+    assert_eq!(m["app (100);main;c;[io]_[o]"], 3);
+    assert_eq!(m["app (100);main;d;[other]_[o]"], 4);
     // In the stream too, and a second pass does not add a second leaf.
     let once = ok(TOOL, &[], recs.as_bytes());
     let twice = ok(TOOL, &[], once.as_bytes());
@@ -218,14 +218,14 @@ fn folded_values_sum_in_ns_then_round_once() {
     ]);
     let us = folded_map(&ok(TOOL, &["--folded"], recs.as_bytes()));
     // 1499 + 1 = 1500 ns -> 2 us (rounding each first would give 1 + 0).
-    assert_eq!(us["app;main;poll;[sleep]_[o]"], round_div(1_499 + 1, 1_000));
+    assert_eq!(us["app (100);main;poll;[sleep]_[o]"], round_div(1_499 + 1, 1_000));
     // Under 1 us: still there, rounded.
-    assert_eq!(us["app;main;tiny;[sleep]_[o]"], round_div(400, 1_000));
+    assert_eq!(us["app (100);main;tiny;[sleep]_[o]"], round_div(400, 1_000));
     let ns = folded_map(&ok(TOOL, &["--folded", "--unit", "ns"], recs.as_bytes()));
-    assert_eq!(ns["app;main;poll;[sleep]_[o]"], 1_500);
-    assert_eq!(ns["app;main;tiny;[sleep]_[o]"], 400);
+    assert_eq!(ns["app (100);main;poll;[sleep]_[o]"], 1_500);
+    assert_eq!(ns["app (100);main;tiny;[sleep]_[o]"], 400);
     let ms = folded_map(&ok(TOOL, &["--folded", "--unit", "ms"], recs.as_bytes()));
-    assert_eq!(ms["app;main;ms;[sleep]_[o]"], 3);
+    assert_eq!(ms["app (100);main;ms;[sleep]_[o]"], 3);
     // The stream keeps exact ns.
     let total: u64 = stacks(&parse_stream(&ok(TOOL, &[], recs.as_bytes()))).iter().map(|s| s.ns).sum();
     assert_eq!(total, 1_499 + 1 + 400 + 2_500_000);
@@ -243,8 +243,8 @@ fn filters_and_roots() {
     // Default root: the process name (comm of the main thread), even for a worker's stack.
     let all = lines(&[]);
     assert_eq!(all.len(), 7, "{all:?}");
-    assert!(all.keys().all(|k| k.starts_with("app;")), "{all:?}");
-    assert!(all.contains_key("app;start;worker;pthread_mutex_lock;futex_wait;[sleep]_[o]"));
+    assert!(all.keys().all(|k| k.starts_with("app (100);")), "{all:?}");
+    assert!(all.contains_key("app (100);start;worker;pthread_mutex_lock;futex_wait;[sleep]_[o]"));
     // --per-thread: comm-TID.
     let per = lines(&["--per-thread"]);
     assert!(per.contains_key("worker-1-101;start;worker;pthread_mutex_lock;futex_wait;[sleep]_[o]"), "{per:?}");
@@ -257,10 +257,10 @@ fn filters_and_roots() {
     assert_eq!(offonly.len(), 3);
     assert!(offonly.keys().all(|k| k.ends_with("_[o]")));
     let ononly = lines(&["--kind", "on", "--tid", "100"]);
-    assert_eq!(ononly.keys().cloned().collect::<Vec<_>>(), ["app;main;compute_[c]", "app;main;parse_[c]"]);
+    assert_eq!(ononly.keys().cloned().collect::<Vec<_>>(), ["app (100);main;compute_[c]", "app (100);main;parse_[c]"]);
     assert!(lines(&["--pid", "999"]).is_empty());
     // Filters apply after scaling: a thread's on-CPU widths do not change.
-    assert_eq!(ononly["app;main;compute_[c]"], all["app;main;compute_[c]"]);
+    assert_eq!(ononly["app (100);main;compute_[c]"], all["app (100);main;compute_[c]"]);
 }
 
 #[test]
@@ -281,7 +281,7 @@ fn gpu_stacks_under_their_launch_and_outside_thread_time() {
     std::fs::write(&gp, gpu).unwrap();
     let gp = gp.to_str().unwrap();
     let m = folded_map(&ok(TOOL, &["--folded", "--gpu", gp], offs.as_bytes()));
-    assert_eq!(m["app;main;launch_step;cudaLaunchKernel;gemm_kernel_[g]"], 7_000);
+    assert_eq!(m["app (100);main;launch_step;cudaLaunchKernel;gemm_kernel_[g]"], 7_000);
     let roots = folded_map(&ok(TOOL, &["--folded", "--gpu-roots", "--gpu", gp], offs.as_bytes()));
     assert_eq!(roots["[gpu 0 stream 7];main;launch_step;cudaLaunchKernel;gemm_kernel_[g]"], 7_000);
     // The threads' accounting is what the capture said: GPU time added nowhere.
@@ -352,19 +352,42 @@ fn stream_output_golden() {
     assert_eq!(ok(TOOL, &[offp.to_str().unwrap(), "--on", on_path.to_str().unwrap()], b""), out);
 }
 
+/// An unsymbolized stack (raw addresses, as `oncputime` writes) is named
+/// in-process exactly as `stacksym | stackmerge` would name it, and what
+/// cannot be named says why once on stderr and is counted per module.
 #[test]
-fn unsymbolized_stacks_show_hex() {
-    let mut s = Stack::new(Kind::Off, 100, 100, "app");
+fn unsymbolized_stacks_named_as_stacksym_would() {
+    const PID: u32 = 3_999_999;
+    let mut s = Stack::new(Kind::Off, PID, PID, "app");
     s.state = Some(State::S);
+    // No maps record, no such process: unknown.
     s.ustack = vec![0x401000, 0x401234];
     s.kstack = vec![0xffffffff81000010];
     s.ns = 5_000;
-    let recs = jsonl(&[header("offcputime", None), Record::Stack(s)]);
-    let out = ok(TOOL, &["--folded"], recs.as_bytes());
-    assert_eq!(out, "app;0x401000;0x401234;0xffffffff81000010_[k];[sleep]_[o] 5\n");
-    // The stream keeps the addresses (stacksym may still run after).
-    let st = &stacks(&parse_stream(&ok(TOOL, &[], recs.as_bytes())))[0];
-    assert_eq!((st.ustack.len(), st.kstack.len(), st.frames.len()), (2, 1, 0));
+    s.count = 2;
+    let mut t = s.clone();
+    t.ustack = vec![0x401000, 0x401300];
+    let recs = jsonl(&[header("offcputime", None), Record::Stack(s), Record::Stack(t)]);
+    let out = util::run(TOOL, &["--folded", "--unit", "ns"], recs.as_bytes());
+    assert!(out.status.success());
+    let direct = String::from_utf8(out.stdout).unwrap();
+    let via = util::ok("stacksym", &["--no-live"], recs.as_bytes());
+    assert_eq!(direct, ok(TOOL, &["--folded", "--unit", "ns"], via.as_bytes()));
+    assert!(direct.starts_with("app (3999999);[unknown]+0x401000;[unknown]+0x401234;"), "{direct}");
+    assert!(!direct.contains(";0x"), "{direct}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "one line for three unnamed addresses: {err}");
+    assert!(err.contains("[unknown]+0x...: pid 3999999: not running and no maps record"), "{err}");
+    // The stream keeps the addresses beside the frames; the trailer counts
+    // the unnamed module: 3 distinct addresses, both stacks' time.
+    let recs = parse_stream(&ok(TOOL, &[], recs.as_bytes()));
+    let st = &stacks(&recs)[0];
+    assert_eq!((st.ustack.len(), st.kstack.len()), (2, 1));
+    assert_eq!(st.frames.last().unwrap().func, "[sleep]");
+    let Some(Record::Stats(stats)) = recs.last() else { panic!("no trailer") };
+    assert_eq!(stats.counts.get("unnamed_addrs:[unknown]"), Some(&3), "{stats:?}");
+    assert_eq!(stats.counts.get("unnamed_ns:[unknown]"), Some(&10_000));
+    assert_eq!(stats.counts.get("unnamed_count:[unknown]"), Some(&4));
 }
 
 #[test]
@@ -377,7 +400,7 @@ fn bad_line_is_named_and_earlier_records_written() {
     assert!(err.contains("line 3"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("stackmerge: error:"), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "app;main;a;[sleep]_[o] 3\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "app (100);main;a;[sleep]_[o] 3\n");
     // A missing file is named too.
     let out = run(TOOL, &["/nonexistent/off.json"], b"");
     assert!(!out.status.success());
@@ -398,10 +421,10 @@ fn empty_input_and_help() {
 fn head_closes_the_pipe_quietly() {
     let mut input = String::new();
     for i in 0..200_000 {
-        input.push_str(&format!("app;main;f{i} {}\n", i + 1));
+        input.push_str(&format!("app (100);main;f{i} {}\n", i + 1));
     }
     let (first, status, err) = util::first_line_then_close(TOOL, &["--folded"], input.into_bytes());
-    assert!(first.starts_with("app;main;f") && first.contains("_[o] "), "{first}");
+    assert!(first.starts_with("app (100);main;f") && first.contains("_[o] "), "{first}");
     assert!(status.success(), "{status}: {err}");
     assert!(err.is_empty(), "{err}");
 }

@@ -80,6 +80,13 @@ pub fn parse_frame(raw: &str) -> (Frame, Option<Kind>) {
     (f, kind)
 }
 
+/// The root frame of a process in folded stacks and flame graphs:
+/// `NAME (PID)`, NAME being the main thread's name (the name after exec).
+pub fn process_root(name: &str, pid: u32) -> String {
+    let name = if name.is_empty() { "?" } else { name };
+    format!("{name} ({pid})")
+}
+
 /// The folded text of one frame, with its annotations (no kind marker).
 pub fn frame_text(f: &Frame) -> String {
     let mut s = sanitize(&f.func);

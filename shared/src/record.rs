@@ -13,7 +13,15 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 1;
+pub const VERSION_MINOR: u32 = 2;
+
+/// Count-name prefixes of what a symbolizer could not name, per module:
+/// distinct addresses, time (ns) and events of the stacks holding at least
+/// one such frame (a stack counted once per module). The module is
+/// `Frame::module`'s, `[unknown]` for addresses in no known mapping.
+pub const UNNAMED_ADDRS: &str = "unnamed_addrs:";
+pub const UNNAMED_NS: &str = "unnamed_ns:";
+pub const UNNAMED_COUNT: &str = "unnamed_count:";
 
 /// One line of the stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
@@ -358,6 +366,17 @@ impl Frame {
     pub fn kernel(func: impl Into<String>) -> Self {
         Frame { kernel: true, ..Frame::named(func) }
     }
+
+    /// The module of a frame the symbolizer could not name: `M` for
+    /// `M+0xOFFSET` in module `M`, `[unknown]` for an address in no known
+    /// mapping; `None` for a named frame.
+    pub fn unnamed_module(&self) -> Option<&str> {
+        if let Some(m) = self.module.as_deref() {
+            let rest = self.func.strip_prefix(m)?;
+            return rest.starts_with("+0x").then_some(m);
+        }
+        self.func.starts_with("[unknown]+0x").then_some("[unknown]")
+    }
 }
 
 /// GPU activity detail.
@@ -383,7 +402,9 @@ pub struct GpuInfo {
 /// `short_blocks` and `short_blocks_ns` (blocks under min-block, kept under
 /// their own stacks: a count, not a loss),
 /// `lost_stacks` (stack unreadable, kept under `[lost stack]`),
-/// `ringbuf_drops`, `map_full`, `samples`, `switches`, `gpu_records_dropped`.
+/// `ringbuf_drops`, `map_full`, `samples`, `switches`, `gpu_records_dropped`;
+/// per module `M` the symbolizer could not name frames in (1.2):
+/// `unnamed_addrs:M`, `unnamed_ns:M`, `unnamed_count:M` (see [`UNNAMED_NS`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Encode, Decode)]
 pub struct Stats {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ use std::io::{BufRead, Cursor, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use wallclock_stream::{folded, Kind, Reader, ReaderOptions, Record, Stack, State};
+use wallclock_stream::{folded, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
 
 /// Kinds, as indexes into a [`Mix`].
 pub const ON: usize = 0;
@@ -91,12 +91,17 @@ pub struct ThreadName {
 /// All stacks of the inputs, aggregated.
 #[derive(Default)]
 pub struct Profile {
-    /// Stream stacks: (tid, or 0 unless split per thread; folded stack) -> ns by kind.
-    pub stream: HashMap<(u32, String), Mix, FastHash>,
+    /// Stream stacks: (tid, or 0 unless split per thread; pid; folded stack) -> ns by kind.
+    pub stream: HashMap<(u32, u32, String), Mix, FastHash>,
     /// Folded and perf-script stacks -> raw values by kind.
     pub folded: HashMap<String, Mix, FastHash>,
     /// Threads seen (Thread records, else the stacks' pid and comm).
     pub threads: BTreeMap<u32, ThreadName>,
+    /// Each process's name: its main thread's (the name after exec), else
+    /// the first stack's comm.
+    pub processes: BTreeMap<u32, String>,
+    /// The streams' headers, merged (pids, command, window, tools).
+    pub header: Option<Header>,
     /// A folded line carried a `_[c]`/`_[o]`/`_[g]` marker.
     pub markers: bool,
     /// Plain folded input was read (values in an unknown unit).
@@ -198,10 +203,17 @@ impl Profile {
         let opts = ReaderOptions { folded_unit_ns: unit_ns };
         for rec in Reader::new(r, name, opts) {
             match rec? {
+                Record::Header(h) => crate::title::merge_header(&mut self.header, h),
                 Record::Thread(t) => {
+                    if t.tid == t.pid && !t.comm.is_empty() {
+                        self.processes.insert(t.pid, t.comm.clone());
+                    }
                     self.threads.insert(t.tid, ThreadName { pid: t.pid, comm: t.comm, role: t.role });
                 }
                 Record::Stack(s) => {
+                    if s.pid != 0 && !s.comm.is_empty() {
+                        self.processes.entry(s.pid).or_insert_with(|| s.comm.clone());
+                    }
                     self.threads.entry(s.tid).or_insert_with(|| ThreadName {
                         pid: s.pid,
                         comm: s.comm.clone(),
@@ -211,7 +223,7 @@ impl Profile {
                         continue;
                     }
                     let tid = if per_thread { s.tid } else { 0 };
-                    self.stream.entry((tid, stack_text(&s))).or_default()[kind_index(s.kind)] += s.ns;
+                    self.stream.entry((tid, s.pid, stack_text(&s))).or_default()[kind_index(s.kind)] += s.ns;
                 }
                 _ => {}
             }

@@ -13,6 +13,7 @@
 pub mod input;
 pub mod layout;
 pub mod render;
+pub mod title;
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,14 @@ COLOURS:
   in its tooltip. --diff colours by AFTER - BEFORE instead: red grew, blue
   shrank, white unchanged.
 
+ROOTS AND TITLE:
+  Stream input: the root box names the process, NAME (PID) (its main
+  thread's name, after exec); with several processes it says what the graph
+  covers and each process is a root below it. The default title names the
+  target (command or process names), its pid(s), the capture window and its
+  date (UTC, from this machine's clock), and the tools, from the stream
+  headers. Folded input keeps inferno's `all` and the title `Flame Graph`.
+
 UNITS:
   Stream records carry ns. Folded values are --unit: by default us when the
   lines carry kind markers (stackmerge --folded), else samples. perf script
@@ -58,9 +67,11 @@ pub struct Cli {
     /// Output file (default stdout); with --per-thread, a directory.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Title at the top of the graph.
-    #[arg(long, default_value = "Flame Graph")]
-    pub title: String,
+    /// Title at the top of the graph (default: from the stream header, the
+    /// target, its pid(s), the window and its date, and the tools; "Flame
+    /// Graph" for folded input).
+    #[arg(long)]
+    pub title: Option<String>,
     /// Second line under the title.
     #[arg(long)]
     pub subtitle: Option<String>,
@@ -114,23 +125,26 @@ pub fn run(cli: &Cli) -> Result<i32> {
         let pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
         let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
         let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
-        for (k, mix) in flatten(&pa, scale) {
-            map.insert(k, Entry { stack: k, mix, before: 0 });
+        let (fa, fb) = (flatten(&pa, scale, false), flatten(&pb, scale, false));
+        for (k, mix) in &fa {
+            map.insert(k, Entry { stack: k, mix: *mix, before: 0 });
         }
-        for (k, mix) in flatten(&pb, scale) {
+        for (k, mix) in &fb {
             map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
         }
         let entries = map.into_values().collect();
-        let opts = RenderOptions { diff: true, ..render_options(cli, unit) };
+        let opts = RenderOptions { diff: true, ..render_options(cli, unit, &pa) };
         return write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w)).map(|_| 0);
     }
 
     let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
     let (unit, scale) = resolve_unit(&[&p], explicit_unit)?;
-    let opts = render_options(cli, unit);
+    let mut opts = render_options(cli, unit, &p);
     if !cli.per_thread {
-        let stacks = flatten(&p, scale);
-        let entries = stacks.into_iter().map(|(stack, mix)| Entry { stack, mix, before: 0 }).collect();
+        opts.root = title::root_label(&p);
+        // One process: it is the root box; several: one root each below it.
+        let stacks = flatten(&p, scale, p.processes.len() > 1);
+        let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: 0 }).collect();
         write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
         return Ok(0);
     }
@@ -141,14 +155,15 @@ pub fn run(cli: &Cli) -> Result<i32> {
     let dir = cli.output.as_deref().expect("clap requires -o");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut by_tid: std::collections::BTreeMap<u32, Vec<Entry<'_>>> = Default::default();
-    for ((tid, k), mix) in &p.stream {
+    for ((tid, _, k), mix) in &p.stream {
         by_tid.entry(*tid).or_default().push(Entry { stack: k, mix: *mix, before: 0 });
     }
     for (tid, entries) in by_tid {
         let t = p.threads.get(&tid).cloned().unwrap_or_default();
         let role = thread_role(tid, &t);
         let sub = format!("thread {tid} {} ({role})", t.comm);
-        let o = RenderOptions { subtitle: Some(opts.subtitle.clone().unwrap_or(sub)), ..opts.clone() };
+        let root = p.processes.get(&t.pid).map(|n| wallclock_stream::folded::process_root(n, t.pid));
+        let o = RenderOptions { subtitle: Some(opts.subtitle.clone().unwrap_or(sub)), root, ..opts.clone() };
         let path = dir.join(format!("thread_{tid}_{role}.svg"));
         write_to(Some(&path), |w| render::render(entries, &o, w))?;
     }
@@ -176,10 +191,20 @@ fn resolve_unit(ps: &[&Profile], explicit: Option<Option<u64>>) -> Result<(Value
     }
 }
 
-/// All stacks of a profile; folded values times `folded_scale`.
-fn flatten(p: &Profile, folded_scale: u64) -> Vec<(&str, input::Mix)> {
-    let mut out: Vec<_> = p.stream.iter().map(|((_, k), m)| (k.as_str(), *m)).collect();
-    out.extend(p.folded.iter().map(|(k, m)| (k.as_str(), m.map(|v| v.saturating_mul(folded_scale)))));
+/// All stacks of a profile; folded values times `folded_scale`; with
+/// `roots`, each stream stack under its process's root `NAME (PID)`.
+fn flatten(p: &Profile, folded_scale: u64, roots: bool) -> Vec<(std::borrow::Cow<'_, str>, input::Mix)> {
+    use std::borrow::Cow;
+    let names = if roots { title::process_roots(p) } else { Default::default() };
+    let mut out: Vec<_> = p
+        .stream
+        .iter()
+        .map(|((_, pid, k), m)| match names.get(pid) {
+            Some(root) => (Cow::Owned(format!("{};{k}", wallclock_stream::folded::sanitize(root))), *m),
+            None => (Cow::Borrowed(k.as_str()), *m),
+        })
+        .collect();
+    out.extend(p.folded.iter().map(|(k, m)| (Cow::Borrowed(k.as_str()), m.map(|v| v.saturating_mul(folded_scale)))));
     out
 }
 
@@ -192,9 +217,10 @@ pub fn thread_role(tid: u32, t: &ThreadName) -> String {
     wallclock_stream::accounting::role_for(&th)
 }
 
-fn render_options(cli: &Cli, unit: ValueUnit) -> RenderOptions {
+fn render_options(cli: &Cli, unit: ValueUnit, p: &Profile) -> RenderOptions {
     RenderOptions {
-        title: cli.title.clone(),
+        title: cli.title.clone().unwrap_or_else(|| title::default_title(p)),
+        root: None,
         subtitle: cli.subtitle.clone(),
         width: cli.width,
         min_width: cli.min_width,

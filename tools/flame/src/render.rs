@@ -56,6 +56,8 @@ fn thousands(v: u64) -> String {
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
     pub title: String,
+    /// Label of the root box instead of inferno's `all`.
+    pub root: Option<String>,
     pub subtitle: Option<String>,
     pub width: Option<usize>,
     /// Percent of the total below which boxes are not drawn.
@@ -170,6 +172,15 @@ fn rewrite<W: Write>(svg: &str, boxes: &[FrameBox<'_>], total: u64, opts: &Rende
             _ => out.write_all(rect.as_bytes())?,
         }
         pos = r1;
+        // inferno leaves the root's text empty: give it the root's label.
+        if let (0, Some(root)) = (b.depth, &opts.root) {
+            let text = svg[pos..].find("</text>").map(|i| i + pos).filter(|&e| svg[pos..e].contains("<text "));
+            if let Some(e) = text.filter(|&e| svg[pos..e].ends_with('>')) {
+                out.write_all(&svg.as_bytes()[pos..e])?;
+                escape_into(out, root)?;
+                pos = e;
+            }
+        }
     }
     if svg[pos..].contains("<g><title>") {
         bail!("internal: inferno drew more frames than computed ({})", boxes.len());
@@ -190,7 +201,7 @@ fn attr(tag: &str, key: &str) -> Option<u64> {
 fn box_title(t: &mut String, b: &FrameBox<'_>, total: u64, opts: &RenderOptions) {
     use std::fmt::Write;
     let v: u64 = b.mix.iter().sum();
-    let name = if b.depth == 0 && b.name.is_empty() { "all" } else { deannotate(b.name) };
+    let name = if b.depth == 0 && b.name.is_empty() { opts.root.as_deref().unwrap_or("all") } else { deannotate(b.name) };
     // Percent with 2 decimals, rounded in integers (float formatting was a
     // fifth of the run time on graphs with many boxes).
     let bp = (v as u128 * 10_000 + total as u128 / 2) / total as u128;

@@ -18,6 +18,7 @@
 
 mod merge;
 mod output;
+mod symbolize;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ pub use merge::{InputRole, Merged, Merger};
 const EXAMPLES: &str = "EXAMPLES:
     sudo offcputime -p 1234 10 | stacksym | stackmerge --on on.json | flame > wall.svg
         merge an off-CPU stream (stdin) with an on-CPU stream into one stream
+        (on.json may come raw from oncputime: its frames are named here)
     stackmerge off.folded --on profile.folded --folded > wall.folded
         bcc offcputime -f (us) and profile -f (samples at 49 Hz) as folded us
     stackmerge merged.json --per-thread --folded --unit ms
@@ -53,8 +55,13 @@ const EXAMPLES: &str = "EXAMPLES:
 /// activity's name sits under the stack that launched it. GPU time is never
 /// added to a thread's wall-clock accounting. Folded output: values in
 /// --unit (default us), summed per line in ns and rounded once; leaf
-/// markers _[c] on-CPU, _[o] off-CPU, _[g] GPU; unsymbolized frames as 0x
-/// addresses.
+/// markers _[c] on-CPU, _[o] off-CPU, _[g] GPU; each stack under its
+/// process, NAME (PID), NAME being its main thread's name (after exec).
+/// Stacks that come without frames (a raw oncputime stream) are named here
+/// as stacksym would name them: from the inputs' maps records (so exited
+/// processes are named), else the live process; what cannot be named is
+/// told once per module on stderr and counted in the trailer
+/// (unnamed_ns:MODULE...).
 #[derive(Debug, Parser)]
 #[command(name = "stackmerge", version, about, after_help = EXAMPLES)]
 pub struct Cli {
@@ -80,7 +87,8 @@ pub struct Cli {
     /// Sampling frequency of on-CPU input without a header (Hz).
     #[arg(short = 'F', long, default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
-    /// Root each folded stack at its thread (comm-TID) instead of its process.
+    /// Root each folded stack at its thread (comm-TID) instead of its
+    /// process (NAME (PID)).
     #[arg(long)]
     pub per_thread: bool,
     /// Root GPU stacks at [gpu DEV stream S].

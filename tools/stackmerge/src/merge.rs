@@ -319,7 +319,9 @@ impl Merger {
             })
             .collect();
         maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        Merged { header, threads, maps, stacks, stats }
+        let mut merged = Merged { header, threads, maps, stacks, stats };
+        crate::symbolize::name_frames(&mut merged);
+        merged
     }
 }
 

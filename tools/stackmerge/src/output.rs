@@ -23,7 +23,9 @@ pub fn display_frames(s: &Stack) -> Cow<'_, [Frame]> {
     Cow::Owned(v)
 }
 
-/// The root frame of a folded line.
+/// The root frame of a folded line: the process, `NAME (PID)` (its main
+/// thread's name, which is the name after exec), or with --per-thread the
+/// thread, `comm-TID`.
 fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
     if opts.gpu_roots && s.kind == Kind::Gpu {
         let g = s.gpu.as_ref();
@@ -39,7 +41,11 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
         return Some(format!("{comm}-{}", s.tid));
     }
     let comm = m.threads.get(&(s.pid, s.pid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
-    (!comm.is_empty()).then(|| comm.to_string())
+    if s.pid == 0 {
+        // Folded input: no process known.
+        return (!comm.is_empty()).then(|| comm.to_string());
+    }
+    Some(folded::process_root(comm, s.pid))
 }
 
 /// Folded lines: values summed per line in ns, then converted once.

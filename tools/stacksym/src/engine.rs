@@ -10,14 +10,20 @@
 //!    process have exited mid-stream;
 //! 4. `/tmp/perf-PID.map`, which JIT runtimes leave behind;
 //! 5. otherwise `module+0xOFFSET`, or `[unknown]+0xADDR` with no mapping.
+//!
+//! A file without symbols is looked up again in its separate debug file
+//! when one is installed where debuggers look (see [`crate::debugfile`]).
+//! Frames left unnamed are counted per module (`unnamed_*:MODULE` counts
+//! for the stream's trailer) and each module's reason is told once on
+//! stderr.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
-use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
+use blazesym::symbolize::{Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
-use wallclock_stream::{Frame, MapEntry, Maps, Stack};
+use wallclock_stream::{Frame, MapEntry, Maps, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
 use crate::names;
 use crate::procmaps::{self, PerfMap};
@@ -38,6 +44,8 @@ pub struct Options {
     pub strip: bool,
     pub kallsyms: Option<PathBuf>,
     pub quiet: bool,
+    /// Name in warnings (`stacksym` when empty).
+    pub tool: &'static str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,6 +83,13 @@ pub struct Engine {
     warned: HashSet<String>,
     /// Our own vDSO as a file, made on first need (`None` inside: failed).
     vdso: Option<Option<crate::vdso::VdsoFile>>,
+    /// The module of each cached address left unnamed.
+    unnamed_keys: HashMap<Key, Box<str>>,
+    /// Why a module's frames had no name, as found while resolving.
+    why: HashMap<String, String>,
+    /// Counts not yet written to a trailer: `unnamed_*:MODULE`.
+    pending: BTreeMap<String, u64>,
+    warned_modules: HashSet<String>,
 }
 
 impl Engine {
@@ -95,6 +110,10 @@ impl Engine {
             bin_cache: HashMap::new(),
             warned: HashSet::new(),
             vdso: None,
+            unnamed_keys: HashMap::new(),
+            why: HashMap::new(),
+            pending: BTreeMap::new(),
+            warned_modules: HashSet::new(),
         }
     }
 
@@ -105,7 +124,24 @@ impl Engine {
     /// Remember a process's mappings; several records for one pid add up,
     /// the later winning where they overlap.
     pub fn add_maps(&mut self, m: &Maps) {
-        self.stream_maps.entry(m.pid).or_default().extend(m.maps.iter().cloned());
+        let maps = m.maps.iter().map(|e| self.absolute(e));
+        let maps: Vec<MapEntry> = maps.collect();
+        self.stream_maps.entry(m.pid).or_default().extend(maps);
+    }
+
+    /// A relative path (a hand-made or generated Maps record) is taken from
+    /// the current directory, as a shell would; /proc never writes one.
+    fn absolute(&mut self, e: &MapEntry) -> MapEntry {
+        if e.path.is_empty() || e.path.starts_with('/') || e.path.starts_with('[') {
+            return e.clone();
+        }
+        match std::path::absolute(&e.path) {
+            Ok(p) if p.exists() => MapEntry { path: p.display().to_string(), ..e.clone() },
+            _ => {
+                self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path));
+                e.clone()
+            }
+        }
     }
 
     pub fn needs(&self, s: &Stack) -> bool {
@@ -138,7 +174,7 @@ impl Engine {
         if !kernel.is_empty() {
             let frames = self.resolve_kernel(&kernel);
             for ((a, ret), f) in kernel.into_iter().zip(frames) {
-                self.cache.insert((Space::Kernel, a, ret), to_json(&f));
+                self.remember((Space::Kernel, a, ret), &f);
             }
         }
         let mut pids: Vec<u32> = user.keys().copied().collect();
@@ -147,9 +183,52 @@ impl Engine {
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
             for (&(a, ret), f) in keys.iter().zip(frames) {
-                self.cache.insert((Space::User(pid), a, ret), to_json(&f));
+                self.remember((Space::User(pid), a, ret), &f);
             }
         }
+    }
+
+    fn remember(&mut self, key: Key, frames: &[Frame]) {
+        if let Some(m) = frames.iter().find_map(Frame::unnamed_module) {
+            if !self.unnamed_keys.contains_key(&key) {
+                *self.pending.entry(format!("{UNNAMED_ADDRS}{m}")).or_insert(0) += 1;
+            }
+            if self.warned_modules.insert(m.to_string()) {
+                let why = self.why.get(m).cloned().unwrap_or_else(|| "no symbol covers these addresses".into());
+                self.warn(format!("frames left as {m}+0x...: {why}"));
+            }
+            self.unnamed_keys.insert(key, m.into());
+        }
+        self.cache.insert(key, to_json(frames));
+    }
+
+    /// Count the time of `s` under each module it has unnamed frames in
+    /// (once per module). Call after [`Engine::prepare`] saw `s`.
+    pub fn account(&mut self, s: &Stack) {
+        if self.unnamed_keys.is_empty() {
+            return;
+        }
+        let mut mods: Vec<&str> = Vec::new();
+        for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+            for (i, &a) in addrs.iter().enumerate() {
+                if let Some(m) = self.unnamed_keys.get(&(space, a, i + 1 < addrs.len())) {
+                    if !mods.contains(&&**m) {
+                        mods.push(m);
+                    }
+                }
+            }
+        }
+        let names: Vec<String> = mods.into_iter().map(str::to_string).collect();
+        for m in names {
+            *self.pending.entry(format!("{UNNAMED_NS}{m}")).or_insert(0) += s.ns;
+            *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += s.count;
+        }
+    }
+
+    /// The `unnamed_*:MODULE` counts gathered since the last call, for the
+    /// stream's trailer.
+    pub fn take_counts(&mut self) -> BTreeMap<String, u64> {
+        std::mem::take(&mut self.pending)
     }
 
     /// The frames of `s` (root first: the user part, then the kernel part)
@@ -202,7 +281,8 @@ impl Engine {
 
     fn warn(&mut self, what: String) {
         if !self.opts.quiet && self.warned.insert(what.clone()) {
-            eprintln!("stacksym: warning: {what}");
+            let tool = if self.opts.tool.is_empty() { "stacksym" } else { self.opts.tool };
+            eprintln!("{tool}: warning: {what}");
         }
     }
 
@@ -265,7 +345,17 @@ impl Engine {
                 continue;
             }
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
-            out[it.idx] = Some(vec![unresolved_frame(entry, it.addr)]);
+            let why = match entry {
+                None if live => format!("pid {pid}: not in any mapping of the process"),
+                None => format!("pid {pid}: not running and no maps record in the stream for it"),
+                Some(m) if m.path.is_empty() => format!("pid {pid}: anonymous memory (JIT code?) and no /tmp/perf-{pid}.map"),
+                Some(_) => "no symbol covers these addresses".into(),
+            };
+            let frame = unresolved_frame(entry, it.addr);
+            if let Some(m) = frame.unnamed_module() {
+                self.why.entry(m.to_string()).or_insert(why);
+            }
+            out[it.idx] = Some(vec![frame]);
         }
         out.into_iter().map(Option::unwrap_or_default).collect()
     }
@@ -296,15 +386,30 @@ impl Engine {
             } else {
                 std::path::PathBuf::from(&m.path)
             };
-            let src = Source::Elf(Elf::new(elf_path));
+            let module = names::basename(&m.path);
+            let src = Source::Elf(Elf::new(elf_path.clone()));
             match self.symbolizer.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(res) => {
-                    for ((it, _), s) in list.iter().zip(&res) {
-                        out[it.idx] = Some(match s {
-                            Symbolized::Sym(sym) => sym_frames(sym, Some(names::basename(&m.path)), &self.opts, false, false),
-                            Symbolized::Unknown(_) => None,
+                    // Frames, or why not (a stripped file: its debug file may help).
+                    let mut found: Vec<Result<Vec<Frame>, bool>> = res
+                        .iter()
+                        .map(|s| match s {
+                            Symbolized::Sym(sym) => sym_frames(sym, Some(module), &self.opts, false, false).ok_or(false),
+                            Symbolized::Unknown(r) => Err(*r == Reason::MissingSyms),
+                        })
+                        .collect();
+                    drop(res);
+                    if m.path != "[vdso]" && found.contains(&Err(true)) {
+                        let (frames, why) = crate::debugfile::symbolize_stripped(&self.symbolizer, &self.opts, &elf_path, &offs, &found);
+                        for (f, named) in found.iter_mut().zip(frames) {
+                            if let Some(named) = named {
+                                *f = Ok(named);
+                            }
                         }
-                        .unwrap_or_else(|| vec![unresolved_frame(Some(m), it.addr)]));
+                        self.why.entry(module.to_string()).or_insert(why);
+                    }
+                    for ((it, _), f) in list.iter().zip(found) {
+                        out[it.idx] = Some(f.unwrap_or_else(|_| vec![unresolved_frame(Some(m), it.addr)]));
                     }
                 }
                 Err(e) => {
@@ -401,7 +506,7 @@ fn unresolved_frame(entry: Option<&MapEntry>, addr: u64) -> Frame {
 }
 
 /// A symbol and the functions inlined into it at that address, outer first.
-fn sym_frames(sym: &Sym, module: Option<&str>, opts: &Options, kernel: bool, jit: bool) -> Option<Vec<Frame>> {
+pub(crate) fn sym_frames(sym: &Sym, module: Option<&str>, opts: &Options, kernel: bool, jit: bool) -> Option<Vec<Frame>> {
     if sym.name.is_empty() {
         return None;
     }

@@ -20,7 +20,15 @@
 //! hex `build_id`) lets the pid's addresses be symbolized after it exited.
 //! Within a chunk of input (64k records) a `maps` record may come after the
 //! stacks it describes; across chunks it must come before them.
+//!
+//! Stripped files are named from their debug file where debuggers keep it
+//! (`.gnu_debuglink`, `/usr/lib/debug/.build-id/`), else from `.dynsym`.
+//! What stays unnamed is counted per module in the `stats` trailer
+//! (`unnamed_addrs:M`, `unnamed_ns:M`, `unnamed_count:M`; a trailer is
+//! added at the end of an input that had none) and its reason told once on
+//! stderr.
 
+mod debugfile;
 mod engine;
 mod names;
 mod procmaps;
@@ -54,6 +62,15 @@ EXAMPLES:
 
 /// Turn the raw stack addresses of a wallclock stream into function names
 /// (user code, kernel, JIT perf maps, inlined functions, demangled C++/Rust).
+///
+/// A stripped binary is named from its separate debug file where debuggers
+/// keep it: /usr/lib/debug/.build-id/xx/yyyy.debug, or the name in its
+/// .gnu_debuglink beside it, in .debug/ beside it or under
+/// /usr/lib/debug/DIR/; else from its dynamic symbol table (.dynsym). What
+/// stays unnamed (module+0xOFFSET) is told once per module on stderr, with
+/// the reason and the debug file looked for, and counted in the stream's
+/// trailer: unnamed_addrs:MODULE, unnamed_ns:MODULE, unnamed_count:MODULE.
+/// A relative path in a maps record is taken from the current directory.
 #[derive(Debug, Parser)]
 #[command(name = "stacksym", version, after_help = EXAMPLES)]
 pub struct Cli {
@@ -101,6 +118,7 @@ impl Cli {
             strip: self.strip,
             kallsyms: self.kallsyms.clone(),
             quiet: self.quiet,
+            tool: "stacksym",
         }
     }
 }
@@ -136,9 +154,11 @@ pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, mut out: W) -> R
 pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name: &str, out: &mut W) -> Result<()> {
     let out = &mut Writer::from_env(out)?;
     let mut chunk: Vec<Record> = Vec::with_capacity(1024);
+    let mut trailer = false;
     for rec in Reader::new(input, name, ReaderOptions::default()) {
         match rec {
             Ok(r) => {
+                trailer = matches!(r, Record::Stats(_));
                 chunk.push(r);
                 if chunk.len() >= CHUNK {
                     write_chunk(engine, &mut chunk, out)?;
@@ -151,7 +171,13 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
             }
         }
     }
-    write_chunk(engine, &mut chunk, out)
+    write_chunk(engine, &mut chunk, out)?;
+    // No trailer to carry what stayed unnamed (a stream cut short): add one.
+    let counts = engine.take_counts();
+    if !trailer && !counts.is_empty() {
+        out.write(&Record::Stats(wallclock_stream::Stats { end_ns: None, counts }))?;
+    }
+    Ok(())
 }
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
@@ -168,6 +194,20 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
         })
         .collect();
     engine.prepare(todo.into_iter());
+    for r in chunk.iter() {
+        if let Record::Stack(s) = r {
+            if engine.needs(s) {
+                engine.account(s);
+            }
+        }
+    }
+    for r in chunk.iter_mut() {
+        if let Record::Stats(st) = r {
+            for (k, v) in engine.take_counts() {
+                *st.counts.entry(k).or_insert(0) += v;
+            }
+        }
+    }
     if out.format() == Format::Bincode {
         // As below, with the frames spliced in already encoded.
         let mut frames = Vec::with_capacity(4096);

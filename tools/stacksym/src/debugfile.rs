@@ -1,0 +1,151 @@
+//! Separate debug files of stripped binaries, where debuggers look for them.
+//!
+//! blazesym follows a binary's `.gnu_debuglink` itself (to
+//! `/usr/lib/debug/.build-id/xx/yyyy.debug`, the binary's directory and
+//! `/usr/lib/debug/DIR/`), and falls back to `.dynsym`. What it does not
+//! try, and GDB does, is `DIR/.debug/LINK` and the build-id path of a
+//! binary that has a build id but no debuglink: [`find`] tries every place,
+//! and says where it looked when nothing is there.
+
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use wallclock_stream::Frame;
+
+use crate::engine::Options;
+
+/// Where debuggers keep separate debug files.
+pub const DEBUG_ROOT: &str = "/usr/lib/debug";
+
+/// A debug file for `binary`, or the places looked at.
+pub fn find(binary: &Path) -> Result<PathBuf, Vec<PathBuf>> {
+    let places = candidates(binary);
+    match places.iter().find(|p| p.is_file()) {
+        Some(p) => Ok(p.clone()),
+        None => Err(places),
+    }
+}
+
+/// Build-id path first, then the debuglink name beside the binary, in
+/// `.debug/` beside it and under [`DEBUG_ROOT`] with the binary's directory.
+pub fn candidates(binary: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(id) = blazesym::helper::read_elf_build_id(binary).ok().flatten().filter(|id| id.len() >= 2) {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        out.push(Path::new(DEBUG_ROOT).join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])));
+    }
+    let dir = binary.parent().unwrap_or(Path::new("/"));
+    if let Some(link) = std::fs::read(binary).ok().and_then(|b| debuglink(&b)) {
+        out.push(dir.join(&link));
+        out.push(dir.join(".debug").join(&link));
+        out.push(Path::new(DEBUG_ROOT).join(dir.strip_prefix("/").unwrap_or(dir)).join(&link));
+    }
+    out.retain(|p| p != binary);
+    out
+}
+
+/// (file offset, virtual address, file size) of each PT_LOAD segment of an
+/// ELF64 little-endian file.
+fn load_segments(elf: &[u8]) -> Vec<(u64, u64, u64)> {
+    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?));
+    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?) as usize);
+    let (Some(phoff), Some(size), Some(num)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else { return Vec::new() };
+    if !elf.starts_with(b"\x7fELF\x02\x01") {
+        return Vec::new();
+    }
+    (0..num)
+        .filter_map(|i| {
+            let h = (phoff as usize).checked_add(i.checked_mul(size)?)?;
+            let is_load = elf.get(h..h + 4)? == 1u32.to_le_bytes();
+            is_load.then_some((u64_at(h + 8)?, u64_at(h + 0x10)?, u64_at(h + 0x20)?))
+        })
+        .collect()
+}
+
+/// The file name in an ELF64 little-endian file's `.gnu_debuglink` section.
+pub fn debuglink(elf: &[u8]) -> Option<String> {
+    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?) as usize);
+    let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?) as usize);
+    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?) as usize);
+    // ELFCLASS64, ELFDATA2LSB.
+    if !elf.starts_with(b"\x7fELF\x02\x01") {
+        return None;
+    }
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28)?, u16_at(0x3a)?, u16_at(0x3c)?, u16_at(0x3e)?);
+    let section = |i: usize| {
+        let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
+        Some((u32_at(h)?, u64_at(h + 0x18)?, u64_at(h + 0x20)?))
+    };
+    let (_, stroff, strsize) = section(shstrndx)?;
+    let names = elf.get(stroff..stroff.checked_add(strsize)?)?;
+    for i in 0..shnum {
+        let (name, off, size) = section(i)?;
+        let name = names.get(name..)?.split(|&b| b == 0).next()?;
+        if name == b".gnu_debuglink" {
+            let data = elf.get(off..off.checked_add(size)?)?;
+            let file = data.split(|&b| b == 0).next()?;
+            return (!file.is_empty()).then(|| String::from_utf8_lossy(file).into_owned());
+        }
+    }
+    None
+}
+
+/// Look up the file offsets `offs` of the stripped `binary` (those whose
+/// `found` is `Err(true)`: no symbols) in its debug file. Returns the
+/// frames found (by index of `offs`) and, for the others, why, with what
+/// would help.
+pub fn symbolize_stripped(
+    symbolizer: &Symbolizer,
+    opts: &Options,
+    binary: &Path,
+    offs: &[u64],
+    found: &[Result<Vec<Frame>, bool>],
+) -> (Vec<Option<Vec<Frame>>>, String) {
+    let mut frames = vec![None; offs.len()];
+    let debug = match find(binary) {
+        Ok(p) => p,
+        Err(looked) if looked.is_empty() => {
+            return (frames, "no symbols (stripped), and no build id or debuglink to find a debug file by".into())
+        }
+        Err(looked) => {
+            let looked: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+            let why = format!(
+                "no symbols (stripped) and no debug file at {}; install its -dbgsym package or put its debug file there",
+                looked.join(" or ")
+            );
+            return (frames, why);
+        }
+    };
+    // A debug file keeps the program headers but not the code: file offsets
+    // of the binary become virtual addresses through the binary's own.
+    let loads = std::fs::read(binary).ok().map(|b| load_segments(&b)).unwrap_or_default();
+    let vaddr = |off: u64| loads.iter().find(|(o, _, n)| *o <= off && off < o + n).map(|(o, v, _)| off - o + v);
+    let todo: Vec<(usize, u64)> =
+        (0..offs.len()).filter(|&i| found[i] == Err(true)).filter_map(|i| Some((i, vaddr(offs[i])?))).collect();
+    let these: Vec<u64> = todo.iter().map(|&(_, v)| v).collect();
+    let src = Source::Elf(Elf::new(&debug));
+    let module = crate::names::basename(&binary.to_string_lossy()).to_string();
+    match symbolizer.symbolize(&src, Input::VirtOffset(&these)) {
+        Ok(res) => {
+            for (&(i, _), s) in todo.iter().zip(&res) {
+                if let Symbolized::Sym(sym) = s {
+                    frames[i] = crate::engine::sym_frames(sym, Some(&module), opts, false, false);
+                }
+            }
+            (frames, format!("no symbol in its debug file {} covers them", debug.display()))
+        }
+        Err(e) => (frames, format!("its debug file {} is unreadable: {e}", debug.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debuglink_of_garbage_is_none() {
+        assert_eq!(debuglink(b"not an elf"), None);
+        assert_eq!(debuglink(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0"), None);
+    }
+}
