@@ -84,8 +84,13 @@ fn card_line_typed_literally_names_both_kinds() {
     for f in ["nap", "wait_for_item", "write_and_fsync"] {
         assert!(fr.iter().any(|(n, c)| n.contains(f) && rgb(c).is_some_and(blue)), "{f}: no blue (off-CPU) frame");
     }
-    let hex: Vec<&String> = fr.iter().map(|(n, _)| n).filter(|n| n.starts_with("0x")).collect();
+    let hex: Vec<&String> = fr.iter().map(|(n, _)| n).filter(|n| n.starts_with("0x") || n.contains("workload+0x")).collect();
     assert!(hex.is_empty(), "frames left as addresses: {:?}", &hex[..hex.len().min(10)]);
+    // The root names the process, the title its pid and window.
+    let root = format!("workload ({pid})");
+    assert!(fr.iter().any(|(n, _)| *n == root), "no root box {root:?}");
+    let title = svg.split("<text id=\"title\"").nth(1).and_then(|t| t.split("</text>").next()).unwrap_or("");
+    assert!(title.contains(&format!("(pid {pid})")) && title.contains("window"), "title: {title}");
 
     // A real browser: the graph's script runs and both colours reach the screen.
     let png = dir.join("out.png");
