@@ -18,6 +18,8 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
 
+/// The kernel maps nothing below this (vm.mmap_min_addr's default).
+const MIN_CODE_ADDR: u64 = 0x10000;
 const MAX_FRAMES: usize = 256;
 
 /// Unwind data of one ELF file, shared by every process that maps it.
@@ -252,6 +254,12 @@ impl Unwind {
                 FrameAddress::InstructionPointer(a) => a,
                 FrameAddress::ReturnAddress(a) => a.get(),
             };
+            // Below vm.mmap_min_addr no code can be mapped: not a return
+            // address but the end of the stack (a thread stopped in _start
+            // has argc where a caller's address would be).
+            if a < MIN_CODE_ADDR {
+                break;
+            }
             out.push(a);
             if out.len() >= MAX_FRAMES {
                 break;
