@@ -12,18 +12,6 @@ mod util;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-fn build_demo(dir: &Path) -> std::path::PathBuf {
-    let out = dir.join("workload");
-    let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&out)
-        .arg(util::root().join("scripts/demo/workload.c"))
-        .status()
-        .expect("gcc");
-    assert!(st.success());
-    out
-}
-
 fn sh(dir: &Path, script: &str) {
     let path = format!("{}:{}", util::bin_dir().display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new("bash").arg("-c").arg(script).current_dir(dir).env("PATH", path).output().unwrap();
@@ -66,7 +54,7 @@ fn card_line_typed_literally_names_both_kinds() {
         return;
     }
     let dir = util::scratch("card");
-    let wl = build_demo(&dir);
+    let wl = util::build_demo(&dir);
     let mut target = Command::new(&wl).arg("8").arg(dir.join("scratch.dat")).stdout(Stdio::null()).spawn().unwrap();
     let pid = target.id();
     sh(&dir, &format!("oncputime -p {pid} -d 2 > on.txt"));

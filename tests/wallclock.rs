@@ -5,7 +5,6 @@
 mod util;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -16,18 +15,6 @@ fn skip() -> bool {
         return true;
     }
     false
-}
-
-fn build_demo(dir: &Path) -> PathBuf {
-    let out = dir.join("workload");
-    let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&out)
-        .arg(util::root().join("scripts/demo/workload.c"))
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "building the demo workload failed");
-    out
 }
 
 fn wallclock(args: &[&str]) -> Output {
@@ -72,7 +59,7 @@ fn demo_profile_agrees_with_ground_truth() {
         return;
     }
     let dir = util::scratch("wallclock-demo");
-    let bin = build_demo(&dir);
+    let bin = util::build_demo(&dir);
     let prefix = dir.join("demo");
     // Default flags, as a user types them: every block keeps its stack,
     // however short (demo-prod and demo-cons block for ~100-300 us each).

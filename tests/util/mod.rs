@@ -79,6 +79,20 @@ pub fn testdata(rel: &str) -> Option<PathBuf> {
     Some(p)
 }
 
+/// The demo workload (scripts/demo/workload.c: six threads that print
+/// their own CPU and wall time per function), built into `dir`.
+pub fn build_demo(dir: &Path) -> PathBuf {
+    let out = dir.join("workload");
+    let st = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread", "-o"])
+        .arg(&out)
+        .arg(root().join("scripts/demo/workload.c"))
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "building the demo workload failed");
+    out
+}
+
 /// A fresh scratch directory under target/test-tmp.
 pub fn scratch(name: &str) -> PathBuf {
     let d = root().join("target/test-tmp").join(name);

@@ -20,14 +20,7 @@ fn real_capture_agrees_with_ground_truth() {
         return;
     }
     let dir = util::scratch("wcexport-demo");
-    let bin = dir.join("workload");
-    let st = std::process::Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(util::root().join("scripts/demo/workload.c"))
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "building the demo workload failed");
+    let bin = util::build_demo(&dir);
     let prefix = dir.join("demo");
     let out = std::process::Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
