@@ -26,19 +26,7 @@ fn skip() -> bool {
 fn workload() -> PathBuf {
     static W: OnceLock<PathBuf> = OnceLock::new();
     W.get_or_init(|| {
-        let d = util::root().join("target/test-tmp/capture-bin");
-        std::fs::create_dir_all(&d).unwrap();
-        let out = d.join("workload");
-        let src = util::root().join("tests/programs/capture/workload.c");
-        let st = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .expect("gcc");
-        assert!(st.success(), "building the workload failed");
-        out
+        util::build_c("tests/programs/capture/workload.c", &util::root().join("target/test-tmp/capture-bin"), "workload")
     })
     .clone()
 }

@@ -21,18 +21,7 @@ const THREADS: usize = 2000;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn program() -> PathBuf {
-    let d = util::root().join("target/test-tmp/manythreads-bin");
-    std::fs::create_dir_all(&d).unwrap();
-    let out = d.join("manythreads");
-    let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread"])
-        .arg(util::root().join("tests/programs/manythreads/manythreads.c"))
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "building manythreads failed");
-    out
+    util::build_c("tests/programs/manythreads/manythreads.c", &util::root().join("target/test-tmp/manythreads-bin"), "manythreads")
 }
 
 /// Killed when dropped, also when an assertion fails.

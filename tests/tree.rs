@@ -24,19 +24,7 @@ fn skip() -> bool {
 fn treespin() -> PathBuf {
     static W: OnceLock<PathBuf> = OnceLock::new();
     W.get_or_init(|| {
-        let d = util::root().join("target/test-tmp/tree-bin");
-        std::fs::create_dir_all(&d).unwrap();
-        let out = d.join("treespin");
-        let src = util::root().join("tests/programs/tree/treespin.c");
-        let st = Command::new("gcc")
-            .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls"])
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .expect("gcc");
-        assert!(st.success(), "building treespin failed");
-        out
+        util::build_c("tests/programs/tree/treespin.c", &util::root().join("target/test-tmp/tree-bin"), "treespin")
     })
     .clone()
 }

@@ -20,17 +20,7 @@ fn workload(stripped: bool) -> PathBuf {
     let named = W
         .get_or_init(|| {
             let d = util::root().join("target/test-tmp/wcreport-bin");
-            std::fs::create_dir_all(&d).unwrap();
-            let out = d.join("own");
-            let src = util::root().join("tests/programs/wcreport/own.c");
-            let st = Command::new("gcc")
-                .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread"])
-                .arg(&src)
-                .arg("-o")
-                .arg(&out)
-                .status()
-                .expect("gcc");
-            assert!(st.success(), "building the workload failed");
+            let out = util::build_c("tests/programs/wcreport/own.c", &d, "own");
             let st = Command::new("strip").arg(&out).arg("-o").arg(d.join("own-stripped")).status().expect("strip");
             assert!(st.success(), "strip failed");
             out

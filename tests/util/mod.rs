@@ -79,18 +79,27 @@ pub fn testdata(rel: &str) -> Option<PathBuf> {
     Some(p)
 }
 
-/// The demo workload (scripts/demo/workload.c: six threads that print
-/// their own CPU and wall time per function), built into `dir`.
-pub fn build_demo(dir: &Path) -> PathBuf {
-    let out = dir.join("workload");
+/// Compile the ground-truth C program `src` (relative to the repository)
+/// into `dir/name` as DESIGN.md asks: frame pointers, no sibling calls (a
+/// function's last call would otherwise become a jump and vanish from
+/// every stack), -pthread.
+pub fn build_c(src: &str, dir: &Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = dir.join(name);
     let st = Command::new("gcc")
         .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread", "-o"])
         .arg(&out)
-        .arg(root().join("scripts/demo/workload.c"))
+        .arg(root().join(src))
         .status()
         .expect("gcc");
-    assert!(st.success(), "building the demo workload failed");
+    assert!(st.success(), "building {src} failed");
     out
+}
+
+/// The demo workload (scripts/demo/workload.c: six threads that print
+/// their own CPU and wall time per function), built into `dir`.
+pub fn build_demo(dir: &Path) -> PathBuf {
+    build_c("scripts/demo/workload.c", dir, "workload")
 }
 
 /// A fresh scratch directory under target/test-tmp.
