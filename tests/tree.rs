@@ -326,8 +326,8 @@ fn wallclock_follows_a_shell_child() {
     let pdir = std::fs::read_dir(dir.join("multithread_sh"))
         .unwrap()
         .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().ends_with(&format!("_{child}")))
-        .unwrap_or_else(|| panic!("no per-process directory for {child}"))
+        .find(|e| e.file_name().to_string_lossy() == format!("treespin_{child}"))
+        .unwrap_or_else(|| panic!("no per-process directory treespin_{child}"))
         .path();
     let files: Vec<String> = std::fs::read_dir(&pdir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     for ext in [".svg", ".folded", "_analysis.txt"] {
