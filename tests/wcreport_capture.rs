@@ -109,14 +109,18 @@ fn skip() -> bool {
     false
 }
 
-/// ns of the stream's on/off stacks of `tid` that hold a frame `func`
-/// (each checked function is a leaf of the program: its own innermost frame).
+/// ns of the stream's on/off stacks of `tid` whose innermost frame in the
+/// program itself (module `own`) is `func`: the report's "own function".
+/// (Holding `func` anywhere is not the same: a sample in a PLT stub called
+/// from `func` has `own+0x...` as its innermost own frame.)
 fn stream_ns(stream: &str, tid: u64, func: &str) -> u64 {
     stream
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r["type"] == "stack" && r["tid"] == tid && r["kind"] != "gpu")
-        .filter(|r| r["frames"].as_array().is_some_and(|f| f.iter().any(|f| f["func"] == func)))
+        .filter(|r| {
+            r["frames"].as_array().is_some_and(|f| f.iter().rev().find(|f| f["module"] == "own").is_some_and(|f| f["func"] == func))
+        })
         .map(|r| r["ns"].as_u64().unwrap())
         .sum()
 }
