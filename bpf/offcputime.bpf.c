@@ -108,6 +108,7 @@ static __always_inline void close_off(struct wc_thread *th, __u32 tid, __u32 st,
 	if (st >= WC_NSTATES)
 		return;
 	th->off_ns[st] += d;
+	th->last_off = d;
 	if (st != WC_ST_INIT && fp != WC_FP_NEWTHREAD) {
 		if (d < min_block_ns) {
 			th->short_ns[st] += d;
@@ -119,6 +120,18 @@ static __always_inline void close_off(struct wc_thread *th, __u32 tid, __u32 st,
 			fp = WC_FP_STATE_FILTERED;
 	}
 	add_off(tid, fp, st, d, th);
+}
+
+/* A slice began before its switch-in was stamped (see close_slice): the
+ * block before it, the last one added (add_off keeps it pending), was
+ * that much shorter. */
+static __always_inline void off_taken_back(struct wc_thread *th, __u64 ns)
+{
+	__u32 st = th->pend_state;
+	if (!th->pend_cnt || th->pend_ns < ns || st >= WC_NSTATES)
+		return;
+	th->pend_ns -= ns;
+	th->off_ns[st] -= ns;
 }
 
 /* prev leaves the CPU: close its on-CPU interval, note where it blocks. */

@@ -39,6 +39,20 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/* Off-CPU time is one sum here (no stacks): see close_slice. */
+static __always_inline void off_taken_back(struct wc_thread *th, __u64 ns)
+{
+	th->off_ns[0] -= ns;
+}
+
+/* The thread was off-CPU from th->last_ts to `to`. */
+static __always_inline void close_off(struct wc_thread *th, __u64 to)
+{
+	th->last_off = to - th->last_ts;
+	th->off_ns[0] += th->last_off;
+	th->last_ts = to;
+}
+
 static __always_inline int handle(struct task_struct *prev, struct task_struct *next, unsigned int pstate, bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -52,9 +66,7 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 		} else if (th->exit_ns) {
 			th = NULL;
 		} else if (!th->running) {
-			__u64 began = unseen_in(th, prev, now, btf);
-			th->off_ns[0] += began - th->last_ts;
-			th->last_ts = began;
+			close_off(th, unseen_in(th, prev, now, btf));
 			th->running = 1;
 		}
 		if (th) {
@@ -75,8 +87,7 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 		if (th && th->running && !th->exit_ns && !unseen_out(th, next, now, btf))
 			th = NULL;
 		if (th && !th->exit_ns) {
-			th->off_ns[0] += now - th->last_ts;
-			th->last_ts = now;
+			close_off(th, now);
 			th->running = 1;
 			open_slice(th, next, btf);
 		}

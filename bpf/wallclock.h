@@ -51,8 +51,8 @@ struct wc_thread {
 	 * something else on its vCPU. exec_base is that clock at the last
 	 * switch-in (valid when exec_known); slice_wall_ns and slice_exec_ns
 	 * sum wall and clock over the slices measured so (steal is their
-	 * difference, taken at the end: clamping each slice would turn the
-	 * clocks' jitter into steal). A thread already running at the start
+	 * difference, taken at the end; the wall sum never falls behind the
+	 * clock sum: see close_slice). A thread already running at the start
 	 * has no base for its first slice: first_out and first_exec (time and
 	 * clock at its end) let user space measure it from the /proc snapshot
 	 * taken at the start. */
@@ -62,6 +62,11 @@ struct wc_thread {
 	__u64 first_out;
 	__u64 first_exec;
 	__u64 out_exec;  /* the clock at the last switch-out */
+	/* The off-CPU interval that ended at the last switch-in: a slice whose
+	 * clock ran longer than its wall time began earlier than that
+	 * switch-in was stamped (see close_slice), and takes the difference
+	 * back from it. */
+	__u64 last_off;
 	/* Blocks at the same stack as the previous one are summed here and
 	 * written to the offcpu map only when the stack changes. */
 	__u64 pend_fp;

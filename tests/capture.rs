@@ -423,6 +423,43 @@ fn oncputime_matches_ground_truth() {
     assert!(any_libc_leaf, "no on-CPU stack with a libc leaf under now()");
 }
 
+/// Another tracer's program on sched_switch, attached before ours, runs
+/// first at every switch, so our stamp of each switch-in comes late by its
+/// run time (microseconds: it copies a stack). A thread of short slices
+/// (shorty wakes 8 times per 1.4 ms) lost up to a sixth of its CPU time
+/// so; its on-CPU time less steal must still be its CPU clock.
+#[test]
+fn second_tracer_on_the_tracepoint_costs_no_cpu_time() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-second-tracer");
+    let mut first = tool("offcputime")
+        .arg("-o")
+        .arg(d.join("first.jsonl"))
+        .arg("--")
+        .arg(workload())
+        .arg("5")
+        .arg(util::root().join("target/test-tmp"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let (recs, truth) = launch("oncputime", &["--exact"], &d.join("on.jsonl"), "3");
+    assert!(first.wait().unwrap().success());
+    for tname in ["shorty", "mixer", "lock1"] {
+        let (tid, _, funcs) = &truth.threads[tname];
+        let t = thread_rec(&recs, *tid);
+        let cpu = funcs.values().map(|f| f.0).sum::<u64>() as f64;
+        let ran = (u(&t["on_ns"]) - u(&t["steal_ns"])) as f64;
+        eprintln!("second tracer: {tname:7} on-CPU less steal {:.1} ms, CPU clock {:.1} ms", ran / 1e6, cpu / 1e6);
+        // The clock counts the functions only: the loop around them is a
+        // little more, never less.
+        assert!((ran - cpu).abs() < 0.03 * cpu, "{tname}: on_ns - steal_ns {ran} vs CPU clock {cpu}");
+    }
+}
+
 /// Attach with -p to a running workload: the thread blocked since before
 /// the capture is counted from the start, under long_sleep; the target
 /// exits mid-capture and everything is still written and symbolizable.

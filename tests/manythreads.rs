@@ -65,7 +65,10 @@ fn two_thousand_threads_accounted_with_their_stacks() {
     assert!(st.success(), "offcputime: {st}");
     drop(target);
     eprintln!("offcputime -d 4 on {THREADS} threads took {:.1} s", took.as_secs_f64());
-    assert!(took < Duration::from_secs(14), "offcputime -d 4 took {took:?}");
+    // A guard against work per thread at the stop (minutes), not a speed
+    // target: beside this busy target on a 2-CPU machine the stop takes
+    // 1-11 s, and speed is the benchmark's business.
+    assert!(took < Duration::from_secs(40), "offcputime -d 4 took {took:?}");
 
     let text = std::fs::read_to_string(&out).unwrap();
     let recs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -148,7 +151,9 @@ fn wallclock_on_two_thousand_threads() {
     drop(target);
     assert!(st.success(), "wallclock: {st}\n{log}");
     eprintln!("wallclock: {:.1} s from the capture's end to the last file", after.as_secs_f64());
-    assert!(after < Duration::from_secs(15), "wallclock took {after:?} after the capture");
+    // A guard against a pass per thread (174 s before), not a speed target:
+    // 4-20 s here beside the still busy target.
+    assert!(after < Duration::from_secs(60), "wallclock took {after:?} after the capture");
 
     let report = Command::new(util::bin("wcreport")).arg("--json").arg(prefix.with_extension("stream")).output().unwrap();
     assert!(report.status.success());

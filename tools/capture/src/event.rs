@@ -48,6 +48,7 @@ pub struct WcThread {
     pub first_out: u64,
     pub first_exec: u64,
     pub out_exec: u64,
+    pub last_off: u64,
     pub pend_fp: u64,
     pub pend_ns: u64,
     pub pend_cnt: u64,
@@ -96,7 +97,7 @@ pub struct WcEvent {
     pub ustack: [u8; USTACK_MAX],
 }
 
-const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 37 + 16 + 16);
+const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 38 + 16 + 16);
 const _: () = assert!(std::mem::size_of::<WcOkey>() == 16);
 const _: () = assert!(std::mem::size_of::<WcEvent>() == 80 + 8 * KSTACK_MAX + USTACK_MAX);
 
