@@ -1,5 +1,6 @@
-/* Types and limits shared by the BPF programs and the Rust side
- * (tools/capture/src/event.rs mirrors them with size assertions). */
+/* Types and limits shared by the BPF programs and the Rust side: the Rust
+ * types are generated from this file by bindgen (tools/capture/build.rs),
+ * with a compile-time check of every field's offset; never copy them. */
 #ifndef WALLCLOCK_H
 #define WALLCLOCK_H
 

@@ -1,105 +1,55 @@
-//! Rust mirrors of `bpf/wallclock.h`; sizes are checked at compile time.
+//! The records of `bpf/wallclock.h`, generated from the header itself by
+//! bindgen (see build.rs): the same struct the BPF programs write, with a
+//! compile-time check of every field's offset and every struct's size
+//! against clang's layout of the header. Nothing here is a hand copy.
 
-pub const COMM_LEN: usize = 16;
-pub const KSTACK_MAX: usize = 127;
-pub const USTACK_MAX: usize = 16384;
-pub const NSTATES: usize = 5;
-
-pub const ST_R: u32 = 0;
-pub const ST_S: u32 = 1;
-pub const ST_D: u32 = 2;
-pub const ST_OTHER: u32 = 3;
-pub const ST_INIT: u32 = 4;
-
-pub const FP_LOST: u64 = 1;
-pub const FP_INIT: u64 = 2;
-pub const FP_NEWTHREAD: u64 = 3;
-pub const FP_OVER_MAX: u64 = 4;
-pub const FP_STATE_FILTERED: u64 = 5;
-
-/// Names of the BPF `stats` slots, in order (`enum wc_stat`).
-pub const STAT_NAMES: [&str; 8] = [
-    "switches",
-    "new_stacks",
-    "ringbuf_drops",
-    "map_full",
-    "ustack_faults",
-    "samples",
-    "over_max_blocks",
-    "missed_switches",
-];
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WcThread {
-    pub last_ts: u64,
-    pub begin_ns: u64,
-    pub exit_ns: u64,
-    pub on_ns: u64,
-    pub off_ns: [u64; NSTATES],
-    pub short_ns: [u64; NSTATES],
-    pub short_cnt: [u64; NSTATES],
-    pub lost_ns: [u64; NSTATES],
-    pub cur_fp: u64,
-    pub samples: u64,
-    pub exec_base: u64,
-    pub slice_wall_ns: u64,
-    pub slice_exec_ns: u64,
-    pub first_out: u64,
-    pub first_exec: u64,
-    pub out_exec: u64,
-    pub last_off: u64,
-    pub pend_fp: u64,
-    pub pend_ns: u64,
-    pub pend_cnt: u64,
-    pub pend_state: u32,
-    pub exec_known: u32,
-    pub pid: u32,
-    pub cur_state: u32,
-    pub running: u32,
-    pub kthread: u32,
-    pub need_stack: u32,
-    pub spare: u32,
-    pub comm: [u8; COMM_LEN],
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
+mod c {
+    include!(concat!(env!("OUT_DIR"), "/wallclock_h.rs"));
 }
 
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct WcOkey {
-    pub fp: u64,
-    pub tid: u32,
-    pub state: u32,
-}
+pub use c::{wc_event as WcEvent, wc_okey as WcOkey, wc_oval as WcOval, wc_thread as WcThread};
 
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WcOval {
-    pub ns: u64,
-    pub count: u64,
-}
+pub const COMM_LEN: usize = c::WC_COMM_LEN as usize;
+pub const KSTACK_MAX: usize = c::WC_KSTACK_MAX as usize;
+pub const USTACK_MAX: usize = c::WC_USTACK_MAX as usize;
+pub const NSTATES: usize = c::WC_NSTATES as usize;
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct WcEvent {
-    pub fp: u64,
-    pub ts: u64,
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-    pub pid: u32,
-    pub tid: u32,
-    pub kind: u32,
-    pub state: u32,
-    pub kstack_bytes: u32,
-    pub ustack_bytes: u32,
-    pub comm: [u8; COMM_LEN],
-    pub kstack: [u64; KSTACK_MAX],
-    pub ustack: [u8; USTACK_MAX],
-}
+pub const ST_R: u32 = c::WC_ST_R;
+pub const ST_S: u32 = c::WC_ST_S;
+pub const ST_D: u32 = c::WC_ST_D;
+pub const ST_OTHER: u32 = c::WC_ST_OTHER;
+pub const ST_INIT: u32 = c::WC_ST_INIT;
 
-const _: () = assert!(std::mem::size_of::<WcThread>() == 8 * 38 + 16 + 16);
-const _: () = assert!(std::mem::size_of::<WcOkey>() == 16);
-const _: () = assert!(std::mem::size_of::<WcEvent>() == 80 + 8 * KSTACK_MAX + USTACK_MAX);
+pub const FP_LOST: u64 = c::WC_FP_LOST as u64;
+pub const FP_INIT: u64 = c::WC_FP_INIT as u64;
+pub const FP_NEWTHREAD: u64 = c::WC_FP_NEWTHREAD as u64;
+pub const FP_OVER_MAX: u64 = c::WC_FP_OVER_MAX as u64;
+pub const FP_STATE_FILTERED: u64 = c::WC_FP_STATE_FILTERED as u64;
+
+const NSTATS: usize = c::WC_STAT_MAX as usize;
+
+/// Names of the BPF `stats` slots, indexed by `enum wc_stat`.
+pub const STAT_NAMES: [&str; NSTATS] = stat_names();
+
+const fn stat_names() -> [&'static str; NSTATS] {
+    let mut a = [""; NSTATS];
+    a[c::WC_STAT_SWITCHES as usize] = "switches";
+    a[c::WC_STAT_NEW_STACKS as usize] = "new_stacks";
+    a[c::WC_STAT_RINGBUF_DROPS as usize] = "ringbuf_drops";
+    a[c::WC_STAT_MAP_FULL as usize] = "map_full";
+    a[c::WC_STAT_USTACK_FAULTS as usize] = "ustack_faults";
+    a[c::WC_STAT_SAMPLES as usize] = "samples";
+    a[c::WC_STAT_OVER_MAX as usize] = "over_max_blocks";
+    a[c::WC_STAT_MISSED as usize] = "missed_switches";
+    // A slot added to the enum without a name here fails the build.
+    let mut i = 0;
+    while i < NSTATS {
+        assert!(!a[i].is_empty(), "a wc_stat slot has no name in STAT_NAMES");
+        i += 1;
+    }
+    a
+}
 
 /// Read a `#[repr(C)]` plain-old-data value out of bytes written by BPF.
 pub fn from_bytes<T: Copy>(b: &[u8]) -> Option<T> {
@@ -116,12 +66,30 @@ pub fn as_bytes<T: Copy>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
 }
 
-pub fn comm_str(c: &[u8]) -> String {
-    let n = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..n]).into_owned()
+/// A `char comm[WC_COMM_LEN]` as a string (up to its NUL).
+pub fn comm_str(c: &[core::ffi::c_char]) -> String {
+    let b: Vec<u8> = c.iter().map(|&ch| ch as u8).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 impl WcEvent {
+    /// An event as the ring buffer's consumer queues it: possibly without
+    /// the unread tail of its user-stack copy (see `drain`), which reads
+    /// as zeros. None when even the fixed part is cut.
+    pub fn parse(data: &[u8]) -> Option<WcEvent> {
+        if data.len() < std::mem::offset_of!(WcEvent, ustack) {
+            return None;
+        }
+        // SAFETY: WcEvent is a repr(C) struct of integers: all zeros is a
+        // valid value, and so is any byte pattern copied over its prefix.
+        unsafe {
+            let mut e: WcEvent = std::mem::zeroed();
+            let n = data.len().min(std::mem::size_of::<WcEvent>());
+            std::ptr::copy_nonoverlapping(data.as_ptr(), &mut e as *mut WcEvent as *mut u8, n);
+            Some(e)
+        }
+    }
+
     /// Kernel stack, root first.
     /// The frames of the tracing machinery that ran our program (the
     /// tracepoint's `__traceiter_*`, BPF dispatch) are not the thread's.
