@@ -1,10 +1,15 @@
-//! What the capture tools (offcputime, oncputime, later gputrace) share:
+//! What the capture tools (offcputime, oncputime, gputrace) share: the
+//! capture driver (BPF load, attach, ring buffer, window, thread map),
 //! privilege checks, target selection (pids, process trees, a cgroup),
-//! launching `-- COMMAND`, BPF load errors, /proc, user-stack unwinding with .eh_frame, Ctrl-C.
+//! launching `-- COMMAND`, the clock, /proc, user-stack unwinding with
+//! .eh_frame, Ctrl-C.
 
 pub mod bpf;
 pub mod cgroup;
+pub mod drain;
+pub mod driver;
 pub mod event;
+mod skel_glue;
 pub mod launch;
 pub mod output;
 pub mod privs;
@@ -15,3 +20,6 @@ pub mod steal;
 pub mod target;
 pub mod tree;
 pub mod unwind;
+
+/// For [`capture_skel!`] in the tools' crates.
+pub use libbpf_rs;

@@ -15,18 +15,9 @@ pub struct Stacks {
 
 impl Stacks {
     /// One event of the ring buffer, possibly without the unread tail of
-    /// its user-stack copy (see `drain`).
+    /// its user-stack copy (see `wallclock_capture::drain`).
     pub fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
-        let full;
-        let data = if data.len() < std::mem::size_of::<WcEvent>() {
-            let mut v = vec![0u8; std::mem::size_of::<WcEvent>()];
-            v[..data.len()].copy_from_slice(data);
-            full = v;
-            &full[..]
-        } else {
-            data
-        };
-        let Some(e) = event::from_bytes::<WcEvent>(data) else { return };
+        let Some(e) = WcEvent::parse(data) else { return };
         self.comm.insert(e.tid, event::comm_str(&e.comm));
         if self.by_fp.contains_key(&e.fp) {
             return;

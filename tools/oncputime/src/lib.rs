@@ -8,25 +8,32 @@
 //! Writes the wallclock stream (`Header`, `Maps`, `Thread` with `samples`
 //! (and `on_ns` with `--exact`), `Stack` kind `on`, `Stats`); `-f` writes
 //! folded sample counts.
+//!
+//! The capture (load, attach, the ring buffer drained by a thread of its
+//! own so that unwinding never stalls it, window, stop) is the capture
+//! crate's `driver`; this crate holds the BPF configuration and records.
 
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/oncputime.skel.rs"));
 }
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::mem::MaybeUninit;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::RingBufferBuilder;
+use wallclock_capture::driver::{self, Common, OpenCapture, Request};
 use wallclock_capture::event::{self, WcEvent, WcThread};
-use wallclock_capture::target::{monotonic_ns, TargetArgs};
-use wallclock_capture::{bpf, privs, tree, procfs, session::Session, signal, unwind::Unwind};
+use wallclock_capture::target::TargetArgs;
+use wallclock_capture::{bpf, procfs, session::Session, unwind::Unwind};
 use wallclock_stream::{accounting, Kind, Record, Stack, Stats, Thread};
+
+wallclock_capture::capture_skel!(
+    skel::OpenOncputimeSkel<'static>,
+    skel::OncputimeSkel<'static>,
+    skel::types::wc_thread
+);
 
 const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 10 > on.jsonl          # 10 s of process 1234 at 49 Hz
@@ -70,33 +77,6 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-fn load(cli: &Cli, sess: &Session, btf: bool) -> Result<skel::OncputimeSkel<'static>, libbpf_rs::Error> {
-    let open_object = Box::leak(Box::new(MaybeUninit::uninit()));
-    let mut open = skel::OncputimeSkelBuilder::default().open(open_object)?;
-    let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
-    let f = sess.filter();
-    ro.filter_tgid = f.filter_tgid;
-    ro.single_tgid = f.single_tgid;
-    ro.follow_children = f.follow;
-    ro.filter_cgroup = f.cgroup.is_some();
-    (ro.cgroup_id, ro.cgroup_level) = f.cgroup.unwrap_or((0, 0));
-    ro.filter_tid = !cli.target.tids.is_empty();
-    ro.thread_kind = cli.target.thread_kind();
-    ro.want_ustack = !cli.target.kernel_stacks_only;
-    ro.want_kstack = !cli.target.user_stacks_only;
-    open.maps.threads.set_max_entries(cli.max_threads.max(64))?;
-    // Processes of a tree, at most as many as threads.
-    open.maps.tgids.set_max_entries(cli.max_threads.max(1024))?;
-    open.progs.fork_btf.set_autoload(f.follow && btf);
-    open.progs.fork_raw.set_autoload(f.follow && !btf);
-    open.progs.exec_btf.set_autoload(btf);
-    open.progs.exec_raw.set_autoload(!btf);
-    open.maps.events.set_max_entries(cli.target.ringbuf_mb << 20)?;
-    open.progs.switch_btf.set_autoload(cli.exact && btf);
-    open.progs.switch_raw.set_autoload(cli.exact && !btf);
-    open.load()
-}
-
 #[derive(Default)]
 struct Samples {
     /// (tid, ustack, kstack) -> samples
@@ -106,7 +86,7 @@ struct Samples {
 
 impl Samples {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
-        let Some(e) = event::from_bytes::<WcEvent>(data) else { return };
+        let Some(e) = WcEvent::parse(data) else { return };
         let ustack = unwind.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
         *self.stacks.entry((e.tid, ustack, e.kstack_root_first())).or_default() += 1;
         let t = self.per_thread.entry(e.tid).or_insert((e.pid, 0, String::new()));
@@ -115,79 +95,52 @@ impl Samples {
     }
 }
 
+/// oncputime's part of the capture: its perf events (and with --exact
+/// sched_switch), the samples.
+struct On<'a> {
+    cli: &'a Cli,
+    samples: Samples,
+}
+
+impl driver::Tool for On<'_> {
+    type Skel = skel::OncputimeSkel<'static>;
+    const NAME: &'static str = "oncputime";
+
+    fn load(&self, common: &Common, btf: bool) -> Result<Self::Skel, libbpf_rs::Error> {
+        let mut open = skel::OncputimeSkelBuilder::default().open(driver::object())?;
+        open.common(common, btf)?;
+        open.progs.switch_btf.set_autoload(self.cli.exact && btf);
+        open.progs.switch_raw.set_autoload(self.cli.exact && !btf);
+        open.load()
+    }
+
+    fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {
+        let mut links = Vec::new();
+        if self.cli.exact {
+            let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
+            links.push(switch.attach().context("attaching to sched_switch")?);
+        }
+        for cpu in bpf::online_cpus() {
+            let fd = bpf::open_cpu_clock(cpu, self.cli.freq)?;
+            links.push(skel.progs.on_sample.attach_perf_event(fd).context("attaching the perf event program")?);
+        }
+        Ok(links)
+    }
+
+    fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
+        self.samples.event(data, unwind);
+    }
+}
+
 pub fn run(cli: Cli) -> Result<i32> {
-    privs::check("oncputime")?;
     if cli.freq == 0 {
         anyhow::bail!("-F must be at least 1 Hz");
     }
-    let mut sess = Session::prepare(&cli.target, cli.duration, &cli.command)?;
-    signal::install();
-    bpf::capture_log();
-    let want_btf = std::env::var_os("WALLCLOCK_FORCE_RAW_TP").is_none();
-    let (mut skel, btf) = match load(&cli, &sess, want_btf) {
-        Ok(s) => (s, want_btf),
-        Err(e) if want_btf => (load(&cli, &sess, false).map_err(|_| bpf::load_error("oncputime", e))?, false),
-        Err(e) => return Err(bpf::load_error("oncputime", e)),
-    };
-    bpf::put_u32_set(&skel.maps.tgids, &sess.pids)?;
-    bpf::put_u32_set(&skel.maps.tids, &cli.target.tids)?;
-    let _switch = if !cli.exact {
-        None
-    } else if btf {
-        Some(skel.progs.switch_btf.attach().context("attaching to sched_switch")?)
-    } else {
-        Some(skel.progs.switch_raw.attach().context("attaching to sched_switch")?)
-    };
-    let mut links = Vec::new();
-    for cpu in bpf::online_cpus() {
-        let fd = bpf::open_cpu_clock(cpu, cli.freq)?;
-        links.push(skel.progs.on_sample.attach_perf_event(fd).context("attaching the perf event program")?);
-    }
-
-    let _tree = attach_tree(&skel, btf, sess.follow)?;
-    // Children of -p -C created while loading: the fork hook missed them.
-    let late = sess.late_children();
-    bpf::put_u32_set(&skel.maps.tgids, &late)?;
-    let unwind = RefCell::new(Unwind::new());
-    let samples = RefCell::new(Samples::default());
-    let mut rbb = RingBufferBuilder::new();
-    rbb.add(&skel.maps.events, |data: &[u8]| {
-        if !tree::marker(data, &mut unwind.borrow_mut()) {
-            samples.borrow_mut().event(data, &mut unwind.borrow_mut());
-        }
-        0
-    })?;
-    let rb = rbb.build()?;
-
-    let start = monotonic_ns();
-    let bss = skel.maps.bss_data.as_deref_mut().expect("bss");
-    // SAFETY: bss is the program's mmapped .bss; the BPF side reads it.
-    unsafe { std::ptr::write_volatile(&mut bss.start_ns, start) };
-    if !late.is_empty() {
-        // SAFETY: as above.
-        unsafe { std::ptr::write_volatile(&mut bss.tree_grown, 1) };
-    }
-    sess.begin(start, &cli.target.tids, &mut unwind.borrow_mut())?;
-    while !sess.should_stop(|| bpf::u32_keys(&skel.maps.tgids)) {
-        let _ = rb.poll(Duration::from_millis(20));
-    }
-    let end = monotonic_ns();
-    // SAFETY: as above.
-    unsafe { std::ptr::write_volatile(&mut bss.end_ns, end) };
-    sess.stopped(bpf::u32_keys(&skel.maps.tgids));
-    std::thread::sleep(Duration::from_millis(5));
-    let _ = rb.consume();
-    drop(rb);
-    drop(links);
-
-    let threads = bpf::dump(&skel.maps.threads);
-    sess.add_thread_pids(&threads);
-    let counts = bpf::percpu_sums(&skel.maps.stats, event::STAT_NAMES.len() as u32);
-    let records = records(&cli, &sess, start, end, &unwind.borrow(), &samples.borrow(), &threads, &counts);
-    let mut out = wallclock_stream::cli::open_output(cli.target.output.as_deref())?;
-    wallclock_capture::output::write(&mut out, &records, cli.target.folded, |s| s.count)?;
-    drop(out);
-    Ok(sess.finish())
+    let mut on = On { cli: &cli, samples: Samples::default() };
+    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads };
+    let cap = driver::capture(&mut on, req)?;
+    let records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    cap.write(&cli.target, &records, |s| s.count)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -198,16 +151,11 @@ fn records(
     end: u64,
     unwind: &Unwind,
     samples: &Samples,
-    threads: &[(Vec<u8>, Vec<u8>)],
+    threads: &[(u32, WcThread)],
     counts: &[u64],
 ) -> Vec<Record> {
     let mut out: BTreeMap<u32, Thread> = BTreeMap::new();
-    for (k, v) in threads {
-        let (Some(tid), Some(th)) =
-            (k.get(..4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())), event::from_bytes::<WcThread>(v))
-        else {
-            continue;
-        };
+    for &(tid, th) in threads {
         let mut on = th.on_ns;
         if th.exit_ns == 0 && th.running != 0 && th.last_ts < end {
             on += end - th.last_ts;
@@ -277,16 +225,4 @@ fn records(
     }
     recs.push(Record::Stats(stats));
     recs
-}
-
-/// The exec program of bpf/tree.bpf.h (the unwinder follows images), and
-/// with a tree the fork program (new processes join the target).
-fn attach_tree(skel: &skel::OncputimeSkel<'static>, btf: bool, follow: bool) -> Result<Vec<libbpf_rs::Link>> {
-    let exec = if btf { &skel.progs.exec_btf } else { &skel.progs.exec_raw };
-    let mut links = vec![exec.attach().context("attaching to sched_process_exec")?];
-    if follow {
-        let fork = if btf { &skel.progs.fork_btf } else { &skel.progs.fork_raw };
-        links.push(fork.attach().context("attaching to sched_process_fork")?);
-    }
-    Ok(links)
 }

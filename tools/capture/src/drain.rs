@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
-use wallclock_capture::event::WcEvent;
+use crate::event::WcEvent;
 
 pub struct Drain {
     rx: Receiver<Vec<u8>>,

@@ -1,0 +1,208 @@
+//! The capture that offcputime and oncputime both run: load the BPF object
+//! (tp_btf, or raw_tp where tp_btf is refused), the target filter and map
+//! sizes of capture.bpf.h, attach, the ring buffer drained by a thread of
+//! its own (`drain`), the capture window written into .bss, the stop, the
+//! thread map and the counters. A tool brings only its BPF configuration,
+//! its stack events and its records ([`Tool`]); its skeleton reaches the
+//! maps and programs that capture.bpf.h and tree.bpf.h give every capture
+//! program through [`crate::capture_skel!`].
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use libbpf_rs::{Link, MapMut, ProgramMut};
+use wallclock_stream::Record;
+
+use crate::drain::Drain;
+use crate::event::{self, WcThread};
+use crate::session::{Filter, Session};
+use crate::target::{monotonic_ns, TargetArgs};
+use crate::unwind::Unwind;
+use crate::{bpf, privs, signal, tree};
+
+/// What every capture program is told before load (capture.bpf.h's
+/// rodata, the sizes of its maps).
+#[derive(Debug, Clone, Copy)]
+pub struct Common {
+    pub filter: Filter,
+    pub filter_tid: bool,
+    pub thread_kind: i32,
+    pub want_ustack: bool,
+    pub want_kstack: bool,
+    pub max_threads: u32,
+    pub ringbuf_bytes: u32,
+}
+
+/// The maps of capture.bpf.h.
+pub struct Maps<'a> {
+    pub events: &'a MapMut<'static>,
+    pub tgids: &'a MapMut<'static>,
+    pub tids: &'a MapMut<'static>,
+    pub threads: &'a MapMut<'static>,
+    pub stats: &'a MapMut<'static>,
+}
+
+/// The programs of tree.bpf.h.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeProg {
+    Exec,
+    Fork,
+}
+
+/// An opened (not yet loaded) capture skeleton.
+pub trait OpenCapture {
+    /// Write capture.bpf.h's rodata, size its maps, and choose the
+    /// flavour (tp_btf or raw_tp) of tree.bpf.h's programs.
+    fn common(&mut self, c: &Common, btf: bool) -> Result<(), libbpf_rs::Error>;
+}
+
+/// A loaded capture skeleton.
+pub trait CaptureSkel {
+    fn maps(&self) -> Maps<'_>;
+    fn tree_prog(&self, which: TreeProg, btf: bool) -> &ProgramMut<'static>;
+    /// Write .bss: the window's start and end, and `tree_grown`.
+    fn set_bss(&mut self, start_ns: Option<u64>, end_ns: Option<u64>, tree_grown: bool);
+}
+
+/// What differs between the capture tools.
+pub trait Tool {
+    type Skel: CaptureSkel;
+    /// The tool's name, for errors.
+    const NAME: &'static str;
+    /// Open the skeleton (its object from [`object`]), call
+    /// [`OpenCapture::common`], set the tool's own rodata, sizes and
+    /// autoloads, load.
+    fn load(&self, common: &Common, btf: bool) -> Result<Self::Skel, libbpf_rs::Error>;
+    /// Attach the tool's own programs; the links last until the stop.
+    fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<Link>>;
+    /// One stack event of the ring buffer (possibly without the unread
+    /// tail of its user-stack copy: read it with `WcEvent::parse`).
+    fn event(&mut self, data: &[u8], unwind: &mut Unwind);
+}
+
+/// Storage for a skeleton's object: skeletons borrow it for as long as
+/// the process runs.
+pub fn object() -> &'static mut std::mem::MaybeUninit<libbpf_rs::OpenObject> {
+    Box::leak(Box::new(std::mem::MaybeUninit::uninit()))
+}
+
+/// What the capture command line asks for.
+pub struct Request<'a> {
+    pub target: &'a TargetArgs,
+    /// The positional duration, beside `-d`.
+    pub duration: Option<f64>,
+    pub command: &'a [String],
+    pub max_threads: u32,
+}
+
+/// A finished capture, for the tool to turn into records.
+pub struct Captured<S> {
+    pub skel: S,
+    pub sess: Session,
+    pub unwind: Unwind,
+    pub start: u64,
+    pub end: u64,
+    /// The thread map: tid and the BPF side's accounting.
+    pub threads: Vec<(u32, WcThread)>,
+    /// The `stats` counters, indexed as [`event::STAT_NAMES`].
+    pub counts: Vec<u64>,
+}
+
+fn load<T: Tool>(tool: &T, common: &Common) -> Result<(T::Skel, bool)> {
+    let want_btf = std::env::var_os("WALLCLOCK_FORCE_RAW_TP").is_none();
+    match tool.load(common, want_btf) {
+        Ok(s) => Ok((s, want_btf)),
+        Err(e) if want_btf => match tool.load(common, false) {
+            Ok(s) => Ok((s, false)),
+            Err(_) => Err(bpf::load_error(T::NAME, e)),
+        },
+        Err(e) => Err(bpf::load_error(T::NAME, e)),
+    }
+}
+
+/// The exec program (the unwinder follows images), and with a tree the
+/// fork program (new processes join the target).
+fn attach_tree(skel: &impl CaptureSkel, btf: bool, follow: bool) -> Result<Vec<Link>> {
+    let exec = skel.tree_prog(TreeProg::Exec, btf);
+    let mut links = vec![exec.attach().context("attaching to sched_process_exec")?];
+    if follow {
+        let fork = skel.tree_prog(TreeProg::Fork, btf);
+        links.push(fork.attach().context("attaching to sched_process_fork")?);
+    }
+    Ok(links)
+}
+
+/// Run a capture from the checks to the stop.
+pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>> {
+    privs::check(T::NAME)?;
+    let args = req.target;
+    let mut sess = Session::prepare(args, req.duration, req.command)?;
+    signal::install();
+    bpf::capture_log();
+    let common = Common {
+        filter: sess.filter(),
+        filter_tid: !args.tids.is_empty(),
+        thread_kind: args.thread_kind(),
+        want_ustack: !args.kernel_stacks_only,
+        want_kstack: !args.user_stacks_only,
+        max_threads: req.max_threads,
+        ringbuf_bytes: args.ringbuf_mb << 20,
+    };
+    let (mut skel, btf) = load(tool, &common)?;
+    bpf::put_u32_set(skel.maps().tgids, &sess.pids)?;
+    bpf::put_u32_set(skel.maps().tids, &args.tids)?;
+    let links = tool.attach(&skel, btf)?;
+    let tree_links = attach_tree(&skel, btf, sess.follow)?;
+    // Children of -p -C created while loading: the fork hook missed them.
+    let late = sess.late_children();
+    bpf::put_u32_set(skel.maps().tgids, &late)?;
+    let mut unwind = Unwind::new();
+    let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
+    // Exec and fork markers travel in order with the stacks: the unwinder
+    // follows each process's images.
+    let mut event = |e: &[u8], unwind: &mut Unwind| {
+        if !tree::marker(e, unwind) {
+            tool.event(e, unwind);
+        }
+    };
+
+    let start = monotonic_ns();
+    skel.set_bss(Some(start), None, !late.is_empty());
+    sess.begin(start, &args.tids, &mut unwind)?;
+    while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
+        drain.work_for(Duration::from_millis(20), |e| event(e, &mut unwind));
+    }
+    let end = monotonic_ns();
+    skel.set_bss(None, Some(end), false);
+    sess.stopped(bpf::u32_keys(skel.maps().tgids));
+    std::thread::sleep(Duration::from_millis(5));
+    drain.finish(|e| event(e, &mut unwind));
+    drop(links);
+    drop(tree_links);
+
+    let raw_threads = bpf::dump(skel.maps().threads);
+    sess.add_thread_pids(&raw_threads);
+    let threads = raw_threads
+        .iter()
+        .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
+        .collect();
+    let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
+    Ok(Captured { skel, sess, unwind, start, end, threads, counts })
+}
+
+impl<S> Captured<S> {
+    /// Write the records to `-o` or stdout, as a stream or (`-f`) as
+    /// folded lines weighed by `value`; the tool's exit code (the
+    /// launched command's).
+    pub fn write(
+        mut self,
+        args: &TargetArgs,
+        records: &[Record],
+        value: impl Fn(&wallclock_stream::Stack) -> u64,
+    ) -> Result<i32> {
+        let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
+        crate::output::write(&mut out, records, args.folded, value)?;
+        drop(out);
+        Ok(self.sess.finish())
+    }
+}
