@@ -18,14 +18,16 @@
 
 pub mod collect;
 
+use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser};
+use wallclock_capture::launch::spawn_held_env;
+use wallclock_capture::target::monotonic_ns;
 use wallclock_stream::{Header, Reader, ReaderOptions, Record, Stats, Writer};
 
 const EXAMPLES: &str = "EXAMPLES:
@@ -81,13 +83,6 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn beside_me(name: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     Some(exe.parent()?.join(name))
@@ -121,49 +116,20 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     // Open the output first: a bad -o fails before the program runs.
     let out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
     let to_stdout = cli.output.as_deref().is_none_or(|p| p == Path::new("-"));
-    let mut cmd = Command::new(&cli.command[0]);
-    cmd.args(&cli.command[1..]);
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
     if gpu {
-        cmd.env("CUDA_INJECTION64_PATH", inject).env("WALLCLOCK_GPUTRACE_DIR", dir);
+        env.push(("CUDA_INJECTION64_PATH".into(), inject.into()));
+        env.push(("WALLCLOCK_GPUTRACE_DIR".into(), dir.into()));
         if let Some(c) = &cli.cupti {
-            cmd.env("WALLCLOCK_CUPTI_PATH", c);
+            env.push(("WALLCLOCK_CUPTI_PATH".into(), c.into()));
         }
     }
-    if to_stdout {
-        let err = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
-        cmd.stdout(Stdio::from(err));
-    }
-    // With on-CPU sampling, the program waits until oncputime is attached,
-    // so a short program is not missed: a shell (same pid as the program,
-    // which it execs) blocks reading a pipe that gputrace closes then.
-    let gate = if cpu { Some(Gate::new()?) } else { None };
-    if let Some(g) = &gate {
-        let mut gated = Command::new("/bin/sh");
-        gated.args(["-c", "read -r _ <&3; exec 3<&-; exec \"$@\"", "sh"]).args(&cli.command);
-        for (k, v) in cmd.get_envs() {
-            match v {
-                Some(v) => gated.env(k, v),
-                None => gated.env_remove(k),
-            };
-        }
-        if to_stdout {
-            let err = std::io::stderr().as_fd().try_clone_to_owned().context("cannot duplicate stderr")?;
-            gated.stdout(Stdio::from(err));
-        }
-        let (r, w) = (g.read, g.write);
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut gated, move || {
-                libc::close(w);
-                libc::dup2(r, 3);
-                Ok(())
-            });
-        }
-        cmd = gated;
-    }
+    // The program is held before exec (as the capture tools hold theirs):
+    // with on-CPU sampling, until oncputime is attached, so that a short
+    // program is not missed.
     let start_ns = monotonic_ns();
-    let mut child = cmd.spawn().with_context(|| format!("cannot run {}", cli.command[0]))?;
-    let pid = child.id();
+    let mut child = spawn_held_env(&cli.command, to_stdout, &env)?;
+    let pid = child.pid();
     // The terminal's Ctrl-C reaches the program; we outlive it to write the stream.
     // SAFETY: setting a signal disposition.
     unsafe {
@@ -172,23 +138,21 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     }
     let mut oncpu = if cpu { start_oncputime(cli, pid, dir) } else { None };
     if let Some(o) = oncpu.as_mut() {
-        // Ready when it wrote its header (or gave up); at most 3 s.
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let path = dir.join("oncpu.jsonl");
-        while Instant::now() < deadline
-            && std::fs::metadata(&path).map(|m| m.len() == 0).unwrap_or(true)
-            && matches!(o.child.try_wait(), Ok(None))
+        // Ready when attached (its --ready-file), or gone; at most 10 s.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && !o.ready.exists() && matches!(o.child.try_wait(), Ok(None))
         {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    drop(gate);
-    let status = child.wait().context("waiting for the program")?;
+    if let Err(e) = child.release() {
+        if let Some(o) = oncpu {
+            finish_oncputime(o, dir);
+        }
+        return Err(e);
+    }
+    let code = child.wait_exit_code();
     let end_ns = monotonic_ns();
-    let code = status.code().unwrap_or_else(|| {
-        use std::os::unix::process::ExitStatusExt;
-        128 + status.signal().unwrap_or(0)
-    });
     let cpu_records = oncpu.map(|o| finish_oncputime(o, dir)).unwrap_or_default();
 
     let mut files = Vec::new();
@@ -231,36 +195,11 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     Ok(code)
 }
 
-/// A pipe the program's pre-exec step reads: dropping it lets it run.
-struct Gate {
-    read: i32,
-    write: i32,
-}
-
-impl Gate {
-    fn new() -> Result<Gate> {
-        let mut fds = [0i32; 2];
-        // SAFETY: pipe2 writes two fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            bail!("pipe: {}", std::io::Error::last_os_error());
-        }
-        Ok(Gate { read: fds[0], write: fds[1] })
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        // SAFETY: closing our own fds; the program's read then sees EOF.
-        unsafe {
-            libc::close(self.write);
-            libc::close(self.read);
-        }
-    }
-}
-
 struct OnCpu {
     child: std::process::Child,
     started: Instant,
+    /// Created by oncputime once attached.
+    ready: PathBuf,
 }
 
 fn start_oncputime(cli: &Cli, pid: u32, dir: &Path) -> Option<OnCpu> {
@@ -269,14 +208,17 @@ fn start_oncputime(cli: &Cli, pid: u32, dir: &Path) -> Option<OnCpu> {
         return None;
     };
     let out = std::fs::File::create(dir.join("oncpu.jsonl")).ok()?;
+    let ready = dir.join("oncpu.ready");
     let child = Command::new(bin)
         // --exact: no offcputime runs beside it to measure on-CPU time.
         .args(["--exact", "-p", &pid.to_string(), "-F", &cli.freq.to_string()])
+        .arg("--ready-file")
+        .arg(&ready)
         .stdout(out)
         .stdin(Stdio::null())
         .spawn();
     match child {
-        Ok(child) => Some(OnCpu { child, started: Instant::now() }),
+        Ok(child) => Some(OnCpu { child, started: Instant::now(), ready }),
         Err(e) => {
             eprintln!("gputrace: cannot run oncputime: {e}: no on-CPU samples");
             None
