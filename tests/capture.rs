@@ -641,7 +641,11 @@ fn tid_filter_keeps_one_thread() {
         return;
     }
     let d = util::scratch("capture-tid");
-    let mut child = Command::new(workload()).arg("2.5").arg(&d).stdout(Stdio::piped()).spawn().unwrap();
+    // The workload outlives the capture by far: the sleeper sleeps as long
+    // as it runs, and a loaded machine has taken over a second to start
+    // offcputime (loading and verifying its programs). With 2.5 s, a start
+    // later than 1.1 s found the workload gone and wrote no thread at all.
+    let mut child = Command::new(workload()).arg("8").arg(&d).stdout(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(400));
     // The sleeper is the third thread created (after main, mixer, waiter).
     let pid = child.id();

@@ -150,6 +150,11 @@ impl Session {
                 i.kstack = ksyms.resolve(frames);
             }
         }
+        // A -t thread that ended between the check of the arguments and
+        // now would leave an empty capture that looks like a success.
+        if let Some(t) = tids.iter().find(|t| !self.initial.contains_key(t)) {
+            bail!("thread {t} (-t) exited before the capture began");
+        }
         self.announce();
         if let Some(f) = &self.ready_file {
             std::fs::write(f, b"")
