@@ -97,6 +97,8 @@ pub struct Request<'a> {
 
 /// A finished capture, for the tool to turn into records.
 pub struct Captured<S> {
+    /// The tool's name, for warnings.
+    pub tool: &'static str,
     pub skel: S,
     pub sess: Session,
     pub unwind: Unwind,
@@ -187,7 +189,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
         .collect();
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
-    Ok(Captured { skel, sess, unwind, start, end, threads, counts })
+    Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts })
 }
 
 impl<S> Captured<S> {
@@ -201,7 +203,7 @@ impl<S> Captured<S> {
         value: impl Fn(&wallclock_stream::Stack) -> u64,
     ) -> Result<i32> {
         let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
-        crate::output::write(&mut out, records, args.folded, value)?;
+        crate::output::write(self.tool, &mut out, records, args.folded, value)?;
         drop(out);
         Ok(self.sess.finish())
     }

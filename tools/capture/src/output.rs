@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
+use stacksym::{Engine, Options};
 use wallclock_stream::{Record, Stack, Writer};
 
 /// Folded text of a stack: `comm;user frames;kernel frames_[k]`, root first,
@@ -28,49 +29,53 @@ pub fn folded_key(s: &Stack) -> String {
     parts.join(";")
 }
 
-/// Names for folded output: the records piped through the `stacksym`
-/// installed beside this binary, when there is one.
-fn symbolized(records: &[Record]) -> Option<Vec<Record>> {
-    use std::process::{Command, Stdio};
-    let exe = std::env::current_exe().ok()?;
-    let sym = exe.parent()?.join("stacksym");
-    if !sym.exists() {
-        return None;
-    }
-    let mut child = Command::new(sym)
-        .args(["--no-lines", "-q"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .ok()?;
-    let mut input = Vec::new();
-    let mut w = Writer::new(&mut input);
+/// Names for folded output, found in-process through the stacksym library
+/// the way `stacksym --no-lines` would (the capture's maps records first,
+/// then the live processes). No other program is run, so a copy of this
+/// binary alone names frames as well as an installed toolkit. What stays
+/// unnamed is said once per module on stderr, in one line, by the engine
+/// (`TOOL: warning: frames left as MODULE+0x...: WHY`).
+fn symbolized(tool: &'static str, records: &[Record]) -> Vec<Record> {
+    let mut engine = Engine::new(Options { no_lines: true, tool, ..Options::default() });
     for r in records {
-        w.write(r).ok()?;
+        if let Record::Maps(m) = r {
+            engine.add_maps(m);
+        }
     }
-    let mut stdin = child.stdin.take()?;
-    let feeder = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().ok()?;
-    let _ = feeder.join();
-    if !out.status.success() {
-        return None;
-    }
-    // stacksym writes the framing WALLCLOCK_STREAM_FORMAT asks for: read either.
-    wallclock_stream::Reader::new(&out.stdout[..], "stacksym", Default::default()).map(Result::ok).collect()
+    let todo: Vec<&Stack> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Stack(s) if engine.needs(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    engine.prepare(todo.into_iter());
+    records
+        .iter()
+        .map(|r| match r {
+            Record::Stack(s) if engine.needs(s) => {
+                let mut s = s.clone();
+                s.frames = engine.frames(&s);
+                Record::Stack(s)
+            }
+            r => r.clone(),
+        })
+        .collect()
 }
 
 /// Write `records` as the stream, or as folded lines whose values are
 /// `value(stack)` (µs for off-CPU, samples for on-CPU).
-pub fn write(out: &mut dyn Write, records: &[Record], folded: bool, value: impl Fn(&Stack) -> u64) -> Result<()> {
+pub fn write(
+    tool: &'static str,
+    out: &mut dyn Write,
+    records: &[Record],
+    folded: bool,
+    value: impl Fn(&Stack) -> u64,
+) -> Result<()> {
     if folded {
-        let named = symbolized(records);
-        if named.is_none() {
-            eprintln!("note: no stacksym beside this binary: folded frames are hex addresses");
-        }
-        let records = named.as_deref().unwrap_or(records);
+        let records = symbolized(tool, records);
         let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-        for r in records {
+        for r in &records {
             if let Record::Stack(s) = r {
                 *lines.entry(folded_key(s)).or_default() += value(s);
             }

@@ -44,8 +44,9 @@ pub struct TargetArgs {
     /// Write the stream here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Write bcc-compatible folded lines (named by the `stacksym` beside this
-    /// binary when there is one, else hex addresses).
+    /// Write bcc-compatible folded lines, frames named in-process as
+    /// `stacksym` would; a module that cannot be named is said once on
+    /// stderr and its frames stay MODULE+0xOFFSET.
     #[arg(short = 'f', long = "folded")]
     pub folded: bool,
     /// Size of the ring buffer that carries new stacks to user space, MiB

@@ -64,7 +64,7 @@ const EXAMPLES: &str = "EXAMPLES:
     offcputime -- ./server --port 80         # launch it, capture until it exits
     offcputime -m 1000 -p 1234 10            # stats count the time in blocks under 1 ms
     offcputime -M 1000000 -p 1234 10         # blocks over 1 s under [filtered: over -M]
-    offcputime -p 1234 -f 5 > off.folded     # bcc-style folded lines (µs, hex addresses)
+    offcputime -p 1234 -f 5 > off.folded     # bcc-style folded lines (µs, named)
     offcputime -p 1234 -C 10                 # 1234 and every process it forks
     offcputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     offcputime -p 1234 | stacksym | flame > off.svg

@@ -41,7 +41,7 @@ const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 -C 10                  # 1234 and every process it forks
     oncputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     oncputime --exact -p 1234 10             # samples scaled to exact on-CPU time
-    oncputime -p 1234 -f 5 > on.folded       # folded sample counts (hex addresses)
+    oncputime -p 1234 -f 5 > on.folded       # folded sample counts (named)
     oncputime -p 1234 | stacksym | flame > on.svg";
 
 /// On-CPU stacks per thread, sampled on every CPU (with --exact, scaled to exact on-CPU time).
