@@ -237,31 +237,7 @@ impl Profile {
 /// off-CPU stack whose frames do not end in a state leaf gets one, so
 /// runnable, sleeping and I/O time stay apart.
 pub fn stack_text(s: &Stack) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let sep = |out: &mut String| {
-        if !out.is_empty() {
-            out.push(';');
-        }
-    };
-    if !s.frames.is_empty() {
-        for f in &s.frames {
-            sep(&mut out);
-            out.push_str(&folded::frame_text(f));
-        }
-    } else {
-        for a in &s.ustack {
-            sep(&mut out);
-            let _ = write!(out, "0x{a:x}");
-        }
-        for a in &s.kstack {
-            sep(&mut out);
-            let _ = write!(out, "0x{a:x}_[k]");
-        }
-    }
-    if out.is_empty() {
-        out.push_str("[no frames]");
-    }
+    let mut out = folded::stack_text::<&str>(&[], &folded::frames_or_addresses(s));
     if let (Kind::Off, Some(st)) = (s.kind, s.state) {
         let has_leaf = s.frames.last().is_some_and(|f| State::from_leaf_name(&f.func).is_some());
         if !has_leaf {
