@@ -5,7 +5,14 @@
 //! `_[j]` JIT. wallclock adds a kind marker on the leaf: `_[c]` on-CPU,
 //! `_[o]` off-CPU, `_[g]` GPU. Markers are stripped from names on input and
 //! written back on output.
+//!
+//! This file is the only place folded text is made or read: every tool
+//! writes a stack with [`stack_text`] (names escaped by [`escape`], one
+//! rule, documented in wallclock-stream(5)) and reads it back with
+//! [`parse_line`] / [`parse_frame`], so the same stack is the same text
+//! whichever tool prints it.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use crate::record::{Frame, Kind, Stack, State};
@@ -62,9 +69,7 @@ pub fn parse_frame(raw: &str) -> (Frame, Option<Kind>) {
     let mut name = raw;
     let mut f = Frame::named("");
     let mut kind = None;
-    loop {
-        let Some(base) = name.strip_suffix(']') else { break };
-        let Some((base, tag)) = base.rsplit_once("_[") else { break };
+    while let Some((base, tag)) = name.strip_suffix(']').and_then(|b| b.rsplit_once("_[")) {
         match tag {
             "c" => kind = Some(Kind::On),
             "o" => kind = Some(Kind::Off),
@@ -76,7 +81,7 @@ pub fn parse_frame(raw: &str) -> (Frame, Option<Kind>) {
         }
         name = base;
     }
-    f.func = name.to_string();
+    f.func = unescape(name).into_owned();
     (f, kind)
 }
 
@@ -87,25 +92,129 @@ pub fn process_root(name: &str, pid: u32) -> String {
     format!("{name} ({pid})")
 }
 
-/// The folded text of one frame, with its annotations (no kind marker).
+/// The folded text of one frame: its name escaped, then its annotation
+/// (no kind marker).
 pub fn frame_text(f: &Frame) -> String {
-    let mut s = sanitize(&f.func);
-    if f.kernel {
-        s.push_str("_[k]");
-    } else if f.inlined {
-        s.push_str("_[i]");
-    } else if f.jit {
-        s.push_str("_[j]");
-    }
+    let mut s = String::with_capacity(f.func.len() + 4);
+    push_frame(&mut s, f);
     s
 }
 
-/// Names must not break the line format: `;` and line breaks are replaced.
-pub fn sanitize(name: &str) -> String {
-    if !name.contains([';', '\n', '\r']) {
-        return name.to_string();
+fn push_frame(out: &mut String, f: &Frame) {
+    out.push_str(&escape(&f.func));
+    if f.kernel {
+        out.push_str("_[k]");
+    } else if f.inlined {
+        out.push_str("_[i]");
+    } else if f.jit {
+        out.push_str("_[j]");
     }
-    name.replace(';', ":").replace(['\n', '\r'], " ")
+}
+
+/// Frames for folded text: the stack's named frames, else its raw
+/// addresses in hex (user root first, then kernel with `_[k]`).
+pub fn frames_or_addresses(s: &Stack) -> Cow<'_, [Frame]> {
+    if !s.frames.is_empty() {
+        return Cow::Borrowed(&s.frames);
+    }
+    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
+    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
+    Cow::Owned(v)
+}
+
+/// The one stack-to-folded function every tool writes with:
+/// `root;...;frame;...` (no kind marker, no value), each root and frame
+/// escaped by [`escape`], frames annotated; `[no frames]` when there are
+/// none at all.
+pub fn stack_text<R: AsRef<str>>(roots: &[R], frames: &[Frame]) -> String {
+    let mut out = String::with_capacity(frames.iter().map(|f| f.func.len() + 1).sum::<usize>() + 16);
+    for r in roots {
+        if !out.is_empty() {
+            out.push(';');
+        }
+        out.push_str(&escape(r.as_ref()));
+    }
+    for f in frames {
+        if !out.is_empty() {
+            out.push(';');
+        }
+        push_frame(&mut out, f);
+    }
+    if out.is_empty() {
+        out.push_str("[no frames]");
+    }
+    out
+}
+
+/// The folded escaping rule (wallclock-stream(5), FOLDED LINES): a name is
+/// data, and whatever bytes it holds must come back from a folded line as
+/// they went in. Written as `%XX` (two upper-case hex digits): `%` itself,
+/// `;` (the frame separator), line breaks, a space or tab at either end of
+/// the name (lines are trimmed), and the `]` that would end the name in an
+/// annotation (`_[k]`, `_[i]`, `_[j]`, `_[c]`, `_[o]`, `_[g]`). Everything
+/// else is written as it is, so `SmallVec<[T; 8]>` is `SmallVec<[T%3B 8]>`:
+/// one frame to flamegraph.pl and inferno too.
+pub fn escape(name: &str) -> Cow<'_, str> {
+    let b = name.as_bytes();
+    let edge = |i: usize| (i == 0 || i + 1 == b.len()) && matches!(b[i], b' ' | b'\t');
+    let tail_tag = annotated(name);
+    let needs = |i: usize, c: u8| matches!(c, b'%' | b';' | b'\n' | b'\r') || edge(i) || (tail_tag && i + 1 == b.len());
+    if !b.iter().enumerate().any(|(i, &c)| needs(i, c)) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    let mut from = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if needs(i, c) {
+            out.push_str(&name[from..i]);
+            out.push_str(&format!("%{c:02X}"));
+            from = i + 1;
+        }
+    }
+    out.push_str(&name[from..]);
+    Cow::Owned(out)
+}
+
+/// Does `name` end like an annotation (`..._[k]`)?
+fn annotated(name: &str) -> bool {
+    let Some(base) = name.strip_suffix(']') else { return false };
+    base.rsplit_once("_[").is_some_and(|(_, tag)| matches!(tag, "c" | "o" | "g" | "k" | "i" | "j"))
+}
+
+const ESCAPES: [(&str, char); 7] = [
+    ("%25", '%'),
+    ("%3B", ';'),
+    ("%0A", '\n'),
+    ("%0D", '\r'),
+    ("%20", ' '),
+    ("%09", '\t'),
+    ("%5D", ']'),
+];
+
+/// The inverse of [`escape`]. Only the sequences `escape` writes are read
+/// back; any other `%` (a foreign tool's `operator%`) stays as it is.
+pub fn unescape(text: &str) -> Cow<'_, str> {
+    if !text.contains('%') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        match ESCAPES.iter().find(|(e, _)| rest.starts_with(e)) {
+            Some((e, c)) => {
+                out.push(*c);
+                rest = &rest[e.len()..];
+            }
+            None => {
+                out.push('%');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 /// Write `prefix;frames...<kind marker> value`.
@@ -116,24 +225,7 @@ pub fn write_line<W: Write + ?Sized>(
     kind: Kind,
     value: u64,
 ) -> io::Result<()> {
-    let mut first = true;
-    for p in prefix {
-        if !first {
-            w.write_all(b";")?;
-        }
-        first = false;
-        w.write_all(sanitize(p).as_bytes())?;
-    }
-    for f in frames {
-        if !first {
-            w.write_all(b";")?;
-        }
-        first = false;
-        w.write_all(frame_text(f).as_bytes())?;
-    }
-    if first {
-        w.write_all(b"[no frames]")?;
-    }
+    w.write_all(stack_text(prefix, frames).as_bytes())?;
     writeln!(w, "{} {}", kind.marker(), value)
 }
 
@@ -160,5 +252,34 @@ mod tests {
         assert!(parse_line("a;b x", 1).is_err());
         assert!(parse_line(" 12", 1).is_err());
         assert_eq!(parse_line("a;b 1.6", 1).unwrap().count, 2);
+    }
+
+    #[test]
+    fn awkward_names_round_trip() {
+        let names = [
+            "SmallVec<[UnparkHandle; 8]>",
+            "<core::ops::Range<u64> as Iterator>::next",
+            "f(\"quoted\"; 'x')",
+            "100% done",
+            "%3B literal",
+            " lead and trail\t",
+            "line\nbreak\r",
+            "looks_[k]",
+            "ends_[x]",
+            "\u{fffd}bad byte",
+        ];
+        let frames: Vec<Frame> = names.iter().map(|n| Frame::named(*n)).collect();
+        let mut out = Vec::new();
+        write_line(&mut out, &["app (1)".to_string()], &frames, Kind::Off, 7).unwrap();
+        let line = String::from_utf8(out).unwrap();
+        assert_eq!(line.matches(';').count(), names.len(), "{line}");
+        assert_eq!(line.lines().count(), 1);
+        let s = parse_line(&line, 1).unwrap();
+        let back: Vec<&str> = s.frames[1..].iter().map(|f| f.func.as_str()).collect();
+        assert_eq!(back, names);
+        assert!(s.frames[1..].iter().all(|f| !f.kernel), "an escaped `_[k]` is not an annotation");
+        assert_eq!((s.kind, s.count), (Kind::Off, 7));
+        assert_eq!(escape("SmallVec<[T; 8]>"), "SmallVec<[T%3B 8]>");
+        assert_eq!(unescape("operator% 50%"), "operator% 50%", "a foreign `%` stays");
     }
 }

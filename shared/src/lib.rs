@@ -17,14 +17,20 @@
 //! ```
 //!
 //! The full specification is `man/wallclock-stream.5`; keep it in step with
-//! this crate.
+//! this crate. Where each part of the format lives, one file each:
+//! folded text and its escaping rule [`folded`], what an input is
+//! [`sniff`], `/proc/PID/maps` [`procmaps`], the fast hash map
+//! [`fasthash`].
 
 pub mod accounting;
 pub mod binary;
 pub mod cli;
+pub mod fasthash;
 pub mod folded;
+pub mod procmaps;
 pub mod reader;
 mod record;
+pub mod sniff;
 pub mod units;
 pub mod writer;
 

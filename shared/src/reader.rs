@@ -140,7 +140,7 @@ impl<R: BufRead> Reader<R> {
     /// The first data line is neither JSON nor folded: is it `perf script`?
     fn try_perf_script(&mut self, first: &[u8]) -> bool {
         let text = String::from_utf8_lossy(first);
-        if !looks_like_perf_event_line(&text) {
+        if !crate::sniff::is_perf_sample_header(&text) {
             return false;
         }
         let mut all = first.to_vec();
@@ -165,12 +165,6 @@ impl<R: BufRead> Reader<R> {
         self.collapsed = Some(Cursor::new(out));
         true
     }
-}
-
-/// `comm pid [cpu] time: period event:` — the first line of a perf script sample.
-fn looks_like_perf_event_line(line: &str) -> bool {
-    let t = line.trim_end();
-    t.ends_with(':') && t.split_whitespace().any(|w| w.ends_with(':') && w[..w.len() - 1].contains('.'))
 }
 
 /// Reject streams this reader cannot understand.

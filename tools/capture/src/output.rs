@@ -5,28 +5,14 @@ use std::io::Write;
 
 use anyhow::Result;
 use stacksym::{Engine, Options};
-use wallclock_stream::{Record, Stack, Writer};
+use wallclock_stream::{folded, Record, Stack, Writer};
 
 /// Folded text of a stack: `comm;user frames;kernel frames_[k]`, root first,
-/// addresses in hex (symbolize with `stacksym` on the stream for names).
+/// addresses in hex (symbolize with `stacksym` on the stream for names),
+/// names escaped by the one folded rule (wallclock-stream(5)).
 pub fn folded_key(s: &Stack) -> String {
-    let mut parts = vec![if s.comm.is_empty() { "?".to_string() } else { s.comm.replace([';', ' '], "_") }];
-    if !s.frames.is_empty() {
-        parts.extend(s.frames.iter().map(|f| {
-            let name = f.func.replace([';', ' '], "_");
-            if f.kernel {
-                format!("{name}_[k]")
-            } else if f.inlined {
-                format!("{name}_[i]")
-            } else {
-                name
-            }
-        }));
-    } else {
-        parts.extend(s.ustack.iter().map(|a| format!("{a:#x}")));
-        parts.extend(s.kstack.iter().map(|a| format!("{a:#x}_[k]")));
-    }
-    parts.join(";")
+    let comm = if s.comm.is_empty() { "?" } else { s.comm.as_str() };
+    folded::stack_text(&[comm], &folded::frames_or_addresses(s))
 }
 
 /// Names for folded output, found in-process through the stacksym library

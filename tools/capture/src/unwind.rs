@@ -107,29 +107,20 @@ fn exe_identity(pid: u32) -> Option<(u64, u64)> {
 }
 
 fn parse_maps(pid: u32) -> Vec<MapEntry> {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
-    let mut v = Vec::new();
-    for l in s.lines() {
-        let f: Vec<&str> = l.splitn(6, ' ').collect();
-        if f.len() < 6 || !f[1].contains('x') {
-            continue;
-        }
-        let path = f[5].trim();
+    let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
+    maps.into_iter()
+        .filter(|m| m.executable())
         // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
         // rather than an anonymous address).
-        if !path.starts_with('/') && path != "[vdso]" {
-            continue;
-        }
-        let Some((a, b)) = f[0].split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(f[2], 16))
-        else {
-            continue;
-        };
-        let path = path.trim_end_matches(" (deleted)").to_string();
-        v.push(MapEntry { start, end, offset, path, build_id: None });
-    }
-    v
+        .filter(|m| m.entry.path.starts_with('/') || m.entry.path == "[vdso]")
+        .map(|m| {
+            let mut e = m.entry;
+            if let Some(p) = e.path.strip_suffix(" (deleted)") {
+                e.path = p.to_string();
+            }
+            e
+        })
+        .collect()
 }
 
 impl Unwind {

@@ -11,6 +11,7 @@ use std::io::{BufRead, Cursor, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use wallclock_stream::sniff::{self, InputKind};
 use wallclock_stream::{folded, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
 
 /// Kinds, as indexes into a [`Mix`].
@@ -31,54 +32,7 @@ pub fn kind_index(k: Kind) -> usize {
     }
 }
 
-/// The Fx hash (rustc's): a few cycles per 8 bytes, where SipHash was a
-/// tenth of the run time on 1M lines. Keys are not attacker-chosen here.
-#[derive(Default, Clone, Copy)]
-pub struct FastHash;
-
-impl std::hash::BuildHasher for FastHash {
-    type Hasher = FxHasher;
-    fn build_hasher(&self) -> FxHasher {
-        FxHasher(0)
-    }
-}
-
-pub struct FxHasher(u64);
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl std::hash::Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().unwrap()));
-        }
-        for &b in chunks.remainder() {
-            self.add(b as u64);
-        }
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+pub use wallclock_stream::fasthash::{FastHash, FxHasher};
 
 /// What a thread is called in per-thread output.
 #[derive(Debug, Clone, Default)]
@@ -126,30 +80,35 @@ impl Profile {
     /// stacks by tid.
     pub fn add(&mut self, mut r: impl BufRead, name: &str, per_thread: bool, stream_folded_unit_ns: u64) -> Result<()> {
         // The binary framing is the stream.
-        if wallclock_stream::binary::starts_binary(r.fill_buf().with_context(|| format!("cannot read {name}"))?) {
+        let head = r.fill_buf().with_context(|| format!("cannot read {name}"))?;
+        if sniff::sniff(head) == InputKind::Binary {
             return self.add_stream(r, name, per_thread, stream_folded_unit_ns);
         }
         // Skip to the first meaningful line, keeping what was read.
         let mut head = Vec::new();
         let mut line_no = 0;
-        let first = loop {
+        let (first, kind) = loop {
             let at = head.len();
             if r.read_until(b'\n', &mut head).with_context(|| format!("cannot read {name}"))? == 0 {
                 return Ok(());
             }
             line_no += 1;
             let l = String::from_utf8_lossy(&head[at..]).trim().to_string();
-            if !l.is_empty() && !l.starts_with('#') {
-                break l;
+            let kind = sniff::sniff_line(&l);
+            if kind != InputKind::Empty {
+                break (l, kind);
             }
         };
-        if first.starts_with('{') {
-            return self.add_stream(Cursor::new(head).chain(r), name, per_thread, stream_folded_unit_ns);
-        }
-        if parse_folded(&first).is_ok() {
-            self.plain = true;
-            self.add_folded_line(&first, name, line_no)?;
-            return self.add_folded(r, name, line_no);
+        match kind {
+            InputKind::Stream => {
+                return self.add_stream(Cursor::new(head).chain(r), name, per_thread, stream_folded_unit_ns)
+            }
+            InputKind::Folded => {
+                self.plain = true;
+                self.add_folded_line(&first, name, line_no)?;
+                return self.add_folded(r, name, line_no);
+            }
+            _ => {}
         }
         // perf script output (or garbage: the reader names the line).
         self.perf_clock |= first.ends_with("cpu-clock:") || first.ends_with("task-clock:");
@@ -237,31 +196,7 @@ impl Profile {
 /// off-CPU stack whose frames do not end in a state leaf gets one, so
 /// runnable, sleeping and I/O time stay apart.
 pub fn stack_text(s: &Stack) -> String {
-    use std::fmt::Write;
-    let mut out = String::new();
-    let sep = |out: &mut String| {
-        if !out.is_empty() {
-            out.push(';');
-        }
-    };
-    if !s.frames.is_empty() {
-        for f in &s.frames {
-            sep(&mut out);
-            out.push_str(&folded::frame_text(f));
-        }
-    } else {
-        for a in &s.ustack {
-            sep(&mut out);
-            let _ = write!(out, "0x{a:x}");
-        }
-        for a in &s.kstack {
-            sep(&mut out);
-            let _ = write!(out, "0x{a:x}_[k]");
-        }
-    }
-    if out.is_empty() {
-        out.push_str("[no frames]");
-    }
+    let mut out = folded::stack_text::<&str>(&[], &folded::frames_or_addresses(s));
     if let (Kind::Off, Some(st)) = (s.kind, s.state) {
         let has_leaf = s.frames.last().is_some_and(|f| State::from_leaf_name(&f.func).is_some());
         if !has_leaf {

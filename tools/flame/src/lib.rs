@@ -200,7 +200,7 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool) -> Vec<(std::borrow::Cow
         .stream
         .iter()
         .map(|((_, pid, k), m)| match names.get(pid) {
-            Some(root) => (Cow::Owned(format!("{};{k}", wallclock_stream::folded::sanitize(root))), *m),
+            Some(root) => (Cow::Owned(format!("{};{k}", wallclock_stream::folded::escape(root))), *m),
             None => (Cow::Borrowed(k.as_str()), *m),
         })
         .collect();

@@ -101,12 +101,16 @@ pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: 
     iopt.min_width = opts.min_width;
     iopt.colors = opts.colors;
     iopt.deterministic = true;
-    iopt.no_sort = true;
+    // Our frame-by-frame order (children of a frame adjacent) is not byte
+    // order when a name continues a sibling's with a byte below `;`
+    // (`f` beside `f::{closure#0}`), and no_sort would fail inferno's byte
+    // order check: flame-chart mode takes the lines as given, reversed.
+    iopt.flame_chart = true;
     if opts.inverted {
         iopt.direction = Direction::Inverted;
     }
     let mut svg = Vec::with_capacity(lines.len() / 2 + (boxes.len() * 300));
-    flamegraph::from_lines(&mut iopt, lines.split('\n'), &mut svg)?;
+    flamegraph::from_lines(&mut iopt, lines.split('\n').rev(), &mut svg)?;
     let svg = String::from_utf8(svg).map_err(|_| anyhow::anyhow!("internal: inferno wrote invalid UTF-8"))?;
     rewrite(&svg, &boxes, total, opts, &mut out)?;
     Ok(out.flush()?)

@@ -1,7 +1,6 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::io::BufRead;
 use std::path::PathBuf;
 
@@ -10,6 +9,8 @@ use wallclock_stream::accounting::{
     kind_leaf, merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
 };
 use wallclock_stream::cli::open_input;
+use wallclock_stream::fasthash::FastMap;
+use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
     Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread,
 };
@@ -41,40 +42,6 @@ pub struct Merger {
     /// Samples per thread over all inputs: the denominators.
     thread_samples: HashMap<(u32, u32), u64>,
     agg: FastMap<Key, Agg>,
-}
-
-/// A HashMap with a fast non-cryptographic hash (FxHash's multiply-rotate):
-/// the keys are our own stacks, not adversarial input worth SipHash's cost.
-pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-
-#[derive(Default)]
-pub(crate) struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
-        }
-        for b in chunks.remainder() {
-            self.write_u64(*b as u64);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64);
-    }
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(n as u64);
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// GPU activity, device, stream, name.
@@ -142,7 +109,7 @@ impl Merger {
 
     /// Read one input (`name` is for error messages).
     pub fn read<R: BufRead>(&mut self, role: InputRole, mut r: R, name: &str) -> Result<()> {
-        let perf_script = starts_like_perf_script(&mut r);
+        let perf_script = r.fill_buf().is_ok_and(|b| sniff(b) == InputKind::PerfScript);
         let mut header_seen = false;
         let mut freq = self.opts.freq;
         for rec in Reader::new(r, name, ReaderOptions::default()) {
@@ -323,22 +290,6 @@ impl Merger {
         crate::symbolize::name_frames(&mut merged);
         merged
     }
-}
-
-/// Peek (without consuming) at the first line: `comm pid [cpu] time: period event:`.
-fn starts_like_perf_script<R: BufRead>(r: &mut R) -> bool {
-    let Ok(buf) = r.fill_buf() else { return false };
-    if wallclock_stream::binary::starts_binary(buf) {
-        return false;
-    }
-    let text = String::from_utf8_lossy(buf);
-    let Some(first) = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')) else { return false };
-    if first.starts_with('{') || !first.ends_with(':') {
-        return false;
-    }
-    first.split_whitespace().any(|w| {
-        w.strip_suffix(':').is_some_and(|t| t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.'))
-    })
 }
 
 /// The merged view.

@@ -12,15 +12,15 @@ use crate::{Merged, Options};
 /// Frames for display: symbolized frames, else the raw addresses in hex
 /// (user root first, then kernel), then the state leaf.
 pub fn display_frames(s: &Stack) -> Cow<'_, [Frame]> {
-    if !s.frames.is_empty() {
-        return Cow::Borrowed(&s.frames);
+    let frames = folded::frames_or_addresses(s);
+    match (&frames, kind_leaf(s)) {
+        (Cow::Owned(_), Some(leaf)) => {
+            let mut v = frames.into_owned();
+            v.push(Frame::named(leaf));
+            Cow::Owned(v)
+        }
+        _ => frames,
     }
-    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
-    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
-    if let Some(leaf) = kind_leaf(s) {
-        v.push(Frame::named(leaf));
-    }
-    Cow::Owned(v)
 }
 
 /// The root frame of a folded line: the process, `NAME (PID)` (its main
@@ -52,11 +52,10 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
 pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
     let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.stacks.len());
     for s in &m.stacks {
-        let prefix: Vec<String> = root_of(s, m, opts).into_iter().collect();
-        let mut text = Vec::new();
-        folded::write_line(&mut text, &prefix, &display_frames(s), s.kind, 0)?;
-        // Strip the " 0\n" placeholder value: the key is the stack text.
-        text.truncate(text.len() - 3);
+        let root = root_of(s, m, opts);
+        let mut text = folded::stack_text(root.as_slice(), &display_frames(s));
+        text.push_str(s.kind.marker());
+        let text = text.into_bytes();
         lines.push((text, s.ns));
     }
     // Different stacks can print the same line (threads under one process

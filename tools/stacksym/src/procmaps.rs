@@ -14,27 +14,7 @@ pub fn is_live(pid: u32) -> bool {
 /// Every mapping of `pid` (anonymous ones with an empty path), or `None`
 /// when the process is gone or unreadable.
 pub fn read_proc_maps(pid: u32) -> Option<Vec<MapEntry>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(text.lines().filter_map(parse_maps_line).collect())
-}
-
-/// One line of `/proc/PID/maps`: `start-end perms offset dev inode [path]`.
-pub fn parse_maps_line(line: &str) -> Option<MapEntry> {
-    let mut it = line.splitn(6, ' ');
-    let range = it.next()?;
-    let _perms = it.next()?;
-    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
-    let _dev = it.next()?;
-    let _inode = it.next()?;
-    let path = it.next().unwrap_or("").trim_start().to_string();
-    let (s, e) = range.split_once('-')?;
-    Some(MapEntry {
-        start: u64::from_str_radix(s, 16).ok()?,
-        end: u64::from_str_radix(e, 16).ok()?,
-        offset,
-        path,
-        build_id: None,
-    })
+    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| m.entry).collect())
 }
 
 /// The mapping holding `addr`; later entries win (a newer Maps record).
@@ -95,13 +75,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_maps_lines() {
-        let m = parse_maps_line("55d0c0a00000-55d0c0a21000 r-xp 00002000 08:01 1234     /usr/bin/prog").unwrap();
-        assert_eq!((m.start, m.end, m.offset, m.path.as_str()), (0x55d0c0a00000, 0x55d0c0a21000, 0x2000, "/usr/bin/prog"));
-        let anon = parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
-        assert_eq!(anon.path, "");
-        assert!(!is_file(&anon));
-        assert!(parse_maps_line("garbage").is_none());
+    fn anonymous_is_not_a_file() {
+        let anon = wallclock_stream::procmaps::parse_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
+        assert!(!is_file(&anon.entry));
     }
 
     #[test]

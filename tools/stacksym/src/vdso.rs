@@ -11,11 +11,9 @@ pub struct VdsoFile {
 
 impl VdsoFile {
     pub fn create() -> Option<VdsoFile> {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-        let (range, _) = line.split_once(' ')?;
-        let (a, b) = range.split_once('-')?;
-        let (start, end) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+        let maps = wallclock_stream::procmaps::read(std::process::id())?;
+        let vdso = maps.into_iter().find(|m| m.entry.path == "[vdso]")?.entry;
+        let (start, end) = (usize::try_from(vdso.start).ok()?, usize::try_from(vdso.end).ok()?);
         if end <= start || end - start > 1 << 20 {
             return None;
         }

@@ -123,27 +123,19 @@ pub struct TopStack {
 
 /// Frames of a stack for display: frames, else hex addresses.
 pub fn display_frames(s: &Stack) -> Vec<Frame> {
-    if !s.frames.is_empty() {
-        return s.frames.clone();
-    }
-    let mut v: Vec<Frame> = s.ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
-    v.extend(s.kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
-    v
+    wallclock_stream::folded::frames_or_addresses(s).into_owned()
 }
 
+/// The stack's folded text (the one rule every tool writes), its kind's
+/// leaf appended once.
 fn stack_text(s: &Stack) -> String {
-    let mut names: Vec<String> = display_frames(s).iter().map(wallclock_stream::folded::frame_text).collect();
-    let leaf = kind_leaf(s);
-    if let Some(leaf) = leaf {
-        if names.last() != Some(&leaf) {
-            names.push(leaf);
+    let mut frames = display_frames(s);
+    if let Some(leaf) = kind_leaf(s) {
+        if frames.last().map(|f| &f.func) != Some(&leaf) {
+            frames.push(Frame::named(leaf));
         }
     }
-    if names.is_empty() {
-        "[no frames]".to_string()
-    } else {
-        names.join(";")
-    }
+    wallclock_stream::folded::stack_text::<&str>(&[], &frames)
 }
 
 pub(crate) fn pct(part: u64, whole: Option<u64>) -> Option<f64> {
