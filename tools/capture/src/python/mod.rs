@@ -1,0 +1,4 @@
+//! Python (CPython) support in the capture: what the unwinder needs to walk
+//! through the code CPython generates at run time.
+
+pub mod trampoline;
