@@ -149,10 +149,13 @@ fn check(stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
         let truth = t.cpu_ns as f64 * 100.0 / t.wall_ns as f64;
         let example = mine.iter().max_by_key(|(s, _)| s.ns).map(|(s, _)| s.frames.join(";")).unwrap_or_default();
         eprintln!(
-            "{} {}: {:.1} ms in stacks ({:.1}% with its chain, {:.1}% from the root), on-CPU {share:.1}% vs measured {truth:.1}%",
+            "{} {}: {:.1} ms in stacks, {:.1} ms on-CPU (measured: {:.1} ms, {:.1} ms) ({:.1}% with its chain, {:.1}% from the root), on-CPU {share:.1}% vs measured {truth:.1}%",
             t.tid,
             t.func,
             total as f64 / 1e6,
+            on as f64 / 1e6,
+            t.wall_ns as f64 / 1e6,
+            t.cpu_ns as f64 / 1e6,
             chained as f64 * 100.0 / total as f64,
             rooted as f64 * 100.0 / total as f64
         );
@@ -172,11 +175,21 @@ fn check(stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
 
 #[test]
 fn perf_trampolines_give_whole_stacks_on_312() {
+    perf_trampolines(12);
+}
+
+#[test]
+fn perf_trampolines_give_whole_stacks_on_313() {
+    perf_trampolines(13);
+}
+
+/// `python3.MINOR -X perf`: whole stacks through the perf trampolines.
+fn perf_trampolines(minor: u32) {
     if skip() {
         return;
     }
-    let Some(py) = pyenv(12) else { return };
-    let (stacks, truth) = profile("python-xperf-312", &py, &["-X", "perf"], "2");
+    let Some(py) = pyenv(minor) else { return };
+    let (stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2");
     let gil = check(&stacks, &truth);
     assert_eq!(gil.len(), 2, "two spin threads");
     // An off-CPU interval keeps the state it began in: a thread woken

@@ -51,13 +51,19 @@ def measured(leaf, *args):
     cpu = wall = 0.0
     runq = 0
     sched = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    buf = ctypes.create_string_buffer(128)
     while not stop.is_set():
-        q0 = waited(sched)
-        c0, w0 = time.thread_time(), time.perf_counter()
+        q0 = waited(sched, buf)
+        # The wall clock (vDSO) read just around the call; the CPU clock
+        # (a system call, where the thread can be preempted) outside it.
+        c0 = time.thread_time()
+        w0 = time.perf_counter()
         leaf(*args)
-        cpu += time.thread_time() - c0
-        wall += time.perf_counter() - w0
-        runq += waited(sched) - q0
+        w1 = time.perf_counter()
+        c1 = time.thread_time()
+        cpu += c1 - c0
+        wall += w1 - w0
+        runq += waited(sched, buf) - q0
     os.close(sched)
     with results_lock:
         results.append({"tid": threading.get_native_id(), "func": leaf.__name__, "chain": chain + [leaf.__name__],
@@ -68,12 +74,13 @@ def measured(leaf, *args):
 # waiting to take it back would land inside the measured window.
 libc = ctypes.PyDLL(None)
 libc.pread.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_long]
-buf = ctypes.create_string_buffer(128)
 
 
-def waited(fd):
+def waited(fd, buf):
     """Nanoseconds this thread has waited for a CPU (runnable), from the
-    second field of its /proc schedstat: what is off-CPU but not blocked."""
+    second field of its /proc schedstat: what is off-CPU but not blocked.
+    (`buf` is the thread's own: another could run between the read and
+    the parse.)"""
     n = libc.pread(fd, buf, 127, 0)
     return int(buf.raw[:n].split()[1])
 
