@@ -8,7 +8,7 @@
 
 mod util;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -60,7 +60,7 @@ struct Stack {
 }
 
 /// Profile the workload with `python args...` under scripts/wallclock.
-fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str) -> (Vec<Stack>, Vec<Truth>) {
+fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
     let dir = util::scratch(name);
     let truth = dir.join("truth.jsonl");
     let prefix = dir.join("p");
@@ -106,7 +106,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str) -> (Vec<Stac
             }
         })
         .collect();
-    (stacks, truth)
+    (prefix, stacks, truth)
 }
 
 /// The Python function a frame names: `py::NAME:FILE` (perf map, -X perf)
@@ -131,10 +131,10 @@ const ROOTS: [&str; 3] = ["_start", "clone3", "clone"];
 /// Check every measured function against the stream: named, with its whole
 /// Python chain, over a native stack from `_start` (`clone3` in threads); its on-CPU share within
 /// 3 points. Returns, for each `spin` thread, the GIL-wait share of its
-/// time the profile shows (off-CPU in take_gil, switched out blocked), and
+/// time the profile shows (off-CPU under `[GIL]`, as wcreport counts it), and
 /// the shares it measured blocked (wall - CPU - runnable: in `spin` only
 /// the GIL blocks it) and runnable.
-fn check(stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
+fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
     let mut gil = Vec::new();
     assert!(truth.len() >= 6, "the workload reported {} functions", truth.len());
     for t in truth {
@@ -162,9 +162,27 @@ fn check(stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
         assert!(chained * 100 >= total * 95, "{}: chain {:?} in under 95% of its time; e.g. {example}", t.func, t.chain);
         assert!(rooted * 100 >= total * 95, "{}: under 95% of its time from a thread's first frame; e.g. {example}", t.func);
         assert!((share - truth).abs() <= 3.0, "{} (tid {}): on-CPU {share:.1}% vs measured {truth:.1}%", t.func, t.tid);
+        // The GIL wait: a [GIL] frame right above take_gil, under the function.
+        for (s, _) in &mine {
+            if let Some(i) = s.frames.iter().position(|f| f == "take_gil").filter(|_| s.kind == "off") {
+                assert_eq!(s.frames[i - 1], "[GIL]", "{}", s.frames.join(";"));
+            }
+        }
         if t.func == "spin" {
-            let waited: u64 =
-                mine.iter().filter(|(s, _)| s.kind == "off" && s.state != "R" && s.frames.iter().any(|f| f == "take_gil")).map(|(s, _)| s.ns).sum();
+            let waited: u64 = mine.iter().filter(|(s, _)| s.frames.iter().any(|f| f == "[GIL]")).map(|(s, _)| s.ns).sum();
+            let report = util::ok("wcreport", &["--json", prefix.with_extension("stream").to_str().unwrap()], b"");
+            let v: Value = serde_json::from_str(&report).unwrap();
+            let th = v["threads"].as_array().unwrap().iter().find(|th| th["tid"] == t.tid).expect("thread in the report");
+            let all: u64 = stacks
+                .iter()
+                .filter(|s| s.tid == t.tid && s.kind == "off" && s.frames.iter().any(|f| f == "[GIL]"))
+                .map(|s| s.ns)
+                .sum();
+            assert!(all >= waited);
+            assert_eq!(th["gil_ns"].as_u64(), Some(all), "wcreport's figure is the thread's [GIL] stacks' time");
+            let txt = util::ok("wcreport", &[prefix.with_extension("stream").to_str().unwrap()], b"");
+            let line = format!("waiting for the GIL {}", wallclock_stream::units::human_ns(all));
+            assert!(txt.contains(&line), "{line} not in\n{txt}");
             let blocked = t.wall_ns.saturating_sub(t.cpu_ns + t.runq_ns);
             let pct = |ns: u64| ns as f64 * 100.0 / t.wall_ns as f64;
             gil.push((waited as f64 * 100.0 / total as f64, pct(blocked), pct(t.runq_ns)));
@@ -189,8 +207,8 @@ fn perf_trampolines(minor: u32) {
         return;
     }
     let Some(py) = pyenv(minor) else { return };
-    let (stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2");
-    let gil = check(&stacks, &truth);
+    let (prefix, stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2");
+    let gil = check(&prefix, &stacks, &truth);
     assert_eq!(gil.len(), 2, "two spin threads");
     // An off-CPU interval keeps the state it began in: a thread woken
     // from take_gil, then runnable until a CPU is free, shows that wait in
