@@ -9,7 +9,8 @@
 mod util;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -53,31 +54,47 @@ struct Truth {
 /// A stack of the merged stream: kind, tid, frames (root first), ns.
 struct Stack {
     kind: String,
-    state: String,
     tid: u64,
     frames: Vec<String>,
     ns: u64,
 }
 
-/// Profile the workload with `python args...` under scripts/wallclock.
-fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
+/// Profile the workload with `python args...` under scripts/wallclock:
+/// launched by it (`-- python ...`), or, with `attach`, started first and
+/// captured by pid once it runs (it waits for a go file).
+fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
     let dir = util::scratch(name);
     let truth = dir.join("truth.jsonl");
+    let go = dir.join("go");
     let prefix = dir.join("p");
-    let out = Command::new("bash")
-        .arg(util::root().join("scripts/wallclock"))
-        .arg("-o")
-        .arg(&prefix)
-        .arg("--")
-        .arg(python)
-        .args(args)
-        .arg(util::root().join("tests/programs/python/workload.py"))
-        .arg(secs)
-        .arg(&truth)
-        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
-        .output()
-        .expect("run scripts/wallclock");
-    assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut py = Command::new(python);
+    py.args(args).arg(util::root().join("tests/programs/python/workload.py")).arg(secs).arg(&truth);
+    let mut wc = Command::new("bash");
+    wc.arg(util::root().join("scripts/wallclock")).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    let out = if attach {
+        let mut target = py.arg(&go).spawn().expect("start python");
+        let mut child = wc.args(["-d", "60", &target.id().to_string()]).stderr(Stdio::piped()).spawn().unwrap();
+        // Go once both capture tools are attached.
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        while !said.contains("wallclock: capturing") {
+            let mut l = String::new();
+            assert!(err.read_line(&mut l).unwrap() > 0, "wallclock ended before capturing: {said}");
+            said.push_str(&l);
+        }
+        std::fs::write(&go, "").unwrap();
+        assert!(target.wait().unwrap().success(), "the workload failed");
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        let st = child.wait().unwrap();
+        assert!(st.success(), "wallclock PID failed: {said}{rest}");
+        None
+    } else {
+        Some(wc.arg("--").arg(py.get_program()).args(py.get_args()).output().expect("run scripts/wallclock"))
+    };
+    if let Some(out) = out {
+        assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let stream = std::fs::read_to_string(prefix.with_extension("stream")).unwrap();
     let stacks = stream
         .lines()
@@ -85,7 +102,6 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str) -> (PathBuf,
         .filter(|r| r["type"] == "stack")
         .map(|r| Stack {
             kind: r["kind"].as_str().unwrap().to_string(),
-            state: r["state"].as_str().unwrap_or("").to_string(),
             tid: r["tid"].as_u64().unwrap(),
             frames: r["frames"].as_array().unwrap().iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect(),
             ns: r["ns"].as_u64().unwrap(),
@@ -201,13 +217,25 @@ fn perf_trampolines_give_whole_stacks_on_313() {
     perf_trampolines(13);
 }
 
+/// `wallclock PID` on an interpreter already running (with -X perf): the
+/// same whole stacks as when wallclock launched it.
+#[test]
+fn attach_to_a_running_312_with_x_perf() {
+    if skip() {
+        return;
+    }
+    let Some(py) = pyenv(12) else { return };
+    let (prefix, stacks, truth) = profile("python-attach-312", &py, &["-X", "perf"], "1.5", true);
+    check(&prefix, &stacks, &truth);
+}
+
 /// `python3.MINOR -X perf`: whole stacks through the perf trampolines.
 fn perf_trampolines(minor: u32) {
     if skip() {
         return;
     }
     let Some(py) = pyenv(minor) else { return };
-    let (prefix, stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2");
+    let (prefix, stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2", false);
     let gil = check(&prefix, &stacks, &truth);
     assert_eq!(gil.len(), 2, "two spin threads");
     // An off-CPU interval keeps the state it began in: a thread woken
