@@ -62,7 +62,7 @@ struct Stack {
 /// Profile the workload with `python args...` under scripts/wallclock:
 /// launched by it (`-- python ...`), or, with `attach`, started first and
 /// captured by pid once it runs (it waits for a go file).
-fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
+fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool, wc_args: &[&str]) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
     let dir = util::scratch(name);
     let truth = dir.join("truth.jsonl");
     let go = dir.join("go");
@@ -70,7 +70,8 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
     let mut py = Command::new(python);
     py.args(args).arg(util::root().join("tests/programs/python/workload.py")).arg(secs).arg(&truth);
     let mut wc = Command::new("bash");
-    wc.arg(util::root().join("scripts/wallclock")).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    wc.arg(util::root().join("scripts/wallclock")).args(wc_args).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    wc.env_remove("PYTHONPERFSUPPORT");
     let out = if attach {
         let mut target = py.arg(&go).spawn().expect("start python");
         let mut child = wc.args(["-d", "60", &target.id().to_string()]).stderr(Stdio::piped()).spawn().unwrap();
@@ -225,8 +226,24 @@ fn attach_to_a_running_312_with_x_perf() {
         return;
     }
     let Some(py) = pyenv(12) else { return };
-    let (prefix, stacks, truth) = profile("python-attach-312", &py, &["-X", "perf"], "1.5", true);
+    let (prefix, stacks, truth) = profile("python-attach-312", &py, &["-X", "perf"], "1.5", true, &[]);
     check(&prefix, &stacks, &truth);
+}
+
+/// `wallclock -- python3.12 app.py`, no flag: wallclock starts it with
+/// PYTHONPERFSUPPORT=1, the same whole stacks as -X perf; with
+/// --no-python-perf, as it was (no Python frame at all).
+#[test]
+fn launched_312_has_python_frames_without_flags() {
+    if skip() {
+        return;
+    }
+    let Some(py) = pyenv(12) else { return };
+    let (prefix, stacks, truth) = profile("python-noflag-312", &py, &[], "1.5", false, &[]);
+    check(&prefix, &stacks, &truth);
+    let (_, stacks, _) = profile("python-asis-312", &py, &[], "0.5", false, &["--no-python-perf"]);
+    assert!(!stacks.is_empty());
+    assert!(stacks.iter().all(|s| !s.frames.iter().any(|f| f.starts_with("py::"))), "py:: frames with --no-python-perf");
 }
 
 /// `python3.MINOR -X perf`: whole stacks through the perf trampolines.
@@ -235,7 +252,7 @@ fn perf_trampolines(minor: u32) {
         return;
     }
     let Some(py) = pyenv(minor) else { return };
-    let (prefix, stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2", false);
+    let (prefix, stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2", false, &[]);
     let gil = check(&prefix, &stacks, &truth);
     assert_eq!(gil.len(), 2, "two spin threads");
     // An off-CPU interval keeps the state it began in: a thread woken
