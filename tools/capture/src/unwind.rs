@@ -174,6 +174,7 @@ impl Unwind {
         self.refresh(parent);
         let Some(p) = self.procs.get(&parent) else { return };
         let (exe, maps) = (p.exe, p.maps.clone());
+        self.trampolines.fork(parent, child);
         let mut proc = Proc::new(exe);
         self.add_maps(&mut proc, maps);
         self.procs.insert(child, proc);

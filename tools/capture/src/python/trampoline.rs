@@ -38,7 +38,9 @@ const MAX_RELOADS: u32 = 256;
 struct PerfMap {
     /// (start, is the trampoline's code) of each `py::` entry of its size, sorted.
     entries: Vec<(u64, Option<bool>)>,
-    /// Length of the file when it was read: a longer file has new entries.
+    /// Bytes of the file read so far (whole lines): the file only grows,
+    /// so a reload reads what was appended since (a JIT runtime's map can
+    /// be megabytes).
     len: u64,
     reloads: u32,
 }
@@ -69,6 +71,15 @@ impl Trampolines {
             _ => return None,
         };
         Some(Step { ret: read(ra_at)?, sp: ra_at + 8 })
+    }
+
+    /// A forked `child` runs its parent's trampolines at the same
+    /// addresses before it lists any in its own map.
+    pub fn fork(&mut self, parent: u32, child: u32) {
+        if let Some(p) = self.procs.get(&parent) {
+            let entries = p.entries.clone();
+            self.procs.insert(child, PerfMap { entries, ..Default::default() });
+        }
     }
 
     /// Offset of `pc` from the start of the checked trampoline holding it
@@ -102,23 +113,29 @@ fn find(entries: &[(u64, Option<bool>)], pc: u64) -> Option<usize> {
 }
 
 fn load(pid: u32, pm: &mut PerfMap, len: u64) {
-    let Ok(text) = std::fs::read_to_string(path(pid)) else { return };
-    let known: HashMap<u64, Option<bool>> = pm.entries.iter().copied().collect();
-    let mut v: Vec<(u64, Option<bool>)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ' ');
-            let start = u64::from_str_radix(f.next()?, 16).ok()?;
-            let size = u64::from_str_radix(f.next()?, 16).ok()?;
-            let name = f.next()?;
-            (size == CODE.len() as u64 && name.starts_with("py::")).then_some(start)
-        })
-        .map(|s| (s, known.get(&s).copied().flatten()))
-        .collect();
-    v.sort_unstable_by_key(|e| e.0);
-    v.dedup_by_key(|e| e.0);
-    pm.entries = v;
-    pm.len = len;
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path(pid)) else { return };
+    let mut text = Vec::new();
+    if f.seek(SeekFrom::Start(pm.len)).is_err() || f.take(len - pm.len).read_to_end(&mut text).is_err() {
+        return;
+    }
+    // Whole lines only: a line being written is read at the next reload.
+    let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let text = String::from_utf8_lossy(&text[..whole]);
+    let before = pm.entries.len();
+    pm.entries.extend(text.lines().filter_map(|l| {
+        let mut f = l.splitn(3, ' ');
+        let start = u64::from_str_radix(f.next()?, 16).ok()?;
+        let size = u64::from_str_radix(f.next()?, 16).ok()?;
+        let name = f.next()?;
+        (size == CODE.len() as u64 && name.starts_with("py::")).then_some((start, None))
+    }));
+    if pm.entries.len() > before {
+        // A start seen before keeps what its check found.
+        pm.entries.sort_by_key(|e| (e.0, e.1.is_none()));
+        pm.entries.dedup_by_key(|e| e.0);
+    }
+    pm.len += whole as u64;
 }
 
 /// Whether the code at `start` in `pid` is the trampoline; true when it
@@ -135,6 +152,23 @@ fn code_matches(pid: u32, start: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_map_is_read_as_it_grows() {
+        let pid = 0x7fff_fff0 - std::process::id();
+        let p = path(pid);
+        std::fs::write(&p, "1000 b py::f:a.py\n2000 40 node::g\n100b b py::g").unwrap();
+        let mut pm = PerfMap::default();
+        load(pid, &mut pm, std::fs::metadata(&p).unwrap().len());
+        assert_eq!(pm.entries, vec![(0x1000, None)]);
+        // The unfinished last line, once finished, and a new one.
+        std::fs::write(&p, "1000 b py::f:a.py\n2000 40 node::g\n100b b py::g:b.py\n3000 b py::h:c.py\n").unwrap();
+        pm.entries[0].1 = Some(true);
+        load(pid, &mut pm, std::fs::metadata(&p).unwrap().len());
+        assert_eq!(pm.entries, vec![(0x1000, Some(true)), (0x100b, None), (0x3000, None)]);
+        assert_eq!(pm.len, std::fs::metadata(&p).unwrap().len());
+        std::fs::remove_file(&p).unwrap();
+    }
 
     fn with(entries: &[u64]) -> Trampolines {
         let mut t = Trampolines::default();
