@@ -15,6 +15,7 @@ pub mod output;
 pub mod privs;
 pub mod session;
 pub mod procfs;
+pub mod python;
 pub mod signal;
 pub mod steal;
 pub mod target;

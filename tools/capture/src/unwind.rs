@@ -18,6 +18,8 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
 
+use crate::python::trampoline::Trampolines;
+
 /// The kernel maps nothing below this (vm.mmap_min_addr's default).
 const MIN_CODE_ADDR: u64 = 0x10000;
 const MAX_FRAMES: usize = 256;
@@ -98,6 +100,8 @@ pub struct Unwind {
     reloads: HashMap<u32, u32>,
     /// Inode of the executable each pid ran at its last exec event.
     exec_ino: HashMap<u32, u64>,
+    /// CPython's `-X perf` trampolines (anonymous code without unwind info).
+    trampolines: Trampolines,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -161,6 +165,7 @@ impl Unwind {
         self.refresh(parent);
         let Some(p) = self.procs.get(&parent) else { return };
         let (exe, maps) = (p.exe, p.maps.clone());
+        self.trampolines.fork(parent, child);
         let mut proc = Proc::new(exe);
         self.add_maps(&mut proc, maps);
         self.procs.insert(child, proc);
@@ -233,18 +238,16 @@ impl Unwind {
 
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
         let Some(p) = self.procs.get_mut(&pid) else { return vec![ip] };
-        let mut read = |addr: u64| -> Result<u64, ()> {
+        let read = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
             let b = stack.get(off..off + 8).ok_or(())?;
             Ok(u64::from_le_bytes(b.try_into().unwrap()))
         };
         let mut out = Vec::new();
-        let mut it = p.unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), &mut p.cache, &mut read);
-        while let Ok(Some(f)) = it.next() {
-            let a = match f {
-                FrameAddress::InstructionPointer(a) => a,
-                FrameAddress::ReturnAddress(a) => a.get(),
-            };
+        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
+        let mut addr = FrameAddress::from_instruction_pointer(ip);
+        loop {
+            let a = addr.address();
             // Below vm.mmap_min_addr no code can be mapped: not a return
             // address but the end of the stack (a thread stopped in _start
             // has argc where a caller's address would be).
@@ -254,6 +257,21 @@ impl Unwind {
             out.push(a);
             if out.len() >= MAX_FRAMES {
                 break;
+            }
+            // Code outside every file mapping may be a CPython trampoline.
+            let anon = !p.maps.iter().any(|m| a >= m.start && a < m.end);
+            let leaf = !addr.is_return_address();
+            let step = anon.then(|| self.trampolines.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
+            let ret = match step {
+                Some(s) => {
+                    regs.set_sp(s.sp);
+                    Some(s.ret)
+                }
+                None => p.unwinder.unwind_frame(addr, &mut regs, &mut p.cache, &mut { read }).ok().flatten(),
+            };
+            match ret.and_then(FrameAddress::from_return_address) {
+                Some(next) => addr = next,
+                None => break,
             }
         }
         if out.is_empty() {

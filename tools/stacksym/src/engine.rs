@@ -25,6 +25,7 @@ use blazesym::symbolize::{Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
 use wallclock_stream::{Frame, MapEntry, Maps, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
+use crate::gil;
 use crate::names;
 use crate::procmaps::{self, PerfMap};
 
@@ -242,6 +243,10 @@ impl Engine {
                     if !first {
                         buf.push(b',');
                     }
+                    if matches!(space, Space::User(_)) && gil::before(s, f) {
+                        buf.extend_from_slice(gil::GIL_JSON.as_bytes());
+                        buf.push(b',');
+                    }
                     buf.extend_from_slice(f.as_bytes());
                     first = false;
                 }
@@ -257,6 +262,10 @@ impl Engine {
             for (i, &a) in addrs.iter().enumerate() {
                 let key = (space, a, i + 1 < addrs.len());
                 let Some(json) = self.cache.get(&key) else { continue };
+                if matches!(space, Space::User(_)) && gil::before(s, json) {
+                    wallclock_stream::binary::encode_frames(&[gil::frame()], buf).expect("a Frame encodes");
+                    n += 1;
+                }
                 let (k, bytes) = self.bin_cache.entry(key).or_insert_with(|| {
                     let frames: Vec<Frame> =
                         serde_json::from_str(&format!("[{json}]")).expect("frames we serialized ourselves");

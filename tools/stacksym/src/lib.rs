@@ -30,6 +30,7 @@
 
 mod debugfile;
 mod engine;
+mod gil;
 mod names;
 mod procmaps;
 mod vdso;

@@ -16,7 +16,9 @@
 //! then the library call and the kernel reason
 //! (`write_journal → fdatasync → [D] folio_wait_writeback`, see
 //! [`functions`]). One section per process, heaviest first. The modules
-//! whose time has no name, with what to install ([`names`]).
+//! whose time has no name, with what to install ([`names`]). For a Python
+//! (CPython) thread, its off-CPU time waiting for the GIL (`gil_ns`: the
+//! stacks under the `[GIL]` frame stacksym adds above `take_gil`).
 //! When the input has GPU records, a GPU section (`gpu` in the JSON, see
 //! [`gpu`]): busy time per device, top kernels by time and by count with
 //! their mean launch-to-start delay, copies, memsets, the CPU's waits in

@@ -14,6 +14,8 @@ use crate::names::{unnamed_modules, UnnamedModule};
 /// Frame names of the synthetic stacks that keep time nobody could attribute.
 pub const SHORT_BLOCKS: &str = "[short blocks]";
 pub const LOST_STACK: &str = "[lost stack]";
+/// The frame stacksym puts above CPython's `take_gil` in off-CPU stacks.
+pub const GIL_FRAME: &str = "[GIL]";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -87,6 +89,10 @@ pub struct ThreadReport {
     /// Its time waiting in GPU synchronizations (CPU time, already inside
     /// its on/off-CPU time when those were captured; never added to them).
     pub gpu_sync_ns: u64,
+    /// Its off-CPU time waiting for CPython's GIL (stacks holding the
+    /// `[GIL]` frame stacksym adds above `take_gil`); absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gil_ns: u64,
     /// Stacks of unknown kind (plain folded input without markers).
     pub other_ns: u64,
     /// (on + off) / alive, percent.
@@ -298,6 +304,7 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize, modules: &
         off_total_ns,
         gpu_ns: ss.iter().filter(|s| gpu::is_device_work(s)).map(|s| s.ns).sum(),
         gpu_sync_ns: ss.iter().filter(|s| s.kind == Kind::Gpu && !gpu::is_device_work(s)).map(|s| s.ns).sum(),
+        gil_ns: ss.iter().filter(|s| s.kind == Kind::Off && has(s, GIL_FRAME)).map(|s| s.ns).sum(),
         other_ns: sum(Kind::Other),
         coverage_pct: pct(on_ns + off_total_ns, alive_ns),
         short_blocks_ns,
@@ -307,6 +314,10 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize, modules: &
         functions_rest_ns: 0,
         functions_rest: 0,
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The `n` heaviest stacks of a kind, identical texts summed.

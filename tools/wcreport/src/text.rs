@@ -225,6 +225,9 @@ pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
     if t.gpu_sync_ns > 0 {
         let _ = writeln!(s, "  waiting in GPU synchronization {}{}", h(t.gpu_sync_ns), share(t.gpu_sync_ns));
     }
+    if t.gil_ns > 0 {
+        let _ = writeln!(s, "  of the off-CPU time, waiting for the GIL {}{}", h(t.gil_ns), share(t.gil_ns));
+    }
     let _ = writeln!(s, "  [short blocks] {}   [lost stack] {}", h(t.short_blocks_ns), h(t.lost_stack_ns));
     // The whole stacks stay in the folded files and in --json.
     s.push_str(&crate::text_where::where_time_went(t, max_parts));

@@ -1,0 +1,266 @@
+//! Python programs profiled end to end (`scripts/wallclock -- python ...`),
+//! as root, against a workload that measures its own time per function
+//! (tests/programs/python/workload.py): every Python function is named with
+//! its Python callers in order, the native stack goes on down to `_start`,
+//! and each function's on-CPU share of its time is the one it measured.
+//! The pythons are pyenv's (~/.pyenv/versions); a test whose python is not
+//! installed skips, saying so.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn skip() -> bool {
+    if !util::is_root() {
+        eprintln!("SKIPPED: Python capture tests need root (BPF)");
+        return true;
+    }
+    false
+}
+
+/// pyenv's python of minor version `minor` (3.minor.*), if installed.
+fn pyenv(minor: u32) -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
+    let dir = std::fs::read_dir(home.join(".pyenv/versions")).ok()?;
+    let mut found: Vec<PathBuf> = dir
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("3.{minor}.")))
+        .map(|e| e.path().join(format!("bin/python3.{minor}")))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    let p = found.pop();
+    if p.is_none() {
+        eprintln!("SKIPPED: no pyenv python 3.{minor} under ~/.pyenv/versions");
+    }
+    p
+}
+
+/// One leaf function of one thread, as the workload measured it.
+struct Truth {
+    tid: u64,
+    func: String,
+    chain: Vec<String>,
+    cpu_ns: u64,
+    wall_ns: u64,
+    /// Of wall_ns, runnable (waiting for a CPU).
+    runq_ns: u64,
+}
+
+/// A stack of the merged stream: kind, tid, frames (root first), ns.
+struct Stack {
+    kind: String,
+    tid: u64,
+    frames: Vec<String>,
+    ns: u64,
+}
+
+/// Profile the workload with `python args...` under scripts/wallclock:
+/// launched by it (`-- python ...`), or, with `attach`, started first and
+/// captured by pid once it runs (it waits for a go file).
+fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool, wc_args: &[&str]) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
+    let dir = util::scratch(name);
+    let truth = dir.join("truth.jsonl");
+    let go = dir.join("go");
+    let prefix = dir.join("p");
+    let mut py = Command::new(python);
+    py.args(args).arg(util::root().join("tests/programs/python/workload.py")).arg(secs).arg(&truth);
+    let mut wc = Command::new("bash");
+    wc.arg(util::root().join("scripts/wallclock")).args(wc_args).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    wc.env_remove("PYTHONPERFSUPPORT");
+    let out = if attach {
+        let mut target = py.arg(&go).spawn().expect("start python");
+        let mut child = wc.args(["-d", "60", &target.id().to_string()]).stderr(Stdio::piped()).spawn().unwrap();
+        // Go once both capture tools are attached.
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        while !said.contains("wallclock: capturing") {
+            let mut l = String::new();
+            assert!(err.read_line(&mut l).unwrap() > 0, "wallclock ended before capturing: {said}");
+            said.push_str(&l);
+        }
+        std::fs::write(&go, "").unwrap();
+        assert!(target.wait().unwrap().success(), "the workload failed");
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        let st = child.wait().unwrap();
+        assert!(st.success(), "wallclock PID failed: {said}{rest}");
+        None
+    } else {
+        Some(wc.arg("--").arg(py.get_program()).args(py.get_args()).output().expect("run scripts/wallclock"))
+    };
+    if let Some(out) = out {
+        assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let stream = std::fs::read_to_string(prefix.with_extension("stream")).unwrap();
+    let stacks = stream
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["type"] == "stack")
+        .map(|r| Stack {
+            kind: r["kind"].as_str().unwrap().to_string(),
+            tid: r["tid"].as_u64().unwrap(),
+            frames: r["frames"].as_array().unwrap().iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect(),
+            ns: r["ns"].as_u64().unwrap(),
+        })
+        .collect();
+    let truth = std::fs::read_to_string(&truth)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            Truth {
+                tid: v["tid"].as_u64().unwrap(),
+                func: v["func"].as_str().unwrap().to_string(),
+                chain: v["chain"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect(),
+                cpu_ns: v["cpu_ns"].as_u64().unwrap(),
+                wall_ns: v["wall_ns"].as_u64().unwrap(),
+                runq_ns: v["runq_ns"].as_u64().unwrap(),
+            }
+        })
+        .collect();
+    (prefix, stacks, truth)
+}
+
+/// The Python function a frame names: `py::NAME:FILE` (perf map, -X perf)
+/// or `py::NAME (FILE:LINE)`.
+fn py_name(frame: &str) -> Option<&str> {
+    let rest = frame.strip_prefix("py::")?;
+    let end = rest.find([' ', ':']).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// The Python frames of a stack, outermost first, up to the first `func`.
+fn py_chain(frames: &[String], func: &str) -> Option<Vec<String>> {
+    let names: Vec<&str> = frames.iter().filter_map(|f| py_name(f)).collect();
+    let i = names.iter().position(|n| *n == func)?;
+    Some(names[..=i].iter().map(|s| s.to_string()).collect())
+}
+
+/// Where a whole native stack begins: the process's first instruction, or
+/// a thread's (glibc starts threads with clone3).
+const ROOTS: [&str; 3] = ["_start", "clone3", "clone"];
+
+/// Check every measured function against the stream: named, with its whole
+/// Python chain, over a native stack from `_start` (`clone3` in threads); its on-CPU share within
+/// 3 points. Returns, for each `spin` thread, the GIL-wait share of its
+/// time the profile shows (off-CPU under `[GIL]`, as wcreport counts it), and
+/// the shares it measured blocked (wall - CPU - runnable: in `spin` only
+/// the GIL blocks it) and runnable.
+fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
+    let mut gil = Vec::new();
+    assert!(truth.len() >= 6, "the workload reported {} functions", truth.len());
+    for t in truth {
+        let mine: Vec<(&Stack, Vec<String>)> =
+            stacks.iter().filter(|s| s.tid == t.tid).filter_map(|s| Some((s, py_chain(&s.frames, &t.func)?))).collect();
+        let total: u64 = mine.iter().map(|(s, _)| s.ns).sum();
+        assert!(total > 0, "{} (tid {}) is in no stack", t.func, t.tid);
+        let chained: u64 = mine.iter().filter(|(_, c)| *c == t.chain).map(|(s, _)| s.ns).sum();
+        let rooted: u64 = mine.iter().filter(|(s, _)| s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str()))).map(|(s, _)| s.ns).sum();
+        let on: u64 = mine.iter().filter(|(s, _)| s.kind == "on").map(|(s, _)| s.ns).sum();
+        let share = on as f64 * 100.0 / total as f64;
+        let truth = t.cpu_ns as f64 * 100.0 / t.wall_ns as f64;
+        let example = mine.iter().max_by_key(|(s, _)| s.ns).map(|(s, _)| s.frames.join(";")).unwrap_or_default();
+        eprintln!(
+            "{} {}: {:.1} ms in stacks, {:.1} ms on-CPU (measured: {:.1} ms, {:.1} ms) ({:.1}% with its chain, {:.1}% from the root), on-CPU {share:.1}% vs measured {truth:.1}%",
+            t.tid,
+            t.func,
+            total as f64 / 1e6,
+            on as f64 / 1e6,
+            t.wall_ns as f64 / 1e6,
+            t.cpu_ns as f64 / 1e6,
+            chained as f64 * 100.0 / total as f64,
+            rooted as f64 * 100.0 / total as f64
+        );
+        assert!(chained * 100 >= total * 95, "{}: chain {:?} in under 95% of its time; e.g. {example}", t.func, t.chain);
+        assert!(rooted * 100 >= total * 95, "{}: under 95% of its time from a thread's first frame; e.g. {example}", t.func);
+        assert!((share - truth).abs() <= 3.0, "{} (tid {}): on-CPU {share:.1}% vs measured {truth:.1}%", t.func, t.tid);
+        // The GIL wait: a [GIL] frame right above take_gil, under the function.
+        for (s, _) in &mine {
+            if let Some(i) = s.frames.iter().position(|f| f == "take_gil").filter(|_| s.kind == "off") {
+                assert_eq!(s.frames[i - 1], "[GIL]", "{}", s.frames.join(";"));
+            }
+        }
+        if t.func == "spin" {
+            let waited: u64 = mine.iter().filter(|(s, _)| s.frames.iter().any(|f| f == "[GIL]")).map(|(s, _)| s.ns).sum();
+            let report = util::ok("wcreport", &["--json", prefix.with_extension("stream").to_str().unwrap()], b"");
+            let v: Value = serde_json::from_str(&report).unwrap();
+            let th = v["threads"].as_array().unwrap().iter().find(|th| th["tid"] == t.tid).expect("thread in the report");
+            let all: u64 = stacks
+                .iter()
+                .filter(|s| s.tid == t.tid && s.kind == "off" && s.frames.iter().any(|f| f == "[GIL]"))
+                .map(|s| s.ns)
+                .sum();
+            assert!(all >= waited);
+            assert_eq!(th["gil_ns"].as_u64(), Some(all), "wcreport's figure is the thread's [GIL] stacks' time");
+            let txt = util::ok("wcreport", &[prefix.with_extension("stream").to_str().unwrap()], b"");
+            let line = format!("waiting for the GIL {}", wallclock_stream::units::human_ns(all));
+            assert!(txt.contains(&line), "{line} not in\n{txt}");
+            let blocked = t.wall_ns.saturating_sub(t.cpu_ns + t.runq_ns);
+            let pct = |ns: u64| ns as f64 * 100.0 / t.wall_ns as f64;
+            gil.push((waited as f64 * 100.0 / total as f64, pct(blocked), pct(t.runq_ns)));
+        }
+    }
+    gil
+}
+
+#[test]
+fn perf_trampolines_give_whole_stacks_on_312() {
+    perf_trampolines(12);
+}
+
+#[test]
+fn perf_trampolines_give_whole_stacks_on_313() {
+    perf_trampolines(13);
+}
+
+/// `wallclock PID` on an interpreter already running (with -X perf): the
+/// same whole stacks as when wallclock launched it.
+#[test]
+fn attach_to_a_running_312_with_x_perf() {
+    if skip() {
+        return;
+    }
+    let Some(py) = pyenv(12) else { return };
+    let (prefix, stacks, truth) = profile("python-attach-312", &py, &["-X", "perf"], "1.5", true, &[]);
+    check(&prefix, &stacks, &truth);
+}
+
+/// `wallclock -- python3.12 app.py`, no flag: wallclock starts it with
+/// PYTHONPERFSUPPORT=1, the same whole stacks as -X perf; with
+/// --no-python-perf, as it was (no Python frame at all).
+#[test]
+fn launched_312_has_python_frames_without_flags() {
+    if skip() {
+        return;
+    }
+    let Some(py) = pyenv(12) else { return };
+    let (prefix, stacks, truth) = profile("python-noflag-312", &py, &[], "1.5", false, &[]);
+    check(&prefix, &stacks, &truth);
+    let (_, stacks, _) = profile("python-asis-312", &py, &[], "0.5", false, &["--no-python-perf"]);
+    assert!(!stacks.is_empty());
+    assert!(stacks.iter().all(|s| !s.frames.iter().any(|f| f.starts_with("py::"))), "py:: frames with --no-python-perf");
+}
+
+/// `python3.MINOR -X perf`: whole stacks through the perf trampolines.
+fn perf_trampolines(minor: u32) {
+    if skip() {
+        return;
+    }
+    let Some(py) = pyenv(minor) else { return };
+    let (prefix, stacks, truth) = profile(&format!("python-xperf-3{minor}"), &py, &["-X", "perf"], "2", false, &[]);
+    let gil = check(&prefix, &stacks, &truth);
+    assert_eq!(gil.len(), 2, "two spin threads");
+    // An off-CPU interval keeps the state it began in: a thread woken
+    // from take_gil, then runnable until a CPU is free, shows that wait in
+    // take_gil too, while its clocks count it runnable. So the figure lies
+    // between the time it was blocked and that plus its runnable time.
+    for (shown, blocked, runq) in gil {
+        eprintln!("spin: waiting for the GIL {shown:.1}% of its time; by its own clocks blocked {blocked:.1}%, runnable {runq:.1}%");
+        assert!(shown >= blocked - 5.0 && shown <= blocked + runq + 5.0, "GIL wait {shown:.1}% vs blocked {blocked:.1}% + runnable {runq:.1}%");
+    }
+}

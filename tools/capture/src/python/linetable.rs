@@ -1,0 +1,91 @@
+//! Line numbers from a code object's location table (`co_linetable`,
+//! CPython 3.11+, Objects/locations.md): one entry per run of code units,
+//! a first byte `1cccclll` (code c, length l + 1 units), then by code: 15
+//! no location; 14 long form (signed varint line delta, then end line
+//! delta, column + 1, end column + 1 as varints); 13 no column (signed
+//! varint line delta); 10-12 one line form (line delta c - 10, two column
+//! bytes); 0-9 short form (same line, one column byte).
+
+/// The line of code unit `unit` (2-byte units from the start of the
+/// bytecode), from the table and the code object's first line.
+pub fn line_of(table: &[u8], first_line: i64, unit: u64) -> Option<i64> {
+    let mut i = 0;
+    let mut at = 0u64;
+    let mut line = first_line;
+    while i < table.len() {
+        let b = table[i];
+        if b & 0x80 == 0 {
+            return None; // not at an entry's first byte: a table we misread
+        }
+        i += 1;
+        let code = (b >> 3) & 15;
+        let len = u64::from(b & 7) + 1;
+        let here = match code {
+            15 => None,
+            14 => {
+                line += svarint(table, &mut i)?;
+                for _ in 0..3 {
+                    varint(table, &mut i)?;
+                }
+                Some(line)
+            }
+            13 => {
+                line += svarint(table, &mut i)?;
+                Some(line)
+            }
+            10..=12 => {
+                line += i64::from(code - 10);
+                i += 2;
+                Some(line)
+            }
+            _ => {
+                i += 1;
+                Some(line)
+            }
+        };
+        if unit < at + len {
+            return here;
+        }
+        at += len;
+    }
+    None
+}
+
+fn varint(t: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    let mut shift = 0;
+    loop {
+        let b = *t.get(*i)?;
+        *i += 1;
+        v |= u64::from(b & 63) << shift;
+        shift += 6;
+        if b & 64 == 0 || shift > 60 {
+            return Some(v);
+        }
+    }
+}
+
+fn svarint(t: &[u8], i: &mut usize) -> Option<i64> {
+    let u = varint(t, i)?;
+    Some(if u & 1 == 1 { -((u >> 1) as i64) } else { (u >> 1) as i64 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_of_each_form() {
+        // 2 units at first line (short form), 1 unit one line later (one
+        // line form, delta 1), 3 units 5 lines back (no column: svarint 11),
+        // 1 unit without a location.
+        let t = [0x80 | 1, 7, 0x80 | (11 << 3), 3, 4, 0x80 | (13 << 3) | 2, 11, 0x80 | (15 << 3)];
+        assert_eq!(line_of(&t, 10, 0), Some(10));
+        assert_eq!(line_of(&t, 10, 1), Some(10));
+        assert_eq!(line_of(&t, 10, 2), Some(11));
+        assert_eq!(line_of(&t, 10, 3), Some(6));
+        assert_eq!(line_of(&t, 10, 5), Some(6));
+        assert_eq!(line_of(&t, 10, 6), None);
+        assert_eq!(line_of(&t, 10, 7), None);
+    }
+}

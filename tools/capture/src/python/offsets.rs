@@ -1,0 +1,119 @@
+//! Where CPython keeps what a stack reader needs, per minor version
+//! (x86-64 release builds). Read with gdb from the DWARF of pyenv's 3.11.7,
+//! 3.12.1 and 3.13.0 builds (`p &((PyThreadState*)0)->cframe`...); the
+//! layouts are fixed within a minor version (they are part of what
+//! debuggers and profilers rely on, and 3.13 publishes them in
+//! `_Py_DebugOffsets`). The reader's tests check them against running
+//! interpreters, Debian's 3.11 included.
+
+/// Offsets (bytes) into CPython's runtime structures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    pub minor: u32,
+    /// `_PyRuntime.interpreters.head`
+    pub runtime_interpreters_head: u64,
+    /// `PyInterpreterState.threads.head`
+    pub interp_threads_head: u64,
+    /// `PyThreadState.next`
+    pub tstate_next: u64,
+    /// `PyThreadState.native_thread_id` (the kernel tid)
+    pub tstate_native_thread_id: u64,
+    /// `PyThreadState.cframe` (3.11, 3.12: then `_PyCFrame.current_frame`),
+    /// or `PyThreadState.current_frame` itself (3.13: `cframe_current` None).
+    pub tstate_frame: u64,
+    pub cframe_current: Option<u64>,
+    /// `_PyInterpreterFrame.previous`, `.f_code` / `.f_executable`,
+    /// `.prev_instr` / `.instr_ptr`, `.owner`.
+    pub frame_previous: u64,
+    pub frame_code: u64,
+    pub frame_instr: u64,
+    pub frame_owner: u64,
+    /// `PyCodeObject.co_filename`, `.co_qualname`, `.co_firstlineno`,
+    /// `.co_linetable`, `.co_code_adaptive`.
+    pub code_filename: u64,
+    pub code_qualname: u64,
+    pub code_firstlineno: u64,
+    pub code_linetable: u64,
+    pub code_adaptive: u64,
+    /// sizeof(PyASCIIObject), sizeof(PyCompactUnicodeObject): where a
+    /// compact string's characters begin.
+    pub ascii_size: u64,
+    pub compact_size: u64,
+}
+
+/// `_PyInterpreterFrame.owner` of a frame the C stack owns (3.12+: the
+/// shim frame an entry into the interpreter pushes): not a Python function.
+pub const FRAME_OWNED_BY_CSTACK: u8 = 3;
+
+pub const PY311: Offsets = Offsets {
+    minor: 11,
+    runtime_interpreters_head: 40,
+    interp_threads_head: 16,
+    tstate_next: 8,
+    tstate_native_thread_id: 160,
+    tstate_frame: 56,
+    cframe_current: Some(8),
+    frame_previous: 48,
+    frame_code: 32,
+    frame_instr: 56,
+    frame_owner: 69,
+    code_filename: 112,
+    code_qualname: 128,
+    code_firstlineno: 72,
+    code_linetable: 136,
+    code_adaptive: 184,
+    ascii_size: 48,
+    compact_size: 72,
+};
+
+pub const PY312: Offsets = Offsets {
+    minor: 12,
+    runtime_interpreters_head: 40,
+    interp_threads_head: 72,
+    tstate_next: 8,
+    tstate_native_thread_id: 144,
+    tstate_frame: 56,
+    cframe_current: Some(0),
+    frame_previous: 8,
+    frame_code: 0,
+    frame_instr: 56,
+    frame_owner: 70,
+    code_filename: 112,
+    code_qualname: 128,
+    code_firstlineno: 68,
+    code_linetable: 136,
+    code_adaptive: 192,
+    ascii_size: 40,
+    compact_size: 56,
+};
+
+pub const PY313: Offsets = Offsets {
+    minor: 13,
+    runtime_interpreters_head: 632,
+    interp_threads_head: 7344,
+    tstate_next: 8,
+    tstate_native_thread_id: 160,
+    tstate_frame: 72,
+    cframe_current: None,
+    frame_previous: 8,
+    frame_code: 0,
+    frame_instr: 56,
+    frame_owner: 70,
+    code_filename: 112,
+    code_qualname: 128,
+    code_firstlineno: 68,
+    code_linetable: 136,
+    code_adaptive: 200,
+    ascii_size: 40,
+    compact_size: 56,
+};
+
+/// The table of CPython 3.`minor`, if known.
+pub fn for_minor(minor: u32) -> Option<&'static Offsets> {
+    match minor {
+        11 => Some(&PY311),
+        12 => Some(&PY312),
+        13 => Some(&PY313),
+        _ => None,
+    }
+}

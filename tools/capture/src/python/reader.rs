@@ -1,0 +1,280 @@
+//! CPython's own view of its threads, read from outside the process
+//! (process_vm_readv, as py-spy does): `_PyRuntime` -> interpreters ->
+//! thread states (each with its kernel tid) -> the current frame ->
+//! previous..., each frame named from its code object (qualified name,
+//! file, line from the location table). CPython 3.11 to 3.13.
+//!
+//! This is what the capture needs besides the frame chain read in BPF at
+//! switch-out: which thread state belongs to which tid, and the names of
+//! the code objects a chain points at (read while the process lives,
+//! cached by code object).
+
+use std::collections::HashMap;
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use super::linetable::line_of;
+use super::offsets::{self, Offsets, FRAME_OWNED_BY_CSTACK};
+
+const MAX_THREADS: usize = 4096;
+const MAX_FRAMES: usize = 1024;
+const MAX_STR: u64 = 4096;
+
+/// One Python frame: what the code object says, and where it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyFrame {
+    pub name: String,
+    pub file: String,
+    pub line: Option<i64>,
+}
+
+/// One thread state: its kernel tid and its frames, innermost first.
+#[derive(Debug, Clone)]
+pub struct PyThread {
+    pub tid: u32,
+    pub tstate: u64,
+    pub frames: Vec<PyFrame>,
+}
+
+/// A CPython interpreter in a live process.
+pub struct Interpreter {
+    pid: u32,
+    runtime: u64,
+    pub offsets: &'static Offsets,
+    /// Path of the file that holds the interpreter (libpython or the executable).
+    pub path: String,
+    /// Code object -> (name, file, first line, location table).
+    code: HashMap<u64, (String, String, i64, Vec<u8>)>,
+}
+
+/// CPython 3.N in `path` (a libpython3.N.so* or a python3.N executable).
+fn minor_from_path(path: &str) -> Option<u32> {
+    let name = path.rsplit('/').next()?;
+    let rest = name.strip_prefix("libpython3.").or_else(|| name.strip_prefix("python3."))?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let after = &rest[digits.len()..];
+    if !(after.is_empty() || after.starts_with(".so") || after.starts_with('d') || after.starts_with('m')) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+impl Interpreter {
+    /// Find the interpreter of `pid`: the libpython it maps, else its
+    /// python3.N executable; `_PyRuntime` from that file's symbols; the
+    /// version from the file's name, checked against `Py_Version` in the
+    /// process where the file exports it.
+    pub fn find(pid: u32) -> Result<Interpreter, String> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("pid {pid}: {e}"))?;
+        let mut cands: Vec<(u64, u64, String)> = Vec::new();
+        for l in maps.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 6 || minor_from_path(f[5]).is_none() {
+                continue;
+            }
+            let (Some((a, _)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
+            let Ok(start) = u64::from_str_radix(a, 16) else { continue };
+            cands.push((start, off, f[5].to_string()));
+        }
+        cands.sort_by_key(|c| !c.2.contains("libpython"));
+        let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
+        let minor = minor_from_path(&path).unwrap_or(0);
+        let offsets = offsets::for_minor(minor).ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not supported (3.11-3.13)"))?;
+        let data = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+        let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
+        let (poff, pvaddr) = obj
+            .segments()
+            .map(|s| (s.file_range().0, s.address(), s.file_range().1))
+            .find(|&(o, _, sz)| off >= o && off < o + sz.max(1))
+            .map(|(o, v, _)| (o, v))
+            .ok_or_else(|| format!("{path}: no segment holds offset {off:#x}"))?;
+        let bias = (start + poff).wrapping_sub(off).wrapping_sub(pvaddr);
+        let sym = |name: &str| {
+            obj.dynamic_symbols().chain(obj.symbols()).find(|s| s.name() == Ok(name)).map(|s| s.address().wrapping_add(bias))
+        };
+        let runtime = sym("_PyRuntime").ok_or_else(|| format!("{path}: no _PyRuntime symbol"))?;
+        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new() };
+        if let Some(v) = sym("Py_Version") {
+            let v = it.u64(v)? as u32;
+            if v >> 24 != 3 || (v >> 16) & 0xff != minor {
+                return Err(format!("{path}: Py_Version {v:#x} is not 3.{minor}"));
+            }
+        }
+        Ok(it)
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: one local iovec over `buf`, which outlives the call.
+        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n != buf.len() as isize {
+            return Err(format!("pid {}: cannot read {} bytes at {addr:#x}", self.pid, buf.len()));
+        }
+        Ok(())
+    }
+
+    fn u64(&self, addr: u64) -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn u8(&self, addr: u64) -> Result<u8, String> {
+        let mut b = [0u8; 1];
+        self.read(addr, &mut b)?;
+        Ok(b[0])
+    }
+
+    /// A `str` object: compact ASCII or one-byte (Latin-1) strings, the
+    /// others as `?` per character.
+    fn string(&self, obj: u64) -> Result<String, String> {
+        let o = self.offsets;
+        let len = self.u64(obj + 16)?.min(MAX_STR);
+        let state = self.u8(obj + 32)?;
+        let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
+        if !compact {
+            return Err(format!("pid {}: str at {obj:#x} is not compact", self.pid));
+        }
+        let at = obj + if ascii { o.ascii_size } else { o.compact_size };
+        let mut b = vec![0u8; (len * u64::from(kind.max(1))) as usize];
+        self.read(at, &mut b)?;
+        Ok(match kind {
+            1 => b.iter().map(|&c| char::from(c)).collect(),
+            _ => b.chunks(kind as usize).map(|_| '?').collect(),
+        })
+    }
+
+    /// A `bytes` object's contents.
+    fn bytes(&self, obj: u64) -> Result<Vec<u8>, String> {
+        let len = self.u64(obj + 16)?.min(1 << 20);
+        let mut b = vec![0u8; len as usize];
+        self.read(obj + 32, &mut b)?;
+        Ok(b)
+    }
+
+    /// Name, file, first line and location table of a code object (cached).
+    pub fn code(&mut self, code: u64) -> Result<(String, String, i64, &[u8]), String> {
+        if !self.code.contains_key(&code) {
+            let o = self.offsets;
+            let name = self.string(self.u64(code + o.code_qualname)?)?;
+            let file = self.string(self.u64(code + o.code_filename)?)?;
+            let mut fl = [0u8; 4];
+            self.read(code + o.code_firstlineno, &mut fl)?;
+            let table = self.bytes(self.u64(code + o.code_linetable)?)?;
+            self.code.insert(code, (name, file, i64::from(i32::from_le_bytes(fl)), table));
+        }
+        let (n, f, l, t) = &self.code[&code];
+        Ok((n.clone(), f.clone(), *l, t))
+    }
+
+    /// Every thread state of the main interpreter.
+    pub fn threads(&mut self) -> Result<Vec<PyThread>, String> {
+        let o = self.offsets;
+        let interp = self.u64(self.runtime + o.runtime_interpreters_head)?;
+        let mut ts = self.u64(interp + o.interp_threads_head)?;
+        let mut out = Vec::new();
+        while ts != 0 && out.len() < MAX_THREADS {
+            let mut tid = [0u8; 8];
+            self.read(ts + o.tstate_native_thread_id, &mut tid)?;
+            let frames = self.frames(ts)?;
+            out.push(PyThread { tid: u64::from_le_bytes(tid) as u32, tstate: ts, frames });
+            ts = self.u64(ts + o.tstate_next)?;
+        }
+        Ok(out)
+    }
+
+    /// The Python frames of a thread state, innermost first.
+    pub fn frames(&mut self, tstate: u64) -> Result<Vec<PyFrame>, String> {
+        let o = self.offsets;
+        let mut f = self.u64(tstate + o.tstate_frame)?;
+        if let (Some(c), true) = (o.cframe_current, f != 0) {
+            f = self.u64(f + c)?;
+        }
+        let mut out = Vec::new();
+        while f != 0 && out.len() < MAX_FRAMES {
+            let owner = self.u8(f + o.frame_owner)?;
+            let code = self.u64(f + o.frame_code)?;
+            if !(o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK) {
+                let instr = self.u64(f + o.frame_instr)?;
+                let adaptive = o.code_adaptive;
+                let (name, file, first, table) = self.code(code)?;
+                let unit = instr.checked_sub(code + adaptive).map(|d| d / 2);
+                let line = unit.and_then(|u| line_of(table, first, u));
+                out.push(PyFrame { name, file, line });
+            }
+            f = self.u64(f + o.frame_previous)?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workload of tests/python.rs, run by `python`, read from
+    /// outside while it runs: the sleeping thread and the one waiting
+    /// for a lock, with their callers, files and lines.
+    fn reads_a_live_interpreter(python: &str) {
+        if !std::path::Path::new(python).exists() || unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: {python} missing, or not root");
+            return;
+        }
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let script = format!("{root}/tests/programs/python/workload.py");
+        let src = std::fs::read_to_string(&script).unwrap();
+        let line = |text: &str| src.lines().position(|l| l.trim() == text).unwrap() as i64 + 1;
+        let dir = std::env::temp_dir().join(format!("wc-pyreader-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = std::process::Command::new(python).arg(&script).arg("1.5").arg(dir.join("truth.jsonl")).spawn().unwrap();
+        let pid = child.id();
+        let mut seen = (false, false);
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let Ok(mut it) = Interpreter::find(pid) else { continue };
+            let Ok(threads) = it.threads() else { continue };
+            for t in threads {
+                assert!(std::path::Path::new(&format!("/proc/{pid}/task/{}", t.tid)).exists(), "tid {}", t.tid);
+                let names: Vec<&str> = t.frames.iter().map(|f| f.name.as_str()).collect();
+                let top = |leaf: &str, caller: &str| names.len() > 3 && names[..3] == [leaf, "measured", caller];
+                if top("nap", "run_sleep") && t.frames[0].line == Some(line("time.sleep(0.002)")) {
+                    assert!(t.frames[0].file.ends_with("workload.py"), "{:?}", t.frames[0]);
+                    assert_eq!(names.last(), Some(&"Thread._bootstrap"), "{names:?}");
+                    seen.0 = true;
+                }
+                if top("wait_lock", "run_wait") && t.frames[0].line == Some(line("lock.acquire()")) {
+                    seen.1 = true;
+                }
+            }
+            if seen == (true, true) {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(seen, (true, true), "{python}: the nap and wait_lock threads were (not) seen");
+    }
+
+    #[test]
+    fn reads_debians_311() {
+        reads_a_live_interpreter("/usr/bin/python3.11");
+    }
+
+    #[test]
+    fn reads_pyenvs_311_312_313() {
+        for v in ["3.11.7/bin/python3.11", "3.12.1/bin/python3.12", "3.13.0/bin/python3.13"] {
+            reads_a_live_interpreter(&format!("/root/.pyenv/versions/{v}"));
+        }
+    }
+
+    #[test]
+    fn versions_from_file_names() {
+        assert_eq!(minor_from_path("/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0"), Some(12));
+        assert_eq!(minor_from_path("/usr/bin/python3.11"), Some(11));
+        assert_eq!(minor_from_path("/usr/lib/x86_64-linux-gnu/libpython3.13d.so.1.0"), Some(13));
+        assert_eq!(minor_from_path("/usr/bin/python3.11-config"), None);
+        assert_eq!(minor_from_path("/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so"), None);
+    }
+}
