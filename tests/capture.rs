@@ -640,12 +640,15 @@ fn folded_output() {
     for (s, _) in lines.iter().filter(|(s, _)| s.contains(";start;")) {
         assert!(!s.split(';').any(|f| f.starts_with("0x")), "unnamed frame in {s}");
     }
-    // The workload and libc are named: nothing said about them. The one
-    // thing that may stay unnamed is the launched command preempted inside
-    // its execve (a loaded machine): its user stack is still the held
-    // child's, in an image the stream has no maps record of.
+    // The workload is named: nothing said about it. What may stay unnamed
+    // is libc's internal code (Debian's libc exports only its API: an
+    // internal function a thread is preempted in has no symbol without
+    // libc6-dbg, so this depends on where the preemptions fell) and the
+    // launched command preempted inside its execve (a loaded machine): its
+    // user stack is still the held child's, in an image the stream has no
+    // maps record of.
     for l in err.lines().filter(|l| l.contains("frames left as")) {
-        assert!(l.contains("frames left as [unknown]+0x..."), "{l}");
+        assert!(l.contains("frames left as [unknown]+0x...") || l.contains("frames left as libc.so"), "{l}");
     }
     for (s, _) in lines.iter().filter(|(s, _)| s.contains("[unknown]")) {
         assert!(s.contains(";__x64_sys_execve_[k];"), "unnamed outside execve: {s}");
