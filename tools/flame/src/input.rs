@@ -76,7 +76,8 @@ impl std::hash::Hasher for FxHasher {
         self.add(i as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // hashbrown takes the bucket from the low bits: fold the high ones in.
+        self.0 ^ (self.0 >> 29)
     }
 }
 

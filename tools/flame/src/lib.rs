@@ -13,6 +13,7 @@
 pub mod input;
 pub mod layout;
 pub mod render;
+pub mod svg;
 pub mod title;
 
 use std::path::{Path, PathBuf};
