@@ -8,7 +8,9 @@
 //! out: <svg ...> (inferno's SVG: zoom, search, tooltips with time and %)
 //! ```
 //!
-//! The layout is inferno's; titles and colours are ours (see [`render`]).
+//! One pass from the merged stacks to the SVG: our layout ([`layout`]),
+//! titles and colours ([`render`]), boxes written at inferno's coordinates
+//! inside its document and script ([`svg`]).
 
 pub mod folded_read;
 pub mod input;
