@@ -61,7 +61,8 @@ impl Hasher for FxHasher {
         self.add(i as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // hashbrown takes the bucket from the low bits: fold the high ones in.
+        self.0 ^ (self.0 >> 29)
     }
 }
 

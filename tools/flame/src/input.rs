@@ -1,9 +1,9 @@
 //! Reading inputs: the wallclock stream (JSON records), plain folded lines
 //! and `perf script` output, aggregated by stack.
 //!
-//! Plain folded files take a fast path (one reused line buffer, a key
-//! allocated only for a new stack); everything else goes through the shared
-//! [`Reader`].
+//! Plain folded input takes a fast path ([`crate::folded_read`]: blocks of
+//! lines, a key allocated only for a new stack); everything else goes
+//! through the shared [`Reader`].
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +49,8 @@ pub struct Profile {
     pub stream: HashMap<(u32, u32, String), Mix, FastHash>,
     /// Folded and perf-script stacks -> raw values by kind.
     pub folded: HashMap<String, Mix, FastHash>,
+    /// The same, from plain folded files past their first line.
+    pub folded_lines: crate::stack_table::StackTable,
     /// Threads seen (Thread records, else the stacks' pid and comm).
     pub threads: BTreeMap<u32, ThreadName>,
     /// Each process's name: its main thread's (the name after exec), else
@@ -65,6 +67,16 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// Folded (or perf script) stacks were read.
+    pub fn has_folded(&self) -> bool {
+        !self.folded.is_empty() || !self.folded_lines.is_empty()
+    }
+
+    /// Every folded stack and its raw values by kind.
+    pub fn folded_stacks(&self) -> impl Iterator<Item = (&str, Mix)> + '_ {
+        self.folded.iter().map(|(k, m)| (k.as_str(), *m)).chain(self.folded_lines.iter())
+    }
+
     /// Read every input of `paths` (stdin when none or `-`).
     pub fn read(paths: &[PathBuf], per_thread: bool, stream_folded_unit_ns: u64) -> Result<Profile> {
         let mut p = Profile::default();
@@ -123,24 +135,11 @@ impl Profile {
         Ok(())
     }
 
-    fn add_folded(&mut self, mut r: impl BufRead, name: &str, mut line_no: usize) -> Result<()> {
-        let mut buf = Vec::with_capacity(512);
-        loop {
-            buf.clear();
-            if r.read_until(b'\n', &mut buf).with_context(|| format!("cannot read {name}"))? == 0 {
-                return Ok(());
-            }
-            line_no += 1;
-            let line = match std::str::from_utf8(&buf) {
-                Ok(l) => Cow::Borrowed(l),
-                Err(_) => String::from_utf8_lossy(&buf),
-            };
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            self.add_folded_line(line, name, line_no)?;
-        }
+    fn add_folded(&mut self, r: impl BufRead, name: &str, line_no: usize) -> Result<()> {
+        let mut f = crate::folded_read::Folded { table: std::mem::take(&mut self.folded_lines), markers: self.markers };
+        let res = crate::folded_read::read(r, name, line_no, &mut f);
+        (self.folded_lines, self.markers) = (f.table, f.markers);
+        res
     }
 
     fn add_folded_line(&mut self, line: &str, name: &str, line_no: usize) -> Result<()> {
@@ -213,15 +212,20 @@ const KIND_MARKERS: [(&str, usize); 3] = [("_[c]", ON), ("_[o]", OFF), ("_[g]", 
 /// the stack text whenever the marker is a plain suffix.
 pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, u64, usize), String> {
     let (stack, value) = folded::split_line(line)?;
-    for (m, k) in KIND_MARKERS {
-        if let Some(base) = stack.strip_suffix(m) {
-            if !KIND_MARKERS.iter().any(|(m2, _)| base.contains(m2)) {
-                return Ok((Cow::Borrowed(base), value, k));
-            }
+    // One scan for `_[c]`, `_[o]`, `_[g]` anywhere (three scans were 8% of flame's run).
+    let b = stack.as_bytes();
+    let mut markers = stack
+        .match_indices('[')
+        .map(|(i, _)| i.wrapping_sub(1))
+        .filter(|&i| i < b.len() && b[i] == b'_' && matches!(b.get(i + 2..i + 4), Some([b'c' | b'o' | b'g', b']'])))
+        .map(|i| (i, ()));
+    match (markers.next(), markers.next()) {
+        (None, _) => return Ok((Cow::Borrowed(stack), value, OTHER)),
+        (Some((i, _)), None) if i + 4 == stack.len() => {
+            let k = KIND_MARKERS.iter().find(|(m, _)| stack.ends_with(m)).map_or(OTHER, |&(_, k)| k);
+            return Ok((Cow::Borrowed(&stack[..i]), value, k));
         }
-    }
-    if !KIND_MARKERS.iter().any(|(m, _)| stack.contains(m)) {
-        return Ok((Cow::Borrowed(stack), value, OTHER));
+        _ => {}
     }
     // A marker elsewhere (`leaf_[o]_[k]`, or not on the leaf): the shared parser decides.
     let s = folded::parse_line(line, 1)?;

@@ -1,7 +1,6 @@
-//! The frame boxes of a flame graph, computed exactly as inferno's merge
-//! computes them (same order, same pruning), so that each `<g>` inferno
-//! writes can be matched to its box and coloured by the kinds of time
-//! beneath it.
+//! The frame boxes of a flame graph, from the distinct stacks in one pass:
+//! inferno's layout (same order, same pruning), each box with the kinds of
+//! time beneath it. [`crate::svg`] draws them.
 
 use std::cmp::Ordering;
 
@@ -51,11 +50,40 @@ pub fn sort_entries(entries: &mut [Entry<'_>]) {
 
 fn cmp_frames(a: &str, b: &str, key: fn(u8) -> u8) -> Ordering {
     let (a, b) = (a.as_bytes(), b.as_bytes());
-    let n = a.iter().zip(b).position(|(x, y)| x != y);
-    match n {
-        Some(i) => key(a[i]).cmp(&key(b[i])),
-        None => a.len().cmp(&b.len()),
+    let i = common_prefix(a, b);
+    match (a.get(i), b.get(i)) {
+        (Some(&x), Some(&y)) => key(x).cmp(&key(y)),
+        _ => a.len().cmp(&b.len()),
     }
+}
+
+/// Length of the common prefix, 8 bytes at a time (sorted stacks share
+/// most of their bytes: a byte loop was a third of the run time).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().unwrap());
+        let y = u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        if x != y {
+            return i + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// How many leading frames `cur` shares with `prev`.
+fn shared_frames(prev: &str, cur: &str) -> usize {
+    let (a, b) = (prev.as_bytes(), cur.as_bytes());
+    let p = common_prefix(a, b);
+    let frames = b[..p].iter().filter(|&&c| c == b';').count();
+    // The frame ending at p is shared when it ends there in both.
+    let ends = |s: &[u8]| s.get(p).is_none_or(|&c| c == b';');
+    frames + usize::from(ends(a) && ends(b))
 }
 
 /// Boxes in the order inferno emits them (a box is emitted when it closes,
@@ -96,18 +124,21 @@ pub fn boxes<'a>(entries: &[Entry<'a>], min_width: f64) -> (Vec<FrameBox<'a>>, u
             });
         }
     };
+    let mut prev: Option<&str> = None;
     for e in entries {
-        let this = std::iter::once("").chain(e.stack.split(';'));
-        let mut shared = 0;
-        let mut this = this.peekable();
-        while shared < open.len() && this.peek() == Some(&open[shared].name) {
-            this.next();
-            shared += 1;
-        }
-        close(&mut open, shared, &mut out, time, &cum, cum_before);
-        for name in this {
+        // open holds the root and every frame of the previous stack.
+        let shared = match prev {
+            None => {
+                open.push(Open { name: "", start: time, mix_at: cum, before_at: cum_before });
+                0
+            }
+            Some(p) => shared_frames(p, e.stack),
+        };
+        close(&mut open, shared + 1, &mut out, time, &cum, cum_before);
+        for name in e.stack.split(';').skip(shared) {
             open.push(Open { name, start: time, mix_at: cum, before_at: cum_before });
         }
+        prev = Some(e.stack);
         time += e.total();
         for (c, m) in cum.iter_mut().zip(e.mix) {
             *c += m;
@@ -137,6 +168,23 @@ mod tests {
         let bb: Vec<_> = b.iter().map(|b| (b.name, b.depth, b.start, b.end)).collect();
         // closed in inferno's order: when the next line diverges, shallowest first.
         assert_eq!(bb, [("b", 2, 0, 5), ("c", 3, 3, 5), ("", 0, 0, 6), ("a", 1, 0, 6), ("b-x", 2, 5, 6)]);
+    }
+
+    #[test]
+    fn shared_frames_at_frame_boundaries() {
+        assert_eq!(shared_frames("a;b", "a;c"), 1);
+        assert_eq!(shared_frames("a;bc", "a;bd"), 1);
+        assert_eq!(shared_frames("a", "a;b"), 1);
+        assert_eq!(shared_frames("a;b", "a"), 1);
+        assert_eq!(shared_frames("a;c", "ab"), 0);
+        assert_eq!(shared_frames("long_frame_name_x;b", "long_frame_name_x;b;c"), 2);
+        assert_eq!(shared_frames("", "a"), 0);
+        // Stacks with empty frames keep them.
+        let mut v = vec![e("", 1), e("a", 2), e("a;", 3)];
+        sort_entries(&mut v);
+        let (b, _) = boxes(&v, 0.0);
+        let bb: Vec<_> = b.iter().map(|b| (b.name, b.depth, b.start, b.end)).collect();
+        assert_eq!(bb, [("", 1, 0, 1), ("", 0, 0, 6), ("a", 1, 1, 6), ("", 2, 3, 6)]);
     }
 
     #[test]

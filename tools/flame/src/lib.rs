@@ -8,11 +8,16 @@
 //! out: <svg ...> (inferno's SVG: zoom, search, tooltips with time and %)
 //! ```
 //!
-//! The layout is inferno's; titles and colours are ours (see [`render`]).
+//! One pass from the merged stacks to the SVG: our layout ([`layout`]),
+//! titles and colours ([`render`]), boxes written at inferno's coordinates
+//! inside its document and script ([`svg`]).
 
+pub mod folded_read;
 pub mod input;
 pub mod layout;
 pub mod render;
+pub mod stack_table;
+pub mod svg;
 pub mod title;
 
 use std::path::{Path, PathBuf};
@@ -149,7 +154,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
         return Ok(0);
     }
 
-    if !p.folded.is_empty() {
+    if p.has_folded() {
         bail!("--per-thread needs stream records (they carry the tid); folded lines carry no thread");
     }
     let dir = cli.output.as_deref().expect("clap requires -o");
@@ -174,7 +179,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
 /// to ns only when mixed with a stream.
 fn resolve_unit(ps: &[&Profile], explicit: Option<Option<u64>>) -> Result<(ValueUnit, u64)> {
     let any_stream = ps.iter().any(|p| !p.stream.is_empty());
-    let any_folded = ps.iter().any(|p| !p.folded.is_empty());
+    let any_folded = ps.iter().any(|p| p.has_folded());
     let markers = ps.iter().any(|p| p.markers);
     let perf_clock_only = ps.iter().any(|p| p.perf_clock) && !ps.iter().any(|p| p.plain);
     let folded_unit = match explicit {
@@ -204,7 +209,7 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool) -> Vec<(std::borrow::Cow
             None => (Cow::Borrowed(k.as_str()), *m),
         })
         .collect();
-    out.extend(p.folded.iter().map(|(k, m)| (Cow::Borrowed(k.as_str()), m.map(|v| v.saturating_mul(folded_scale)))));
+    out.extend(p.folded_stacks().map(|(k, m)| (Cow::Borrowed(k), m.map(|v| v.saturating_mul(folded_scale)))));
     out
 }
 

@@ -1,6 +1,6 @@
-//! SVG output: inferno draws the graph; each frame's title and fill are then
-//! rewritten from our own box list (see [`crate::layout`]) so that tooltips
-//! show time and colours follow the kind of time.
+//! What each frame box says and its colour: tooltips show time and the
+//! split by kind, colours follow the kind of time. The boxes come from
+//! [`crate::layout`] and are drawn by [`crate::svg`].
 //!
 //! Colours (documented in `flame --help` and tested):
 //! a box is coloured by the kind with the most time beneath it (ties: on,
@@ -15,12 +15,13 @@
 
 use std::io::{self, Write};
 
-use anyhow::{bail, Result};
-use inferno::flamegraph::{self, color::Palette, Direction};
+use anyhow::Result;
+use inferno::flamegraph::{self, color::Color, color::Palette, Direction};
 use wallclock_stream::units::human_ns;
 
 use crate::input::{Mix, GPU, OFF, ON, OTHER};
 use crate::layout::{self, Entry, FrameBox};
+use crate::svg;
 
 /// How values are shown.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,134 +71,52 @@ pub struct RenderOptions {
     pub diff: bool,
 }
 
-/// Draw `entries` (any order) as an SVG into `out`.
+/// Draw `entries` (any order) as an SVG into `out`, in one pass over the
+/// frame boxes (see [`crate::svg`]).
 pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: W) -> Result<()> {
-    let fixed: Vec<Option<String>> = entries.iter().map(|e| inferno_safe(e.stack)).collect();
-    let mut entries: Vec<Entry<'_>> = entries
-        .iter()
-        .zip(&fixed)
-        .filter(|(e, _)| e.total() > 0 || (opts.diff && e.before > 0))
-        .map(|(e, f)| Entry { stack: f.as_deref().unwrap_or(e.stack), ..e.clone() })
-        .collect();
+    let mut entries = entries;
+    entries.retain(|e| e.total() > 0 || (opts.diff && e.before > 0));
     layout::sort_entries(&mut entries);
     // Stacks only in BEFORE (diff) add to their parents' before-time but are not drawn.
     let (boxes, total) = layout::boxes(&entries, opts.min_width);
+    drop(entries);
     if total == 0 {
         write_empty(&mut out, opts)?;
         return Ok(out.flush()?);
-    }
-
-    let mut lines = String::with_capacity(entries.iter().map(|e| e.stack.len() + 22).sum());
-    for e in entries.iter().filter(|e| e.total() > 0) {
-        lines.push_str(e.stack);
-        lines.push(' ');
-        lines.push_str(itoa_u64(e.total()).as_str());
-        lines.push('\n');
     }
     let mut iopt = flamegraph::Options::default();
     iopt.title = opts.title.clone();
     iopt.subtitle = opts.subtitle.clone();
     iopt.image_width = opts.width;
-    iopt.min_width = opts.min_width;
     iopt.colors = opts.colors;
     iopt.deterministic = true;
-    // Our frame-by-frame order (children of a frame adjacent) is not byte
-    // order when a name continues a sibling's with a byte below `;`
-    // (`f` beside `f::{closure#0}`), and no_sort would fail inferno's byte
-    // order check: flame-chart mode takes the lines as given, reversed.
-    iopt.flame_chart = true;
     if opts.inverted {
         iopt.direction = Direction::Inverted;
     }
-    let mut svg = Vec::with_capacity(lines.len() / 2 + (boxes.len() * 300));
-    flamegraph::from_lines(&mut iopt, lines.split('\n').rev(), &mut svg)?;
-    let svg = String::from_utf8(svg).map_err(|_| anyhow::anyhow!("internal: inferno wrote invalid UTF-8"))?;
-    rewrite(&svg, &boxes, total, opts, &mut out)?;
-    Ok(out.flush()?)
-}
-
-/// inferno reads a line ending in ` NUMBER NUMBER` as differential and
-/// skips lines starting with `# `: a stack that would be read so (a leaf
-/// named `frame 12`) gets a no-break space there instead.
-fn inferno_safe(stack: &str) -> Option<String> {
-    let tail = stack.rsplit_once(' ').map(|(_, t)| t);
-    let numeric = tail.is_some_and(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.'));
-    let comment = stack.starts_with("# ");
-    if !numeric && !comment {
-        return None;
-    }
-    let mut s = stack.to_string();
-    if numeric {
-        let i = s.rfind(' ').unwrap();
-        s.replace_range(i..i + 1, "\u{a0}");
-    }
-    if comment {
-        s.replace_range(1..2, "\u{a0}");
-    }
-    Some(s)
-}
-
-fn itoa_u64(v: u64) -> String {
-    v.to_string()
-}
-
-/// Copy inferno's SVG, replacing each frame's title and fill.
-fn rewrite<W: Write>(svg: &str, boxes: &[FrameBox<'_>], total: u64, opts: &RenderOptions, out: &mut W) -> Result<()> {
+    // Each box's fill: ours for a kind or a diff, else inferno's palette.
     let max_delta = boxes.iter().map(|b| b.mix.iter().sum::<u64>().abs_diff(b.before)).max().unwrap_or(0);
-    let Some(mut pos) = svg.find("<svg id=\"frames\"") else { bail!("internal: no frames container in inferno's SVG") };
-    out.write_all(svg[..pos].as_bytes())?;
+    let fills: Vec<Option<Color>> = boxes
+        .iter()
+        .map(|b| if opts.diff { Some(diff_color(b, max_delta)) } else { kind_color(b) })
+        .map(|c| c.map(|(r, g, b)| Color { r, g, b }))
+        .collect();
+    let inferno_named = boxes.iter().zip(&fills).filter(|(_, f)| f.is_none()).map(|(b, _)| b.name);
+    let palette = svg::palette(&iopt, inferno_named)?;
+    let depthmax = boxes.iter().map(|b| b.depth).max().unwrap_or(0);
+    out.write_all(&svg::prelude(&mut iopt, depthmax)?)?;
+    let mut fw = svg::FrameWriter::new(svg::Geometry::new(&iopt, depthmax, total));
+    fw.open(&mut out, total)?;
     let mut title = String::new();
-    for b in boxes {
-        let Some(g) = svg[pos..].find("<g><title>").map(|i| i + pos) else {
-            bail!("internal: inferno drew fewer frames than computed ({})", boxes.len())
-        };
-        let t0 = g + "<g><title>".len();
-        let t1 = t0 + svg[t0..].find("</title>").unwrap_or(0);
-        let r0 = t1 + svg[t1..].find("<rect ").unwrap_or(0);
-        let r1 = r0 + svg[r0..].find("/>").unwrap_or(0);
-        let rect = &svg[r0..r1];
-        let width = b.end - b.start;
-        if attr(rect, " fg:x=\"") != Some(b.start) || attr(rect, " fg:w=\"") != Some(width) {
-            bail!("internal: frame layout differs from inferno's at {:?} ({rect})", b.name);
-        }
-        out.write_all(svg[pos..t0].as_bytes())?;
+    for (b, fill) in boxes.iter().zip(fills) {
         title.clear();
         box_title(&mut title, b, total, opts);
-        escape_into(out, &title)?;
-        out.write_all(svg[t1..r0].as_bytes())?;
-        let fill = if opts.diff { Some(diff_color(b, max_delta)) } else { kind_color(b) };
-        match (fill, rect.find("fill=\"")) {
-            (Some((r, g, bl)), Some(f0)) => {
-                let f1 = f0 + 6 + rect[f0 + 6..].find('"').unwrap_or(0);
-                out.write_all(rect[..f0].as_bytes())?;
-                write!(out, "fill=\"rgb({r},{g},{bl})\"")?;
-                out.write_all(rect[f1 + 1..].as_bytes())?;
-            }
-            _ => out.write_all(rect.as_bytes())?,
-        }
-        pos = r1;
-        // inferno leaves the root's text empty: give it the root's label.
-        if let (0, Some(root)) = (b.depth, &opts.root) {
-            let text = svg[pos..].find("</text>").map(|i| i + pos).filter(|&e| svg[pos..e].contains("<text "));
-            if let Some(e) = text.filter(|&e| svg[pos..e].ends_with('>')) {
-                out.write_all(&svg.as_bytes()[pos..e])?;
-                escape_into(out, root)?;
-                pos = e;
-            }
-        }
+        let fill = fill.or_else(|| palette.get(b.name)).unwrap_or_default();
+        // inferno leaves the root's text empty: it shows the root's label.
+        let label = if b.depth == 0 { Some(opts.root.as_deref().unwrap_or("")) } else { None };
+        fw.frame(&mut out, b, &title, fill, label)?;
     }
-    if svg[pos..].contains("<g><title>") {
-        bail!("internal: inferno drew more frames than computed ({})", boxes.len());
-    }
-    out.write_all(svg[pos..].as_bytes())?;
-    Ok(())
-}
-
-/// The integer value of an attribute; `key` is ` name="`.
-fn attr(tag: &str, key: &str) -> Option<u64> {
-    let i = tag.find(key)? + key.len();
-    let j = tag[i..].find('"')? + i;
-    tag[i..j].parse().ok()
+    fw.close(&mut out)?;
+    Ok(out.flush()?)
 }
 
 /// `name (12.3 ms, 4.56%; on-CPU 10.0 ms, off-CPU 2.30 ms)`. No `(` after
@@ -268,7 +187,7 @@ fn kind_color(b: &FrameBox<'_>) -> Option<(u8, u8, u8)> {
 fn diff_color(b: &FrameBox<'_>, max_delta: u64) -> (u8, u8, u8) {
     let after: u64 = b.mix.iter().sum();
     let d = after.abs_diff(b.before);
-    let pale = if max_delta == 0 { 255 } else { 255 - (200 * d / max_delta) as u8 };
+    let pale = 255 - (200 * d).checked_div(max_delta).unwrap_or(0) as u8;
     if after >= b.before {
         (255, pale, pale)
     } else {
@@ -295,25 +214,6 @@ fn name_hash2(name: &str) -> f32 {
     (h >> 40) as f32 / (1u64 << 24) as f32
 }
 
-/// XML-escape text content.
-pub fn escape_into<W: Write + ?Sized>(out: &mut W, s: &str) -> io::Result<()> {
-    let mut last = 0;
-    for (i, c) in s.char_indices() {
-        let rep = match c {
-            '<' => "&lt;",
-            '>' => "&gt;",
-            '&' => "&amp;",
-            '"' => "&quot;",
-            '\'' => "&apos;",
-            _ => continue,
-        };
-        out.write_all(s[last..i].as_bytes())?;
-        out.write_all(rep.as_bytes())?;
-        last = i + 1;
-    }
-    out.write_all(s[last..].as_bytes())
-}
-
 /// A valid SVG that says there was nothing to draw.
 fn write_empty<W: Write>(out: &mut W, opts: &RenderOptions) -> io::Result<()> {
     let w = opts.width.unwrap_or(1200);
@@ -324,7 +224,9 @@ fn write_empty<W: Write>(out: &mut W, opts: &RenderOptions) -> io::Result<()> {
         r#"<svg version="1.1" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg">"#
     )?;
     write!(out, r#"<text x="50%" y="24" text-anchor="middle" font-family="monospace" font-size="17">"#)?;
-    escape_into(out, &opts.title)?;
+    let mut title = String::new();
+    svg::escape_into(&mut title, &opts.title);
+    out.write_all(title.as_bytes())?;
     writeln!(out, "</text>")?;
     writeln!(out, r#"<text x="50%" y="48" text-anchor="middle" font-family="monospace" font-size="12">no stacks</text>"#)?;
     writeln!(out, "</svg>")
@@ -338,9 +240,9 @@ mod tests {
     fn human_units_and_escape() {
         assert_eq!(ValueUnit::Time(1_000).text(12_300), "12.3 ms");
         assert_eq!(ValueUnit::Samples.text(1_234_567), "1,234,567 samples");
-        let mut v = Vec::new();
-        escape_into(&mut v, "a<b>&\"c'").unwrap();
-        assert_eq!(String::from_utf8(v).unwrap(), "a&lt;b&gt;&amp;&quot;c&apos;");
+        let mut v = String::new();
+        svg::escape_into(&mut v, "a<b>&\"c'");
+        assert_eq!(v, "a&lt;b&gt;&amp;&quot;c&apos;");
     }
 
     #[test]

@@ -259,12 +259,16 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
 /// here is byte for byte what the stream's writer would write. `,"ns":` can
 /// only be the key: a quote inside a JSON string is escaped.
 fn splice_frames(buf: &mut Vec<u8>, frames: &[u8]) {
-    let at = buf.windows(6).position(|w| w == b",\"ns\":").unwrap_or(buf.len() - 1);
-    let mut ins = Vec::with_capacity(frames.len() + 12);
-    ins.extend_from_slice(b",\"frames\":[");
-    ins.extend_from_slice(frames);
-    ins.push(b']');
-    buf.splice(at..at, ins);
+    // From the end: the key is near it. Vec::splice moved the frames in a
+    // byte at a time; with the forward search it was half of stacksym's
+    // time on 1M records (measured with oncputime).
+    let at = buf.windows(6).rposition(|w| w == b",\"ns\":").unwrap_or(buf.len() - 1);
+    let tail = buf.split_off(at);
+    buf.reserve(frames.len() + 12 + tail.len());
+    buf.extend_from_slice(b",\"frames\":[");
+    buf.extend_from_slice(frames);
+    buf.push(b']');
+    buf.extend_from_slice(&tail);
 }
 
 #[cfg(test)]
