@@ -509,3 +509,15 @@ fn svg_frames_are_the_input_stacks() {
     assert_eq!(got.len(), expect.len(), "number of boxes");
     assert_eq!(got, expect);
 }
+
+/// A name escaped by the folded rule (`;` as `%3B`, wallclock-stream(5))
+/// is shown as the name it is, in the tooltip and the label.
+#[test]
+fn escaped_names_are_shown_as_they_are() {
+    let svg = ok("flame", &[], b"main;stage::<[u8%3B 8]>;leaf 5\nmain;50%25 done 1\n");
+    let (fr, _) = parse(&svg);
+    let stage = find(&fr, "stage::<[u8; 8]>");
+    assert!(stage.label.is_empty() || stage.label.starts_with("stage::<[u8; "), "{stage:?}");
+    find(&fr, "50% done");
+    assert!(!svg.contains("%3B"), "an escape shows in the SVG");
+}

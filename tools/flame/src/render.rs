@@ -124,7 +124,7 @@ pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: 
 fn box_title(t: &mut String, b: &FrameBox<'_>, total: u64, opts: &RenderOptions) {
     use std::fmt::Write;
     let v: u64 = b.mix.iter().sum();
-    let name = if b.depth == 0 && b.name.is_empty() { opts.root.as_deref().unwrap_or("all") } else { deannotate(b.name) };
+    let name = if b.depth == 0 && b.name.is_empty() { std::borrow::Cow::Borrowed(opts.root.as_deref().unwrap_or("all")) } else { shown(b.name) };
     // Percent with 2 decimals, rounded in integers (float formatting was a
     // fifth of the run time on graphs with many boxes).
     let bp = (v as u128 * 10_000 + total as u128 / 2) / total as u128;
@@ -144,6 +144,13 @@ fn box_title(t: &mut String, b: &FrameBox<'_>, total: u64, opts: &RenderOptions)
 }
 
 /// Frame name as shown: without its `_[k]`/`_[w]`/`_[i]`/`_[j]` annotation.
+/// A frame as a person reads it: no kind annotation, and the folded
+/// escapes (`%3B` for `;`, wallclock-stream(5)) turned back into the
+/// characters of the name.
+pub fn shown(f: &str) -> std::borrow::Cow<'_, str> {
+    wallclock_stream::folded::unescape(deannotate(f))
+}
+
 pub fn deannotate(f: &str) -> &str {
     if f.ends_with(']') {
         if let Some(ai) = f.rfind("_[") {

@@ -172,7 +172,8 @@ impl FrameWriter {
             Some(l) => escape_into(s, l),
             None => {
                 let fit = ((x2 - x1) / g.chars_per_pct).trunc() as usize;
-                let name = crate::render::deannotate(b.name);
+                let name = crate::render::shown(b.name);
+                let name = name.as_ref();
                 if fit < 3 {
                 } else if name.len() < fit {
                     escape_into(s, name);
