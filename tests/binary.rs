@@ -217,11 +217,10 @@ proptest! {
         prop_assume!(p != 0 || byte == 0);
         data[p] = byte;
         data.truncate(cut.max(1).min(data.len()));
-        let mut n = 0;
         let mut failed = false;
-        for r in Reader::new(&data[..], "fuzz", ReaderOptions::default()) {
+        for (i, r) in Reader::new(&data[..], "fuzz", ReaderOptions::default()).enumerate() {
             prop_assert!(!failed, "an item after the error");
-            n += 1;
+            let n = i + 1;
             if let Err(e) = r {
                 failed = true;
                 prop_assert!(e.binary, "{e}");

@@ -110,8 +110,10 @@ impl Syms {
 }
 
 /// The workload's own figures: thread name -> (tid, life ns, func -> (cpu, wall)).
+type Funcs = HashMap<String, (u64, u64)>;
+
 struct Truth {
-    threads: HashMap<String, (u64, u64, HashMap<String, (u64, u64)>)>,
+    threads: HashMap<String, (u64, u64, Funcs)>,
 }
 
 fn truth(stdout: &[u8]) -> Truth {
@@ -152,11 +154,11 @@ fn check_accounting(recs: &[Value], with_off: bool) -> f64 {
     worst
 }
 
-fn thread_rec<'a>(recs: &'a [Value], tid: u64) -> &'a Value {
+fn thread_rec(recs: &[Value], tid: u64) -> &Value {
     of_type(recs, "thread").into_iter().find(|t| u(&t["tid"]) == tid).unwrap_or_else(|| panic!("no thread {tid}"))
 }
 
-fn stacks_of<'a>(recs: &'a [Value], tid: u64) -> Vec<&'a Value> {
+fn stacks_of(recs: &[Value], tid: u64) -> Vec<&Value> {
     of_type(recs, "stack").into_iter().filter(|s| u(&s["tid"]) == tid).collect()
 }
 

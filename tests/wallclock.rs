@@ -75,7 +75,7 @@ fn demo_profile_agrees_with_ground_truth() {
     // Every user frame is named: the vDSO, and the shell that held the
     // target before its exec, included.
     let combined = std::fs::read_to_string(dir.join("demo.folded")).unwrap();
-    assert!(!combined.contains("[unknown]"), "unnamed frames: {}", combined.lines().filter(|l| l.contains("[unknown]")).next().unwrap());
+    assert!(!combined.contains("[unknown]"), "unnamed frames: {}", combined.lines().find(|l| l.contains("[unknown]")).unwrap());
     // The tracing machinery that ran our BPF programs is not the thread's.
     assert!(!combined.contains("__traceiter_") && !combined.contains("bpf_prog_"), "dispatch frames left in the stacks");
     let svg = std::fs::read_to_string(dir.join("demo.svg")).unwrap();

@@ -474,14 +474,14 @@ fn gpu_section_adds_up() {
             e.3 += r.count;
         }
     }
-    let mut want: Vec<(&str, (u64, u64, u64, u64))> = by.into_iter().collect();
-    want.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    let mut want: Vec<_> = by.into_iter().collect();
+    want.sort_by_key(|w| std::cmp::Reverse(w.1 .0));
     let names = |key: &str| -> Vec<String> {
         g[key].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap().to_string()).collect()
     };
     assert_eq!(names("top_kernels_by_ns"), want.iter().map(|w| w.0.to_string()).collect::<Vec<_>>());
     let mut by_count = want.clone();
-    by_count.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+    by_count.sort_by_key(|w| std::cmp::Reverse(w.1 .1));
     assert_eq!(names("top_kernels_by_count"), by_count.iter().map(|w| w.0.to_string()).collect::<Vec<_>>());
     assert_ne!(names("top_kernels_by_ns"), names("top_kernels_by_count"), "the input makes the orders differ");
     for (i, (name, (ns, count, delay, delayed))) in want.iter().enumerate() {
@@ -696,7 +696,7 @@ fn gpu_pipeline(name: &str, iters: &str, env: &[(&str, &str)]) -> (Vec<Record>, 
 fn truth_of(lines: &[Vec<String>], kind: &str, name: Option<&str>) -> (u64, u64) {
     lines
         .iter()
-        .filter(|f| f[0] == kind && name.is_none() || f[0] == kind && name == Some(f[2].as_str()))
+        .filter(|f| f[0] == kind && (name.is_none() || name == Some(f[2].as_str())))
         .fold((0, 0), |a, f| (a.0 + f[3].parse::<u64>().unwrap(), a.1 + 1))
 }
 
