@@ -63,7 +63,7 @@ pub fn summary(r: &Report) -> String {
         r.processes.len(),
         r.threads.len()
     );
-    let _ = writeln!(s, "[short blocks] {}   [lost stack] {}", h(r.short_blocks_ns), h(r.lost_stack_ns));
+    let _ = writeln!(s, "{}[lost stack] {}", short_blocks(r.short_blocks_ns), h(r.lost_stack_ns));
     let counts = |m: &std::collections::BTreeMap<String, u64>| {
         if m.is_empty() {
             "none reported".to_string()
@@ -228,7 +228,7 @@ pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
     if t.gil_ns > 0 {
         let _ = writeln!(s, "  of the off-CPU time, waiting for the GIL {}{}", h(t.gil_ns), share(t.gil_ns));
     }
-    let _ = writeln!(s, "  [short blocks] {}   [lost stack] {}", h(t.short_blocks_ns), h(t.lost_stack_ns));
+    let _ = writeln!(s, "  {}[lost stack] {}", short_blocks(t.short_blocks_ns), h(t.lost_stack_ns));
     // The whole stacks stay in the folded files and in --json.
     s.push_str(&crate::text_where::where_time_went(t, max_parts));
     s.push_str(&tops("GPU", &t.top.gpu));
@@ -262,4 +262,14 @@ pub fn thread_file(r: &Report, t: &ThreadReport, max_parts: usize) -> String {
     s.push('\n');
     s.push_str(&thread_detail(t, max_parts));
     s
+}
+
+/// `[short blocks] T   `, only for a stream that has them: offcputime now
+/// keeps every block under its own stack, so for its streams it is 0.
+fn short_blocks(ns: u64) -> String {
+    if ns == 0 {
+        String::new()
+    } else {
+        format!("[short blocks] {}   ", h(ns))
+    }
 }
