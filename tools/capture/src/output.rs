@@ -23,19 +23,7 @@ pub fn folded_key(s: &Stack) -> String {
 /// (`TOOL: warning: frames left as MODULE+0x...: WHY`).
 fn symbolized(tool: &'static str, records: &[Record]) -> Vec<Record> {
     let mut engine = Engine::new(Options { no_lines: true, tool, ..Options::default() });
-    for r in records {
-        if let Record::Maps(m) = r {
-            engine.add_maps(m);
-        }
-    }
-    let todo: Vec<&Stack> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Stack(s) if engine.needs(s) => Some(s),
-            _ => None,
-        })
-        .collect();
-    engine.prepare(todo.into_iter());
+    engine.prepare_records(records);
     records
         .iter()
         .map(|r| match r {

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Reason, Sym, Symbolized, Symbolizer};
 use blazesym::{MaybeDefault, Pid};
-use wallclock_stream::{Frame, MapEntry, Maps, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
+use wallclock_stream::{Frame, MapEntry, Maps, Record, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
 use crate::gil;
 use crate::names;
@@ -147,6 +147,24 @@ impl Engine {
 
     pub fn needs(&self, s: &Stack) -> bool {
         (!s.ustack.is_empty() || !s.kstack.is_empty()) && (s.frames.is_empty() || self.opts.force)
+    }
+
+    /// Learn the maps records among `records`, then resolve the addresses
+    /// of the stacks among them that need names.
+    pub fn prepare_records(&mut self, records: &[Record]) {
+        for r in records {
+            if let Record::Maps(m) = r {
+                self.add_maps(m);
+            }
+        }
+        let todo: Vec<&Stack> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Stack(s) if self.needs(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        self.prepare(todo.into_iter());
     }
 
     /// Resolve every address of `stacks` not already cached.

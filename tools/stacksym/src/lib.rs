@@ -41,7 +41,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_output};
-use wallclock_stream::{Format, Reader, ReaderOptions, Record, Stack, Writer};
+use wallclock_stream::{Format, Reader, ReaderOptions, Record, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use names::demangle;
@@ -182,19 +182,7 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
 }
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
-    for r in chunk.iter() {
-        if let Record::Maps(m) = r {
-            engine.add_maps(m);
-        }
-    }
-    let todo: Vec<&Stack> = chunk
-        .iter()
-        .filter_map(|r| match r {
-            Record::Stack(s) if engine.needs(s) => Some(s),
-            _ => None,
-        })
-        .collect();
-    engine.prepare(todo.into_iter());
+    engine.prepare_records(chunk);
     for r in chunk.iter() {
         if let Record::Stack(s) = r {
             if engine.needs(s) {
@@ -274,7 +262,7 @@ fn splice_frames(buf: &mut Vec<u8>, frames: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wallclock_stream::{Frame, Kind};
+    use wallclock_stream::{Frame, Kind, Stack};
 
     #[test]
     fn spliced_frames_are_what_the_writer_writes() {
