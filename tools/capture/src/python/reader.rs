@@ -168,7 +168,7 @@ impl Interpreter {
         Ok((n.clone(), f.clone(), *l, t))
     }
 
-    /// Every thread state of the main interpreter.
+    /// Every thread state of the main interpreter whose thread has started.
     pub fn threads(&mut self) -> Result<Vec<PyThread>, String> {
         let o = self.offsets;
         let interp = self.u64(self.runtime + o.runtime_interpreters_head)?;
@@ -177,8 +177,13 @@ impl Interpreter {
         while ts != 0 && out.len() < MAX_THREADS {
             let mut tid = [0u8; 8];
             self.read(ts + o.tstate_native_thread_id, &mut tid)?;
-            let frames = self.frames(ts)?;
-            out.push(PyThread { tid: u64::from_le_bytes(tid) as u32, tstate: ts, frames });
+            let tid = u64::from_le_bytes(tid) as u32;
+            // A thread state made by Thread.start() before its thread runs
+            // has no native id yet, and nothing to read.
+            if tid != 0 {
+                let frames = self.frames(ts)?;
+                out.push(PyThread { tid, tstate: ts, frames });
+            }
             ts = self.u64(ts + o.tstate_next)?;
         }
         Ok(out)
