@@ -116,6 +116,11 @@ impl Session {
         self.started = Some(Instant::now());
         self.tids = tids.to_vec();
         if let Some(l) = self.launched.as_mut() {
+            // Until its exec the held command is a copy of this process:
+            // a stack it is preempted in before the exec (a page fault of
+            // the fork's copy-on-write) is unwound against these maps,
+            // which the exec event then keeps for its symbolization.
+            unwind.refresh(l.pid());
             l.release()?;
         }
         // Kernel stacks come by name from /proc; all names are resolved in
