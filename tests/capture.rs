@@ -473,7 +473,7 @@ fn attach_to_running_process_that_exits() {
     let d = util::scratch("capture-attach");
     let wl = workload();
     let child = Command::new(&wl)
-        .arg("4")
+        .arg("6")
         .arg(util::root().join("target/test-tmp"))
         .stdout(Stdio::piped())
         .spawn()

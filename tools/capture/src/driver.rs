@@ -159,6 +159,14 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let late = sess.late_children();
     bpf::put_u32_set(skel.maps().tgids, &late)?;
     let mut unwind = Unwind::new();
+    // Until its exec a held command is a copy of this process: a stack it
+    // is preempted in before the exec (a page fault of the fork's
+    // copy-on-write) unwinds against these maps, which its exec event then
+    // keeps for symbolization. Read before the window opens: loading their
+    // unwind tables takes a while, and the command waits in the meantime.
+    if let Some(pid) = sess.held_pid() {
+        unwind.refresh(pid);
+    }
     let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.

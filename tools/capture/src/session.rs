@@ -108,6 +108,11 @@ impl Session {
         })
     }
 
+    /// The pid of the command launched with `-- COMMAND`.
+    pub fn held_pid(&self) -> Option<u32> {
+        self.launched.as_ref().map(|l| l.pid())
+    }
+
     /// The capture is attached from `start_ns`: note the threads that are
     /// blocked now (with the stacks they block in), then let a launched
     /// command run.
@@ -116,11 +121,6 @@ impl Session {
         self.started = Some(Instant::now());
         self.tids = tids.to_vec();
         if let Some(l) = self.launched.as_mut() {
-            // Until its exec the held command is a copy of this process:
-            // a stack it is preempted in before the exec (a page fault of
-            // the fork's copy-on-write) is unwound against these maps,
-            // which the exec event then keeps for its symbolization.
-            unwind.refresh(l.pid());
             l.release()?;
         }
         // Kernel stacks come by name from /proc; all names are resolved in
