@@ -454,8 +454,8 @@ fn title_and_process_roots_from_the_stream() {
     .join("\n");
     let svg = ok("flame", &[], one.as_bytes());
     let (fr, texts) = parse(&svg);
-    assert!(texts[0].starts_with("./app -x (pid 100): 2.00 s window from "), "{texts:?}");
-    assert!(texts[0].ends_with("UTC, stackmerge"), "{texts:?}");
+    assert!(texts[0].starts_with("./app -x (pid 100): wall-clock time, 2.00 s window from "), "{texts:?}");
+    assert!(texts[0].ends_with(" UTC"), "{texts:?}");
     let root = find(&fr, "app (100)");
     assert_eq!((root.w, root.label.as_str()), (5000, "app (100)"));
     assert_eq!(find(&fr, "main").y, root.y - 16, "main sits right on the process root");

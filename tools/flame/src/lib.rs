@@ -46,9 +46,9 @@ ROOTS AND TITLE:
   Stream input: the root box names the process, NAME (PID) (its main
   thread's name, after exec); with several processes it says what the graph
   covers and each process is a root below it. The default title names the
-  target (command or process names), its pid(s), the capture window and its
-  date (UTC, from this machine's clock), and the tools, from the stream
-  headers. Folded input keeps inferno's `all` and the title `Flame Graph`.
+  target (command or process names), its pid(s), what the graph shows
+  (wall-clock, on-CPU, off-CPU or GPU time), the capture window and its
+  date (UTC, from this machine's clock), from the stream headers. Folded input keeps inferno's `all` and the title `Flame Graph`.
 
 UNITS:
   Stream records carry ns. Folded values are --unit: by default us when the

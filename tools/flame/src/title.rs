@@ -54,7 +54,7 @@ pub fn root_label(p: &Profile) -> Option<String> {
     }
 }
 
-/// `TARGET (pid N): WINDOW from START, by TOOL`, from the stream headers;
+/// `TARGET (pid N): WHAT IT SHOWS, WINDOW from START`, from the stream headers;
 /// [`GENERIC`] for input without a header.
 pub fn default_title(p: &Profile) -> String {
     let Some(h) = &p.header else { return GENERIC.to_string() };
@@ -77,14 +77,30 @@ pub fn default_title(p: &Profile) -> String {
         1 => t.push_str(&format!(" (pid {})", pids[0])),
         _ => t.push_str(&format!(" (pids {})", shorten(&pids.iter().map(u32::to_string).collect::<Vec<_>>().join(","), 40))),
     }
+    t.push_str(&format!(": {}", shows(&h.tool)));
     if let Some(w) = h.window_ns() {
-        t.push_str(&format!(": {} window", human_ns(w)));
+        t.push_str(&format!(", {} window", human_ns(w)));
     }
     if let Some(date) = h.start_ns.and_then(wall_date) {
         t.push_str(&format!(" from {date}"));
     }
-    t.push_str(&format!(", {}", h.tool));
     t
+}
+
+/// What the stream of `tool` (`a+b` when several were drawn together)
+/// measures, in a reader's words.
+fn shows(tool: &str) -> String {
+    let what: Vec<&str> = tool
+        .split('+')
+        .map(|t| match t {
+            "stackmerge" => "wall-clock time",
+            "offcputime" => "off-CPU time",
+            "oncputime" => "on-CPU time",
+            "gputrace" => "GPU time",
+            other => other,
+        })
+        .collect();
+    what.join(" + ")
 }
 
 fn shorten(s: &str, max: usize) -> String {
