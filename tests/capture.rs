@@ -528,7 +528,8 @@ fn sigint_writes_everything() {
         return;
     }
     let d = util::scratch("capture-sigint");
-    let mut child = Command::new(workload()).arg("6").arg(&d).stdout(Stdio::null()).spawn().unwrap();
+    // It runs long enough to outlive a slow attach; it is killed at the end.
+    let mut child = Command::new(workload()).arg("60").arg(&d).stdout(Stdio::null()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let out = d.join("off.jsonl");
     let ready = d.join("ready");
