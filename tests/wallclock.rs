@@ -207,20 +207,39 @@ fn sigint_stops_early_with_everything_written() {
     let mut target = Command::new("sleep").arg("60").spawn().unwrap();
     let prefix = dir.join("int");
     let started = std::time::Instant::now();
-    let wc = Command::new("bash")
+    let mut wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
         .args(["-d", "30", "-o", prefix.to_str().unwrap(), &target.id().to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Attached (`capturing ...` on stderr; loading takes seconds on a busy
+    // machine), then 2 s.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = wc.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("capturing") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let attached = rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
     std::thread::sleep(std::time::Duration::from_secs(2));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(wc.id() as i32, libc::SIGINT) };
-    let out = wc.wait_with_output().unwrap();
+    let status = wc.wait().unwrap();
+    let err = reader.join().unwrap();
     let _ = target.kill();
     let _ = target.wait();
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(attached, "never attached: {err}");
+    assert_eq!(status.code(), Some(130), "{err}");
     assert!(started.elapsed().as_secs() < 20, "stopped early");
     let folded = std::fs::read_to_string(dir.join("int.folded")).expect("folded written");
     let off: u64 = folded.lines().filter_map(|l| l.rsplit_once(' ')).filter(|(s, _)| s.ends_with("_[o]")).map(|(_, v)| v.parse::<u64>().unwrap()).sum();
