@@ -24,12 +24,12 @@ use std::io::{self, BufRead, Read};
 
 use bincode::config::{Configuration, LittleEndian, Limit, Varint};
 
-use crate::record::{Frame, Record, Stack};
+use crate::record::Record;
 
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`].
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Largest record accepted (and written), in bytes.
 pub const MAX_RECORD: usize = 1 << 28;
 
@@ -57,38 +57,6 @@ pub fn encode_record(rec: &Record, buf: &mut Vec<u8>) -> io::Result<()> {
     let at = buf.len();
     buf.extend_from_slice(&[0; 4]);
     bincode::encode_into_std_write(rec, buf, config()).map_err(|e| io::Error::other(e.to_string()))?;
-    let len = buf.len() - at - 4;
-    if len > MAX_RECORD {
-        buf.truncate(at);
-        return Err(io::Error::other(format!("record of {len} bytes exceeds the binary framing's {MAX_RECORD}")));
-    }
-    buf[at..at + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    Ok(())
-}
-
-/// Append `frames`, each bincode-encoded, back to back: the elements of a
-/// stack's `frames` for [`encode_stack_spliced`].
-pub fn encode_frames(frames: &[Frame], buf: &mut Vec<u8>) -> io::Result<()> {
-    for f in frames {
-        bincode::encode_into_std_write(f, &mut *buf, config()).map_err(|e| io::Error::other(e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// Append the framed record `Record::Stack(s)` whose `frames` are the `n`
-/// frames pre-encoded in `frames` (see [`encode_frames`]), `s.frames`
-/// ignored: byte for byte what [`encode_record`] writes for the stack with
-/// those frames, without building them (`stacksym` caches encoded frames).
-pub fn encode_stack_spliced(s: &Stack, n: usize, frames: &[u8], buf: &mut Vec<u8>) -> io::Result<()> {
-    let err = |e: bincode::error::EncodeError| io::Error::other(e.to_string());
-    let at = buf.len();
-    buf.extend_from_slice(&[0; 4]);
-    // The derived encoding: the variant index, then the fields in order.
-    const STACK_VARIANT: u32 = 3;
-    let head = (STACK_VARIANT, s.kind, s.state, s.pid, s.tid, &s.comm, &s.ustack, &s.kstack, n as u64);
-    bincode::encode_into_std_write(head, &mut *buf, config()).map_err(err)?;
-    buf.extend_from_slice(frames);
-    bincode::encode_into_std_write((s.ns, s.count, &s.gpu), &mut *buf, config()).map_err(err)?;
     let len = buf.len() - at - 4;
     if len > MAX_RECORD {
         buf.truncate(at);
@@ -204,25 +172,6 @@ mod tests {
             got.push(rec);
         }
         assert_eq!(got, [recs.clone(), recs].concat());
-    }
-
-    #[test]
-    fn spliced_stack_is_the_derived_encoding() {
-        let mut s = Stack::new(Kind::Gpu, 7, 8, "g");
-        s.ustack = vec![1, u64::MAX];
-        s.kstack = vec![300];
-        s.ns = 1 << 40;
-        s.count = 2;
-        s.gpu = Some(crate::record::GpuInfo { activity: "kernel".into(), device: Some(1), ..Default::default() });
-        let frames = vec![Frame { line: Some(3), inlined: true, ..Frame::named("a") }, Frame::kernel("b")];
-        let mut enc = Vec::new();
-        encode_frames(&frames, &mut enc).unwrap();
-        let mut spliced = Vec::new();
-        encode_stack_spliced(&s, frames.len(), &enc, &mut spliced).unwrap();
-        s.frames = frames;
-        let mut whole = Vec::new();
-        encode_record(&Record::Stack(s), &mut whole).unwrap();
-        assert_eq!(spliced, whole);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::io::{BufRead, Cursor};
 use crate::binary;
 use crate::folded;
 use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
+use crate::table::Defs;
 
 /// How to read input that is not JSON records.
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +63,10 @@ pub struct Reader<R: BufRead> {
     binary: bool,
     /// A broken binary framing: nothing more can be read.
     done: bool,
+    /// The stack table read so far.
+    defs: Defs,
+    /// Return stack records with their `stack_id` instead of their frames.
+    keep_ids: bool,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -76,6 +81,54 @@ impl<R: BufRead> Reader<R> {
             seen_data: false,
             binary: false,
             done: false,
+            defs: Defs::default(),
+            keep_ids: false,
+        }
+    }
+
+    /// Return stack records of the stack table as they come, `stack_id`
+    /// set and `frames` empty (checked: the id is defined); their frames
+    /// are in [`Reader::defs`]. For tools that aggregate by stack and look
+    /// at each distinct stack once, instead of copying its frames into
+    /// every record.
+    pub fn keep_stack_ids(mut self) -> Self {
+        self.keep_ids = true;
+        self
+    }
+
+    /// The stack table's definitions read so far.
+    pub fn defs(&self) -> &Defs {
+        &self.defs
+    }
+
+    /// Take in the stack table's definitions (`None`: nothing to return)
+    /// and resolve a stack's `stack_id` unless asked to keep it.
+    fn settle(&mut self, rec: Record) -> Option<Result<Record, ParseError>> {
+        match rec {
+            Record::Frame(d) => {
+                self.defs.define_frame(d);
+                None
+            }
+            Record::StackDef(d) => self.defs.define_stack(d).err().map(|m| Err(self.err(m))),
+            Record::Stack(mut s) if s.stack_id.is_some() => {
+                let id = s.stack_id.unwrap_or_default();
+                if !s.frames.is_empty() {
+                    return Some(Err(self.err(format!("stack record has both frames and stack_id {id}"))));
+                }
+                if self.keep_ids {
+                    if self.defs.stack(id).is_none() {
+                        return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))));
+                    }
+                } else {
+                    match self.defs.frames(id) {
+                        Some(f) => s.frames = f,
+                        None => return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it")))),
+                    }
+                    s.stack_id = None;
+                }
+                Some(Ok(Record::Stack(s)))
+            }
+            r => Some(Ok(r)),
         }
     }
 
@@ -201,6 +254,22 @@ impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<Record, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_raw()? {
+                Ok(rec) => {
+                    if let Some(res) = self.settle(rec) {
+                        return Some(res);
+                    }
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Reader<R> {
+    /// The next record as read, stack table definitions included.
+    fn next_raw(&mut self) -> Option<Result<Record, ParseError>> {
         if self.done {
             return None;
         }

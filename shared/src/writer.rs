@@ -9,7 +9,8 @@ use std::fmt;
 use std::io::{self, Write};
 
 use crate::binary;
-use crate::record::{Record, Stack};
+use crate::record::{FrameDef, Record, Stack, StackDef};
+use crate::table::StackTable;
 
 /// The environment variable that chooses what [`Writer::from_env`] writes.
 pub const FORMAT_ENV: &str = "WALLCLOCK_STREAM_FORMAT";
@@ -64,6 +65,25 @@ pub struct Writer<W: Write> {
     /// with no record stays empty, as in JSON.
     started: bool,
     buf: Vec<u8>,
+    /// What of a [`StackTable`] this output has defined already.
+    defined: Defined,
+}
+
+/// Ids of a [`StackTable`] already defined in the output, for the table's
+/// generation.
+#[derive(Default)]
+struct Defined {
+    generation: u64,
+    frames: Vec<bool>,
+    stacks: Vec<bool>,
+}
+
+fn mark(v: &mut Vec<bool>, id: u32) -> bool {
+    let i = id as usize;
+    if i >= v.len() {
+        v.resize(i + 1, false);
+    }
+    !std::mem::replace(&mut v[i], true)
 }
 
 impl<W: Write> Writer<W> {
@@ -73,7 +93,7 @@ impl<W: Write> Writer<W> {
     }
 
     pub fn with_format(out: W, format: Format) -> Self {
-        Writer { out, format, started: false, buf: Vec::new() }
+        Writer { out, format, started: false, buf: Vec::new(), defined: Defined::default() }
     }
 
     /// A writer of the format [`FORMAT_ENV`] asks for (JSON by default).
@@ -103,19 +123,27 @@ impl<W: Write> Writer<W> {
         }
     }
 
-    /// Binary framing only: write `Record::Stack(s)` with the `n` frames
-    /// pre-encoded in `frames` (see [`binary::encode_stack_spliced`]).
-    pub fn write_stack_spliced(&mut self, s: &Stack, n: usize, frames: &[u8]) -> io::Result<()> {
-        if self.format != Format::Bincode {
-            return Err(io::Error::other("pre-encoded frames need the binary framing"));
+    /// Write `s` with its frames as stack `id` of `table`: the frames and
+    /// the stack are defined (frame and stackdef records) before their
+    /// first use in this output, then the record carries `stack_id` and no
+    /// frames. `s.frames` is ignored.
+    pub fn write_stack_in(&mut self, mut s: Stack, table: &StackTable, id: u32) -> io::Result<()> {
+        let d = &mut self.defined;
+        if d.generation != table.generation() {
+            *d = Defined { generation: table.generation(), ..Defined::default() };
         }
-        self.buf.clear();
-        if !self.started {
-            self.buf.extend_from_slice(&binary::magic());
-            self.started = true;
+        if mark(&mut self.defined.stacks, id) {
+            let frames = table.stack(id);
+            for &f in frames {
+                if mark(&mut self.defined.frames, f) {
+                    self.write(&Record::Frame(FrameDef { id: f, frame: table.frame(f).clone() }))?;
+                }
+            }
+            self.write(&Record::StackDef(StackDef { id, frames: frames.to_vec() }))?;
         }
-        binary::encode_stack_spliced(s, n, frames, &mut self.buf)?;
-        self.out.write_all(&self.buf)
+        s.frames = Vec::new();
+        s.stack_id = Some(id);
+        self.write(&Record::Stack(s))
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

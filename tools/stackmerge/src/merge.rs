@@ -12,7 +12,7 @@ use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread,
+    Defs, Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread,
 };
 
 use crate::Options;
@@ -42,6 +42,45 @@ pub struct Merger {
     /// Samples per thread over all inputs: the denominators.
     thread_samples: HashMap<(u32, u32), u64>,
     agg: FastMap<Key, Agg>,
+    /// Every distinct stack of frames, interned: keys hold its id.
+    table: StackTable,
+    /// (stack without leaf or u32::MAX, leaf frame) -> stack with the leaf.
+    leafed: FastMap<(u32, u32), u32>,
+}
+
+/// One input's stack table ids mapped to the merger's.
+#[derive(Default)]
+struct InputIds {
+    generation: u64,
+    stacks: FastMap<u32, u32>,
+    frames: FastMap<u32, u32>,
+}
+
+impl InputIds {
+    /// The merger's id of the input's stack `id` (defined: the reader checked).
+    fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> u32 {
+        if self.generation != defs.generation() {
+            *self = InputIds { generation: defs.generation(), ..InputIds::default() };
+        }
+        if let Some(&g) = self.stacks.get(&id) {
+            return g;
+        }
+        let frames = defs.stack(id).unwrap_or_default();
+        let ids: Vec<u32> = frames
+            .iter()
+            .map(|f| match self.frames.get(f) {
+                Some(&g) => g,
+                None => {
+                    let g = table.frame_id(defs.frame(*f).expect("the reader checks stackdefs"));
+                    self.frames.insert(*f, g);
+                    g
+                }
+            })
+            .collect();
+        let g = table.stack_id(&ids);
+        self.stacks.insert(id, g);
+        g
+    }
 }
 
 /// GPU activity, device, stream, name.
@@ -58,7 +97,9 @@ struct Key {
     comm: String,
     ustack: Vec<u64>,
     kstack: Vec<u64>,
-    frames: Vec<Frame>,
+    /// The frames (off-CPU leaf included) as a stack of the merger's table;
+    /// `None` for no frames.
+    frames: Option<u32>,
     gpu: Option<GpuKey>,
     scale: Option<u64>,
 }
@@ -94,6 +135,8 @@ impl Merger {
             folded_on_input: false,
             thread_samples: HashMap::new(),
             agg: FastMap::default(),
+            table: StackTable::default(),
+            leafed: FastMap::default(),
         }
     }
 
@@ -112,7 +155,9 @@ impl Merger {
         let perf_script = r.fill_buf().is_ok_and(|b| sniff(b) == InputKind::PerfScript);
         let mut header_seen = false;
         let mut freq = self.opts.freq;
-        for rec in Reader::new(r, name, ReaderOptions::default()) {
+        let mut ids = InputIds::default();
+        let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids();
+        while let Some(rec) = reader.next() {
             match rec? {
                 Record::Header(h) if !header_seen => {
                     header_seen = true;
@@ -127,7 +172,7 @@ impl Merger {
                     freq = h.freq_hz.filter(|f| *f > 0).unwrap_or(self.opts.freq);
                     merge_header(&mut self.header, &h, role);
                 }
-                Record::Header(_) => {}
+                Record::Header(_) | Record::Frame(_) | Record::StackDef(_) => {}
                 Record::Thread(t) => match self.threads.get_mut(&(t.pid, t.tid)) {
                     Some(into) => merge_thread(into, &t),
                     None => {
@@ -159,14 +204,14 @@ impl Merger {
                     if role == InputRole::On && !header_seen {
                         self.folded_on_input = true;
                     }
-                    self.add(s, role, perf_script, scale);
+                    self.add(s, role, perf_script, scale, reader.defs(), &mut ids);
                 }
             }
         }
         Ok(())
     }
 
-    fn add(&mut self, mut s: Stack, role: InputRole, perf_script: bool, scale: Option<u64>) {
+    fn add(&mut self, mut s: Stack, role: InputRole, perf_script: bool, scale: Option<u64>, defs: &Defs, ids: &mut InputIds) {
         s.kind = kind_in(&s, role);
         if perf_script {
             // Summed periods: already ns (cpu-clock), not a sample count;
@@ -177,17 +222,86 @@ impl Merger {
         if !keep(&s, &self.opts) {
             return;
         }
-        append_state_leaf(&mut s);
+        let base = match s.stack_id.take() {
+            Some(id) => Some(ids.stack(id, defs, &mut self.table)),
+            None => None,
+        };
         if scale.is_some() {
             *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
         }
-        let (key, v) = key_of(s, scale);
+        let (key, v) = self.key_of(s, base, scale);
         self.agg.entry(key).or_default().add(v);
+    }
+
+    /// A stack's aggregation key and value: its frames (those of table
+    /// stack `base` when given) interned, with the kind's leaf frame
+    /// appended once (a re-merge does not add a second). Unsymbolized
+    /// stacks keep their addresses for a later `stacksym`; their leaf is
+    /// added when they are written folded.
+    fn key_of(&mut self, mut s: Stack, base: Option<u32>, scale: Option<u64>) -> (Key, Agg) {
+        let t = &mut self.table;
+        let base = match base {
+            Some(id) => Some(id),
+            None if s.frames.is_empty() => None,
+            None => Some(t.stack_of(&std::mem::take(&mut s.frames))),
+        }
+        .filter(|&id| !t.stack(id).is_empty());
+        let raw = base.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty());
+        let frames = match kind_leaf(&s) {
+            Some(leaf) if !raw => {
+                let ends_in_leaf = base.is_some_and(|b| t.stack(b).last().is_some_and(|&f| t.frame(f).func == leaf));
+                if ends_in_leaf {
+                    base
+                } else {
+                    let leaf = t.frame_id(&Frame::named(leaf));
+                    let b = base.unwrap_or(u32::MAX);
+                    Some(match self.leafed.get(&(b, leaf)) {
+                        Some(&id) => id,
+                        None => {
+                            let mut ids = base.map(|b| t.stack(b).to_vec()).unwrap_or_default();
+                            ids.push(leaf);
+                            let id = t.stack_id(&ids);
+                            self.leafed.insert((b, leaf), id);
+                            id
+                        }
+                    })
+                }
+            }
+            _ => base,
+        };
+        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
+        let key = Key {
+            kind: s.kind,
+            state: s.state,
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm,
+            ustack: s.ustack,
+            kstack: s.kstack,
+            frames,
+            gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
+            scale,
+        };
+        (key, v)
     }
 
     /// Samples become ns (each thread's exact on-CPU time divided by its
     /// samples, else samples / freq), filters and roles applied.
-    pub fn finish(self) -> Merged {
+    pub fn finish(mut self) -> Merged {
+        // A thread's steal is one stack made from its merged record (two
+        // inputs may each carry one for the same thread).
+        let steals: Vec<Stack> = self.threads.values().filter_map(steal_stack).filter(|s| keep(s, &self.opts)).collect();
+        let t = &self.table;
+        let threads = &self.threads;
+        self.agg.retain(|k, _| {
+            !(k.kind == Kind::On
+                && k.frames.is_some_and(|id| t.stack(id).len() == 1 && t.frame(t.stack(id)[0]).func == STEAL_FRAME)
+                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
+        });
+        for s in steals {
+            let (key, v) = self.key_of(s, None, None);
+            self.agg.entry(key).or_default().add(v);
+        }
         let Merger {
             opts,
             mut header,
@@ -197,7 +311,8 @@ impl Merger {
             any_stats,
             folded_on_input,
             thread_samples,
-            mut agg,
+            agg,
+            table,
             ..
         } = self;
         if header.freq_hz.is_none() && folded_on_input {
@@ -213,18 +328,6 @@ impl Merger {
             .collect();
         if !any_stats {
             stats.end_ns = header.end_ns;
-        }
-        // A thread's steal is one stack made from its merged record (two
-        // inputs may each carry one for the same thread).
-        agg.retain(|k, _| {
-            !(k.kind == Kind::On
-                && k.frames.len() == 1
-                && k.frames[0].func == STEAL_FRAME
-                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
-        });
-        for s in threads.values().filter_map(steal_stack).filter(|s| keep(s, &opts)) {
-            let (key, v) = key_of(s, None);
-            agg.entry(key).or_default().add(v);
         }
         let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
         for (mut key, mut v) in agg {
@@ -243,7 +346,9 @@ impl Merger {
         }
         // Sorted once at the end; a stack that came both as samples and as
         // time (or at two frequencies) now has one key: merge neighbours.
-        done.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // In the order of the frames themselves (not of their ids).
+        let rank = ranks(&table);
+        done.sort_unstable_by(|a, b| order(&a.0, &rank).cmp(&order(&b.0, &rank)));
         done.dedup_by(|later, kept| {
             let same = later.0 == kept.0;
             if same {
@@ -261,7 +366,8 @@ impl Merger {
                 comm: k.comm,
                 ustack: k.ustack,
                 kstack: k.kstack,
-                frames: k.frames,
+                frames: Vec::new(),
+                stack_id: k.frames,
                 ns: v.ns,
                 count: v.count,
                 gpu: k.gpu.map(|(activity, device, stream, name)| GpuInfo {
@@ -286,7 +392,7 @@ impl Merger {
             })
             .collect();
         maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, stacks, stats };
+        let mut merged = Merged { header, threads, maps, stacks, stats, table };
         crate::symbolize::name_frames(&mut merged);
         merged
     }
@@ -298,9 +404,49 @@ pub struct Merged {
     pub header: Header,
     pub threads: BTreeMap<(u32, u32), Thread>,
     pub maps: Vec<Maps>,
-    /// Aggregated, in ns, off-CPU leaf appended where frames exist.
+    /// Aggregated, in ns, off-CPU leaf appended where frames exist; the
+    /// frames are `stack_id`'s in `table`.
     pub stacks: Vec<Stack>,
     pub stats: Stats,
+    pub table: StackTable,
+}
+
+impl Merged {
+    /// The frames of `s`, one of `stacks`.
+    pub fn frames<'a>(&'a self, s: &'a Stack) -> Vec<&'a Frame> {
+        match s.stack_id {
+            Some(id) => self.table.frames_of(id).collect(),
+            None => s.frames.iter().collect(),
+        }
+    }
+}
+
+/// `Key`'s fields in their order, the frames by [`ranks`].
+#[allow(clippy::type_complexity)]
+fn order<'k>(
+    k: &'k Key,
+    rank: &[u32],
+) -> (Kind, Option<State>, u32, u32, &'k str, &'k [u64], &'k [u64], Option<u32>, &'k Option<GpuKey>, Option<u64>) {
+    (k.kind, k.state, k.pid, k.tid, &k.comm, &k.ustack, &k.kstack, k.frames.map(|id| rank[id as usize]), &k.gpu, k.scale)
+}
+
+/// Each table stack's place in the order of its frames (lexicographic,
+/// as `Vec<Frame>` compares), computed once for all.
+fn ranks(t: &StackTable) -> Vec<u32> {
+    let mut frames: Vec<u32> = (0..t.frame_count() as u32).collect();
+    frames.sort_unstable_by(|a, b| t.frame(*a).cmp(t.frame(*b)));
+    let mut frank = vec![0u32; frames.len()];
+    for (i, f) in frames.into_iter().enumerate() {
+        frank[f as usize] = i as u32;
+    }
+    let mut stacks: Vec<u32> = (0..t.stack_count() as u32).collect();
+    let seq = |id: u32| t.stack(id).iter().map(|&f| frank[f as usize]);
+    stacks.sort_unstable_by(|a, b| seq(*a).cmp(seq(*b)));
+    let mut rank = vec![0u32; stacks.len()];
+    for (i, id) in stacks.into_iter().enumerate() {
+        rank[id as usize] = i as u32;
+    }
+    rank
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
@@ -336,42 +482,10 @@ fn kind_in(s: &Stack, role: InputRole) -> Kind {
     }
 }
 
-/// A stack's aggregation key and value.
-fn key_of(s: Stack, scale: Option<u64>) -> (Key, Agg) {
-    let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
-    let key = Key {
-        kind: s.kind,
-        state: s.state,
-        pid: s.pid,
-        tid: s.tid,
-        comm: s.comm,
-        ustack: s.ustack,
-        kstack: s.kstack,
-        frames: s.frames,
-        gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
-        scale,
-    };
-    (key, v)
-}
-
 fn keep(s: &Stack, opts: &Options) -> bool {
     (opts.pids.is_empty() || opts.pids.contains(&s.pid))
         && (opts.tids.is_empty() || opts.tids.contains(&s.tid))
         && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))
-}
-
-/// Append the kind's leaf frame, once (a re-merge does not add a second).
-/// Unsymbolized stacks keep their addresses for a later `stacksym`; their
-/// leaf is added when they are written folded.
-fn append_state_leaf(s: &mut Stack) {
-    let Some(leaf) = kind_leaf(s) else { return };
-    if s.frames.is_empty() && !(s.ustack.is_empty() && s.kstack.is_empty()) {
-        return;
-    }
-    if s.frames.last().is_some_and(|f| f.func == leaf) {
-        return;
-    }
-    s.frames.push(Frame::named(leaf));
 }
 
 #[cfg(test)]
