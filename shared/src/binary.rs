@@ -80,14 +80,16 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Read and check the magic and version.
-pub fn read_magic(r: &mut impl BufRead) -> Result<(), String> {
+/// Read and check the magic; the framing version.
+pub fn read_magic(r: &mut impl BufRead) -> Result<u8, String> {
     let mut m = [0u8; 5];
     let n = read_full(r, &mut m).map_err(|e| format!("read error: {e}"))?;
     check_magic(&m[..n])
 }
 
-fn check_magic(m: &[u8]) -> Result<(), String> {
+/// The framing version of a magic this reader understands: [`VERSION`], or
+/// [`crate::legacy::VERSION`] (stream 1.2, before the stack table).
+fn check_magic(m: &[u8]) -> Result<u8, String> {
     if m.len() < 4 || m[..4] != MAGIC {
         return Err(format!(
             "starts with a NUL byte but not with the binary stream magic \\0WCB (got {:?})",
@@ -96,17 +98,19 @@ fn check_magic(m: &[u8]) -> Result<(), String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION => Err(format!(
-            "binary framing version {v}, this reader understands {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)"
+        Some(&v) if v != VERSION && v != crate::legacy::VERSION => Err(format!(
+            "binary framing version {v}, this reader understands {} and {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
+            crate::legacy::VERSION
         )),
-        Some(_) => Ok(()),
+        Some(&v) => Ok(v),
     }
 }
 
 /// Read the next framed record into `buf` and decode it; `Ok(None)` at the
 /// end of the input. A repeated magic between records is skipped. After an
 /// error nothing more can be read: the length prefix may be what is wrong.
-pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<Record>, String> {
+/// `version` is the framing's, from [`read_magic`]; a repeated magic sets it.
+pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>, version: &mut u8) -> Result<Option<Record>, String> {
     let fatal = |e: io::Error| format!("read error: {e}");
     let len = loop {
         let mut pre = [0u8; 4];
@@ -120,7 +124,7 @@ pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<Rec
             let n = read_full(r, &mut v).map_err(fatal)?;
             let mut m = pre.to_vec();
             m.extend_from_slice(&v[..n]);
-            check_magic(&m)?;
+            *version = check_magic(&m)?;
             continue;
         }
         break u32::from_le_bytes(pre) as usize;
@@ -135,7 +139,12 @@ pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<Rec
     if got < len {
         return Err(format!("truncated: {got} of the record's {len} bytes"));
     }
-    match bincode::decode_from_slice::<Record, _>(buf, config()) {
+    let decoded = if *version == crate::legacy::VERSION {
+        bincode::decode_from_slice::<crate::legacy::RecordV2, _>(buf, config()).map(|(r, n)| (r.into(), n))
+    } else {
+        bincode::decode_from_slice::<Record, _>(buf, config())
+    };
+    match decoded {
         Ok((rec, used)) if used == len => Ok(Some(rec)),
         Ok((_, used)) => Err(format!("invalid record: {} bytes left after it", len - used)),
         Err(e) => Err(format!("invalid record: {e}")),
@@ -165,10 +174,10 @@ mod tests {
         let mut bytes = framed(&recs);
         bytes.extend(framed(&recs));
         let mut r = &bytes[..];
-        read_magic(&mut r).unwrap();
+        let mut v = read_magic(&mut r).unwrap();
         let mut buf = Vec::new();
         let mut got = Vec::new();
-        while let Some(rec) = read_record(&mut r, &mut buf).unwrap() {
+        while let Some(rec) = read_record(&mut r, &mut buf, &mut v).unwrap() {
             got.push(rec);
         }
         assert_eq!(got, [recs.clone(), recs].concat());

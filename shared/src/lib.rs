@@ -28,6 +28,7 @@ pub mod binary;
 pub mod cli;
 pub mod fasthash;
 pub mod folded;
+mod legacy;
 pub mod procmaps;
 pub mod reader;
 mod record;

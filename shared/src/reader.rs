@@ -63,6 +63,8 @@ pub struct Reader<R: BufRead> {
     binary: bool,
     /// A broken binary framing: nothing more can be read.
     done: bool,
+    /// The binary framing's version (see [`binary::read_magic`]).
+    bin_version: u8,
     /// The stack table read so far.
     defs: Defs,
     /// Return stack records with their `stack_id` instead of their frames.
@@ -81,6 +83,7 @@ impl<R: BufRead> Reader<R> {
             seen_data: false,
             binary: false,
             done: false,
+            bin_version: binary::VERSION,
             defs: Defs::default(),
             keep_ids: false,
         }
@@ -147,7 +150,7 @@ impl<R: BufRead> Reader<R> {
         let lines = self.line_no;
         self.binary = true;
         self.line_no = 0;
-        binary::read_magic(&mut self.inner).map_err(|e| {
+        binary::read_magic(&mut self.inner).map(|v| self.bin_version = v).map_err(|e| {
             self.done = true;
             self.binary = lines == 0;
             self.line_no = lines + 1;
@@ -156,7 +159,7 @@ impl<R: BufRead> Reader<R> {
     }
 
     fn next_binary(&mut self) -> Option<Result<Record, ParseError>> {
-        let res = binary::read_record(&mut self.inner, &mut self.buf);
+        let res = binary::read_record(&mut self.inner, &mut self.buf, &mut self.bin_version);
         self.line_no += 1;
         match res {
             Ok(None) => None,

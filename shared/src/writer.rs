@@ -69,21 +69,32 @@ pub struct Writer<W: Write> {
     defined: Defined,
 }
 
-/// Ids of a [`StackTable`] already defined in the output, for the table's
-/// generation.
+/// The ids of a [`StackTable`] (of one generation) defined in the output.
+/// The output numbers frames and stacks in the order of their first use,
+/// whatever the table's ids: the same records make the same bytes, however
+/// the producer found them (a stream symbolized again, merged again).
 #[derive(Default)]
 struct Defined {
     generation: u64,
-    frames: Vec<bool>,
-    stacks: Vec<bool>,
+    /// Table id -> output id + 1 (0: not defined yet).
+    frames: Vec<u32>,
+    stacks: Vec<u32>,
+    next_frame: u32,
+    next_stack: u32,
 }
 
-fn mark(v: &mut Vec<bool>, id: u32) -> bool {
+/// The output id of table id `id` in `ids`, and whether it is new.
+fn number(ids: &mut Vec<u32>, next: &mut u32, id: u32) -> (u32, bool) {
     let i = id as usize;
-    if i >= v.len() {
-        v.resize(i + 1, false);
+    if i >= ids.len() {
+        ids.resize(i + 1, 0);
     }
-    !std::mem::replace(&mut v[i], true)
+    if ids[i] > 0 {
+        return (ids[i] - 1, false);
+    }
+    *next += 1;
+    ids[i] = *next;
+    (*next - 1, true)
 }
 
 impl<W: Write> Writer<W> {
@@ -108,8 +119,12 @@ impl<W: Write> Writer<W> {
     pub fn write(&mut self, rec: &Record) -> io::Result<()> {
         match self.format {
             Format::Json => {
-                serde_json::to_writer(&mut self.out, rec).map_err(io::Error::from)?;
-                self.out.write_all(b"\n")
+                // Into our buffer first: serde writes a token at a time,
+                // and the output is often a `dyn Write`.
+                self.buf.clear();
+                serde_json::to_writer(&mut self.buf, rec).map_err(io::Error::from)?;
+                self.buf.push(b'\n');
+                self.out.write_all(&self.buf)
             }
             Format::Bincode => {
                 self.buf.clear();
@@ -132,17 +147,21 @@ impl<W: Write> Writer<W> {
         if d.generation != table.generation() {
             *d = Defined { generation: table.generation(), ..Defined::default() };
         }
-        if mark(&mut self.defined.stacks, id) {
-            let frames = table.stack(id);
-            for &f in frames {
-                if mark(&mut self.defined.frames, f) {
-                    self.write(&Record::Frame(FrameDef { id: f, frame: table.frame(f).clone() }))?;
+        let (out_id, new) = number(&mut d.stacks, &mut d.next_stack, id);
+        if new {
+            let mut ids = Vec::with_capacity(table.stack(id).len());
+            for &f in table.stack(id) {
+                let d = &mut self.defined;
+                let (out_f, new) = number(&mut d.frames, &mut d.next_frame, f);
+                if new {
+                    self.write(&Record::Frame(FrameDef { id: out_f, frame: table.frame(f).clone() }))?;
                 }
+                ids.push(out_f);
             }
-            self.write(&Record::StackDef(StackDef { id, frames: frames.to_vec() }))?;
+            self.write(&Record::StackDef(StackDef { id: out_id, frames: ids }))?;
         }
         s.frames = Vec::new();
-        s.stack_id = Some(id);
+        s.stack_id = Some(out_id);
         self.write(&Record::Stack(s))
     }
 

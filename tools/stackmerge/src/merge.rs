@@ -1,5 +1,6 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ pub struct Merger {
     table: StackTable,
     /// (stack without leaf or u32::MAX, leaf frame) -> stack with the leaf.
     leafed: FastMap<(u32, u32), u32>,
+    /// Leaf name -> its frame in `table`.
+    leaf_ids: FastMap<String, u32>,
 }
 
 /// One input's stack table ids mapped to the merger's.
@@ -137,6 +140,7 @@ impl Merger {
             agg: FastMap::default(),
             table: StackTable::default(),
             leafed: FastMap::default(),
+            leaf_ids: FastMap::default(),
         }
     }
 
@@ -247,13 +251,25 @@ impl Merger {
         }
         .filter(|&id| !t.stack(id).is_empty());
         let raw = base.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty());
-        let frames = match kind_leaf(&s) {
+        // The off-CPU leaf without a String per record.
+        let leaf: Option<Cow<'static, str>> = match (s.kind, s.state) {
+            (Kind::Off, Some(st)) => Some(Cow::Borrowed(st.leaf_name())),
+            _ => kind_leaf(&s).map(Cow::Owned),
+        };
+        let frames = match leaf {
             Some(leaf) if !raw => {
                 let ends_in_leaf = base.is_some_and(|b| t.stack(b).last().is_some_and(|&f| t.frame(f).func == leaf));
                 if ends_in_leaf {
                     base
                 } else {
-                    let leaf = t.frame_id(&Frame::named(leaf));
+                    let leaf = match self.leaf_ids.get(leaf.as_ref()) {
+                        Some(&id) => id,
+                        None => {
+                            let id = t.frame_id(&Frame::named(leaf.as_ref()));
+                            self.leaf_ids.insert(leaf.into_owned(), id);
+                            id
+                        }
+                    };
                     let b = base.unwrap_or(u32::MAX);
                     Some(match self.leafed.get(&(b, leaf)) {
                         Some(&id) => id,

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use blazesym::symbolize::Symbolizer;
+use wallclock_stream::fasthash::{FastHash, FastMap};
 use wallclock_stream::{Frame, MapEntry, Maps, Record, Stack, StackTable};
 
 use crate::gil;
@@ -66,20 +67,26 @@ pub struct Engine {
     pub(crate) build_id_ok: HashMap<(String, String), bool>,
     /// Frames of each address, as ids of `table` (no clone of a `Frame`
     /// per record written).
-    pub(crate) cache: HashMap<Key, Box<[u32]>>,
+    pub(crate) cache: FastMap<Key, Box<[u32]>>,
     /// Every frame and stack written: the stream's stack table.
     pub(crate) table: StackTable,
     /// `table`'s id of the `[GIL]` frame.
     pub(crate) gil_id: u32,
+    /// A stack's frame ids, reused from record to record.
+    scratch: Vec<u32>,
     pub(crate) warned: HashSet<String>,
     /// Our own vDSO as a file, made on first need (`None` inside: failed).
     pub(crate) vdso: Option<Option<crate::vdso::VdsoFile>>,
     /// The module of each cached address left unnamed.
-    pub(crate) unnamed_keys: HashMap<Key, Box<str>>,
+    pub(crate) unnamed_keys: FastMap<Key, Box<str>>,
     /// Why a module's frames had no name, as found while resolving.
     pub(crate) why: HashMap<String, String>,
     /// Counts not yet written to a trailer: `unnamed_*:MODULE`.
     pub(crate) pending: BTreeMap<String, u64>,
+    /// Time and events by module not yet in `pending`.
+    pub(crate) unnamed_time: BTreeMap<Box<str>, (u64, u64)>,
+    /// Stacks written before, by a hash of their addresses.
+    pub(crate) known: FastMap<u64, crate::known::Known>,
     pub(crate) warned_modules: HashSet<String>,
 }
 
@@ -99,14 +106,17 @@ impl Engine {
             snapshots: HashMap::new(),
             perf_maps: HashMap::new(),
             build_id_ok: HashMap::new(),
-            cache: HashMap::new(),
+            cache: FastMap::default(),
             table,
             gil_id,
+            scratch: Vec::new(),
             warned: HashSet::new(),
             vdso: None,
-            unnamed_keys: HashMap::new(),
+            unnamed_keys: FastMap::default(),
             why: HashMap::new(),
             pending: BTreeMap::new(),
+            unnamed_time: BTreeMap::new(),
+            known: FastMap::default(),
             warned_modules: HashSet::new(),
         }
     }
@@ -164,13 +174,14 @@ impl Engine {
     pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
         if self.cache.len() > CACHE_MAX {
             self.cache.clear();
+            self.known.clear();
             self.table.clear();
             self.gil_id = self.table.frame_id(&gil::frame());
         }
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
         let mut kernel: Vec<(u64, bool)> = Vec::new();
-        let mut seen: HashSet<Key> = HashSet::new();
-        for s in stacks {
+        let mut seen: HashSet<Key, FastHash> = HashSet::default();
+        for s in stacks.filter(|s| self.known(s).is_none()) {
             for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
                 for (i, &a) in addrs.iter().enumerate() {
                     let key = (space, a, i + 1 < addrs.len());
@@ -207,8 +218,6 @@ impl Engine {
         self.cache.insert(key, ids);
     }
 
-    /// Count the time of `s` under each module it has unnamed frames in
-
     /// The frames of `s` (root first: the user part, then the kernel part)
     /// as ids of [`Engine::table`], appended to `out`. Call after
     /// [`Engine::prepare`] saw `s`.
@@ -229,9 +238,12 @@ impl Engine {
     /// The id in [`Engine::table`] of the stack of `s`'s frames (see
     /// [`Engine::frame_ids`]).
     pub fn stack_id(&mut self, s: &Stack) -> u32 {
-        let mut ids = Vec::with_capacity(s.ustack.len() + s.kstack.len() + 4);
+        let mut ids = std::mem::take(&mut self.scratch);
+        ids.clear();
         self.frame_ids(s, &mut ids);
-        self.table.stack_id(&ids)
+        let id = self.table.stack_id(&ids);
+        self.scratch = ids;
+        id
     }
 
     /// The id in [`Engine::table`] of a stack of frames named elsewhere

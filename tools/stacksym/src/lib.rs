@@ -2,15 +2,18 @@
 //!
 //! Reads the wallclock stream (stdin or files) and writes it again, every
 //! `stack` record that has `ustack`/`kstack` addresses and no `frames` now
-//! carrying `frames` (root first: user part, then kernel part). Every other
-//! record passes through unchanged, `maps` records included, so the output
-//! can be symbolized again.
+//! carrying its frames (root first: user part, then kernel part) as a
+//! `stack_id` of the stream's stack table: each distinct frame and stack is
+//! defined once, before its first use (wallclock-stream(5), STACK TABLE).
+//! Every other record passes through unchanged, `maps` records included, so
+//! the output can be symbolized again.
 //!
 //! ```text
 //! in:  {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[94219371237552,94219371237901],"ns":5000,"count":1}
-//! out: {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[...],
-//!       "frames":[{"func":"main","module":"prog","file":"/src/prog.cc","line":40},
-//!                 {"func":"ns::work(int)","module":"prog","file":"/src/prog.cc","line":12}],"ns":5000,"count":1}
+//! out: {"type":"frame","id":0,"frame":{"func":"main","module":"prog","file":"/src/prog.cc","line":40}}
+//!      {"type":"frame","id":1,"frame":{"func":"ns::work(int)","module":"prog","file":"/src/prog.cc","line":12}}
+//!      {"type":"stackdef","id":0,"frames":[0,1]}
+//!      {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[...],"stack_id":0,"ns":5000,"count":1}
 //! ```
 //!
 //! Conventions relied on (producers write them): user and kernel stacks root
@@ -31,6 +34,7 @@
 mod debugfile;
 mod engine;
 mod gil;
+mod known;
 mod names;
 mod procmaps;
 mod resolve;
@@ -185,13 +189,14 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
     engine.prepare_records(chunk);
-    for r in chunk.iter() {
-        if let Record::Stack(s) = r {
-            if engine.needs(s) {
-                engine.account(s);
-            }
-        }
-    }
+    // Each stack's table id (its unnamed time counted) before the trailer.
+    let ids: Vec<Option<u32>> = chunk
+        .iter()
+        .map(|r| match r {
+            Record::Stack(s) if engine.needs(s) => Some(engine.symbolized(s)),
+            _ => None,
+        })
+        .collect();
     for r in chunk.iter_mut() {
         if let Record::Stats(st) = r {
             for (k, v) in engine.take_counts() {
@@ -201,21 +206,20 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
     }
     // Every stack with frames is written through the stack table: each
     // distinct frame and stack is defined once, records carry its id.
-    for r in chunk.drain(..) {
-        match r {
-            Record::Stack(mut s) if engine.needs(&s) => {
-                let id = engine.stack_id(&s);
+    for (r, id) in chunk.drain(..).zip(ids) {
+        match (r, id) {
+            (Record::Stack(mut s), Some(id)) => {
                 if engine.options().strip {
                     s.ustack.clear();
                     s.kstack.clear();
                 }
                 out.write_stack_in(s, engine.table(), id)?;
             }
-            Record::Stack(s) if !s.frames.is_empty() => {
+            (Record::Stack(s), None) if !s.frames.is_empty() => {
                 let id = engine.stack_of(&s.frames);
                 out.write_stack_in(s, engine.table(), id)?;
             }
-            r => out.write(&r)?,
+            (r, _) => out.write(&r)?,
         }
     }
     Ok(())

@@ -23,31 +23,50 @@ impl Engine {
         }
     }
 
+    /// Count the time of `s` under each module it has unnamed frames in
     /// (once per module). Call after [`Engine::prepare`] saw `s`.
     pub fn account(&mut self, s: &Stack) {
+        let mods = self.unnamed_modules(s);
+        self.add_unnamed_time(&mods, s);
+    }
+
+    /// The modules `s` has unnamed frames in, each once.
+    pub(crate) fn unnamed_modules(&self, s: &Stack) -> Box<[Box<str>]> {
+        let mut mods: Vec<Box<str>> = Vec::new();
         if self.unnamed_keys.is_empty() {
-            return;
+            return mods.into();
         }
-        let mut mods: Vec<&str> = Vec::new();
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
             for (i, &a) in addrs.iter().enumerate() {
                 if let Some(m) = self.unnamed_keys.get(&(space, a, i + 1 < addrs.len())) {
-                    if !mods.contains(&&**m) {
-                        mods.push(m);
+                    if !mods.contains(m) {
+                        mods.push(m.clone());
                     }
                 }
             }
         }
-        let names: Vec<String> = mods.into_iter().map(str::to_string).collect();
-        for m in names {
-            *self.pending.entry(format!("{UNNAMED_NS}{m}")).or_insert(0) += s.ns;
-            *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += s.count;
+        mods.into()
+    }
+
+    /// Add the time of `s` to each of `mods`.
+    pub(crate) fn add_unnamed_time(&mut self, mods: &[Box<str>], s: &Stack) {
+        for m in mods {
+            match self.unnamed_time.get_mut(m) {
+                Some(t) => *t = (t.0 + s.ns, t.1 + s.count),
+                None => {
+                    self.unnamed_time.insert(m.clone(), (s.ns, s.count));
+                }
+            }
         }
     }
 
     /// The `unnamed_*:MODULE` counts gathered since the last call, for the
     /// stream's trailer.
     pub fn take_counts(&mut self) -> BTreeMap<String, u64> {
+        for (m, (ns, count)) in std::mem::take(&mut self.unnamed_time) {
+            *self.pending.entry(format!("{UNNAMED_NS}{m}")).or_insert(0) += ns;
+            *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += count;
+        }
         std::mem::take(&mut self.pending)
     }
 }
