@@ -195,7 +195,7 @@ impl Profile {
                             }
                             let frames = defs.stack(id).unwrap_or_default().iter().filter_map(|&f| defs.frame(f));
                             let body = texts.entry(id).or_insert_with(|| folded::stack_text_of::<&str>(&[], frames.clone()));
-                            with_state_leaf(&s, body.clone(), frames.last())
+                            with_state_leaf(&s, body.clone(), frames.clone().next_back())
                         }
                         _ => stack_text(&s),
                     };
@@ -221,7 +221,7 @@ pub fn stack_text(s: &Stack) -> String {
 /// in a state leaf, with one.
 fn with_state_leaf(s: &Stack, mut text: String, last: Option<&Frame>) -> String {
     if let (Kind::Off, Some(st)) = (s.kind, s.state) {
-        if !last.is_some_and(|f| State::from_leaf_name(&f.func).is_some()) {
+        if last.is_none_or(|f| State::from_leaf_name(&f.func).is_none()) {
             text.push(';');
             text.push_str(st.leaf_name());
         }

@@ -1,21 +1,21 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use wallclock_stream::accounting::{
-    kind_leaf, merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
+    merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
 };
 use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Defs, Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread,
+    Defs, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread,
 };
 
+use crate::intern::{ranks, InputIds, Interned};
 use crate::Options;
 
 /// What an input was given as: it decides the kind of unmarked folded
@@ -44,46 +44,7 @@ pub struct Merger {
     thread_samples: HashMap<(u32, u32), u64>,
     agg: FastMap<Key, Agg>,
     /// Every distinct stack of frames, interned: keys hold its id.
-    table: StackTable,
-    /// (stack without leaf or u32::MAX, leaf frame) -> stack with the leaf.
-    leafed: FastMap<(u32, u32), u32>,
-    /// Leaf name -> its frame in `table`.
-    leaf_ids: FastMap<String, u32>,
-}
-
-/// One input's stack table ids mapped to the merger's.
-#[derive(Default)]
-struct InputIds {
-    generation: u64,
-    stacks: FastMap<u32, u32>,
-    frames: FastMap<u32, u32>,
-}
-
-impl InputIds {
-    /// The merger's id of the input's stack `id` (defined: the reader checked).
-    fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> u32 {
-        if self.generation != defs.generation() {
-            *self = InputIds { generation: defs.generation(), ..InputIds::default() };
-        }
-        if let Some(&g) = self.stacks.get(&id) {
-            return g;
-        }
-        let frames = defs.stack(id).unwrap_or_default();
-        let ids: Vec<u32> = frames
-            .iter()
-            .map(|f| match self.frames.get(f) {
-                Some(&g) => g,
-                None => {
-                    let g = table.frame_id(defs.frame(*f).expect("the reader checks stackdefs"));
-                    self.frames.insert(*f, g);
-                    g
-                }
-            })
-            .collect();
-        let g = table.stack_id(&ids);
-        self.stacks.insert(id, g);
-        g
-    }
+    interned: Interned,
 }
 
 /// GPU activity, device, stream, name.
@@ -138,9 +99,7 @@ impl Merger {
             folded_on_input: false,
             thread_samples: HashMap::new(),
             agg: FastMap::default(),
-            table: StackTable::default(),
-            leafed: FastMap::default(),
-            leaf_ids: FastMap::default(),
+            interned: Interned::default(),
         }
     }
 
@@ -227,7 +186,7 @@ impl Merger {
             return;
         }
         let base = match s.stack_id.take() {
-            Some(id) => Some(ids.stack(id, defs, &mut self.table)),
+            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table)),
             None => None,
         };
         if scale.is_some() {
@@ -243,48 +202,7 @@ impl Merger {
     /// stacks keep their addresses for a later `stacksym`; their leaf is
     /// added when they are written folded.
     fn key_of(&mut self, mut s: Stack, base: Option<u32>, scale: Option<u64>) -> (Key, Agg) {
-        let t = &mut self.table;
-        let base = match base {
-            Some(id) => Some(id),
-            None if s.frames.is_empty() => None,
-            None => Some(t.stack_of(&std::mem::take(&mut s.frames))),
-        }
-        .filter(|&id| !t.stack(id).is_empty());
-        let raw = base.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty());
-        // The off-CPU leaf without a String per record.
-        let leaf: Option<Cow<'static, str>> = match (s.kind, s.state) {
-            (Kind::Off, Some(st)) => Some(Cow::Borrowed(st.leaf_name())),
-            _ => kind_leaf(&s).map(Cow::Owned),
-        };
-        let frames = match leaf {
-            Some(leaf) if !raw => {
-                let ends_in_leaf = base.is_some_and(|b| t.stack(b).last().is_some_and(|&f| t.frame(f).func == leaf));
-                if ends_in_leaf {
-                    base
-                } else {
-                    let leaf = match self.leaf_ids.get(leaf.as_ref()) {
-                        Some(&id) => id,
-                        None => {
-                            let id = t.frame_id(&Frame::named(leaf.as_ref()));
-                            self.leaf_ids.insert(leaf.into_owned(), id);
-                            id
-                        }
-                    };
-                    let b = base.unwrap_or(u32::MAX);
-                    Some(match self.leafed.get(&(b, leaf)) {
-                        Some(&id) => id,
-                        None => {
-                            let mut ids = base.map(|b| t.stack(b).to_vec()).unwrap_or_default();
-                            ids.push(leaf);
-                            let id = t.stack_id(&ids);
-                            self.leafed.insert((b, leaf), id);
-                            id
-                        }
-                    })
-                }
-            }
-            _ => base,
-        };
+        let frames = self.interned.frames(&mut s, base);
         let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
         let key = Key {
             kind: s.kind,
@@ -307,7 +225,7 @@ impl Merger {
         // A thread's steal is one stack made from its merged record (two
         // inputs may each carry one for the same thread).
         let steals: Vec<Stack> = self.threads.values().filter_map(steal_stack).filter(|s| keep(s, &self.opts)).collect();
-        let t = &self.table;
+        let t = &self.interned.table;
         let threads = &self.threads;
         self.agg.retain(|k, _| {
             !(k.kind == Kind::On
@@ -328,9 +246,10 @@ impl Merger {
             folded_on_input,
             thread_samples,
             agg,
-            table,
+            interned,
             ..
         } = self;
+        let table = interned.table;
         if header.freq_hz.is_none() && folded_on_input {
             header.freq_hz = Some(opts.freq);
         }
@@ -427,16 +346,6 @@ pub struct Merged {
     pub table: StackTable,
 }
 
-impl Merged {
-    /// The frames of `s`, one of `stacks`.
-    pub fn frames<'a>(&'a self, s: &'a Stack) -> Vec<&'a Frame> {
-        match s.stack_id {
-            Some(id) => self.table.frames_of(id).collect(),
-            None => s.frames.iter().collect(),
-        }
-    }
-}
-
 /// `Key`'s fields in their order, the frames by [`ranks`].
 #[allow(clippy::type_complexity)]
 fn order<'k>(
@@ -444,25 +353,6 @@ fn order<'k>(
     rank: &[u32],
 ) -> (Kind, Option<State>, u32, u32, &'k str, &'k [u64], &'k [u64], Option<u32>, &'k Option<GpuKey>, Option<u64>) {
     (k.kind, k.state, k.pid, k.tid, &k.comm, &k.ustack, &k.kstack, k.frames.map(|id| rank[id as usize]), &k.gpu, k.scale)
-}
-
-/// Each table stack's place in the order of its frames (lexicographic,
-/// as `Vec<Frame>` compares), computed once for all.
-fn ranks(t: &StackTable) -> Vec<u32> {
-    let mut frames: Vec<u32> = (0..t.frame_count() as u32).collect();
-    frames.sort_unstable_by(|a, b| t.frame(*a).cmp(t.frame(*b)));
-    let mut frank = vec![0u32; frames.len()];
-    for (i, f) in frames.into_iter().enumerate() {
-        frank[f as usize] = i as u32;
-    }
-    let mut stacks: Vec<u32> = (0..t.stack_count() as u32).collect();
-    let seq = |id: u32| t.stack(id).iter().map(|&f| frank[f as usize]);
-    stacks.sort_unstable_by(|a, b| seq(*a).cmp(seq(*b)));
-    let mut rank = vec![0u32; stacks.len()];
-    for (i, id) in stacks.into_iter().enumerate() {
-        rank[id as usize] = i as u32;
-    }
-    rank
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
