@@ -84,7 +84,7 @@ fn capture(exe: &Path) -> String {
 fn symbolize(input: &str) -> (Vec<String>, std::collections::BTreeMap<String, u64>, String) {
     let out = util::run("stacksym", &["--no-live"], input.as_bytes());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let recs: Vec<Record> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let recs: Vec<Record> = util::resolved(&String::from_utf8(out.stdout).unwrap()).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let st: &Stack = recs.iter().find_map(|r| if let Record::Stack(s) = r { Some(s) } else { None }).unwrap();
     let Some(Record::Stats(stats)) = recs.last() else { panic!("no trailer") };
     (st.frames.iter().map(|f| f.func.clone()).collect(), stats.counts.clone(), String::from_utf8(out.stderr).unwrap())

@@ -96,7 +96,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
     if let Some(out) = out {
         assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let stream = std::fs::read_to_string(prefix.with_extension("stream")).unwrap();
+    let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
     let stacks = stream
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())

@@ -44,6 +44,94 @@ fn json_round_trip() {
     assert_eq!(String::from_utf8(w.into_inner()).unwrap(), text);
 }
 
+/// Stream 1.3's stack table: written once per distinct stack, read back
+/// into the same records as the frames written in each record (1.2), in
+/// JSON and in the binary framing.
+#[test]
+fn stack_table_reads_as_full_frames() {
+    let mut table = wallclock_stream::StackTable::default();
+    let a = vec![Frame::named("main"), Frame::named("work"), Frame::kernel("read")];
+    let b = vec![Frame::named("main"), Frame::named("other")];
+    let mut plain = Vec::new();
+    for (i, frames) in [&a, &b, &a, &a].into_iter().enumerate() {
+        let mut s = Stack::new(Kind::On, 1, 1 + i as u32, "t");
+        s.ustack = vec![0x401000 + i as u64];
+        s.ns = 10 + i as u64;
+        s.frames = frames.clone();
+        plain.push(Record::Stack(s));
+    }
+    for format in [wallclock_stream::Format::Json, wallclock_stream::Format::Bincode] {
+        let mut w = Writer::with_format(Vec::new(), format);
+        w.write(&Record::Header(Header::new("t", "0"))).unwrap();
+        for r in &plain {
+            let Record::Stack(s) = r.clone() else { unreachable!() };
+            let id = table.stack_of(&s.frames);
+            w.write_stack_in(s, &table, id).unwrap();
+        }
+        let bytes = w.into_inner();
+        let recs: Vec<Record> = Reader::new(&bytes[..], "t", ReaderOptions::default()).map(Result::unwrap).collect();
+        assert_eq!(recs[1..], plain[..], "{format}");
+        if format == wallclock_stream::Format::Json {
+            let text = String::from_utf8(bytes.clone()).unwrap();
+            // Each frame named once, each stack defined once.
+            assert_eq!(text.matches("\"work\"").count(), 1, "{text}");
+            assert_eq!(text.matches("\"type\":\"stackdef\"").count(), 2, "{text}");
+            // 1.2 streams, frames in every record, still read the same.
+            let mut w = Writer::new(Vec::new());
+            for r in &plain {
+                w.write(r).unwrap();
+            }
+            let old = String::from_utf8(w.into_inner()).unwrap();
+            assert!(!old.contains("stack_id"));
+            let recs: Vec<Record> = read_str(&old).into_iter().map(Result::unwrap).collect();
+            assert_eq!(recs, plain);
+        }
+        // Kept ids: the stack's frames are found in the reader's table.
+        let mut r = Reader::new(&bytes[..], "t", ReaderOptions::default()).keep_stack_ids();
+        let mut ids = Vec::new();
+        while let Some(rec) = r.next() {
+            if let Record::Stack(s) = rec.unwrap() {
+                assert!(s.frames.is_empty());
+                ids.push(s.stack_id.unwrap());
+                assert_eq!(r.defs().frames(s.stack_id.unwrap()).unwrap(), if ids.len() == 2 { b.clone() } else { a.clone() });
+            }
+        }
+        assert_eq!((ids[0], ids[2], ids[3]), (ids[0], ids[0], ids[0]));
+        assert_ne!(ids[0], ids[1]);
+    }
+}
+
+/// A stack that names a stack (or a stackdef a frame) not defined before it
+/// is a clear error naming the line.
+#[test]
+fn undefined_stack_id_is_a_clear_error() {
+    let h = r#"{"type":"header","format":"wallclock","version":"1.3","tool":"t","tool_version":"0","clock":"monotonic"}"#;
+    let text = format!("{h}
+{}
+", r#"{"type":"stack","kind":"on","pid":1,"tid":1,"stack_id":4,"ns":1,"count":1}"#);
+    let e = read_str(&text).remove(1).unwrap_err();
+    assert_eq!(e.to_string(), "t: line 2: stack_id 4: no stackdef record before it defines it");
+    let text = format!("{h}
+{}
+", r#"{"type":"stackdef","id":0,"frames":[7]}"#);
+    let e = read_str(&text).remove(1).unwrap_err();
+    assert_eq!(e.line, 2);
+    assert!(e.msg.contains("frame 7"), "{e}");
+    let text = format!(
+        "{h}
+{}
+{}
+{}
+",
+        r#"{"type":"frame","id":7,"frame":{"func":"main"}}"#,
+        r#"{"type":"stackdef","id":0,"frames":[7]}"#,
+        r#"{"type":"stack","kind":"on","stack_id":0,"frames":[{"func":"x"}],"ns":1,"count":1}"#
+    );
+    let e = read_str(&text).remove(1).unwrap_err();
+    assert_eq!(e.line, 4);
+    assert!(e.msg.contains("both frames and stack_id"), "{e}");
+}
+
 /// The version field as this release writes it.
 fn current_version() -> String {
     format!("\"version\":\"{VERSION_MAJOR}.{VERSION_MINOR}\"")

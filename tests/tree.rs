@@ -33,7 +33,7 @@ fn treespin() -> PathBuf {
 fn symbolized(path: &Path) -> Vec<Value> {
     let out = util::run("stacksym", &[path.to_str().unwrap()], b"");
     assert!(out.status.success(), "stacksym failed: {}", String::from_utf8_lossy(&out.stderr));
-    let s = String::from_utf8(out.stdout).unwrap();
+    let s = util::resolved(&String::from_utf8(out.stdout).unwrap());
     s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:.200}: {e}"))).collect()
 }
 

@@ -114,7 +114,7 @@ fn skip() -> bool {
 /// (Holding `func` anywhere is not the same: a sample in a PLT stub called
 /// from `func` has `own+0x...` as its innermost own frame.)
 fn stream_ns(stream: &str, tid: u64, func: &str) -> u64 {
-    stream
+    util::resolved(stream)
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r["type"] == "stack" && r["tid"] == tid && r["kind"] != "gpu")

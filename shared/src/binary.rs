@@ -24,12 +24,12 @@ use std::io::{self, BufRead, Read};
 
 use bincode::config::{Configuration, LittleEndian, Limit, Varint};
 
-use crate::record::{Frame, Record, Stack};
+use crate::record::Record;
 
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`].
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Largest record accepted (and written), in bytes.
 pub const MAX_RECORD: usize = 1 << 28;
 
@@ -66,38 +66,6 @@ pub fn encode_record(rec: &Record, buf: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-/// Append `frames`, each bincode-encoded, back to back: the elements of a
-/// stack's `frames` for [`encode_stack_spliced`].
-pub fn encode_frames(frames: &[Frame], buf: &mut Vec<u8>) -> io::Result<()> {
-    for f in frames {
-        bincode::encode_into_std_write(f, &mut *buf, config()).map_err(|e| io::Error::other(e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// Append the framed record `Record::Stack(s)` whose `frames` are the `n`
-/// frames pre-encoded in `frames` (see [`encode_frames`]), `s.frames`
-/// ignored: byte for byte what [`encode_record`] writes for the stack with
-/// those frames, without building them (`stacksym` caches encoded frames).
-pub fn encode_stack_spliced(s: &Stack, n: usize, frames: &[u8], buf: &mut Vec<u8>) -> io::Result<()> {
-    let err = |e: bincode::error::EncodeError| io::Error::other(e.to_string());
-    let at = buf.len();
-    buf.extend_from_slice(&[0; 4]);
-    // The derived encoding: the variant index, then the fields in order.
-    const STACK_VARIANT: u32 = 3;
-    let head = (STACK_VARIANT, s.kind, s.state, s.pid, s.tid, &s.comm, &s.ustack, &s.kstack, n as u64);
-    bincode::encode_into_std_write(head, &mut *buf, config()).map_err(err)?;
-    buf.extend_from_slice(frames);
-    bincode::encode_into_std_write((s.ns, s.count, &s.gpu), &mut *buf, config()).map_err(err)?;
-    let len = buf.len() - at - 4;
-    if len > MAX_RECORD {
-        buf.truncate(at);
-        return Err(io::Error::other(format!("record of {len} bytes exceeds the binary framing's {MAX_RECORD}")));
-    }
-    buf[at..at + 4].copy_from_slice(&(len as u32).to_le_bytes());
-    Ok(())
-}
-
 /// Read `buf.len()` bytes unless the input ends first; the count read.
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
@@ -112,14 +80,16 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Read and check the magic and version.
-pub fn read_magic(r: &mut impl BufRead) -> Result<(), String> {
+/// Read and check the magic; the framing version.
+pub fn read_magic(r: &mut impl BufRead) -> Result<u8, String> {
     let mut m = [0u8; 5];
     let n = read_full(r, &mut m).map_err(|e| format!("read error: {e}"))?;
     check_magic(&m[..n])
 }
 
-fn check_magic(m: &[u8]) -> Result<(), String> {
+/// The framing version of a magic this reader understands: [`VERSION`], or
+/// [`crate::legacy::VERSION`] (stream 1.2, before the stack table).
+fn check_magic(m: &[u8]) -> Result<u8, String> {
     if m.len() < 4 || m[..4] != MAGIC {
         return Err(format!(
             "starts with a NUL byte but not with the binary stream magic \\0WCB (got {:?})",
@@ -128,17 +98,19 @@ fn check_magic(m: &[u8]) -> Result<(), String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION => Err(format!(
-            "binary framing version {v}, this reader understands {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)"
+        Some(&v) if v != VERSION && v != crate::legacy::VERSION => Err(format!(
+            "binary framing version {v}, this reader understands {} and {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
+            crate::legacy::VERSION
         )),
-        Some(_) => Ok(()),
+        Some(&v) => Ok(v),
     }
 }
 
 /// Read the next framed record into `buf` and decode it; `Ok(None)` at the
 /// end of the input. A repeated magic between records is skipped. After an
 /// error nothing more can be read: the length prefix may be what is wrong.
-pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<Record>, String> {
+/// `version` is the framing's, from [`read_magic`]; a repeated magic sets it.
+pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>, version: &mut u8) -> Result<Option<Record>, String> {
     let fatal = |e: io::Error| format!("read error: {e}");
     let len = loop {
         let mut pre = [0u8; 4];
@@ -152,7 +124,7 @@ pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<Rec
             let n = read_full(r, &mut v).map_err(fatal)?;
             let mut m = pre.to_vec();
             m.extend_from_slice(&v[..n]);
-            check_magic(&m)?;
+            *version = check_magic(&m)?;
             continue;
         }
         break u32::from_le_bytes(pre) as usize;
@@ -167,7 +139,12 @@ pub fn read_record(r: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<Rec
     if got < len {
         return Err(format!("truncated: {got} of the record's {len} bytes"));
     }
-    match bincode::decode_from_slice::<Record, _>(buf, config()) {
+    let decoded = if *version == crate::legacy::VERSION {
+        bincode::decode_from_slice::<crate::legacy::RecordV2, _>(buf, config()).map(|(r, n)| (r.into(), n))
+    } else {
+        bincode::decode_from_slice::<Record, _>(buf, config())
+    };
+    match decoded {
         Ok((rec, used)) if used == len => Ok(Some(rec)),
         Ok((_, used)) => Err(format!("invalid record: {} bytes left after it", len - used)),
         Err(e) => Err(format!("invalid record: {e}")),
@@ -197,32 +174,13 @@ mod tests {
         let mut bytes = framed(&recs);
         bytes.extend(framed(&recs));
         let mut r = &bytes[..];
-        read_magic(&mut r).unwrap();
+        let mut v = read_magic(&mut r).unwrap();
         let mut buf = Vec::new();
         let mut got = Vec::new();
-        while let Some(rec) = read_record(&mut r, &mut buf).unwrap() {
+        while let Some(rec) = read_record(&mut r, &mut buf, &mut v).unwrap() {
             got.push(rec);
         }
         assert_eq!(got, [recs.clone(), recs].concat());
-    }
-
-    #[test]
-    fn spliced_stack_is_the_derived_encoding() {
-        let mut s = Stack::new(Kind::Gpu, 7, 8, "g");
-        s.ustack = vec![1, u64::MAX];
-        s.kstack = vec![300];
-        s.ns = 1 << 40;
-        s.count = 2;
-        s.gpu = Some(crate::record::GpuInfo { activity: "kernel".into(), device: Some(1), ..Default::default() });
-        let frames = vec![Frame { line: Some(3), inlined: true, ..Frame::named("a") }, Frame::kernel("b")];
-        let mut enc = Vec::new();
-        encode_frames(&frames, &mut enc).unwrap();
-        let mut spliced = Vec::new();
-        encode_stack_spliced(&s, frames.len(), &enc, &mut spliced).unwrap();
-        s.frames = frames;
-        let mut whole = Vec::new();
-        encode_record(&Record::Stack(s), &mut whole).unwrap();
-        assert_eq!(spliced, whole);
     }
 
     #[test]

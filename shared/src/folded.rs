@@ -127,7 +127,12 @@ pub fn frames_or_addresses(s: &Stack) -> Cow<'_, [Frame]> {
 /// escaped by [`escape`], frames annotated; `[no frames]` when there are
 /// none at all.
 pub fn stack_text<R: AsRef<str>>(roots: &[R], frames: &[Frame]) -> String {
-    let mut out = String::with_capacity(frames.iter().map(|f| f.func.len() + 1).sum::<usize>() + 16);
+    stack_text_of(roots, frames)
+}
+
+/// [`stack_text`] of frames borrowed from elsewhere (a stack table).
+pub fn stack_text_of<'a, R: AsRef<str>>(roots: &[R], frames: impl IntoIterator<Item = &'a Frame> + Clone) -> String {
+    let mut out = String::with_capacity(frames.clone().into_iter().map(|f| f.func.len() + 1).sum::<usize>() + 16);
     for r in roots {
         if !out.is_empty() {
             out.push(';');

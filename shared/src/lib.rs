@@ -2,8 +2,9 @@
 //!
 //! Every wallclock tool reads and writes one line-delimited stream: one JSON
 //! object per line, each with a `"type"` field. The first record is a
-//! [`Header`]; then any mix of [`Thread`], [`Maps`] and [`Stack`] records;
-//! last a [`Stats`] trailer. Time is integer nanoseconds on
+//! [`Header`]; then any mix of [`Thread`], [`Maps`] and [`Stack`] records
+//! (and in a symbolized stream the stack table's definitions, see
+//! [`table`]); last a [`Stats`] trailer. Time is integer nanoseconds on
 //! `CLOCK_MONOTONIC` throughout. Plain folded lines (`a;b;c 123`) are
 //! accepted wherever a stream is read (see [`folded`]), and so is the
 //! binary framing of the same records ([`binary`]), which writers produce
@@ -27,13 +28,16 @@ pub mod binary;
 pub mod cli;
 pub mod fasthash;
 pub mod folded;
+mod legacy;
 pub mod procmaps;
 pub mod reader;
 mod record;
 pub mod sniff;
+pub mod table;
 pub mod units;
 pub mod writer;
 
 pub use reader::{ParseError, Reader, ReaderOptions};
 pub use record::*;
+pub use table::{Defs, StackTable};
 pub use writer::{Format, Writer};

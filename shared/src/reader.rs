@@ -10,6 +10,7 @@ use std::io::{BufRead, Cursor};
 use crate::binary;
 use crate::folded;
 use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
+use crate::table::Defs;
 
 /// How to read input that is not JSON records.
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +63,12 @@ pub struct Reader<R: BufRead> {
     binary: bool,
     /// A broken binary framing: nothing more can be read.
     done: bool,
+    /// The binary framing's version (see [`binary::read_magic`]).
+    bin_version: u8,
+    /// The stack table read so far.
+    defs: Defs,
+    /// Return stack records with their `stack_id` instead of their frames.
+    keep_ids: bool,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -76,6 +83,55 @@ impl<R: BufRead> Reader<R> {
             seen_data: false,
             binary: false,
             done: false,
+            bin_version: binary::VERSION,
+            defs: Defs::default(),
+            keep_ids: false,
+        }
+    }
+
+    /// Return stack records of the stack table as they come, `stack_id`
+    /// set and `frames` empty (checked: the id is defined); their frames
+    /// are in [`Reader::defs`]. For tools that aggregate by stack and look
+    /// at each distinct stack once, instead of copying its frames into
+    /// every record.
+    pub fn keep_stack_ids(mut self) -> Self {
+        self.keep_ids = true;
+        self
+    }
+
+    /// The stack table's definitions read so far.
+    pub fn defs(&self) -> &Defs {
+        &self.defs
+    }
+
+    /// Take in the stack table's definitions (`None`: nothing to return)
+    /// and resolve a stack's `stack_id` unless asked to keep it.
+    fn settle(&mut self, rec: Record) -> Option<Result<Record, ParseError>> {
+        match rec {
+            Record::Frame(d) => {
+                self.defs.define_frame(d);
+                None
+            }
+            Record::StackDef(d) => self.defs.define_stack(d).err().map(|m| Err(self.err(m))),
+            Record::Stack(mut s) if s.stack_id.is_some() => {
+                let id = s.stack_id.unwrap_or_default();
+                if !s.frames.is_empty() {
+                    return Some(Err(self.err(format!("stack record has both frames and stack_id {id}"))));
+                }
+                if self.keep_ids {
+                    if self.defs.stack(id).is_none() {
+                        return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))));
+                    }
+                } else {
+                    match self.defs.frames(id) {
+                        Some(f) => s.frames = f,
+                        None => return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it")))),
+                    }
+                    s.stack_id = None;
+                }
+                Some(Ok(Record::Stack(s)))
+            }
+            r => Some(Ok(r)),
         }
     }
 
@@ -94,7 +150,7 @@ impl<R: BufRead> Reader<R> {
         let lines = self.line_no;
         self.binary = true;
         self.line_no = 0;
-        binary::read_magic(&mut self.inner).map_err(|e| {
+        binary::read_magic(&mut self.inner).map(|v| self.bin_version = v).map_err(|e| {
             self.done = true;
             self.binary = lines == 0;
             self.line_no = lines + 1;
@@ -103,7 +159,7 @@ impl<R: BufRead> Reader<R> {
     }
 
     fn next_binary(&mut self) -> Option<Result<Record, ParseError>> {
-        let res = binary::read_record(&mut self.inner, &mut self.buf);
+        let res = binary::read_record(&mut self.inner, &mut self.buf, &mut self.bin_version);
         self.line_no += 1;
         match res {
             Ok(None) => None,
@@ -201,6 +257,22 @@ impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<Record, ParseError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_raw()? {
+                Ok(rec) => {
+                    if let Some(res) = self.settle(rec) {
+                        return Some(res);
+                    }
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Reader<R> {
+    /// The next record as read, stack table definitions included.
+    fn next_raw(&mut self) -> Option<Result<Record, ParseError>> {
         if self.done {
             return None;
         }

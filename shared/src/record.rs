@@ -13,7 +13,7 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 2;
+pub const VERSION_MINOR: u32 = 3;
 
 /// Count-name prefixes of what a symbolizer could not name, per module:
 /// distinct addresses, time (ns) and events of the stacks holding at least
@@ -32,6 +32,10 @@ pub enum Record {
     Maps(Maps),
     Stack(Stack),
     Stats(Stats),
+    /// 1.3: one frame of the stack table (see [`crate::table`]).
+    Frame(FrameDef),
+    /// 1.3: one stack of the stack table, as frame ids.
+    StackDef(StackDef),
 }
 
 /// First record: makes the stream self-describing.
@@ -297,6 +301,12 @@ pub struct Stack {
     /// addresses for display.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<Frame>,
+    /// 1.3: the frames are the stack table's stack of this id (a
+    /// [`StackDef`] earlier in the stream), written instead of `frames`.
+    /// A [`crate::Reader`] fills `frames` from it and clears it, unless
+    /// asked to keep ids ([`crate::Reader::keep_stack_ids`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<u32>,
     /// Time in ns: measured (off, gpu) or scaled from samples (on).
     #[serde(default)]
     pub ns: u64,
@@ -319,11 +329,28 @@ impl Stack {
             ustack: Vec::new(),
             kstack: Vec::new(),
             frames: Vec::new(),
+            stack_id: None,
             ns: 0,
             count: 0,
             gpu: None,
         }
     }
+}
+
+/// 1.3: a frame of the stack table: `id` names it in [`StackDef`]s. A
+/// later definition of the same id replaces it (concatenated streams).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+pub struct FrameDef {
+    pub id: u32,
+    pub frame: Frame,
+}
+
+/// 1.3: a stack of the stack table: its frames as [`FrameDef`] ids, root
+/// first; `id` names it in [`Stack::stack_id`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+pub struct StackDef {
+    pub id: u32,
+    pub frames: Vec<u32>,
 }
 
 /// One frame of a symbolized stack.

@@ -9,7 +9,8 @@ use std::fmt;
 use std::io::{self, Write};
 
 use crate::binary;
-use crate::record::{Record, Stack};
+use crate::record::{FrameDef, Record, Stack, StackDef};
+use crate::table::StackTable;
 
 /// The environment variable that chooses what [`Writer::from_env`] writes.
 pub const FORMAT_ENV: &str = "WALLCLOCK_STREAM_FORMAT";
@@ -64,6 +65,36 @@ pub struct Writer<W: Write> {
     /// with no record stays empty, as in JSON.
     started: bool,
     buf: Vec<u8>,
+    /// What of a [`StackTable`] this output has defined already.
+    defined: Defined,
+}
+
+/// The ids of a [`StackTable`] (of one generation) defined in the output.
+/// The output numbers frames and stacks in the order of their first use,
+/// whatever the table's ids: the same records make the same bytes, however
+/// the producer found them (a stream symbolized again, merged again).
+#[derive(Default)]
+struct Defined {
+    generation: u64,
+    /// Table id -> output id + 1 (0: not defined yet).
+    frames: Vec<u32>,
+    stacks: Vec<u32>,
+    next_frame: u32,
+    next_stack: u32,
+}
+
+/// The output id of table id `id` in `ids`, and whether it is new.
+fn number(ids: &mut Vec<u32>, next: &mut u32, id: u32) -> (u32, bool) {
+    let i = id as usize;
+    if i >= ids.len() {
+        ids.resize(i + 1, 0);
+    }
+    if ids[i] > 0 {
+        return (ids[i] - 1, false);
+    }
+    *next += 1;
+    ids[i] = *next;
+    (*next - 1, true)
 }
 
 impl<W: Write> Writer<W> {
@@ -73,7 +104,7 @@ impl<W: Write> Writer<W> {
     }
 
     pub fn with_format(out: W, format: Format) -> Self {
-        Writer { out, format, started: false, buf: Vec::new() }
+        Writer { out, format, started: false, buf: Vec::new(), defined: Defined::default() }
     }
 
     /// A writer of the format [`FORMAT_ENV`] asks for (JSON by default).
@@ -88,8 +119,12 @@ impl<W: Write> Writer<W> {
     pub fn write(&mut self, rec: &Record) -> io::Result<()> {
         match self.format {
             Format::Json => {
-                serde_json::to_writer(&mut self.out, rec).map_err(io::Error::from)?;
-                self.out.write_all(b"\n")
+                // Into our buffer first: serde writes a token at a time,
+                // and the output is often a `dyn Write`.
+                self.buf.clear();
+                serde_json::to_writer(&mut self.buf, rec).map_err(io::Error::from)?;
+                self.buf.push(b'\n');
+                self.out.write_all(&self.buf)
             }
             Format::Bincode => {
                 self.buf.clear();
@@ -103,19 +138,31 @@ impl<W: Write> Writer<W> {
         }
     }
 
-    /// Binary framing only: write `Record::Stack(s)` with the `n` frames
-    /// pre-encoded in `frames` (see [`binary::encode_stack_spliced`]).
-    pub fn write_stack_spliced(&mut self, s: &Stack, n: usize, frames: &[u8]) -> io::Result<()> {
-        if self.format != Format::Bincode {
-            return Err(io::Error::other("pre-encoded frames need the binary framing"));
+    /// Write `s` with its frames as stack `id` of `table`: the frames and
+    /// the stack are defined (frame and stackdef records) before their
+    /// first use in this output, then the record carries `stack_id` and no
+    /// frames. `s.frames` is ignored.
+    pub fn write_stack_in(&mut self, mut s: Stack, table: &StackTable, id: u32) -> io::Result<()> {
+        let d = &mut self.defined;
+        if d.generation != table.generation() {
+            *d = Defined { generation: table.generation(), ..Defined::default() };
         }
-        self.buf.clear();
-        if !self.started {
-            self.buf.extend_from_slice(&binary::magic());
-            self.started = true;
+        let (out_id, new) = number(&mut d.stacks, &mut d.next_stack, id);
+        if new {
+            let mut ids = Vec::with_capacity(table.stack(id).len());
+            for &f in table.stack(id) {
+                let d = &mut self.defined;
+                let (out_f, new) = number(&mut d.frames, &mut d.next_frame, f);
+                if new {
+                    self.write(&Record::Frame(FrameDef { id: out_f, frame: table.frame(f).clone() }))?;
+                }
+                ids.push(out_f);
+            }
+            self.write(&Record::StackDef(StackDef { id: out_id, frames: ids }))?;
         }
-        binary::encode_stack_spliced(s, n, frames, &mut self.buf)?;
-        self.out.write_all(&self.buf)
+        s.frames = Vec::new();
+        s.stack_id = Some(out_id);
+        self.write(&Record::Stack(s))
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

@@ -171,3 +171,16 @@ pub fn first_line_then_close(name: &str, args: &[&str], input: Vec<u8>) -> (Stri
     writer.join().unwrap();
     (first, status, err)
 }
+
+/// The stream `text` as JSON lines with every stack's frames written out:
+/// the stack table (stream 1.3) resolved by the reader, as streams were
+/// written before it. Outputs compared with this are the same records as
+/// before, whatever the table's ids.
+pub fn resolved(text: &str) -> String {
+    let mut out = String::new();
+    for r in wallclock_stream::Reader::new(text.as_bytes(), "resolved", Default::default()) {
+        out.push_str(&serde_json::to_string(&r.expect("a valid stream")).unwrap());
+        out.push('\n');
+    }
+    out
+}

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use wallclock_stream::sniff::{self, InputKind};
-use wallclock_stream::{folded, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
+use wallclock_stream::fasthash::FastMap;
+use wallclock_stream::{folded, Frame, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
 
 /// Kinds, as indexes into a [`Mix`].
 pub const ON: usize = 0;
@@ -159,7 +160,12 @@ impl Profile {
 
     fn add_stream(&mut self, r: impl BufRead, name: &str, per_thread: bool, unit_ns: u64) -> Result<()> {
         let opts = ReaderOptions { folded_unit_ns: unit_ns };
-        for rec in Reader::new(r, name, opts) {
+        // The folded text of each stack of the stream's stack table, made
+        // once (threads share stacks), and the table's generation it is of.
+        let mut texts: FastMap<u32, String> = FastMap::default();
+        let mut generation = 0;
+        let mut reader = Reader::new(r, name, opts).keep_stack_ids();
+        while let Some(rec) = reader.next() {
             match rec? {
                 Record::Header(h) => crate::title::merge_header(&mut self.header, h),
                 Record::Thread(t) => {
@@ -181,7 +187,19 @@ impl Profile {
                         continue;
                     }
                     let tid = if per_thread { s.tid } else { 0 };
-                    self.stream.entry((tid, s.pid, stack_text(&s))).or_default()[kind_index(s.kind)] += s.ns;
+                    let text = match s.stack_id {
+                        Some(id) if reader.defs().stack(id).is_some_and(|f| !f.is_empty()) => {
+                            let defs = reader.defs();
+                            if defs.generation() != generation {
+                                (texts, generation) = (FastMap::default(), defs.generation());
+                            }
+                            let frames = defs.stack(id).unwrap_or_default().iter().filter_map(|&f| defs.frame(f));
+                            let body = texts.entry(id).or_insert_with(|| folded::stack_text_of::<&str>(&[], frames.clone()));
+                            with_state_leaf(&s, body.clone(), frames.clone().next_back())
+                        }
+                        _ => stack_text(&s),
+                    };
+                    self.stream.entry((tid, s.pid, text)).or_default()[kind_index(s.kind)] += s.ns;
                 }
                 _ => {}
             }
@@ -195,15 +213,20 @@ impl Profile {
 /// off-CPU stack whose frames do not end in a state leaf gets one, so
 /// runnable, sleeping and I/O time stay apart.
 pub fn stack_text(s: &Stack) -> String {
-    let mut out = folded::stack_text::<&str>(&[], &folded::frames_or_addresses(s));
+    let out = folded::stack_text::<&str>(&[], &folded::frames_or_addresses(s));
+    with_state_leaf(s, out, s.frames.last())
+}
+
+/// `text` of an off-CPU stack whose frames (ending in `last`) do not end
+/// in a state leaf, with one.
+fn with_state_leaf(s: &Stack, mut text: String, last: Option<&Frame>) -> String {
     if let (Kind::Off, Some(st)) = (s.kind, s.state) {
-        let has_leaf = s.frames.last().is_some_and(|f| State::from_leaf_name(&f.func).is_some());
-        if !has_leaf {
-            out.push(';');
-            out.push_str(st.leaf_name());
+        if last.is_none_or(|f| State::from_leaf_name(&f.func).is_none()) {
+            text.push(';');
+            text.push_str(st.leaf_name());
         }
     }
-    out
+    text
 }
 
 const KIND_MARKERS: [(&str, usize); 3] = [("_[c]", ON), ("_[o]", OFF), ("_[g]", GPU)];

@@ -16,6 +16,7 @@
 //! (`[runnable]`, `[sleep]`, `[io]`, `[other]`). GPU time never enters a
 //! thread's wall-clock accounting.
 
+mod intern;
 mod merge;
 mod output;
 mod symbolize;

@@ -6,15 +6,16 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use wallclock_stream::accounting::{
-    kind_leaf, merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
+    merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
 };
 use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread,
+    Defs, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread,
 };
 
+use crate::intern::{ranks, InputIds, Interned};
 use crate::Options;
 
 /// What an input was given as: it decides the kind of unmarked folded
@@ -42,6 +43,8 @@ pub struct Merger {
     /// Samples per thread over all inputs: the denominators.
     thread_samples: HashMap<(u32, u32), u64>,
     agg: FastMap<Key, Agg>,
+    /// Every distinct stack of frames, interned: keys hold its id.
+    interned: Interned,
 }
 
 /// GPU activity, device, stream, name.
@@ -58,7 +61,9 @@ struct Key {
     comm: String,
     ustack: Vec<u64>,
     kstack: Vec<u64>,
-    frames: Vec<Frame>,
+    /// The frames (off-CPU leaf included) as a stack of the merger's table;
+    /// `None` for no frames.
+    frames: Option<u32>,
     gpu: Option<GpuKey>,
     scale: Option<u64>,
 }
@@ -94,6 +99,7 @@ impl Merger {
             folded_on_input: false,
             thread_samples: HashMap::new(),
             agg: FastMap::default(),
+            interned: Interned::default(),
         }
     }
 
@@ -112,7 +118,9 @@ impl Merger {
         let perf_script = r.fill_buf().is_ok_and(|b| sniff(b) == InputKind::PerfScript);
         let mut header_seen = false;
         let mut freq = self.opts.freq;
-        for rec in Reader::new(r, name, ReaderOptions::default()) {
+        let mut ids = InputIds::default();
+        let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids();
+        while let Some(rec) = reader.next() {
             match rec? {
                 Record::Header(h) if !header_seen => {
                     header_seen = true;
@@ -127,7 +135,7 @@ impl Merger {
                     freq = h.freq_hz.filter(|f| *f > 0).unwrap_or(self.opts.freq);
                     merge_header(&mut self.header, &h, role);
                 }
-                Record::Header(_) => {}
+                Record::Header(_) | Record::Frame(_) | Record::StackDef(_) => {}
                 Record::Thread(t) => match self.threads.get_mut(&(t.pid, t.tid)) {
                     Some(into) => merge_thread(into, &t),
                     None => {
@@ -159,14 +167,14 @@ impl Merger {
                     if role == InputRole::On && !header_seen {
                         self.folded_on_input = true;
                     }
-                    self.add(s, role, perf_script, scale);
+                    self.add(s, role, perf_script, scale, reader.defs(), &mut ids);
                 }
             }
         }
         Ok(())
     }
 
-    fn add(&mut self, mut s: Stack, role: InputRole, perf_script: bool, scale: Option<u64>) {
+    fn add(&mut self, mut s: Stack, role: InputRole, perf_script: bool, scale: Option<u64>, defs: &Defs, ids: &mut InputIds) {
         s.kind = kind_in(&s, role);
         if perf_script {
             // Summed periods: already ns (cpu-clock), not a sample count;
@@ -177,17 +185,57 @@ impl Merger {
         if !keep(&s, &self.opts) {
             return;
         }
-        append_state_leaf(&mut s);
+        let base = match s.stack_id.take() {
+            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table)),
+            None => None,
+        };
         if scale.is_some() {
             *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
         }
-        let (key, v) = key_of(s, scale);
+        let (key, v) = self.key_of(s, base, scale);
         self.agg.entry(key).or_default().add(v);
+    }
+
+    /// A stack's aggregation key and value: its frames (those of table
+    /// stack `base` when given) interned, with the kind's leaf frame
+    /// appended once (a re-merge does not add a second). Unsymbolized
+    /// stacks keep their addresses for a later `stacksym`; their leaf is
+    /// added when they are written folded.
+    fn key_of(&mut self, mut s: Stack, base: Option<u32>, scale: Option<u64>) -> (Key, Agg) {
+        let frames = self.interned.frames(&mut s, base);
+        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
+        let key = Key {
+            kind: s.kind,
+            state: s.state,
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm,
+            ustack: s.ustack,
+            kstack: s.kstack,
+            frames,
+            gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
+            scale,
+        };
+        (key, v)
     }
 
     /// Samples become ns (each thread's exact on-CPU time divided by its
     /// samples, else samples / freq), filters and roles applied.
-    pub fn finish(self) -> Merged {
+    pub fn finish(mut self) -> Merged {
+        // A thread's steal is one stack made from its merged record (two
+        // inputs may each carry one for the same thread).
+        let steals: Vec<Stack> = self.threads.values().filter_map(steal_stack).filter(|s| keep(s, &self.opts)).collect();
+        let t = &self.interned.table;
+        let threads = &self.threads;
+        self.agg.retain(|k, _| {
+            !(k.kind == Kind::On
+                && k.frames.is_some_and(|id| t.stack(id).len() == 1 && t.frame(t.stack(id)[0]).func == STEAL_FRAME)
+                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
+        });
+        for s in steals {
+            let (key, v) = self.key_of(s, None, None);
+            self.agg.entry(key).or_default().add(v);
+        }
         let Merger {
             opts,
             mut header,
@@ -197,9 +245,11 @@ impl Merger {
             any_stats,
             folded_on_input,
             thread_samples,
-            mut agg,
+            agg,
+            interned,
             ..
         } = self;
+        let table = interned.table;
         if header.freq_hz.is_none() && folded_on_input {
             header.freq_hz = Some(opts.freq);
         }
@@ -213,18 +263,6 @@ impl Merger {
             .collect();
         if !any_stats {
             stats.end_ns = header.end_ns;
-        }
-        // A thread's steal is one stack made from its merged record (two
-        // inputs may each carry one for the same thread).
-        agg.retain(|k, _| {
-            !(k.kind == Kind::On
-                && k.frames.len() == 1
-                && k.frames[0].func == STEAL_FRAME
-                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
-        });
-        for s in threads.values().filter_map(steal_stack).filter(|s| keep(s, &opts)) {
-            let (key, v) = key_of(s, None);
-            agg.entry(key).or_default().add(v);
         }
         let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
         for (mut key, mut v) in agg {
@@ -243,7 +281,9 @@ impl Merger {
         }
         // Sorted once at the end; a stack that came both as samples and as
         // time (or at two frequencies) now has one key: merge neighbours.
-        done.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // In the order of the frames themselves (not of their ids).
+        let rank = ranks(&table);
+        done.sort_unstable_by(|a, b| order(&a.0, &rank).cmp(&order(&b.0, &rank)));
         done.dedup_by(|later, kept| {
             let same = later.0 == kept.0;
             if same {
@@ -261,7 +301,8 @@ impl Merger {
                 comm: k.comm,
                 ustack: k.ustack,
                 kstack: k.kstack,
-                frames: k.frames,
+                frames: Vec::new(),
+                stack_id: k.frames,
                 ns: v.ns,
                 count: v.count,
                 gpu: k.gpu.map(|(activity, device, stream, name)| GpuInfo {
@@ -286,7 +327,7 @@ impl Merger {
             })
             .collect();
         maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, stacks, stats };
+        let mut merged = Merged { header, threads, maps, stacks, stats, table };
         crate::symbolize::name_frames(&mut merged);
         merged
     }
@@ -298,9 +339,20 @@ pub struct Merged {
     pub header: Header,
     pub threads: BTreeMap<(u32, u32), Thread>,
     pub maps: Vec<Maps>,
-    /// Aggregated, in ns, off-CPU leaf appended where frames exist.
+    /// Aggregated, in ns, off-CPU leaf appended where frames exist; the
+    /// frames are `stack_id`'s in `table`.
     pub stacks: Vec<Stack>,
     pub stats: Stats,
+    pub table: StackTable,
+}
+
+/// `Key`'s fields in their order, the frames by [`ranks`].
+#[allow(clippy::type_complexity)]
+fn order<'k>(
+    k: &'k Key,
+    rank: &[u32],
+) -> (Kind, Option<State>, u32, u32, &'k str, &'k [u64], &'k [u64], Option<u32>, &'k Option<GpuKey>, Option<u64>) {
+    (k.kind, k.state, k.pid, k.tid, &k.comm, &k.ustack, &k.kstack, k.frames.map(|id| rank[id as usize]), &k.gpu, k.scale)
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
@@ -336,42 +388,10 @@ fn kind_in(s: &Stack, role: InputRole) -> Kind {
     }
 }
 
-/// A stack's aggregation key and value.
-fn key_of(s: Stack, scale: Option<u64>) -> (Key, Agg) {
-    let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
-    let key = Key {
-        kind: s.kind,
-        state: s.state,
-        pid: s.pid,
-        tid: s.tid,
-        comm: s.comm,
-        ustack: s.ustack,
-        kstack: s.kstack,
-        frames: s.frames,
-        gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
-        scale,
-    };
-    (key, v)
-}
-
 fn keep(s: &Stack, opts: &Options) -> bool {
     (opts.pids.is_empty() || opts.pids.contains(&s.pid))
         && (opts.tids.is_empty() || opts.tids.contains(&s.tid))
         && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))
-}
-
-/// Append the kind's leaf frame, once (a re-merge does not add a second).
-/// Unsymbolized stacks keep their addresses for a later `stacksym`; their
-/// leaf is added when they are written folded.
-fn append_state_leaf(s: &mut Stack) {
-    let Some(leaf) = kind_leaf(s) else { return };
-    if s.frames.is_empty() && !(s.ustack.is_empty() && s.kstack.is_empty()) {
-        return;
-    }
-    if s.frames.last().is_some_and(|f| f.func == leaf) {
-        return;
-    }
-    s.frames.push(Frame::named(leaf));
 }
 
 #[cfg(test)]

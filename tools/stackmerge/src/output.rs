@@ -5,6 +5,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use wallclock_stream::accounting::kind_leaf;
+use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::{folded, Frame, Kind, Record, Stack, Writer};
 
 use crate::{Merged, Options};
@@ -51,9 +52,27 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
 /// Folded lines: values summed per line in ns, then converted once.
 pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
     let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.stacks.len());
+    // The text of each table stack, made once (threads share stacks).
+    let mut texts: FastMap<u32, String> = FastMap::default();
     for s in &m.stacks {
         let root = root_of(s, m, opts);
-        let mut text = folded::stack_text(root.as_slice(), &display_frames(s));
+        let mut text = match s.stack_id {
+            Some(id) => {
+                let body = texts.entry(id).or_insert_with(|| folded::stack_text_of::<&str>(&[], m.table.frames_of(id)));
+                match &root {
+                    Some(r) => {
+                        let r = folded::escape(r);
+                        let mut t = String::with_capacity(r.len() + 1 + body.len() + 4);
+                        t.push_str(&r);
+                        t.push(';');
+                        t.push_str(body);
+                        t
+                    }
+                    None => body.clone(),
+                }
+            }
+            None => folded::stack_text(root.as_slice(), &display_frames(s)),
+        };
         text.push_str(s.kind.marker());
         let text = text.into_bytes();
         lines.push((text, s.ns));
@@ -78,6 +97,7 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
 /// The stream: header, threads, maps, stacks, stats.
 pub fn write_stream(m: Merged, out: &mut dyn Write) -> Result<()> {
     let mut w = Writer::from_env(out)?;
+    let table = &m.table;
     w.write(&Record::Header(m.header))?;
     for t in m.threads.into_values() {
         w.write(&Record::Thread(t))?;
@@ -86,7 +106,10 @@ pub fn write_stream(m: Merged, out: &mut dyn Write) -> Result<()> {
         w.write(&Record::Maps(mp))?;
     }
     for s in m.stacks {
-        w.write(&Record::Stack(s))?;
+        match s.stack_id {
+            Some(id) => w.write_stack_in(s, table, id)?,
+            None => w.write(&Record::Stack(s))?,
+        }
     }
     w.write(&Record::Stats(m.stats))?;
     Ok(())

@@ -16,7 +16,7 @@ use wallclock_stream::{Frame, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 use crate::Merged;
 
 fn needs(s: &Stack) -> bool {
-    s.frames.is_empty() && !(s.ustack.is_empty() && s.kstack.is_empty())
+    s.frames.is_empty() && s.stack_id.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty())
 }
 
 /// Name the frames of every stack that has addresses and no frames.
@@ -28,9 +28,12 @@ pub fn name_frames(m: &mut Merged) {
         }
         engine.prepare(m.stacks.iter().filter(|s| needs(s)));
         for s in m.stacks.iter_mut().filter(|s| needs(s)) {
-            s.frames = engine.frames(s);
+            let mut frames = engine.frames(s);
             if let Some(leaf) = kind_leaf(s) {
-                s.frames.push(Frame::named(leaf));
+                frames.push(Frame::named(leaf));
+            }
+            if !frames.is_empty() {
+                s.stack_id = Some(m.table.stack_of(&frames));
             }
         }
         for (k, v) in engine.take_counts().into_iter().filter(|(k, _)| k.starts_with(UNNAMED_ADDRS)) {
@@ -45,9 +48,14 @@ pub fn name_frames(m: &mut Merged) {
 fn count_unnamed(m: &mut Merged) {
     let mut by_module: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let mut seen: Vec<&str> = Vec::new();
+    let table = &m.table;
     for s in &m.stacks {
         seen.clear();
-        for module in s.frames.iter().filter_map(Frame::unnamed_module) {
+        let frames: Box<dyn Iterator<Item = &Frame>> = match s.stack_id {
+            Some(id) => Box::new(table.frames_of(id)),
+            None => Box::new(s.frames.iter()),
+        };
+        for module in frames.filter_map(Frame::unnamed_module) {
             if !seen.contains(&module) {
                 seen.push(module);
                 let e = by_module.entry(module).or_default();

@@ -130,7 +130,7 @@ pub fn symbolize_stripped(
         Ok(res) => {
             for (&(i, _), s) in todo.iter().zip(&res) {
                 if let Symbolized::Sym(sym) = s {
-                    frames[i] = crate::engine::sym_frames(sym, Some(&module), opts, false, false);
+                    frames[i] = crate::resolve::sym_frames(sym, Some(&module), opts, false, false);
                 }
             }
             (frames, format!("no symbol in its debug file {} covers them", debug.display()))

@@ -10,22 +10,15 @@ use wallclock_stream::{Frame, Kind, Stack};
 /// The synthetic frame's name.
 pub const GIL_FRAME: &str = "[GIL]";
 
-/// Serialized `[GIL]` frame, as the engine splices frames.
-pub const GIL_JSON: &str = r#"{"func":"[GIL]"}"#;
-
-/// Whether the serialized frame(s) `json` of one user address of `s`
-/// begin with CPython's `take_gil` in an off-CPU stack.
-pub fn before(s: &Stack, json: &str) -> bool {
-    if s.kind != Kind::Off {
-        return false;
-    }
-    let Some(rest) = json.strip_prefix(r#"{"func":"take_gil""#) else { return false };
-    // The first frame's module only (inlined frames may follow).
-    let first = rest.split('}').next().unwrap_or("");
-    first.split(r#""module":""#).nth(1).is_some_and(|m| m.starts_with("python") || m.starts_with("libpython"))
+/// Whether `first`, the first frame of one user address of `s`, is
+/// CPython's `take_gil` in an off-CPU stack.
+pub fn before(s: &Stack, first: &Frame) -> bool {
+    s.kind == Kind::Off
+        && first.func == "take_gil"
+        && first.module.as_deref().is_some_and(|m| m.starts_with("python") || m.starts_with("libpython"))
 }
 
-/// The `[GIL]` frame, for the binary framing.
+/// The `[GIL]` frame.
 pub fn frame() -> Frame {
     Frame::named(GIL_FRAME)
 }
@@ -40,13 +33,15 @@ mod tests {
 
     #[test]
     fn only_cpythons_take_gil_off_cpu() {
-        let f = r#"{"func":"take_gil","module":"libpython3.12.so.1.0","file":"Python/ceval_gil.c","line":3}"#;
-        assert!(before(&stack(Kind::Off), f));
-        assert!(before(&stack(Kind::Off), r#"{"func":"take_gil","module":"python3.11"}"#));
-        assert!(!before(&stack(Kind::On), f));
-        assert!(!before(&stack(Kind::Off), r#"{"func":"take_gil","module":"mygame"}"#));
-        assert!(!before(&stack(Kind::Off), r#"{"func":"take_gil_fast","module":"python3.11"}"#));
-        assert!(!before(&stack(Kind::Off), r#"{"func":"drop_gil","module":"python3.11"}"#));
-        assert_eq!(serde_json::to_string(&frame()).unwrap(), GIL_JSON);
+        let f = |func: &str, module: &str| Frame { module: Some(module.into()), ..Frame::named(func) };
+        let lib = Frame { file: Some("Python/ceval_gil.c".into()), line: Some(3), ..f("take_gil", "libpython3.12.so.1.0") };
+        assert!(before(&stack(Kind::Off), &lib));
+        assert!(before(&stack(Kind::Off), &f("take_gil", "python3.11")));
+        assert!(!before(&stack(Kind::On), &lib));
+        assert!(!before(&stack(Kind::Off), &f("take_gil", "mygame")));
+        assert!(!before(&stack(Kind::Off), &f("take_gil_fast", "python3.11")));
+        assert!(!before(&stack(Kind::Off), &f("drop_gil", "python3.11")));
+        assert!(!before(&stack(Kind::Off), &Frame::named("take_gil")));
+        assert_eq!(frame().func, GIL_FRAME);
     }
 }

@@ -2,15 +2,18 @@
 //!
 //! Reads the wallclock stream (stdin or files) and writes it again, every
 //! `stack` record that has `ustack`/`kstack` addresses and no `frames` now
-//! carrying `frames` (root first: user part, then kernel part). Every other
-//! record passes through unchanged, `maps` records included, so the output
-//! can be symbolized again.
+//! carrying its frames (root first: user part, then kernel part) as a
+//! `stack_id` of the stream's stack table: each distinct frame and stack is
+//! defined once, before its first use (wallclock-stream(5), STACK TABLE).
+//! Every other record passes through unchanged, `maps` records included, so
+//! the output can be symbolized again.
 //!
 //! ```text
 //! in:  {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[94219371237552,94219371237901],"ns":5000,"count":1}
-//! out: {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[...],
-//!       "frames":[{"func":"main","module":"prog","file":"/src/prog.cc","line":40},
-//!                 {"func":"ns::work(int)","module":"prog","file":"/src/prog.cc","line":12}],"ns":5000,"count":1}
+//! out: {"type":"frame","id":0,"frame":{"func":"main","module":"prog","file":"/src/prog.cc","line":40}}
+//!      {"type":"frame","id":1,"frame":{"func":"ns::work(int)","module":"prog","file":"/src/prog.cc","line":12}}
+//!      {"type":"stackdef","id":0,"frames":[0,1]}
+//!      {"type":"stack","kind":"off","state":"S","pid":42,"tid":42,"ustack":[...],"stack_id":0,"ns":5000,"count":1}
 //! ```
 //!
 //! Conventions relied on (producers write them): user and kernel stacks root
@@ -31,8 +34,11 @@
 mod debugfile;
 mod engine;
 mod gil;
+mod known;
 mod names;
 mod procmaps;
+mod resolve;
+mod unnamed;
 mod vdso;
 
 use std::io::{BufRead, Write};
@@ -41,7 +47,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_output};
-use wallclock_stream::{Format, Reader, ReaderOptions, Record, Writer};
+use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use names::demangle;
@@ -183,13 +189,14 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
     engine.prepare_records(chunk);
-    for r in chunk.iter() {
-        if let Record::Stack(s) = r {
-            if engine.needs(s) {
-                engine.account(s);
-            }
-        }
-    }
+    // Each stack's table id (its unnamed time counted) before the trailer.
+    let ids: Vec<Option<u32>> = chunk
+        .iter()
+        .map(|r| match r {
+            Record::Stack(s) if engine.needs(s) => Some(engine.symbolized(s)),
+            _ => None,
+        })
+        .collect();
     for r in chunk.iter_mut() {
         if let Record::Stats(st) = r {
             for (k, v) in engine.take_counts() {
@@ -197,83 +204,23 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
             }
         }
     }
-    if out.format() == Format::Bincode {
-        // As below, with the frames spliced in already encoded.
-        let mut frames = Vec::with_capacity(4096);
-        for mut r in chunk.drain(..) {
-            match &mut r {
-                Record::Stack(s) if engine.needs(s) => {
-                    frames.clear();
-                    let n = engine.write_frames_bincode(s, &mut frames);
-                    if engine.options().strip {
-                        s.ustack.clear();
-                        s.kstack.clear();
-                    }
-                    out.write_stack_spliced(s, n, &frames)?;
-                }
-                _ => out.write(&r)?,
-            }
-        }
-        return Ok(());
-    }
-    let out = out.get_mut();
-    let (mut buf, mut frames) = (Vec::with_capacity(4096), Vec::with_capacity(4096));
-    for mut r in chunk.drain(..) {
-        buf.clear();
-        match &mut r {
-            Record::Stack(s) if engine.needs(s) => {
-                // The record without frames, then its frames spliced in from
-                // the engine's cache of serialized frames.
-                s.frames.clear();
-                frames.clear();
-                engine.write_frames(s, &mut frames);
+    // Every stack with frames is written through the stack table: each
+    // distinct frame and stack is defined once, records carry its id.
+    for (r, id) in chunk.drain(..).zip(ids) {
+        match (r, id) {
+            (Record::Stack(mut s), Some(id)) => {
                 if engine.options().strip {
                     s.ustack.clear();
                     s.kstack.clear();
                 }
-                serde_json::to_writer(&mut buf, &r)?;
-                splice_frames(&mut buf, &frames);
+                out.write_stack_in(s, engine.table(), id)?;
             }
-            _ => serde_json::to_writer(&mut buf, &r)?,
+            (Record::Stack(s), None) if !s.frames.is_empty() => {
+                let id = engine.stack_of(&s.frames);
+                out.write_stack_in(s, engine.table(), id)?;
+            }
+            (r, _) => out.write(&r)?,
         }
-        buf.push(b'\n');
-        out.write_all(&buf)?;
     }
     Ok(())
-}
-
-/// Put `"frames":[FRAMES]` into the serialized stack record `buf` where
-/// serde would have put it (before `"ns"`, see `Stack`), so a record written
-/// here is byte for byte what the stream's writer would write. `,"ns":` can
-/// only be the key: a quote inside a JSON string is escaped.
-fn splice_frames(buf: &mut Vec<u8>, frames: &[u8]) {
-    // From the end: the key is near it. Vec::splice moved the frames in a
-    // byte at a time; with the forward search it was half of stacksym's
-    // time on 1M records (measured with oncputime).
-    let at = buf.windows(6).rposition(|w| w == b",\"ns\":").unwrap_or(buf.len() - 1);
-    let tail = buf.split_off(at);
-    buf.reserve(frames.len() + 12 + tail.len());
-    buf.extend_from_slice(b",\"frames\":[");
-    buf.extend_from_slice(frames);
-    buf.push(b']');
-    buf.extend_from_slice(&tail);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use wallclock_stream::{Frame, Kind, Stack};
-
-    #[test]
-    fn spliced_frames_are_what_the_writer_writes() {
-        let mut s = Stack::new(Kind::Off, 1, 2, "odd,\"ns\":comm");
-        s.ustack = vec![1, 2];
-        s.ns = 5;
-        let mut buf = serde_json::to_vec(&Record::Stack(s.clone())).unwrap();
-        let frames = [Frame::named("a"), Frame::kernel("b")];
-        let json: Vec<String> = frames.iter().map(|f| serde_json::to_string(f).unwrap()).collect();
-        splice_frames(&mut buf, json.join(",").as_bytes());
-        s.frames = frames.to_vec();
-        assert_eq!(String::from_utf8(buf).unwrap(), serde_json::to_string(&Record::Stack(s)).unwrap());
-    }
 }

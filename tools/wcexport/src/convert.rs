@@ -55,6 +55,8 @@ impl Input {
                 Record::Maps(m) => inp.maps.entry(m.pid).or_default().extend(m.maps),
                 Record::Stack(s) => inp.stacks.push(s),
                 Record::Stats(s) => inp.stats = Some(s),
+                // The reader resolves the stack table into each stack's frames.
+                Record::Frame(_) | Record::StackDef(_) => {}
             }
         }
         inp

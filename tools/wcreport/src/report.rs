@@ -175,6 +175,8 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
                 }
             }
             Record::Maps(m) => modules.add(m),
+            // The reader resolves the stack table into each stack's frames.
+            Record::Frame(_) | Record::StackDef(_) => {}
         }
     }
     for h in &headers {

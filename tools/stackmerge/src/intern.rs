@@ -1,0 +1,127 @@
+//! Stacks as ids: the merger's table of every distinct stack of frames
+//! (keys hold an id, not a list of frames), each input's stack table ids
+//! mapped to it, the kind's leaf frame appended once, and the order of the
+//! stacks by their frames.
+
+use std::borrow::Cow;
+
+use wallclock_stream::accounting::kind_leaf;
+use wallclock_stream::fasthash::FastMap;
+use wallclock_stream::{Defs, Frame, Kind, Stack, StackTable};
+
+/// The merger's stacks.
+#[derive(Default)]
+pub(crate) struct Interned {
+    pub table: StackTable,
+    /// (stack without leaf or u32::MAX, leaf frame) -> stack with the leaf.
+    leafed: FastMap<(u32, u32), u32>,
+    /// Leaf name -> its frame in `table`.
+    leaf_ids: FastMap<String, u32>,
+}
+
+impl Interned {
+    /// The id of the frames of `s` (those of table stack `base` when
+    /// given; `s.frames` is taken), with the kind's leaf frame appended
+    /// once (a re-merge does not add a second); `None` for no frames.
+    /// Unsymbolized stacks keep their addresses for a later `stacksym`;
+    /// their leaf is added when they are written folded.
+    pub fn frames(&mut self, s: &mut Stack, base: Option<u32>) -> Option<u32> {
+        let t = &mut self.table;
+        let base = match base {
+            Some(id) => Some(id),
+            None if s.frames.is_empty() => None,
+            None => Some(t.stack_of(&std::mem::take(&mut s.frames))),
+        }
+        .filter(|&id| !t.stack(id).is_empty());
+        let raw = base.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty());
+        // The off-CPU leaf without a String per record.
+        let leaf: Option<Cow<'static, str>> = match (s.kind, s.state) {
+            (Kind::Off, Some(st)) => Some(Cow::Borrowed(st.leaf_name())),
+            _ => kind_leaf(s).map(Cow::Owned),
+        };
+        let frames = match leaf {
+            Some(leaf) if !raw => {
+                let ends_in_leaf = base.is_some_and(|b| t.stack(b).last().is_some_and(|&f| t.frame(f).func == leaf));
+                if ends_in_leaf {
+                    base
+                } else {
+                    let leaf = match self.leaf_ids.get(leaf.as_ref()) {
+                        Some(&id) => id,
+                        None => {
+                            let id = t.frame_id(&Frame::named(leaf.as_ref()));
+                            self.leaf_ids.insert(leaf.into_owned(), id);
+                            id
+                        }
+                    };
+                    let b = base.unwrap_or(u32::MAX);
+                    Some(match self.leafed.get(&(b, leaf)) {
+                        Some(&id) => id,
+                        None => {
+                            let mut ids = base.map(|b| t.stack(b).to_vec()).unwrap_or_default();
+                            ids.push(leaf);
+                            let id = t.stack_id(&ids);
+                            self.leafed.insert((b, leaf), id);
+                            id
+                        }
+                    })
+                }
+            }
+            _ => base,
+        };
+        frames
+    }
+}
+
+/// One input's stack table ids mapped to the merger's.
+#[derive(Default)]
+pub(crate) struct InputIds {
+    generation: u64,
+    stacks: FastMap<u32, u32>,
+    frames: FastMap<u32, u32>,
+}
+
+impl InputIds {
+    /// The merger's id of the input's stack `id` (defined: the reader checked).
+    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> u32 {
+        if self.generation != defs.generation() {
+            *self = InputIds { generation: defs.generation(), ..InputIds::default() };
+        }
+        if let Some(&g) = self.stacks.get(&id) {
+            return g;
+        }
+        let frames = defs.stack(id).unwrap_or_default();
+        let ids: Vec<u32> = frames
+            .iter()
+            .map(|f| match self.frames.get(f) {
+                Some(&g) => g,
+                None => {
+                    let g = table.frame_id(defs.frame(*f).expect("the reader checks stackdefs"));
+                    self.frames.insert(*f, g);
+                    g
+                }
+            })
+            .collect();
+        let g = table.stack_id(&ids);
+        self.stacks.insert(id, g);
+        g
+    }
+}
+
+/// Each table stack's place in the order of its frames (lexicographic,
+/// as `Vec<Frame>` compares), computed once for all.
+pub(crate) fn ranks(t: &StackTable) -> Vec<u32> {
+    let mut frames: Vec<u32> = (0..t.frame_count() as u32).collect();
+    frames.sort_unstable_by(|a, b| t.frame(*a).cmp(t.frame(*b)));
+    let mut frank = vec![0u32; frames.len()];
+    for (i, f) in frames.into_iter().enumerate() {
+        frank[f as usize] = i as u32;
+    }
+    let mut stacks: Vec<u32> = (0..t.stack_count() as u32).collect();
+    let seq = |id: u32| t.stack(id).iter().map(|&f| frank[f as usize]);
+    stacks.sort_unstable_by(|a, b| seq(*a).cmp(seq(*b)));
+    let mut rank = vec![0u32; stacks.len()];
+    for (i, id) in stacks.into_iter().enumerate() {
+        rank[id as usize] = i as u32;
+    }
+    rank
+}

@@ -1,0 +1,257 @@
+//! Where an address gets its frames: the kernel's symbols, the files of a
+//! process's mappings (the stream's maps record, a snapshot of /proc), the
+//! live process, a JIT perf map, else `module+0xOFFSET` (the order is told
+//! in [`crate::engine`]).
+
+use std::collections::HashMap;
+
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{Input, Reason, Sym, Symbolized};
+use blazesym::{MaybeDefault, Pid};
+use wallclock_stream::{Frame, MapEntry};
+
+use crate::engine::{Engine, Options, KERNEL_MODULE};
+use crate::names;
+use crate::procmaps::{self, PerfMap};
+
+/// One address to resolve: its index in the batch, the address as captured
+/// and the address to look up (`addr - 1` for a return address).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    idx: usize,
+    addr: u64,
+    lookup: u64,
+}
+
+impl Engine {
+    pub(crate) fn resolve_kernel(&mut self, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
+        let lookups: Vec<u64> = keys.iter().map(|&(a, ret)| lookup(a, ret)).collect();
+        let kallsyms = match &self.opts.kallsyms {
+            Some(p) => MaybeDefault::Some(p.clone()),
+            None => MaybeDefault::Default,
+        };
+        let src = Source::Kernel(Kernel { kallsyms, ..Kernel::default() });
+        let unresolved = |a: u64| vec![Frame { module: Some(KERNEL_MODULE.into()), ..Frame::kernel(names::module_offset(KERNEL_MODULE, a)) }];
+        let res = match self.symbolizer.symbolize(&src, Input::AbsAddr(&lookups)) {
+            Ok(r) => r
+                .iter()
+                .zip(keys)
+                .map(|(s, &(a, _))| match s {
+                    Symbolized::Sym(sym) => sym_frames(sym, Some(KERNEL_MODULE), &self.opts, true, false)
+                        .unwrap_or_else(|| unresolved(a)),
+                    Symbolized::Unknown(_) => unresolved(a),
+                })
+                .collect(),
+            Err(e) => {
+                let msg = format!("kernel symbols unavailable: {e}");
+                self.warn(msg);
+                return keys.iter().map(|&(a, _)| unresolved(a)).collect();
+            }
+        };
+        res
+    }
+
+    pub(crate) fn resolve_user(&mut self, pid: u32, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
+        let mut out: Vec<Option<Vec<Frame>>> = vec![None; keys.len()];
+        let items: Vec<Item> =
+            keys.iter().enumerate().map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret) }).collect();
+        let live = !self.opts.no_live && procmaps::is_live(pid);
+        if live {
+            if let Some(m) = procmaps::read_proc_maps(pid) {
+                self.snapshots.insert(pid, m);
+            }
+        }
+        let stream_maps = self.stream_maps.get(&pid).cloned().unwrap_or_default();
+        let snapshot = self.snapshots.get(&pid).cloned().unwrap_or_default();
+
+        // 1. The stream's Maps record.
+        self.resolve_in_files(&stream_maps, &items, &mut out);
+        // 2. The live process.
+        if live {
+            self.resolve_live(pid, &snapshot, &items, &mut out);
+        }
+        // 3. A snapshot of a process that exited mid-stream.
+        self.resolve_in_files(&snapshot, &items, &mut out);
+        // 4. A JIT runtime's perf map, 5. module+offset.
+        let perf_map = self.perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
+        for it in &items {
+            if out[it.idx].is_some() {
+                continue;
+            }
+            if let Some(name) = perf_map.as_ref().and_then(|p| p.lookup(it.lookup)) {
+                out[it.idx] = Some(vec![Frame { jit: true, ..Frame::named(name) }]);
+                continue;
+            }
+            let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
+            let why = match entry {
+                None if live => format!("pid {pid}: not in any mapping of the process"),
+                None => format!("pid {pid}: not running and no maps record in the stream for it"),
+                Some(m) if m.path.is_empty() => format!("pid {pid}: anonymous memory (JIT code?) and no /tmp/perf-{pid}.map"),
+                Some(_) => "no symbol covers these addresses".into(),
+            };
+            let frame = unresolved_frame(entry, it.addr);
+            if let Some(m) = frame.unnamed_module() {
+                self.why.entry(m.to_string()).or_insert(why);
+            }
+            out[it.idx] = Some(vec![frame]);
+        }
+        out.into_iter().map(Option::unwrap_or_default).collect()
+    }
+
+    /// Look up the items falling in file-backed `maps` entries, against the
+    /// files, by file offset. An unreadable file leaves its items for later.
+    fn resolve_in_files(&mut self, maps: &[MapEntry], items: &[Item], out: &mut [Option<Vec<Frame>>]) {
+        let mut by_file: HashMap<usize, Vec<(Item, u64)>> = HashMap::new();
+        for it in items.iter().filter(|it| out[it.idx].is_none()) {
+            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i]) || maps[i].path == "[vdso]") {
+                let m = &maps[i];
+                by_file.entry(i).or_default().push((*it, it.lookup - m.start + m.offset));
+            }
+        }
+        let mut files: Vec<_> = by_file.into_iter().collect();
+        files.sort_by_key(|(i, _)| (maps[*i].path.clone(), maps[*i].start));
+        for (i, list) in files {
+            let m = &maps[i];
+            if !self.build_id_matches(m) {
+                continue;
+            }
+            let offs: Vec<u64> = list.iter().map(|(_, off)| *off).collect();
+            let elf_path = if m.path == "[vdso]" {
+                match self.vdso.get_or_insert_with(crate::vdso::VdsoFile::create) {
+                    Some(v) => v.path.clone(),
+                    None => continue,
+                }
+            } else {
+                std::path::PathBuf::from(&m.path)
+            };
+            let module = names::basename(&m.path);
+            let src = Source::Elf(Elf::new(elf_path.clone()));
+            match self.symbolizer.symbolize(&src, Input::FileOffset(&offs)) {
+                Ok(res) => {
+                    // Frames, or why not (a stripped file: its debug file may help).
+                    let mut found: Vec<Result<Vec<Frame>, bool>> = res
+                        .iter()
+                        .map(|s| match s {
+                            Symbolized::Sym(sym) => sym_frames(sym, Some(module), &self.opts, false, false).ok_or(false),
+                            Symbolized::Unknown(r) => Err(*r == Reason::MissingSyms),
+                        })
+                        .collect();
+                    drop(res);
+                    if m.path != "[vdso]" && found.contains(&Err(true)) {
+                        let (frames, why) = crate::debugfile::symbolize_stripped(&self.symbolizer, &self.opts, &elf_path, &offs, &found);
+                        for (f, named) in found.iter_mut().zip(frames) {
+                            if let Some(named) = named {
+                                *f = Ok(named);
+                            }
+                        }
+                        self.why.entry(module.to_string()).or_insert(why);
+                    }
+                    for ((it, _), f) in list.iter().zip(found) {
+                        out[it.idx] = Some(f.unwrap_or_else(|_| vec![unresolved_frame(Some(m), it.addr)]));
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("{}: {e}", m.path);
+                    self.warn(msg);
+                }
+            }
+        }
+    }
+
+    /// blazesym's process source: `/proc/PID/maps` and `map_files`, the vDSO
+    /// and `/tmp/perf-PID.map` for code in anonymous mappings (JIT).
+    fn resolve_live(&mut self, pid: u32, snapshot: &[MapEntry], items: &[Item], out: &mut [Option<Vec<Frame>>]) {
+        let todo: Vec<Item> = items.iter().filter(|it| out[it.idx].is_none()).copied().collect();
+        if todo.is_empty() {
+            return;
+        }
+        let lookups: Vec<u64> = todo.iter().map(|it| it.lookup).collect();
+        let src = Source::Process(Process::new(Pid::from(pid)));
+        let res = match self.symbolizer.symbolize(&src, Input::AbsAddr(&lookups)) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = format!("pid {pid}: {e}");
+                self.warn(msg);
+                return;
+            }
+        };
+        for (it, s) in todo.iter().zip(&res) {
+            let entry = procmaps::find(snapshot, it.lookup);
+            let Symbolized::Sym(sym) = s else { continue };
+            // Code outside any file (perf map) is JIT code.
+            let anonymous = match entry {
+                Some(m) => m.path.is_empty(),
+                None => true,
+            };
+            let jit = sym.module.is_none() && anonymous;
+            let module = match (entry, &sym.module) {
+                (Some(m), _) if !m.path.is_empty() => Some(names::basename(&m.path).to_string()),
+                (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
+                _ => None,
+            };
+            if let Some(f) = sym_frames(sym, module.as_deref(), &self.opts, false, jit) {
+                out[it.idx] = Some(f);
+            }
+        }
+    }
+
+    fn build_id_matches(&mut self, m: &MapEntry) -> bool {
+        let Some(want) = &m.build_id else { return true };
+        let key = (m.path.clone(), want.to_ascii_lowercase());
+        if let Some(&ok) = self.build_id_ok.get(&key) {
+            return ok;
+        }
+        let have = blazesym::helper::read_elf_build_id(&m.path)
+            .ok()
+            .flatten()
+            .map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>());
+        let ok = have.as_deref() == Some(key.1.as_str());
+        if !ok {
+            self.warn(format!("{}: build id is not {} any more; frames shown as module+offset", m.path, want));
+        }
+        self.build_id_ok.insert(key, ok);
+        ok
+    }
+}
+
+fn lookup(addr: u64, ret: bool) -> u64 {
+    if ret {
+        addr.saturating_sub(1)
+    } else {
+        addr
+    }
+}
+
+/// `module+0xFILEOFFSET` in a known mapping, `[unknown]+0xADDR` elsewhere.
+fn unresolved_frame(entry: Option<&MapEntry>, addr: u64) -> Frame {
+    match entry {
+        Some(m) => {
+            let module = if m.path.is_empty() { "[anon]" } else { m.path.as_str() };
+            let off = addr.wrapping_sub(m.start).wrapping_add(m.offset);
+            Frame { module: Some(names::basename(module).to_string()), ..Frame::named(names::module_offset(module, off)) }
+        }
+        None => Frame::named(names::unknown_addr(addr)),
+    }
+}
+
+/// A symbol and the functions inlined into it at that address, outer first.
+pub(crate) fn sym_frames(sym: &Sym, module: Option<&str>, opts: &Options, kernel: bool, jit: bool) -> Option<Vec<Frame>> {
+    if sym.name.is_empty() {
+        return None;
+    }
+    let name = |n: &str| if opts.no_demangle { n.to_string() } else { names::demangle(n) };
+    let frame = |func: &str, code: Option<&blazesym::symbolize::CodeInfo>, inlined: bool| Frame {
+        func: name(func),
+        module: module.map(str::to_string),
+        file: code.map(|c| c.to_path().display().to_string()),
+        line: code.and_then(|c| c.line),
+        inlined,
+        kernel,
+        jit,
+    };
+    let mut out = vec![frame(&sym.name, sym.code_info.as_deref(), false)];
+    for f in sym.inlined.iter() {
+        out.push(frame(&f.name, f.code_info.as_ref(), true));
+    }
+    Some(out)
+}
