@@ -29,7 +29,7 @@ use crate::record::{Frame, Record, Stack};
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`].
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Largest record accepted (and written), in bytes.
 pub const MAX_RECORD: usize = 1 << 28;
 
@@ -88,7 +88,7 @@ pub fn encode_stack_spliced(s: &Stack, n: usize, frames: &[u8], buf: &mut Vec<u8
     let head = (STACK_VARIANT, s.kind, s.state, s.pid, s.tid, &s.comm, &s.ustack, &s.kstack, n as u64);
     bincode::encode_into_std_write(head, &mut *buf, config()).map_err(err)?;
     buf.extend_from_slice(frames);
-    bincode::encode_into_std_write((s.ns, s.count, &s.gpu), &mut *buf, config()).map_err(err)?;
+    bincode::encode_into_std_write((s.ns, s.count, &s.gpu, &s.waker), &mut *buf, config()).map_err(err)?;
     let len = buf.len() - at - 4;
     if len > MAX_RECORD {
         buf.truncate(at);

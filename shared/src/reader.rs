@@ -9,7 +9,7 @@ use std::io::{BufRead, Cursor};
 
 use crate::binary;
 use crate::folded;
-use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
+use crate::record::{Kind, Record, FORMAT_NAME, VERSION_MAJOR, VERSION_MINOR};
 
 /// How to read input that is not JSON records.
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +62,9 @@ pub struct Reader<R: BufRead> {
     binary: bool,
     /// A broken binary framing: nothing more can be read.
     done: bool,
+    /// Warnings already given (each once per input).
+    warned_newer: bool,
+    warned_waker: bool,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -76,7 +79,39 @@ impl<R: BufRead> Reader<R> {
             seen_data: false,
             binary: false,
             done: false,
+            warned_newer: false,
+            warned_waker: false,
         }
+    }
+
+    /// What a reader of this version can say about a record it read: a
+    /// newer minor version (its new fields are skipped), a waker without
+    /// an off-CPU block to belong to (dropped; the record's time stays).
+    fn vet(&mut self, mut rec: Record) -> Record {
+        match &mut rec {
+            Record::Header(h) if !self.warned_newer && newer_minor(&h.version) => {
+                self.warned_newer = true;
+                eprintln!(
+                    "warning: {}: stream version {} is newer than this reader's {VERSION_MAJOR}.{VERSION_MINOR}: fields it does not know are skipped",
+                    self.name, h.version
+                );
+            }
+            Record::Stack(s) if s.waker.is_some() && s.kind != Kind::Off => {
+                s.waker = None;
+                if !self.warned_waker {
+                    self.warned_waker = true;
+                    eprintln!(
+                        "warning: {}: {} {}: a waker on a {:?} stack record, not an off-CPU block: waker ignored, the stack kept",
+                        self.name,
+                        if self.binary { "record" } else { "line" },
+                        self.line_no,
+                        s.kind
+                    );
+                }
+            }
+            _ => {}
+        }
+        rec
     }
 
     fn err(&self, msg: impl Into<String>) -> ParseError {
@@ -114,7 +149,7 @@ impl<R: BufRead> Reader<R> {
                         return Some(Err(self.err(m)));
                     }
                 }
-                Some(Ok(rec))
+                Some(Ok(self.vet(rec)))
             }
             // Unlike a bad line, a bad record leaves no sure place to go
             // on from (its length may be what is corrupt): stop there.
@@ -179,6 +214,12 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
+/// A stream of this major version with a newer minor one.
+fn newer_minor(version: &str) -> bool {
+    let mut it = version.split('.').map(|p| p.parse::<u32>().ok());
+    matches!((it.next(), it.next()), (Some(Some(VERSION_MAJOR)), Some(Some(m))) if m > VERSION_MINOR)
+}
+
 /// Reject streams this reader cannot understand.
 pub fn check_header(format: &str, version: &str) -> Result<(), String> {
     if format != FORMAT_NAME {
@@ -241,7 +282,7 @@ impl<R: BufRead> Iterator for Reader<R> {
                 }
             }
             self.seen_data = true;
-            return Some(res);
+            return Some(res.map(|r| self.vet(r)));
         }
     }
 }
