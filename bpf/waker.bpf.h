@@ -127,7 +127,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 		fp += 16;
 	w.wfp = fp;
 	if (!bpf_map_lookup_elem(&seen, &fp)) {
-		if (!emit_stack(ctx, cur, w.wctx == WC_WCTX_THREAD ? regs : 0, fp, WC_KIND_WAKER, w.wctx, now, 0)) {
+		if (!emit_stack(ctx, cur, w.wctx == WC_WCTX_THREAD ? regs : 0, fp, WC_KIND_WAKER, w.wctx, now, 1)) {
 			__u8 one = 1;
 			bpf_map_update_elem(&seen, &fp, &one, BPF_ANY);
 		}

@@ -12,7 +12,7 @@ use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread,
+    Frame, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, State, Stats, Thread, Waker,
 };
 
 use crate::Options;
@@ -61,6 +61,7 @@ struct Key {
     frames: Vec<Frame>,
     gpu: Option<GpuKey>,
     scale: Option<u64>,
+    waker: Option<Box<Waker>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -177,6 +178,9 @@ impl Merger {
         if !keep(&s, &self.opts) {
             return;
         }
+        if !self.opts.wakers {
+            s.waker = None;
+        }
         append_state_leaf(&mut s);
         if scale.is_some() {
             *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
@@ -271,6 +275,7 @@ impl Merger {
                     name,
                     launch_delay_ns: v.launch_delay_ns,
                 }),
+                waker: k.waker,
             })
             .collect();
         let threads: BTreeMap<(u32, u32), Thread> = threads
@@ -350,6 +355,7 @@ fn key_of(s: Stack, scale: Option<u64>) -> (Key, Agg) {
         frames: s.frames,
         gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
         scale,
+        waker: s.waker,
     };
     (key, v)
 }
@@ -388,6 +394,7 @@ mod tests {
             pids: vec![],
             tids: vec![],
             kinds: vec![],
+            wakers: false,
         }
     }
 

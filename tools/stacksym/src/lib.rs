@@ -34,6 +34,7 @@ mod gil;
 mod names;
 mod procmaps;
 mod vdso;
+mod wakers;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -45,6 +46,7 @@ use wallclock_stream::{Format, Reader, ReaderOptions, Record, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use names::demangle;
+pub use wakers::name_wakers;
 
 /// Records symbolized together: addresses are deduplicated within a chunk
 /// and cached across chunks.
@@ -183,6 +185,14 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
     engine.prepare_records(chunk);
+    let mut woken: Vec<&mut wallclock_stream::Stack> = chunk
+        .iter_mut()
+        .filter_map(|r| match r {
+            Record::Stack(s) if s.waker.is_some() => Some(s),
+            _ => None,
+        })
+        .collect();
+    wakers::name_wakers(engine, &mut woken);
     for r in chunk.iter() {
         if let Record::Stack(s) = r {
             if engine.needs(s) {
