@@ -101,11 +101,11 @@ impl<R: BufRead> Reader<R> {
                 if !self.warned_waker {
                     self.warned_waker = true;
                     eprintln!(
-                        "warning: {}: {} {}: a waker on a {:?} stack record, not an off-CPU block: waker ignored, the stack kept",
+                        "warning: {}: {} {}: a waker on a stack record of kind {} (wakers belong to off-CPU blocks): waker ignored, the stack kept",
                         self.name,
                         if self.binary { "record" } else { "line" },
                         self.line_no,
-                        s.kind
+                        format!("{:?}", s.kind).to_lowercase()
                     );
                 }
             }
