@@ -116,6 +116,20 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 				fp = mix(fp, bp - sp);
 				fp = mix(fp, ret);
 			}
+			/* Two callers at one stack depth reach the same syscall
+			 * (main calling produce() then signal()): the return
+			 * addresses into the program's own code near the top of the
+			 * stack tell them apart, and nothing else there is mixed. */
+			__u64 lo = BPF_CORE_READ(cur, mm, start_code), hi = BPF_CORE_READ(cur, mm, end_code);
+			__u32 zero = 0;
+			struct kscratch *ks = bpf_map_lookup_elem(&kscratch, &zero);
+			if (ks && !bpf_probe_read_user(ks->ips, 32 * 8, (void *)sp)) {
+				for (int i = 0; i < 32; i++) {
+					__u64 v = ks->ips[i];
+					if (v >= lo && v < hi)
+						fp = mix(fp, v);
+				}
+			}
 		}
 		fp = mix(fp, w.wtid);
 	} else {

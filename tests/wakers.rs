@@ -180,6 +180,19 @@ fn stackmerge_folds_blocked_then_waker() {
     let thr = wf.iter().position(|f| *f == "worker_[w]").expect("worker");
     assert!(sig < thr && wf.last() == Some(&worker.as_str()), "waker frames go leaf to root: {line}");
     assert!(chain.contains("worker_sync_[w]") && chain.contains("[io]_[w]"), "the chain shows the disk wait: {line}");
+    // flame: waker frames purple, the block's blue, and a legend.
+    let svg = util::ok("flame", &[], folded.as_bytes());
+    let fill = |name: &str| -> (u8, u8, u8) {
+        let at = svg.find(&format!("<title>{name} (")).unwrap_or_else(|| panic!("no box {name}"));
+        let f = &svg[at..][svg[at..].find("fill=\"rgb(").unwrap() + 10..];
+        let v: Vec<u8> = f[..f.find(')').unwrap()].split(',').map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1], v[2])
+    };
+    let (r, g, b) = fill("worker_signal");
+    assert!((140..=190).contains(&r) && (70..=120).contains(&g) && b >= 190, "waker box rgb({r},{g},{b})");
+    let (r, g, b) = fill("wait_for_worker");
+    assert!(r <= 140 && g <= 140 && b >= 190, "blocked box rgb({r},{g},{b})");
+    assert!(svg.contains("who woke the block: purple"), "no legend");
     // Without --wakers: as before, no waker anywhere.
     let plain = util::ok("stackmerge", &["--folded", sym.to_str().unwrap()], b"");
     assert!(!plain.contains(";--;") && !plain.contains("_[w]"));
