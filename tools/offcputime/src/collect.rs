@@ -92,16 +92,22 @@ impl Acc {
     }
 }
 
+/// The dumped off-CPU maps: blocks, and (--wakers) blocks by waker.
+pub struct OffMaps<'a> {
+    pub offcpu: &'a [(Vec<u8>, Vec<u8>)],
+    pub offwake: &'a [(Vec<u8>, Vec<u8>)],
+}
+
 pub fn records(
     cfg: &Config,
     sess: &Session,
     unwind: &Unwind,
     stacks: &Stacks,
     threads: &[(u32, WcThread)],
-    offcpu: &[(Vec<u8>, Vec<u8>)],
-    offwake: &[(Vec<u8>, Vec<u8>)],
+    maps: &OffMaps,
     counts: &[u64],
 ) -> Vec<Record> {
+    let (offcpu, offwake) = (maps.offcpu, maps.offwake);
     let (start, end) = (cfg.start, cfg.end);
     let mut acc = Acc::default();
     // The launched command waits (sleeping) for its release before exec.

@@ -35,6 +35,14 @@
 //! block there, and a thread still blocked at the stop under a stack never
 //! copied is read from /proc (`atstop`).
 //!
+//! `--wakers` (bpf/waker.bpf.h): at `sched_waking` the waker is current: a
+//! thread (its stacks fingerprinted and copied as a blocked one's) or an
+//! interrupt (preempt_count, read through the CPU's runqueue). The wake-up
+//! waits per woken thread until its switch-in, where the closed block is
+//! added under it to the `offwake` map: each (thread, stack, state) of
+//! `offcpu` split by waker (`wakers`). With `--wake-depth`, the waker's
+//! own last S/D block at the time it woke continues the chain.
+//!
 //! The capture itself (load, attach, window, stop) is the capture crate's
 //! `driver`; this crate holds the BPF configuration and the records.
 
@@ -69,6 +77,8 @@ const EXAMPLES: &str = "EXAMPLES:
     offcputime -p 1234 -C 10                 # 1234 and every process it forks
     offcputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     offcputime -p 1234 | stacksym | flame > off.svg
+    offcputime --wakers --wake-depth 2 -p 1234 10 | stacksym | stackmerge --wakers --folded
+                                             # each block with who woke it, and what that waker waited on
 
 DIFFERENCES FROM bcc's offcputime:
     Every block is kept under its stack and state whatever its length: blocks
@@ -199,7 +209,15 @@ pub fn run(cli: Cli) -> Result<i32> {
         read_at_stop,
         wake_depth: cli.wakers.then_some(cli.wake_depth),
     };
-    let records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &offcpu, &offwake, &cap.counts);
+    let records = collect::records(
+        &cfg,
+        &cap.sess,
+        &cap.unwind,
+        &stacks,
+        &cap.threads,
+        &collect::OffMaps { offcpu: &offcpu, offwake: &offwake },
+        &cap.counts,
+    );
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
     // (on-CPU time) stays in the stream.
     cap.write(&cli.target, &records, |s| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 })

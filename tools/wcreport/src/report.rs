@@ -330,7 +330,9 @@ fn is_zero(n: &u64) -> bool {
 
 /// The `n` heaviest stacks of a kind, identical texts summed.
 fn top_of(ss: &[&Stack], kind: Kind, n: usize, base: Option<u64>) -> Vec<TopStack> {
-    let mut by: BTreeMap<(String, Option<State>), (u64, u64, Vec<&Stack>)> = BTreeMap::new();
+    // (text, state) -> ns, count, the records that carry a waker.
+    type Acc<'a> = (u64, u64, Vec<&'a Stack>);
+    let mut by: BTreeMap<(String, Option<State>), Acc> = BTreeMap::new();
     for s in ss.iter().filter(|s| s.kind == kind) {
         let e = by.entry((stack_text(s), s.state)).or_insert((0, 0, Vec::new()));
         e.0 += s.ns;
