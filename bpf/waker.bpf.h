@@ -123,8 +123,8 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 			__u64 lo = BPF_CORE_READ(cur, mm, start_code), hi = BPF_CORE_READ(cur, mm, end_code);
 			__u32 zero = 0;
 			struct kscratch *ks = bpf_map_lookup_elem(&kscratch, &zero);
-			if (ks && !bpf_probe_read_user(ks->ips, 32 * 8, (void *)sp)) {
-				for (int i = 0; i < 32; i++) {
+			if (ks && !bpf_probe_read_user(ks->ips, 16 * 8, (void *)sp)) {
+				for (int i = 0; i < 16; i++) {
 					__u64 v = ks->ips[i];
 					if (v >= lo && v < hi)
 						fp = mix(fp, v);
@@ -146,7 +146,13 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 			bpf_map_update_elem(&seen, &fp, &one, BPF_ANY);
 		}
 	}
-	bpf_map_update_elem(&wakes, &tid, &w, BPF_ANY);
+	/* In place when the thread has an entry: an update would allocate a
+	 * new element and free the old one at every wake-up. */
+	struct wc_wake *old = bpf_map_lookup_elem(&wakes, &tid);
+	if (old)
+		*old = w;
+	else
+		bpf_map_update_elem(&wakes, &tid, &w, BPF_ANY);
 	return 0;
 }
 
@@ -156,7 +162,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 static __always_inline void wake_close(__u32 tid, __u64 fp, __u32 st, __u64 d)
 {
 	struct wc_wake *w = bpf_map_lookup_elem(&wakes, &tid);
-	if (!w)
+	if (!w || !w->wfp)
 		return;
 	if (st != WC_ST_R) {
 		struct wc_wkey k = {
@@ -173,7 +179,7 @@ static __always_inline void wake_close(__u32 tid, __u64 fp, __u32 st, __u64 d)
 				stat_add(WC_STAT_MAP_FULL, 1);
 		}
 	}
-	bpf_map_delete_elem(&wakes, &tid);
+	w->wfp = 0; /* consumed (no delete: the entry is reused) */
 }
 
 SEC("tp_btf/sched_waking")
