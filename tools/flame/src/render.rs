@@ -91,7 +91,7 @@ pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: 
     let mut iopt = flamegraph::Options::default();
     iopt.title = opts.title.clone();
     iopt.subtitle = opts.subtitle.clone();
-    if !opts.diff && boxes.iter().any(|b| is_waker_frame(b.name)) {
+    if !opts.diff && boxes.iter().any(|b| is_waker_frame(b.name) && dominant(&b.mix) == OFF) {
         // The legend of a graph with wakers.
         let legend = "off-CPU blue, on-CPU red; above --, who woke the block: purple (kernel pink), leaf to root";
         iopt.subtitle = Some(match &opts.subtitle {
@@ -197,10 +197,13 @@ fn kind_color(b: &FrameBox<'_>) -> Option<(u8, u8, u8)> {
     let kernel = b.name.ends_with("_[k]");
     let v = name_hash(deannotate(b.name));
     let t = |base: f32, span: f32| (base + span * v) as u8;
-    if b.name == "--" {
+    // Wakers come after a block (off-CPU time); a `_[w]` frame of plain
+    // folded input keeps inferno's palette, as inferno draws it.
+    let off = dominant(&b.mix) == OFF;
+    if off && b.name == "--" {
         return Some((160, 160, 160));
     }
-    if b.name.ends_with("_[w]") {
+    if off && b.name.ends_with("_[w]") {
         // Wakers: purple, their kernel frames pink.
         return Some(if b.name.ends_with("_[k]_[w]") {
             (t(200.0, 50.0), t(110.0, 50.0), t(180.0, 50.0))

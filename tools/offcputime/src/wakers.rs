@@ -202,3 +202,32 @@ pub fn preempt_from_rq() -> Option<i64> {
     let d = pc? - rq?;
     (d != 0).then_some(d)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(wtid: u32) -> WakeKey {
+        WakeKey { ctx: event::WCTX_THREAD, wtid, wfp: 100 + wtid as u64, blk_fp: 0, blk_state: 0 }
+    }
+
+    #[test]
+    fn split_keeps_the_block_time() {
+        let b: Block = (1, State::S, Where::Synthetic("x"));
+        let mut w = Wakes::default();
+        w.add(b.clone(), key(2), 600, 3);
+        w.add(b.clone(), key(3), 200, 1);
+        // Woken blocks are part of the block; the rest has no waker.
+        let (parts, ns, count) = w.split(&b, 1000, 5);
+        assert_eq!(parts, vec![(key(2), 600, 3), (key(3), 200, 1)]);
+        assert_eq!((ns, count), (200, 1));
+        // A block shortened after its wake-up was counted (a slice that
+        // began early): the wakers' shares shrink with it, nothing exceeds it.
+        let (parts, ns, _) = w.split(&b, 400, 4);
+        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>() + ns, 400);
+        assert_eq!((parts[0].1, parts[1].1), (300, 100));
+        // A block nobody woke is whole.
+        let other: Block = (9, State::D, Where::Synthetic("y"));
+        assert_eq!(w.split(&other, 50, 2), (Vec::new(), 50, 2));
+    }
+}
