@@ -60,6 +60,8 @@ static __always_inline __u64 mix(__u64 h, __u64 v)
 	return h * 0xff51afd7ed558ccdULL;
 }
 
+#include "waker.bpf.h"
+
 static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, __u64 cnt, struct wc_thread *th)
 {
 	struct wc_okey k = { .fp = fp, .tid = tid, .state = state };
@@ -102,11 +104,11 @@ static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, 
  * keeps its stack whatever its length: -m only counts the short ones for
  * the stats; -M and --state move what they leave out to a named synthetic
  * stack, so the thread's time still adds up. */
-static __always_inline void close_off(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 now)
+static __always_inline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 now)
 {
 	__u64 d = now - th->last_ts;
 	if (st >= WC_NSTATES)
-		return;
+		return fp;
 	th->off_ns[st] += d;
 	th->last_off = d;
 	if (st != WC_ST_INIT && fp != WC_FP_NEWTHREAD) {
@@ -120,6 +122,7 @@ static __always_inline void close_off(struct wc_thread *th, __u32 tid, __u32 st,
 			fp = WC_FP_STATE_FILTERED;
 	}
 	add_off(tid, fp, st, d, th);
+	return fp; /* the stack the time went to */
 }
 
 /* A slice began before its switch-in was stamped (see close_slice): the
@@ -258,7 +261,10 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 		st = th->cur_state;
 		fp = th->cur_fp;
 	}
-	close_off(th, tid, st, fp, now);
+	__u64 d = now - th->last_ts;
+	fp = close_off(th, tid, st, fp, now);
+	if (want_wakers)
+		wake_close(tid, fp, st, d);
 	th->last_ts = now;
 	th->running = 1;
 	open_slice(th, next, btf);

@@ -116,4 +116,37 @@ struct wc_event {
 	__u8 ustack[WC_USTACK_MAX];
 };
 
+/* Wakers (offcputime --wakers, bpf/waker.bpf.h). The context a wake-up
+ * came from: a thread (its stack is the waker's), or an interrupt (the
+ * kernel stack of the interrupt; the thread it stopped is a bystander). */
+enum wc_wctx { WC_WCTX_THREAD = 0, WC_WCTX_HARDIRQ = 1, WC_WCTX_SOFTIRQ = 2, WC_WCTX_NMI = 3 };
+
+/* Stack event kind of a waker's stack (wc_event.kind; state holds the
+ * wc_wctx). */
+#define WC_KIND_WAKER 8 /* 2 and 3 are tree.bpf.h's markers */
+
+/* The last wake-up of a thread, from sched_waking to its switch-in. */
+struct wc_wake {
+	__u64 wfp;      /* the waker's stack fingerprint */
+	__u64 blk_fp;   /* the waker's own last block (0: none known) */
+	__u32 wtid;     /* 0 for an interrupt */
+	__u32 wctx;
+	__u32 blk_state;
+	__u32 spare;
+};
+
+/* Off-CPU time per (thread, stack, state) and waker: a breakdown of the
+ * offcpu map's entries by who ended the blocks. */
+struct wc_wkey {
+	__u64 fp;
+	__u64 wfp;
+	__u64 blk_fp;
+	__u32 tid;
+	__u32 state;
+	__u32 wtid;
+	__u32 wctx;
+	__u32 blk_state;
+	__u32 spare;
+};
+
 #endif

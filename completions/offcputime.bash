@@ -23,7 +23,7 @@ _offcputime() {
 
     case "${cmd}" in
         offcputime)
-            opts="-p -C -G -t -u -k -U -K -d -o -f -m -M -h -V --pid --children --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --output --folded --ringbuf-mb --ready-file --min-block-time --max-block-time --state --stack-storage-size --max-threads --help --version"
+            opts="-p -C -G -t -u -k -U -K -d -o -f -m -M -h -V --pid --children --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --output --folded --ringbuf-mb --ready-file --min-block-time --max-block-time --state --stack-storage-size --wakers --wake-depth --max-threads --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -98,6 +98,10 @@ _offcputime() {
                     return 0
                     ;;
                 --stack-storage-size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wake-depth)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

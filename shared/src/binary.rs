@@ -184,6 +184,30 @@ mod tests {
     }
 
     #[test]
+    fn waker_round_trips() {
+        let mut w = crate::record::Waker::new("thread", 7, 9, "worker");
+        w.ustack = vec![0x401000, 0x402000];
+        w.frames = vec![Frame::named("worker_signal")];
+        w.blocked = Some(Box::new(crate::record::WakerBlock {
+            state: State::D,
+            ustack: vec![5],
+            kstack: vec![],
+            frames: vec![Frame::kernel("folio_wait_writeback")],
+            waker: Some(Box::new(crate::record::Waker::new("softirq", 0, 0, ""))),
+        }));
+        let mut s = Stack::new(Kind::Off, 7, 8, "req");
+        s.state = Some(State::S);
+        s.ustack = vec![1, 2];
+        s.ns = 99;
+        s.waker = Some(Box::new(w));
+        let bytes = framed(&[Record::Stack(s.clone())]);
+        let mut r = &bytes[..];
+        read_magic(&mut r).unwrap();
+        let got = read_record(&mut r, &mut Vec::new()).unwrap().unwrap();
+        assert_eq!(got, Record::Stack(s.clone()));
+    }
+
+    #[test]
     fn magic_is_never_a_length() {
         assert!(u32::from_le_bytes(MAGIC) as usize > MAX_RECORD);
     }

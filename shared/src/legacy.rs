@@ -56,6 +56,7 @@ impl From<RecordV2> for Record {
                 ns: s.ns,
                 count: s.count,
                 gpu: s.gpu,
+                waker: None,
             }),
         }
     }

@@ -9,7 +9,7 @@ use std::io::{BufRead, Cursor};
 
 use crate::binary;
 use crate::folded;
-use crate::record::{Record, FORMAT_NAME, VERSION_MAJOR};
+use crate::record::{Kind, Record, FORMAT_NAME, VERSION_MAJOR, VERSION_MINOR};
 use crate::table::Defs;
 
 /// How to read input that is not JSON records.
@@ -69,6 +69,9 @@ pub struct Reader<R: BufRead> {
     defs: Defs,
     /// Return stack records with their `stack_id` instead of their frames.
     keep_ids: bool,
+    /// Warnings already given (each once per input).
+    warned_newer: bool,
+    warned_waker: bool,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -86,6 +89,8 @@ impl<R: BufRead> Reader<R> {
             bin_version: binary::VERSION,
             defs: Defs::default(),
             keep_ids: false,
+            warned_newer: false,
+            warned_waker: false,
         }
     }
 
@@ -135,6 +140,36 @@ impl<R: BufRead> Reader<R> {
         }
     }
 
+    /// What a reader of this version can say about a record it read: a
+    /// newer minor version (its new fields are skipped), a waker without
+    /// an off-CPU block to belong to (dropped; the record's time stays).
+    fn vet(&mut self, mut rec: Record) -> Record {
+        match &mut rec {
+            Record::Header(h) if !self.warned_newer && newer_minor(&h.version) => {
+                self.warned_newer = true;
+                eprintln!(
+                    "warning: {}: stream version {} is newer than this reader's {VERSION_MAJOR}.{VERSION_MINOR}: fields it does not know are skipped",
+                    self.name, h.version
+                );
+            }
+            Record::Stack(s) if s.waker.is_some() && s.kind != Kind::Off => {
+                s.waker = None;
+                if !self.warned_waker {
+                    self.warned_waker = true;
+                    eprintln!(
+                        "warning: {}: {} {}: a waker on a stack record of kind {} (wakers belong to off-CPU blocks): waker ignored, the stack kept",
+                        self.name,
+                        if self.binary { "record" } else { "line" },
+                        self.line_no,
+                        format!("{:?}", s.kind).to_lowercase()
+                    );
+                }
+            }
+            _ => {}
+        }
+        rec
+    }
+
     fn err(&self, msg: impl Into<String>) -> ParseError {
         ParseError { source_name: self.name.clone(), line: self.line_no, msg: msg.into(), binary: self.binary }
     }
@@ -170,7 +205,7 @@ impl<R: BufRead> Reader<R> {
                         return Some(Err(self.err(m)));
                     }
                 }
-                Some(Ok(rec))
+                Some(Ok(self.vet(rec)))
             }
             // Unlike a bad line, a bad record leaves no sure place to go
             // on from (its length may be what is corrupt): stop there.
@@ -233,6 +268,12 @@ impl<R: BufRead> Reader<R> {
         self.collapsed = Some(Cursor::new(out));
         true
     }
+}
+
+/// A stream of this major version with a newer minor one.
+fn newer_minor(version: &str) -> bool {
+    let mut it = version.split('.').map(|p| p.parse::<u32>().ok());
+    matches!((it.next(), it.next()), (Some(Some(VERSION_MAJOR)), Some(Some(m))) if m > VERSION_MINOR)
 }
 
 /// Reject streams this reader cannot understand.
@@ -313,7 +354,7 @@ impl<R: BufRead> Reader<R> {
                 }
             }
             self.seen_data = true;
-            return Some(res);
+            return Some(res.map(|r| self.vet(r)));
         }
     }
 }

@@ -316,6 +316,13 @@ pub struct Stack {
     /// GPU activity detail (kind `gpu`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuInfo>,
+    /// Who ended the blocks of this record (kind `off` only, 1.3): the
+    /// part of a (thread, stack, state)'s time that one waker woke. The
+    /// same stack may come in several records, one per waker, and one
+    /// without a waker for the rest; a reader that ignores this field
+    /// sums them to the same time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waker: Option<Box<Waker>>,
 }
 
 impl Stack {
@@ -333,6 +340,7 @@ impl Stack {
             ns: 0,
             count: 0,
             gpu: None,
+            waker: None,
         }
     }
 }
@@ -351,6 +359,75 @@ pub struct FrameDef {
 pub struct StackDef {
     pub id: u32,
     pub frames: Vec<u32>,
+}
+
+/// What ended a block (1.3): a thread (`context` `thread`, with its stack
+/// when it woke the blocked one) or an interrupt (`timer`, `irq`,
+/// `softirq`: no thread, whatever thread the interrupt happened to stop).
+/// No field of it is called `ns` (stacksym splices frames before a stack's
+/// `"ns"` key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Encode, Decode)]
+pub struct Waker {
+    /// `thread`, `timer`, `irq` or `softirq`; a reader shows a value it
+    /// does not know as it is.
+    pub context: String,
+    #[serde(default)]
+    pub pid: u32,
+    #[serde(default)]
+    pub tid: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comm: String,
+    /// The waker's stack when it woke the blocked thread, as `Stack`'s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ustack: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kstack: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
+    /// The waker's own last block before it woke this one (a chain:
+    /// `offcputime --wake-depth 2` and more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Box<WakerBlock>>,
+}
+
+impl Waker {
+    pub fn new(context: &str, pid: u32, tid: u32, comm: &str) -> Self {
+        Waker {
+            context: context.to_string(),
+            pid,
+            tid,
+            comm: comm.to_string(),
+            ustack: Vec::new(),
+            kstack: Vec::new(),
+            frames: Vec::new(),
+            blocked: None,
+        }
+    }
+
+    /// The name the waker goes by: `comm` (tid) for a thread, `[timer]`
+    /// `[irq]` `[softirq]` for an interrupt.
+    pub fn who(&self) -> String {
+        if self.context == "thread" {
+            format!("{} ({})", self.comm, self.tid)
+        } else {
+            format!("[{}]", self.context)
+        }
+    }
+}
+
+/// A waker's own block, the next hop of a chain.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Encode, Decode)]
+pub struct WakerBlock {
+    pub state: State,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ustack: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kstack: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
+    /// Who ended that block, when the chain goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waker: Option<Box<Waker>>,
 }
 
 /// One frame of a symbolized stack.

@@ -9,6 +9,14 @@ mod c {
 }
 
 pub use c::{wc_event as WcEvent, wc_okey as WcOkey, wc_oval as WcOval, wc_thread as WcThread};
+pub use c::{wc_wake as WcWake, wc_wkey as WcWkey};
+
+/// A waker's stack event (`WcEvent::kind`); its `state` is the context.
+pub const KIND_WAKER: u32 = c::WC_KIND_WAKER;
+pub const WCTX_THREAD: u32 = c::WC_WCTX_THREAD;
+pub const WCTX_HARDIRQ: u32 = c::WC_WCTX_HARDIRQ;
+pub const WCTX_SOFTIRQ: u32 = c::WC_WCTX_SOFTIRQ;
+pub const WCTX_NMI: u32 = c::WC_WCTX_NMI;
 
 pub const COMM_LEN: usize = c::WC_COMM_LEN as usize;
 pub const KSTACK_MAX: usize = c::WC_KSTACK_MAX as usize;

@@ -156,6 +156,33 @@ pub fn dispatch_ranges() -> &'static [(u64, u64)] {
     })
 }
 
+/// Address ranges of the kernel text functions whose names are `names`
+/// (each to the next symbol's start), sorted, from /proc/kallsyms.
+/// A name ending in `*` is a prefix.
+pub fn ranges_of(names: &[&str]) -> Vec<(u64, u64)> {
+    let mut starts: Vec<u64> = Vec::new();
+    let mut want: Vec<u64> = Vec::new();
+    for_each_text_symbol(|a, n| {
+        starts.push(a);
+        if names.iter().any(|w| match w.strip_suffix('*') {
+            Some(p) => n.starts_with(p),
+            None => *w == n,
+        }) {
+            want.push(a);
+        }
+    });
+    starts.sort_unstable();
+    starts.dedup();
+    want.sort_unstable();
+    want.dedup();
+    want.into_iter()
+        .filter_map(|a| {
+            let i = starts.partition_point(|&s| s <= a);
+            starts.get(i).map(|&end| (a, end))
+        })
+        .collect()
+}
+
 /// One frame of /proc/PID/task/TID/stack: `do_nanosleep+0x6d/0x170`.
 pub type NamedFrame = (String, u64);
 

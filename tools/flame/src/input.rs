@@ -248,6 +248,14 @@ pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, u64, usize), String> {
             let k = KIND_MARKERS.iter().find(|(m, _)| stack.ends_with(m)).map_or(OTHER, |&(_, k)| k);
             return Ok((Cow::Borrowed(&stack[..i]), value, k));
         }
+        // A block and its waker (stackmerge --wakers): the block's leaf
+        // holds the marker; the waker's frames after `--` are `_[w]`.
+        (Some((i, _)), None) if stack[i..].starts_with("_[o];--;") => {
+            let mut text = String::with_capacity(stack.len());
+            text.push_str(&stack[..i]);
+            text.push_str(&stack[i + 4..]);
+            return Ok((Cow::Owned(text), value, OFF));
+        }
         _ => {}
     }
     // A marker elsewhere (`leaf_[o]_[k]`, or not on the leaf): the shared parser decides.
@@ -271,6 +279,9 @@ mod tests {
         assert_eq!((s.as_ref(), k), ("a;b_[k]", OTHER));
         assert!(parse_folded("a;b").is_err());
         assert!(parse_folded("a;b x").is_err());
+        // stackmerge --wakers: the block's marker before `--`, the waker after.
+        let (s, _, k) = parse_folded("a;read;[sleep]_[o];--;write_[w];main_[w];w (9)_[w] 5").unwrap();
+        assert_eq!((s.as_ref(), k), ("a;read;[sleep];--;write_[w];main_[w];w (9)_[w]", OFF));
     }
 
     #[test]

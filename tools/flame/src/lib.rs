@@ -40,7 +40,9 @@ COLOURS:
   marker use --colors (default hot; `_[k]` kernel, `_[j]` JIT, `_[i]`
   inlined as inferno does). A box with time of several kinds lists the split
   in its tooltip. --diff colours by AFTER - BEFORE instead: red grew, blue
-  shrank, white unchanged.
+  shrank, white unchanged. Wakers (stackmerge --wakers --folded: a block,
+  then `--`, then who woke it, frames marked `_[w]`) are purple (kernel
+  frames pink), the `--` grey, and the subtitle says which is which.
 
 ROOTS AND TITLE:
   Stream input: the root box names the process, NAME (PID) (its main

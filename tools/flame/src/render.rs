@@ -12,6 +12,10 @@
 //! | off-CPU | blue `rgb(80-140, 80-140, 190-245)` | aqua `rgb(50-110, 165-220, 165-220)` |
 //! | GPU     | green `rgb(40-90, 175-255, 40-90)` | yellow-green `rgb(140-190, 200-255, 40-70)` |
 //! | other (folded without markers) | inferno's `--colors` palette | |
+//! | waker (`_[w]`, stackmerge --wakers) | purple `rgb(140-190, 70-120, 190-245)` | pink `rgb(200-250, 110-160, 180-230)` |
+//!
+//! The `--` between a block and its waker is grey; a graph with wakers says
+//! so in its subtitle (the legend).
 
 use std::io::{self, Write};
 
@@ -87,6 +91,14 @@ pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: 
     let mut iopt = flamegraph::Options::default();
     iopt.title = opts.title.clone();
     iopt.subtitle = opts.subtitle.clone();
+    if !opts.diff && boxes.iter().any(|b| is_waker_frame(b.name) && dominant(&b.mix) == OFF) {
+        // The legend of a graph with wakers.
+        let legend = "off-CPU blue, on-CPU red; above --, who woke the block: purple (kernel pink), leaf to root";
+        iopt.subtitle = Some(match &opts.subtitle {
+            Some(s) => format!("{s} | {legend}"),
+            None => legend.to_string(),
+        });
+    }
     iopt.image_width = opts.width;
     iopt.colors = opts.colors;
     iopt.deterministic = true;
@@ -152,14 +164,21 @@ pub fn shown(f: &str) -> std::borrow::Cow<'_, str> {
 }
 
 pub fn deannotate(f: &str) -> &str {
-    if f.ends_with(']') {
-        if let Some(ai) = f.rfind("_[") {
-            if f[ai..].len() == 4 && "kwij".contains(&f[ai + 2..ai + 3]) {
-                return &f[..ai];
-            }
+    // A waker's kernel frame has two: `name_[k]_[w]`.
+    let mut f = f;
+    while f.ends_with(']') {
+        match f.rfind("_[") {
+            Some(ai) if f[ai..].len() == 4 && "kwij".contains(&f[ai + 2..ai + 3]) => f = &f[..ai],
+            _ => break,
         }
     }
     f
+}
+
+/// A frame of a waker (stackmerge --wakers), or the `--` between a block
+/// and its waker.
+pub fn is_waker_frame(name: &str) -> bool {
+    name.ends_with("_[w]") || name == "--"
 }
 
 /// The kind whose time dominates a box (ties: on, off, GPU, other).
@@ -178,6 +197,20 @@ fn kind_color(b: &FrameBox<'_>) -> Option<(u8, u8, u8)> {
     let kernel = b.name.ends_with("_[k]");
     let v = name_hash(deannotate(b.name));
     let t = |base: f32, span: f32| (base + span * v) as u8;
+    // Wakers come after a block (off-CPU time); a `_[w]` frame of plain
+    // folded input keeps inferno's palette, as inferno draws it.
+    let off = dominant(&b.mix) == OFF;
+    if off && b.name == "--" {
+        return Some((160, 160, 160));
+    }
+    if off && b.name.ends_with("_[w]") {
+        // Wakers: purple, their kernel frames pink.
+        return Some(if b.name.ends_with("_[k]_[w]") {
+            (t(200.0, 50.0), t(110.0, 50.0), t(180.0, 50.0))
+        } else {
+            (t(140.0, 50.0), t(70.0, 50.0), t(190.0, 55.0))
+        });
+    }
     Some(match (dominant(&b.mix), kernel) {
         (ON, false) => (t(205.0, 50.0), (230.0 * name_hash2(deannotate(b.name))) as u8, t(0.0, 55.0)),
         (ON, true) => (t(190.0, 65.0), t(90.0, 65.0), 0),

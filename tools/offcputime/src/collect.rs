@@ -7,6 +7,7 @@ use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
 
 pub use crate::stacks::Stacks;
+use crate::wakers::{self, Wakes};
 use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 
 /// Synthetic stacks. Time is never dropped: what has no stack, or what a
@@ -25,6 +26,8 @@ pub struct Config {
     pub state: Option<State>,
     /// Stacks read from /proc at the stop (see `atstop`).
     pub read_at_stop: u64,
+    /// `--wakers`: the chain depth (`--wake-depth`).
+    pub wake_depth: Option<u32>,
 }
 
 impl Config {
@@ -62,8 +65,8 @@ fn st(s: u32) -> State {
     }
 }
 
-#[derive(PartialEq, Eq, PartialOrd, Ord, Clone)]
-enum Where {
+#[derive(PartialEq, Eq, PartialOrd, Ord, Clone, Debug)]
+pub(crate) enum Where {
     Stack(Vec<u64>, Vec<u64>),
     Synthetic(&'static str),
 }
@@ -89,15 +92,22 @@ impl Acc {
     }
 }
 
+/// The dumped off-CPU maps: blocks, and (--wakers) blocks by waker.
+pub struct OffMaps<'a> {
+    pub offcpu: &'a [(Vec<u8>, Vec<u8>)],
+    pub offwake: &'a [(Vec<u8>, Vec<u8>)],
+}
+
 pub fn records(
     cfg: &Config,
     sess: &Session,
     unwind: &Unwind,
     stacks: &Stacks,
     threads: &[(u32, WcThread)],
-    offcpu: &[(Vec<u8>, Vec<u8>)],
+    maps: &OffMaps,
     counts: &[u64],
 ) -> Vec<Record> {
+    let (offcpu, offwake) = (maps.offcpu, maps.offwake);
     let (start, end) = (cfg.start, cfg.end);
     let mut acc = Acc::default();
     // The launched command waits (sleeping) for its release before exec.
@@ -129,13 +139,22 @@ pub fn records(
         },
     };
 
-    let add_key = |acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
+    let block_of = |tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
         if state == event::ST_INIT {
-            acc.add(tid, init_state(tid), init_where(tid, ns, count), ns, count);
+            (init_state(tid), init_where(tid, ns, count))
         } else {
-            acc.add(tid, st(state), fp_where(fp), ns, count);
+            (st(state), fp_where(fp))
         }
     };
+    let add_key = |acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
+        let (s, w) = block_of(tid, fp, state, ns, count);
+        acc.add(tid, s, w, ns, count);
+    };
+    let mut wakes = Wakes::default();
+    for (tid, fp, state, k, ns, count) in Wakes::parse(offwake) {
+        let (s, w) = block_of(tid, fp, state, ns, count);
+        wakes.add((tid, s, w), k, ns, count);
+    }
     for (k, v) in offcpu {
         let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { continue };
         add_key(&mut acc, k.tid, k.fp, k.state, v.ns, v.count);
@@ -211,7 +230,11 @@ pub fn records(
         out_threads.insert(tid, t);
     }
 
-    let stats = stats(cfg, counts, &acc, &short, out_threads.len());
+    let mut stats = stats(cfg, counts, &acc, &short, out_threads.len());
+    if cfg.wake_depth.is_some() {
+        let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
+        stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);
+    }
     let mut header = sess.header("offcputime", env!("CARGO_PKG_VERSION"), end);
     header.min_block_ns = Some(cfg.min_block_ns);
     for k in ["lost_stacks", "lost_stack_ns", "map_full"] {
@@ -227,20 +250,45 @@ pub fn records(
         recs.push(Record::Thread(t.clone()));
     }
     recs.extend(out_threads.values().filter_map(accounting::steal_stack).map(Record::Stack));
-    for ((tid, state, w), (ns, count)) in acc.stacks {
-        let (pid, comm) = out_threads.get(&tid).map_or((0, String::new()), |t| (t.pid, t.comm.clone()));
-        let mut s = Stack::new(Kind::Off, pid, tid, &comm);
-        s.state = Some(state);
-        s.ns = ns;
-        s.count = count;
+    let thread_of = |tid: u32| out_threads.get(&tid).map(|t| (t.pid, t.comm.clone()));
+    let wblock_of = |tid: u32, fp: u64, state: u32| Some(block_of(tid, fp, state, 0, 1));
+    let wcx = wakers::Ctx { stacks, wakes: &wakes, block_of: &wblock_of, thread: &thread_of };
+    for ((tid, state, w), (ns, count)) in &acc.stacks {
+        let (pid, comm) = thread_of(*tid).unwrap_or_default();
+        let mut s = Stack::new(Kind::Off, pid, *tid, &comm);
+        s.state = Some(*state);
         match w {
             Where::Stack(u, k) => {
-                s.ustack = u;
-                s.kstack = k;
+                s.ustack = u.clone();
+                s.kstack = k.clone();
             }
-            Where::Synthetic(name) => s.frames = vec![Frame::named(name)],
+            Where::Synthetic(name) => s.frames = vec![Frame::named(*name)],
         }
-        recs.push(Record::Stack(s));
+        let (split, left_ns, left_count) = match cfg.wake_depth {
+            Some(_) => wakes.split(&(*tid, *state, w.clone()), *ns, *count),
+            None => (Vec::new(), *ns, *count),
+        };
+        let whole = split.is_empty();
+        // Wake-ups BPF told apart (an interrupt's fingerprint holds a
+        // little of what it interrupted) may be one waker here.
+        let mut by_waker: BTreeMap<wallclock_stream::Waker, (u64, u64)> = BTreeMap::new();
+        for (k, wns, wcount) in split {
+            let e = by_waker.entry(wakers::waker(&wcx, &k, cfg.wake_depth.unwrap_or(1))).or_default();
+            e.0 += wns;
+            e.1 += wcount;
+        }
+        for (w, (wns, wcount)) in by_waker {
+            let mut ws = s.clone();
+            ws.ns = wns;
+            ws.count = wcount;
+            ws.waker = Some(Box::new(w));
+            recs.push(Record::Stack(ws));
+        }
+        if whole || left_ns > 0 || left_count > 0 {
+            s.ns = left_ns;
+            s.count = left_count;
+            recs.push(Record::Stack(s));
+        }
     }
     recs.push(Record::Stats(stats));
     recs

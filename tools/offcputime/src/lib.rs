@@ -35,12 +35,21 @@
 //! block there, and a thread still blocked at the stop under a stack never
 //! copied is read from /proc (`atstop`).
 //!
+//! `--wakers` (bpf/waker.bpf.h): at `sched_waking` the waker is current: a
+//! thread (its stacks fingerprinted and copied as a blocked one's) or an
+//! interrupt (preempt_count, read through the CPU's runqueue). The wake-up
+//! waits per woken thread until its switch-in, where the closed block is
+//! added under it to the `offwake` map: each (thread, stack, state) of
+//! `offcpu` split by waker (`wakers`). With `--wake-depth`, the waker's
+//! own last S/D block at the time it woke continues the chain.
+//!
 //! The capture itself (load, attach, window, stop) is the capture crate's
 //! `driver`; this crate holds the BPF configuration and the records.
 
 mod atstop;
 mod collect;
 mod stacks;
+mod wakers;
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
@@ -68,6 +77,8 @@ const EXAMPLES: &str = "EXAMPLES:
     offcputime -p 1234 -C 10                 # 1234 and every process it forks
     offcputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     offcputime -p 1234 | stacksym | flame > off.svg
+    offcputime --wakers --wake-depth 2 -p 1234 10 | stacksym | stackmerge --wakers --folded
+                                             # each block with who woke it, and what that waker waited on
 
 DIFFERENCES FROM bcc's offcputime:
     Every block is kept under its stack and state whatever its length: blocks
@@ -100,6 +111,16 @@ pub struct Cli {
     /// Distinct stacks remembered in the kernel (fingerprints).
     #[arg(long = "stack-storage-size", default_value_t = 16384, value_name = "N")]
     pub stack_storage_size: u32,
+    /// Record who woke each block (sched_waking): the waker thread and its
+    /// stack, or `[timer]`, `[irq]`, `[softirq]`; each off-CPU stack
+    /// record is split by waker (`stackmerge --wakers` shows them).
+    #[arg(long)]
+    pub wakers: bool,
+    /// With --wakers, follow a chain this many hops: a waker's own last
+    /// block before it woke (2 shows what the waker waited on), that
+    /// block's main waker (3), and so on.
+    #[arg(long = "wake-depth", default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub wake_depth: u32,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
@@ -140,12 +161,30 @@ impl driver::Tool for Off<'_> {
         open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
         open.progs.switch_btf.set_autoload(btf);
         open.progs.switch_raw.set_autoload(!btf);
+        ro.want_wakers = cli.wakers;
+        if cli.wakers {
+            ro.preempt_from_rq = wakers::preempt_from_rq().unwrap_or(0);
+        }
+        open.progs.waking_btf.set_autoload(btf && cli.wakers);
+        open.progs.waking_raw.set_autoload(!btf && cli.wakers);
+        if !cli.wakers {
+            open.maps.offwake.set_max_entries(1)?;
+            open.maps.wakes.set_max_entries(1)?;
+        } else {
+            open.maps.offwake.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
+            open.maps.wakes.set_max_entries(cli.max_threads.max(64))?;
+        }
         open.load()
     }
 
     fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {
         let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
-        Ok(vec![switch.attach().context("attaching to sched_switch")?])
+        let mut links = vec![switch.attach().context("attaching to sched_switch")?];
+        if self.cli.wakers {
+            let waking = if btf { &skel.progs.waking_btf } else { &skel.progs.waking_raw };
+            links.push(waking.attach().context("attaching to sched_waking")?);
+        }
+        Ok(links)
     }
 
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
@@ -160,6 +199,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let mut stacks = off.stacks;
     let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
     let offcpu = wallclock_capture::bpf::dump(&cap.skel.maps.offcpu);
+    let offwake = if cli.wakers { wallclock_capture::bpf::dump(&cap.skel.maps.offwake) } else { Vec::new() };
     let cfg = collect::Config {
         start: cap.start,
         end: cap.end,
@@ -167,8 +207,17 @@ pub fn run(cli: Cli) -> Result<i32> {
         max_block_ns: cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000)),
         state: cli.state.map(collect::state_of_raw),
         read_at_stop,
+        wake_depth: cli.wakers.then_some(cli.wake_depth),
     };
-    let records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &offcpu, &cap.counts);
+    let records = collect::records(
+        &cfg,
+        &cap.sess,
+        &cap.unwind,
+        &stacks,
+        &cap.threads,
+        &collect::OffMaps { offcpu: &offcpu, offwake: &offwake },
+        &cap.counts,
+    );
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
     // (on-CPU time) stays in the stream.
     cap.write(&cli.target, &records, |s| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 })

@@ -11,6 +11,9 @@ use wallclock_capture::unwind::Unwind;
 pub struct Stacks {
     by_fp: HashMap<u64, (Vec<u64>, Vec<u64>)>,
     comm: HashMap<u32, String>,
+    /// Whose a waker's stack is: pid, tid, name (for an interrupt, the
+    /// thread it stopped).
+    wakers: HashMap<u64, (u32, u32, String)>,
 }
 
 impl Stacks {
@@ -18,7 +21,16 @@ impl Stacks {
     /// its user-stack copy (see `wallclock_capture::drain`).
     pub fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         let Some(e) = WcEvent::parse(data) else { return };
-        self.comm.insert(e.tid, event::comm_str(&e.comm));
+        if std::env::var_os("WC_DEBUG_WAKERS").is_some() {
+            eprintln!("event kind {} fp {:x} tid {} kbytes {} ubytes {}", e.kind, e.fp, e.tid, e.kstack_bytes, e.ustack_bytes);
+        }
+        if e.kind == event::KIND_WAKER {
+            // A waker may be in another process: its name is not the
+            // blocked threads' (and an interrupt's is a bystander's).
+            self.wakers.entry(e.fp).or_insert_with(|| (e.pid, e.tid, event::comm_str(&e.comm)));
+        } else {
+            self.comm.insert(e.tid, event::comm_str(&e.comm));
+        }
         if self.by_fp.contains_key(&e.fp) {
             return;
         }
@@ -33,6 +45,11 @@ impl Stacks {
     /// The name of a thread as its last stack event gave it.
     pub fn comm(&self, tid: u32) -> Option<String> {
         self.comm.get(&tid).cloned()
+    }
+
+    /// pid, tid and name of a waker's stack.
+    pub fn waker(&self, fp: u64) -> Option<&(u32, u32, String)> {
+        self.wakers.get(&fp)
     }
 
     pub fn has(&self, fp: u64) -> bool {

@@ -42,7 +42,9 @@ const EXAMPLES: &str = "EXAMPLES:
     stackmerge all.json --pid 1234 --kind off --folded | head
         only the off-CPU stacks of process 1234
     stackmerge off.json --gpu gpu.json --gpu-roots --folded
-        GPU kernels rooted at [gpu DEV stream S] instead of the process";
+        GPU kernels rooted at [gpu DEV stream S] instead of the process
+    sudo offcputime --wakers -p 1234 10 | stacksym | stackmerge --wakers --folded
+        each block with who woke it: main;read;[sleep]_[o];--;write_[w];...;writer (42)_[w]";
 
 /// Merge on-CPU, off-CPU and GPU stacks into one wall-clock stream.
 ///
@@ -101,6 +103,14 @@ pub struct Cli {
     /// Keep only these threads (comma-separated or repeated).
     #[arg(short = 't', long = "tid", value_delimiter = ',', value_name = "TID")]
     pub tids: Vec<u32>,
+    /// Keep who woke each block (`offcputime --wakers`): folded lines read
+    /// `blocked frames;--;waker frames`, as bcc's offwaketime, the waker's
+    /// frames marked `_[w]` from its leaf to its root and its name
+    /// (`comm (TID)`, or `[timer]`, `[irq]`, `[softirq]`) last; a chain
+    /// (`--wake-depth`) goes on with `--` and the waker's own block, root
+    /// to leaf. Without it, blocks are summed over their wakers.
+    #[arg(long)]
+    pub wakers: bool,
     /// Keep only these kinds: on, off, gpu, other (comma-separated or repeated).
     #[arg(long = "kind", value_delimiter = ',', value_name = "KIND", value_parser = parse_kind)]
     pub kinds: Vec<Kind>,
@@ -132,6 +142,7 @@ pub struct Options {
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
     pub kinds: Vec<Kind>,
+    pub wakers: bool,
 }
 
 impl From<&Cli> for Options {
@@ -145,6 +156,7 @@ impl From<&Cli> for Options {
             pids: c.pids.clone(),
             tids: c.tids.clone(),
             kinds: c.kinds.clone(),
+            wakers: c.wakers,
         }
     }
 }

@@ -12,7 +12,7 @@ use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Defs, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread,
+    Defs, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread, Waker,
 };
 
 use crate::intern::{ranks, InputIds, Interned};
@@ -66,6 +66,7 @@ struct Key {
     frames: Option<u32>,
     gpu: Option<GpuKey>,
     scale: Option<u64>,
+    waker: Option<Box<Waker>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -185,6 +186,9 @@ impl Merger {
         if !keep(&s, &self.opts) {
             return;
         }
+        if !self.opts.wakers {
+            s.waker = None;
+        }
         let base = match s.stack_id.take() {
             Some(id) => Some(ids.stack(id, defs, &mut self.interned.table)),
             None => None,
@@ -215,6 +219,7 @@ impl Merger {
             frames,
             gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
             scale,
+            waker: s.waker,
         };
         (key, v)
     }
@@ -312,6 +317,7 @@ impl Merger {
                     name,
                     launch_delay_ns: v.launch_delay_ns,
                 }),
+                waker: k.waker,
             })
             .collect();
         let threads: BTreeMap<(u32, u32), Thread> = threads
@@ -408,6 +414,7 @@ mod tests {
             pids: vec![],
             tids: vec![],
             kinds: vec![],
+            wakers: false,
         }
     }
 

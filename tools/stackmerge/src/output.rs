@@ -6,7 +6,7 @@ use std::io::Write;
 use anyhow::Result;
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
-use wallclock_stream::{folded, Frame, Kind, Record, Stack, Writer};
+use wallclock_stream::{folded, Frame, Kind, Record, Stack, Waker, Writer};
 
 use crate::{Merged, Options};
 
@@ -49,6 +49,43 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
     Some(folded::process_root(comm, s.pid))
 }
 
+/// Frames of a waker's stack or block: named, else the addresses.
+fn waker_frames(frames: &[Frame], ustack: &[u64], kstack: &[u64]) -> Vec<Frame> {
+    if !frames.is_empty() {
+        return frames.to_vec();
+    }
+    let mut v: Vec<Frame> = ustack.iter().map(|a| Frame::named(format!("0x{a:x}"))).collect();
+    v.extend(kstack.iter().map(|a| Frame::kernel(format!("0x{a:x}"))));
+    v
+}
+
+fn push_w(text: &mut String, f: &Frame) {
+    text.push(';');
+    text.push_str(&folded::frame_text(f));
+    text.push_str("_[w]");
+}
+
+/// `;--;` then the waker's frames leaf to root and its name, each `_[w]`
+/// (bcc offwaketime's layout); then down a chain `;--;` and the waker's
+/// own block, root to leaf with its state leaf, and that block's waker.
+fn push_waker(text: &mut String, w: &Waker) {
+    text.push_str(";--");
+    for f in waker_frames(&w.frames, &w.ustack, &w.kstack).iter().rev() {
+        push_w(text, f);
+    }
+    push_w(text, &Frame::named(w.who()));
+    if let Some(b) = &w.blocked {
+        text.push_str(";--");
+        for f in &waker_frames(&b.frames, &b.ustack, &b.kstack) {
+            push_w(text, f);
+        }
+        push_w(text, &Frame::named(b.state.leaf_name()));
+        if let Some(next) = &b.waker {
+            push_waker(text, next);
+        }
+    }
+}
+
 /// Folded lines: values summed per line in ns, then converted once.
 pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
     let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.stacks.len());
@@ -74,6 +111,9 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
             None => folded::stack_text(root.as_slice(), &display_frames(s)),
         };
         text.push_str(s.kind.marker());
+        if let (true, Some(w)) = (opts.wakers, &s.waker) {
+            push_waker(&mut text, w);
+        }
         let text = text.into_bytes();
         lines.push((text, s.ns));
     }

@@ -19,8 +19,27 @@ fn needs(s: &Stack) -> bool {
     s.frames.is_empty() && s.stack_id.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty())
 }
 
+fn waker_needs(s: &Stack) -> bool {
+    fn needs(w: &wallclock_stream::Waker) -> bool {
+        (w.frames.is_empty() && !(w.ustack.is_empty() && w.kstack.is_empty()))
+            || w.blocked.as_ref().is_some_and(|b| {
+                (b.frames.is_empty() && !(b.ustack.is_empty() && b.kstack.is_empty()))
+                    || b.waker.as_deref().is_some_and(needs)
+            })
+    }
+    s.waker.as_deref().is_some_and(needs)
+}
+
 /// Name the frames of every stack that has addresses and no frames.
 pub fn name_frames(m: &mut Merged) {
+    if m.stacks.iter().any(waker_needs) {
+        let mut engine = Engine::new(Options { tool: "stackmerge", ..Options::default() });
+        for mp in &m.maps {
+            engine.add_maps(mp);
+        }
+        let mut woken: Vec<&mut Stack> = m.stacks.iter_mut().filter(|s| waker_needs(s)).collect();
+        stacksym::name_wakers(&mut engine, &mut woken);
+    }
     if m.stacks.iter().any(needs) {
         let mut engine = Engine::new(Options { tool: "stackmerge", ..Options::default() });
         for mp in &m.maps {

@@ -40,6 +40,7 @@ mod procmaps;
 mod resolve;
 mod unnamed;
 mod vdso;
+mod wakers;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -51,6 +52,7 @@ use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use names::demangle;
+pub use wakers::name_wakers;
 
 /// Records symbolized together: addresses are deduplicated within a chunk
 /// and cached across chunks.
@@ -189,6 +191,16 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
 
 fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
     engine.prepare_records(chunk);
+    // Wakers' stacks are named inside their records (their frames stay
+    // inline: a waker is rarer than the stacks it woke).
+    let mut woken: Vec<&mut wallclock_stream::Stack> = chunk
+        .iter_mut()
+        .filter_map(|r| match r {
+            Record::Stack(s) if s.waker.is_some() => Some(s),
+            _ => None,
+        })
+        .collect();
+    wakers::name_wakers(engine, &mut woken);
     // Each stack's table id (its unnamed time counted) before the trailer.
     let ids: Vec<Option<u32>> = chunk
         .iter()

@@ -34,6 +34,7 @@ pub mod report;
 pub mod text;
 mod text_gpu;
 pub mod text_where;
+pub mod wakers;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

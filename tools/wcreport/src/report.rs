@@ -36,6 +36,9 @@ pub struct Report {
     /// Present whenever the input has GPU records or `gpu_*` counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
+    /// Who waits on whom (captures with wakers), heaviest pairs first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits_on: Vec<crate::wakers::WaitsOn>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -125,6 +128,10 @@ pub struct TopStack {
     pub count: u64,
     /// Percent of the thread's alive time (of on + off when alive is unknown).
     pub pct: Option<f64>,
+    /// Who ended these blocks, heaviest first (off-CPU stacks of a capture
+    /// with wakers).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wakers: Vec<crate::wakers::TopWaker>,
 }
 
 /// Frames of a stack for display: frames, else hex addresses.
@@ -213,7 +220,8 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let comms: BTreeMap<(u32, u32), String> = threads.iter().map(|(k, t)| (*k, t.comm.clone())).collect();
     let all: Vec<&Stack> = stacks.values().flatten().copied().collect();
     let gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
-    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, gpu }
+    let waits_on = crate::wakers::waits_on(&all, &comms, top_n.max(10) * 2);
+    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, gpu, waits_on }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -324,15 +332,27 @@ fn is_zero(n: &u64) -> bool {
 
 /// The `n` heaviest stacks of a kind, identical texts summed.
 fn top_of(ss: &[&Stack], kind: Kind, n: usize, base: Option<u64>) -> Vec<TopStack> {
-    let mut by: BTreeMap<(String, Option<State>), (u64, u64)> = BTreeMap::new();
+    // (text, state) -> ns, count, the records that carry a waker.
+    type Acc<'a> = (u64, u64, Vec<&'a Stack>);
+    let mut by: BTreeMap<(String, Option<State>), Acc> = BTreeMap::new();
     for s in ss.iter().filter(|s| s.kind == kind) {
-        let e = by.entry((stack_text(s), s.state)).or_insert((0, 0));
+        let e = by.entry((stack_text(s), s.state)).or_insert((0, 0, Vec::new()));
         e.0 += s.ns;
         e.1 += s.count;
+        if s.waker.is_some() {
+            e.2.push(s);
+        }
     }
     let mut v: Vec<TopStack> = by
         .into_iter()
-        .map(|((stack, state), (ns, count))| TopStack { stack, state, ns, count, pct: pct(ns, base) })
+        .map(|((stack, state), (ns, count, woken))| TopStack {
+            stack,
+            state,
+            ns,
+            count,
+            pct: pct(ns, base),
+            wakers: crate::wakers::top(&woken, 3),
+        })
         .collect();
     // Heaviest first; ties by text so the order is stable.
     v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.stack.cmp(&b.stack)));

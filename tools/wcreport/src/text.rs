@@ -146,6 +146,10 @@ pub fn overview(r: &Report) -> String {
         s.push('\n');
         s.push_str(&crate::text_gpu::gpu_section(g));
     }
+    if !r.waits_on.is_empty() {
+        s.push('\n');
+        s.push_str(&waits_on(r));
+    }
     s
 }
 
@@ -232,7 +236,35 @@ pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
     // The whole stacks stay in the folded files and in --json.
     s.push_str(&crate::text_where::where_time_went(t, max_parts));
     s.push_str(&tops("GPU", &t.top.gpu));
+    s.push_str(&woken_by(&t.top.off));
     s
+}
+
+/// The top off-CPU stacks that wakers ended, each with its wakers.
+fn woken_by(v: &[TopStack]) -> String {
+    if v.iter().all(|t| t.wakers.is_empty()) {
+        return String::new();
+    }
+    let mut s = "  top off-CPU stacks and who woke them:\n".to_string();
+    for t in v.iter().filter(|t| !t.wakers.is_empty()) {
+        let _ = writeln!(s, "    {:>6}  {:>9}  {}", p(t.pct), h(t.ns), short_stack(&t.stack));
+        for w in &t.wakers {
+            let _ = writeln!(s, "      woken by {} in {}: {} times, {}", w.who, w.func, w.count, h(w.ns));
+        }
+    }
+    s
+}
+
+/// Who waits on whom: per pair, the waiter's blocked time the other ended.
+fn waits_on(r: &Report) -> String {
+    if r.waits_on.is_empty() {
+        return String::new();
+    }
+    let mut rows = vec![vec!["WAITER".to_string(), "WAITS ON".into(), "TIME".into(), "WAKE-UPS".into()]];
+    for w in &r.waits_on {
+        rows.push(vec![format!("{} ({})", name(&w.comm), w.tid), w.waker.clone(), h(w.ns), w.count.to_string()]);
+    }
+    format!("WAITS ON (blocked time each waiter's wakers ended)\n{}", table(&rows, 2, "  "))
 }
 
 /// The whole report: the summary, then each process (heaviest first) with
@@ -250,6 +282,10 @@ pub fn full(r: &Report, max_parts: usize) -> String {
     if let Some(g) = &r.gpu {
         s.push('\n');
         s.push_str(&crate::text_gpu::gpu_section(g));
+    }
+    if !r.waits_on.is_empty() {
+        s.push('\n');
+        s.push_str(&waits_on(r));
     }
     s
 }
