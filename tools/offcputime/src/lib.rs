@@ -41,6 +41,7 @@
 mod atstop;
 mod collect;
 mod stacks;
+mod timeline;
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
@@ -52,6 +53,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use wallclock_capture::driver::{self, Common, OpenCapture, Request};
 use wallclock_capture::target::TargetArgs;
 use wallclock_capture::unwind::Unwind;
+use wallclock_stream::Record;
 
 wallclock_capture::capture_skel!(
     skel::OpenOffcputimeSkel<'static>,
@@ -103,6 +105,21 @@ pub struct Cli {
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
+    /// Also keep the individual events with their times (a timeline):
+    /// every running slice between switches and every block with its state
+    /// and stack, as `slice` records (wallclock-stream(5)) for
+    /// `wcexport --trace`. Bounded by a ring buffer of its own: what it
+    /// drops is a counted gap in the timeline, never a loss in the sums.
+    #[arg(long)]
+    pub timeline: bool,
+    /// With --timeline: blocks shorter than this (µs) are not events of
+    /// their own; their time stays inside the running slice around them,
+    /// counted there (short_blocks, short_ns).
+    #[arg(long = "timeline-min", default_value_t = 0, value_name = "US", requires = "timeline")]
+    pub timeline_min_us: u64,
+    /// With --timeline: size of its ring buffer, MiB (a power of two).
+    #[arg(long = "timeline-mb", default_value_t = 16, value_name = "MB", requires = "timeline")]
+    pub timeline_mb: u32,
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
@@ -122,6 +139,8 @@ pub fn command() -> clap::Command {
 struct Off<'a> {
     cli: &'a Cli,
     stacks: collect::Stacks,
+    /// --timeline's ring buffer consumer, from the attach to the stop.
+    timeline: std::cell::RefCell<Option<timeline::Drain>>,
 }
 
 impl driver::Tool for Off<'_> {
@@ -138,12 +157,24 @@ impl driver::Tool for Off<'_> {
         ro.state_filter = cli.state.unwrap_or(-1);
         open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
         open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
+        ro.timeline_on = cli.timeline;
+        ro.timeline_min_ns = cli.timeline_min_us.saturating_mul(1000);
+        if cli.timeline {
+            open.maps.timeline.set_max_entries(cli.timeline_mb << 20)?;
+            open.maps.tl_threads.set_max_entries(cli.max_threads.max(64))?;
+        } else {
+            open.maps.tl_threads.set_max_entries(1)?;
+        }
         open.progs.switch_btf.set_autoload(btf);
         open.progs.switch_raw.set_autoload(!btf);
         open.load()
     }
 
     fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {
+        if self.cli.timeline {
+            let map = libbpf_rs::MapHandle::try_from(&skel.maps.timeline)?;
+            *self.timeline.borrow_mut() = Some(timeline::Drain::start(map)?);
+        }
         let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
         Ok(vec![switch.attach().context("attaching to sched_switch")?])
     }
@@ -154,9 +185,13 @@ impl driver::Tool for Off<'_> {
 }
 
 pub fn run(cli: Cli) -> Result<i32> {
-    let mut off = Off { cli: &cli, stacks: collect::Stacks::default() };
+    if cli.timeline && (!cli.timeline_mb.is_power_of_two() || cli.timeline_mb > 1024) {
+        anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
+    }
+    let mut off = Off { cli: &cli, stacks: collect::Stacks::default(), timeline: Default::default() };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads };
     let mut cap = driver::capture(&mut off, req)?;
+    let tl_events = off.timeline.take().map(timeline::Drain::finish);
     let mut stacks = off.stacks;
     let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
     let offcpu = wallclock_capture::bpf::dump(&cap.skel.maps.offcpu);
@@ -168,7 +203,29 @@ pub fn run(cli: Cli) -> Result<i32> {
         state: cli.state.map(collect::state_of_raw),
         read_at_stop,
     };
-    let records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &offcpu, &cap.counts);
+    let mut records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &offcpu, &cap.counts);
+    if let Some(events) = tl_events {
+        let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
+            .iter()
+            .filter_map(|(k, v)| {
+                let tid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
+                Some((tid, wallclock_capture::event::from_bytes(v)?))
+            })
+            .collect();
+        let counts = wallclock_capture::bpf::percpu_sums(
+            &cap.skel.maps.tl_stats,
+            wallclock_capture::event::TL_STAT_NAMES.len() as u32,
+        );
+        let inp = timeline::Input { cfg: &cfg, sess: &cap.sess, stacks: &stacks, threads: &cap.threads, events, tl_threads };
+        let (tl, tl_counts) = timeline::records(&inp, &counts);
+        // Before the trailer, which gets the timeline's counts.
+        let trailer = records.pop();
+        records.extend(tl);
+        if let Some(Record::Stats(mut s)) = trailer {
+            s.counts.extend(tl_counts);
+            records.push(Record::Stats(s));
+        }
+    }
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
     // (on-CPU time) stays in the stream.
     cap.write(&cli.target, &records, |s| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 })

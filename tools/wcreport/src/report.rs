@@ -175,6 +175,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
                 }
             }
             Record::Maps(m) => modules.add(m),
+            Record::Slice(_) | Record::SliceStack(_) => {}
         }
     }
     for h in &headers {
