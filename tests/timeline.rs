@@ -1,0 +1,199 @@
+//! offcputime --timeline and wcexport --trace: the timeline of the
+//! ground-truth workload (tests/programs/capture/workload.c), written as
+//! Chrome trace-event JSON and read back by an independent reader
+//! (tests/timeline/check_trace.py: Python's json and the format's rules).
+//! Loads real BPF programs: run as root (skipped, saying so, otherwise).
+
+mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn skip() -> bool {
+    if !util::is_root() {
+        eprintln!("SKIPPED: timeline tests need root (BPF)");
+        return true;
+    }
+    false
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Capture the workload for `secs` with `extra` offcputime flags; the
+/// stream's records and the workload's own figures.
+fn capture(dir: &Path, secs: &str, extra: &[&str]) -> (Vec<Value>, Value) {
+    let wl = util::build_c("tests/programs/capture/workload.c", &dir.join("bin"), "workload");
+    let out = dir.join("off.stream");
+    let o = Command::new(util::bin("offcputime"))
+        .arg("--timeline")
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&wl)
+        .arg(secs)
+        .arg(dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "offcputime failed: {}", o.status);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let recs = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (recs, serde_json::from_slice(&o.stdout).expect("workload JSON"))
+}
+
+/// wcexport --trace, then the independent reader's summary.
+fn trace(dir: &Path, names: &[&str]) -> Value {
+    let path: PathBuf = dir.join("trace.json");
+    util::ok("wcexport", &["--trace", dir.join("off.stream").to_str().unwrap(), "-o", path.to_str().unwrap()], b"");
+    let o = Command::new("python3")
+        .arg(util::root().join("tests/timeline/check_trace.py"))
+        .arg(&path)
+        .args(names)
+        .output()
+        .expect("python3");
+    assert!(o.status.success(), "check_trace.py: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The reader's track of thread `tid`.
+fn track(sum: &Value, tid: u64) -> &Value {
+    sum["threads"].as_object().unwrap().values().find(|t| u(&t["tid"]) == tid).unwrap_or_else(|| panic!("no track for {tid}"))
+}
+
+/// Every thread's track tiles its life in the window (as the summed view's
+/// thread record gives it), without overlap; gaps only where the timeline
+/// counted drops; per state the same ns as the summed view.
+fn check_tiling(recs: &[Value], sum: &Value) {
+    let start = u(&sum["metadata"]["start_ns"]);
+    let drops = u(&sum["metadata"]["timeline_drops"]);
+    let dropped = u(&sum["metadata"]["timeline_dropped_ns"]);
+    let stats = recs.iter().find(|r| r["type"] == "stats").unwrap();
+    assert_eq!(u(&stats["counts"]["timeline_drops"]), drops);
+    for t in recs.iter().filter(|r| r["type"] == "thread") {
+        let tr = track(sum, u(&t["tid"]));
+        let what = format!("thread {} ({}): {tr}", t["tid"], t["comm"]);
+        assert_eq!(u(&tr["overlaps_ns"]), 0, "{what}");
+        if drops == 0 {
+            assert_eq!(u(&tr["gaps_ns"]), 0, "{what}");
+        } else {
+            assert!(u(&tr["gaps_ns"]) <= dropped, "{what}: gaps beyond the {dropped} ns dropped");
+        }
+        assert_eq!(u(&tr["first_ns"]), u(&t["start_ns"]) - start, "{what}");
+        assert_eq!(u(&tr["end_ns"]), u(&t["end_ns"]) - start, "{what}");
+        if drops == 0 {
+            let ns = |n: &str| u(&tr["ns"][n]);
+            assert_eq!(ns("running"), u(&t["on_ns"]), "{what}");
+            for (st, name) in [("R", "runnable"), ("S", "sleeping"), ("D", "uninterruptible"), ("other", "other")] {
+                assert_eq!(ns(name), u(&t["off_ns"][st]), "{what}: {name}");
+            }
+        }
+    }
+}
+
+fn tid_of(truth: &Value, name: &str) -> u64 {
+    truth["threads"].as_array().unwrap().iter().find(|t| t["name"] == name).map(|t| u(&t["tid"])).unwrap()
+}
+
+fn func(truth: &Value, thread: &str, f: &str) -> (u64, u64, u64) {
+    let t = truth["threads"].as_array().unwrap().iter().find(|t| t["name"] == thread).unwrap();
+    let f = &t["funcs"][f];
+    (u(&f["cpu_ns"]), u(&f["wall_ns"]), u(&f["calls"]))
+}
+
+/// The slices of a track whose stack holds `func`, by name.
+fn slices_in<'a>(tr: &'a Value, func: &str) -> HashMap<String, Vec<u64>> {
+    let mut m: HashMap<String, Vec<u64>> = HashMap::new();
+    for s in tr["list"].as_array().unwrap() {
+        if s[3].as_array().unwrap().iter().any(|f| f == func) {
+            m.entry(s[0].as_str().unwrap().to_string()).or_default().push(u(&s[2]));
+        }
+    }
+    m
+}
+
+#[test]
+fn trace_tiles_each_thread_and_shows_the_sleeps() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("timeline-truth");
+    let secs = 3.0;
+    let (recs, truth) = capture(&d, "3", &[]);
+    let sum = trace(&d, &["mixer", "sleeper"]);
+    check_tiling(&recs, &sum);
+    eprintln!("timeline: {}", sum["metadata"]);
+
+    // The sleeper's one long_sleep is one sleeping slice: at least what it
+    // asked for, at most what it measured around the call.
+    let (_, wall, _) = func(&truth, "sleeper", "long_sleep");
+    let tr = track(&sum, tid_of(&truth, "sleeper"));
+    let sl = slices_in(tr, "long_sleep");
+    let sleeping = &sl["sleeping"];
+    assert_eq!(sleeping.len(), 1, "{sl:?}");
+    eprintln!("sleeper: one sleeping slice of {} ns; long_sleep measured {wall} ns", sleeping[0]);
+    assert!(sleeping[0] >= (secs * 1e9) as u64 && sleeping[0] <= wall, "{} vs {wall}", sleeping[0]);
+
+    // Every call of nap (a 9 ms nanosleep) is one sleeping slice under
+    // nap of at least 9 ms; together at most nap's measured wall time.
+    let (_, wall, calls) = func(&truth, "mixer", "nap");
+    let tr = track(&sum, tid_of(&truth, "mixer"));
+    let sl = slices_in(tr, "nap");
+    let naps = &sl["sleeping"];
+    let total: u64 = naps.iter().sum();
+    eprintln!("mixer: {} sleeping slices under nap, {total} ns; nap: {calls} calls, {wall} ns", naps.len());
+    assert_eq!(naps.len() as u64, calls, "one sleeping slice per nap call");
+    assert!(naps.iter().all(|&n| n >= 9_000_000), "a nap slice under 9 ms: {naps:?}");
+    assert!(total <= wall, "{total} ns asleep in nap, nap measured {wall} ns");
+}
+
+#[test]
+fn timeline_min_keeps_short_blocks_inside_running_slices() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("timeline-min");
+    let (recs, truth) = capture(&d, "2", &["--timeline-min", "1000"]);
+    let sum = trace(&d, &["shorty"]);
+    // The tracks still tile the window and the states still sum to the
+    // summed view: the short blocks' time is in the running slices,
+    // counted there. So compare the totals, not per state.
+    let tid = tid_of(&truth, "shorty");
+    let tr = track(&sum, tid);
+    assert_eq!((u(&tr["gaps_ns"]), u(&tr["overlaps_ns"])), (0, 0), "{tr}");
+    let t = recs.iter().find(|r| r["type"] == "thread" && u(&r["tid"]) == tid).unwrap();
+    let total: u64 = tr["ns"].as_object().unwrap().values().map(u).sum();
+    assert_eq!(total, u(&t["end_ns"]) - u(&t["start_ns"]));
+    // shorty's waits (150 µs each) are no slices of their own...
+    let sleeps: Vec<u64> = tr["list"].as_array().unwrap().iter().filter(|s| s[0] == "sleeping").map(|s| u(&s[2])).collect();
+    let (_, _, waits) = func(&truth, "shorty", "short_wait");
+    assert!((sleeps.len() as u64) < waits, "{} sleeping slices for {waits} short_wait calls (8 waits each)", sleeps.len());
+    // ...but counted in the running slices around them.
+    let slices: Vec<&Value> = recs.iter().filter(|r| r["type"] == "slice" && u(&r["tid"]) == tid).collect();
+    let short: u64 = slices.iter().map(|s| u(&s["short_blocks"])).sum();
+    let short_ns: u64 = slices.iter().map(|s| u(&s["short_ns"])).sum();
+    eprintln!("shorty: {} sleeping slices, {short} short blocks ({short_ns} ns) inside running slices", sleeps.len());
+    assert!(short >= waits * 8 / 2, "{short} short blocks for {} waits", waits * 8);
+    // Blocks kept as slices are of 1 ms or more, but for the first (a
+    // thread's start) and the few that gave back the start of the slice
+    // after them (close_slice in capture.bpf.h), as the summed view did.
+    let offs: Vec<&&Value> = slices.iter().filter(|s| s["kind"] == "off").collect();
+    let under = offs.iter().filter(|s| u(&s["end_ns"]) - u(&s["start_ns"]) < 1_000_000 && u(&s["start_ns"]) != u(&t["start_ns"])).count();
+    eprintln!("shorty: {under} of {} off-CPU slices under 1 ms", offs.len());
+    assert!(under * 20 <= offs.len(), "{under} of {} off-CPU slices under --timeline-min", offs.len());
+}
+
+#[test]
+fn trace_of_a_stream_without_timeline_is_one_line_error() {
+    let text = "{\"type\":\"header\",\"format\":\"wallclock\",\"version\":\"1.3\",\"tool\":\"x\",\"tool_version\":\"0\",\"clock\":\"monotonic\"}\na;b_[o] 5\n";
+    let o = util::run("wcexport", &["--trace"], text.as_bytes());
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("no timeline"), "{err}");
+}
