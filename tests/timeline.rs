@@ -197,3 +197,62 @@ fn trace_of_a_stream_without_timeline_is_one_line_error() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("no timeline"), "{err}");
 }
+
+/// The fake CUDA stack of tests/gpu.rs (a fake libcupti that emits records
+/// at CUPTI's real offsets): (its directory, gpu_app).
+fn gpu_fakes(dir: &Path) -> PathBuf {
+    let src = util::root().join("tests/programs/gpu");
+    let d = dir.to_str().unwrap();
+    let gcc = |args: &[&str]| {
+        let out = Command::new("gcc").args(args).current_dir(&src).output().expect("gcc");
+        assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let lib = |name: &str| format!("{d}/{name}");
+    gcc(&["-shared", "-fPIC", "-O2", "-g", "-o", &lib("libcuda.so.1"), "-Wl,-soname,libcuda.so.1", "fake_cuda.c", "-ldl", "-lpthread"]);
+    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+    gcc(&["-shared", "-fPIC", "-O2", "-g", "-o", &lib("libcudart.so"), "fake_cudart.c", "-L", d, "-lcuda"]);
+    gcc(&["-shared", "-fPIC", "-O2", "-g", "-o", &lib("libcupti.so.12"), "fake_cupti.c", "-ldl", "-lpthread"]);
+    let rpath = format!("-Wl,-rpath,{d}");
+    gcc(&["-O2", "-g", "-fno-optimize-sibling-calls", "-o", &lib("gpu_app"), "gpu_app.c", "-L", d, "-lcudart", "-lcuda", &rpath]);
+    dir.join("gpu_app")
+}
+
+#[test]
+fn gpu_activities_are_slices_on_their_own_tracks() {
+    let d = util::scratch("timeline-gpu");
+    let app = gpu_fakes(&d);
+    let out = d.join("off.stream");
+    let truth = d.join("truth.txt");
+    let o = Command::new(util::bin("gputrace"))
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("CUDA_INJECTION64_PATH")
+        .env("WALLCLOCK_CUPTI_PATH", d.join("libcupti.so.12"))
+        .env("FAKECUDA_TRUTH", &truth)
+        .arg("--timeline")
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&app)
+        .arg("5")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "gputrace: {}", String::from_utf8_lossy(&o.stderr));
+    let truth = std::fs::read_to_string(&truth).unwrap();
+    let sum = trace(&d, &["GPU"]);
+    let stream = std::fs::read_to_string(&out).unwrap();
+    let pid: u64 = stream.lines().find_map(|l| serde_json::from_str::<Value>(l).ok().filter(|r| r["type"] == "header")).map(|h| u(&h["pids"][0])).unwrap();
+    // Every activity the fake ran is one slice, of its length, on a GPU
+    // track of the launching process.
+    let gpu: Vec<&Value> = sum["threads"].as_object().unwrap().iter().filter(|(k, _)| k.starts_with("GPU ")).map(|(_, v)| v).collect();
+    assert!(!gpu.is_empty(), "no GPU track: {sum}");
+    assert!(gpu.iter().all(|t| u(&t["pid"]) == pid), "GPU tracks belong to the launching process {pid}");
+    let mut got: Vec<u64> = gpu.iter().flat_map(|t| t["list"].as_array().unwrap().iter().map(|s| u(&s[2]))).collect();
+    let mut want: Vec<u64> = truth.lines().map(|l| l.split(' ').nth(3).unwrap().parse().unwrap()).collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "GPU slices' lengths vs the fake's truth");
+    // Kernels carry the stack that launched them.
+    let kernels: Vec<&Value> = gpu.iter().flat_map(|t| t["list"].as_array().unwrap()).filter(|s| !s[0].as_str().unwrap().starts_with('[')).collect();
+    assert!(!kernels.is_empty());
+    assert!(kernels.iter().all(|s| s[3].as_array().unwrap().iter().any(|f| f == "main")), "{kernels:?}");
+}

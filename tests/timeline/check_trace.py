@@ -8,7 +8,7 @@ the format's rules and measures each thread track's slices.
 Prints one JSON object: per thread track (by its thread_name, the comm
 before the tid) the number of slices, where the first begins and the last
 ends, the total of gaps and of overlaps between consecutive slices (ns),
-ns per slice name; for each THREAD_NAME given, also its slices as
+ns per slice name; for each THREAD_NAME given (or prefix of a track name: GPU), also its slices as
 [name, start_ns, dur_ns, stack] lists. Exits non-zero naming the first
 event that breaks a rule."""
 import json
@@ -68,7 +68,7 @@ def main():
         name = names[key].rsplit(" ", 1)[0]
         t = {"pid": key[0], "tid": key[1], "slices": len(sl), "first_ns": sl[0][0],
              "end_ns": sl[-1][0] + sl[-1][1], "gaps_ns": gaps, "overlaps_ns": overlaps, "ns": by_name}
-        if name in wanted:
+        if name in wanted or any(name.startswith(w + " ") for w in wanted):
             t["list"] = [[n, ts, dur, st] for ts, dur, n, st in sl]
         out["threads"][f"{name} {key[1]}"] = t
     json.dump(out, sys.stdout)
