@@ -72,7 +72,10 @@ static __always_inline void tl_block(struct wc_thread *th, __u32 tid, __u32 st, 
 		e->pid = th->pid;
 		e->tid = tid;
 		e->state = st;
-		bpf_ringbuf_submit(e, 0);
+		/* No wake-up: user space reads the buffer every few ms. A
+		 * wake-up per record would cost the storm a context switch of
+		 * the reader per switch of the target. */
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 		tl_stat(WC_TL_EVENTS, 1);
 	} else {
 		tl_stat(WC_TL_DROPS, 1);

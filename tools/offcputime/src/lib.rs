@@ -182,6 +182,23 @@ impl driver::Tool for Off<'_> {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         self.stacks.event(data, unwind);
     }
+
+    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+        let offcpu = wallclock_capture::bpf::dump(&cut.skel.maps.offcpu);
+        let cfg = config(self.cli, cut.start, cut.end, 0);
+        Some(collect::records(&cfg, cut.sess, cut.unwind, &self.stacks, &cut.threads, &offcpu, &cut.counts))
+    }
+}
+
+fn config(cli: &Cli, start: u64, end: u64, read_at_stop: u64) -> collect::Config {
+    collect::Config {
+        start,
+        end,
+        min_block_ns: cli.min_block_us.saturating_mul(1000),
+        max_block_ns: cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000)),
+        state: cli.state.map(collect::state_of_raw),
+        read_at_stop,
+    }
 }
 
 pub fn run(cli: Cli) -> Result<i32> {
@@ -195,14 +212,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let mut stacks = off.stacks;
     let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
     let offcpu = wallclock_capture::bpf::dump(&cap.skel.maps.offcpu);
-    let cfg = collect::Config {
-        start: cap.start,
-        end: cap.end,
-        min_block_ns: cli.min_block_us.saturating_mul(1000),
-        max_block_ns: cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000)),
-        state: cli.state.map(collect::state_of_raw),
-        read_at_stop,
-    };
+    let cfg = config(&cli, cap.start, cap.end, read_at_stop);
     let mut records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &offcpu, &cap.counts);
     if let Some(events) = tl_events {
         let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
