@@ -256,3 +256,112 @@ fn gpu_activities_are_slices_on_their_own_tracks() {
     assert!(!kernels.is_empty());
     assert!(kernels.iter().all(|s| s[3].as_array().unwrap().iter().any(|f| f == "main")), "{kernels:?}");
 }
+
+fn read_stream(p: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Per thread: [on, R, S, D, other] ns and alive ns.
+fn thread_totals(recs: &[Value]) -> HashMap<u64, ([u64; 5], u64)> {
+    let mut m: HashMap<u64, ([u64; 5], u64)> = HashMap::new();
+    for t in recs.iter().filter(|r| r["type"] == "thread") {
+        let e = m.entry(u(&t["tid"])).or_default();
+        e.0[0] += u(&t["on_ns"]);
+        for (i, s) in ["R", "S", "D", "other"].iter().enumerate() {
+            e.0[i + 1] += u(&t["off_ns"][s]);
+        }
+        e.1 += u(&t["end_ns"]) - u(&t["start_ns"]);
+    }
+    m
+}
+
+fn stack_ns(recs: &[Value]) -> u64 {
+    recs.iter().filter(|r| r["type"] == "stack").map(|s| u(&s["ns"])).sum()
+}
+
+/// `--every 2` over 10 s: five windows that tile the capture and add up to
+/// it (the same process's whole stream), and to an independent 10 s
+/// capture of the same process run beside it, within 2% of each thread's
+/// time (plus what the two captures' different start and stop times
+/// account for).
+#[test]
+fn every_2_over_10_s_gives_5_windows_that_add_up() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("timeline-every");
+    let wl = util::build_c("tests/programs/capture/workload.c", &d.join("bin"), "workload");
+    let mut w = Command::new(&wl).arg("14").arg(&d).stdout(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300)); // its threads exist
+    let pid = w.id().to_string();
+    let run = |name: &str, extra: &[&str]| {
+        Command::new(util::bin("offcputime"))
+            .args(["-p", &pid, "-d", "10", "-o"])
+            .arg(d.join(name))
+            .args(extra)
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap()
+    };
+    let mut a = run("a.stream", &["--every", "2"]);
+    let mut b = run("b.stream", &[]);
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let _ = w.kill();
+    let _ = w.wait();
+
+    let whole = read_stream(&d.join("a.stream"));
+    let wins: Vec<Vec<Value>> = (1..=5).map(|i| read_stream(&d.join(format!("a.stream.{i}")))).collect();
+    assert!(!d.join("a.stream.6").exists(), "a sixth window");
+    let span = |r: &[Value]| (u(&r[0]["start_ns"]), u(&r[0]["end_ns"]));
+    let (ws, we) = span(&whole);
+    let mut at = ws;
+    for (i, win) in wins.iter().enumerate() {
+        let (s, e) = span(win);
+        assert_eq!(s, at, "window {} starts where the previous one ended", i + 1);
+        if i < 4 {
+            assert!((e - s).abs_diff(2_000_000_000) < 200_000_000, "window {}: {} ns", i + 1, e - s);
+        }
+        at = e;
+    }
+    assert_eq!(at, we, "the last window ends at the stop");
+
+    // The windows add up to the whole capture of the same process.
+    let total = thread_totals(&whole);
+    let mut sum: HashMap<u64, ([u64; 5], u64)> = HashMap::new();
+    for win in &wins {
+        for (tid, (v, alive)) in thread_totals(win) {
+            let e = sum.entry(tid).or_default();
+            for i in 0..5 {
+                e.0[i] += v[i];
+            }
+            e.1 += alive;
+        }
+    }
+    assert_eq!(sum, total, "per thread on/off by state and alive: windows vs the whole");
+    let (sn, tn) = (wins.iter().map(|w| stack_ns(w)).sum::<u64>(), stack_ns(&whole));
+    eprintln!("every: stack ns of the windows {sn}, of the whole {tn}");
+    assert!(sn.abs_diff(tn) * 1000 <= tn * 5, "stack time: windows {sn} vs whole {tn}");
+
+    // ... and to an independent capture beside it.
+    let other = read_stream(&d.join("b.stream"));
+    let (bs, be) = span(&other);
+    let skew = bs.abs_diff(ws) + be.abs_diff(we);
+    let indep = thread_totals(&other);
+    let mut worst = 0.0f64;
+    for (tid, (v, alive)) in &sum {
+        let Some((bv, _)) = indep.get(tid) else { continue };
+        let diff: u64 = (0..5).map(|i| v[i].abs_diff(bv[i])).sum();
+        let err = diff as f64 / *alive as f64;
+        worst = worst.max(err);
+        let bound = 0.02 + 2.0 * skew as f64 / *alive as f64;
+        assert!(err <= bound, "thread {tid}: windows {v:?} vs independent {bv:?}: {:.2}% > {:.2}%", err * 100.0, bound * 100.0);
+    }
+    let sum_ns: u64 = sum.values().map(|(v, _)| v.iter().sum::<u64>()).sum();
+    let ind_ns: u64 = indep.values().map(|(v, _)| v.iter().sum::<u64>()).sum();
+    eprintln!(
+        "every: 5 windows {sum_ns} thread-ns, independent 10 s capture {ind_ns} ({:+.2}%); worst thread {:.2}%; start/stop skew {skew} ns",
+        (sum_ns as f64 - ind_ns as f64) / ind_ns as f64 * 100.0,
+        worst * 100.0
+    );
+}
