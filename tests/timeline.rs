@@ -107,7 +107,7 @@ fn func(truth: &Value, thread: &str, f: &str) -> (u64, u64, u64) {
 }
 
 /// The slices of a track whose stack holds `func`, by name.
-fn slices_in<'a>(tr: &'a Value, func: &str) -> HashMap<String, Vec<u64>> {
+fn slices_in(tr: &Value, func: &str) -> HashMap<String, Vec<u64>> {
     let mut m: HashMap<String, Vec<u64>> = HashMap::new();
     for s in tr["list"].as_array().unwrap() {
         if s[3].as_array().unwrap().iter().any(|f| f == func) {
@@ -179,13 +179,13 @@ fn timeline_min_keeps_short_blocks_inside_running_slices() {
     let short_ns: u64 = slices.iter().map(|s| u(&s["short_ns"])).sum();
     eprintln!("shorty: {} sleeping slices, {short} short blocks ({short_ns} ns) inside running slices", sleeps.len());
     assert!(short >= waits * 8 / 2, "{short} short blocks for {} waits", waits * 8);
-    // Blocks kept as slices are of 1 ms or more, but for the first (a
-    // thread's start) and the few that gave back the start of the slice
-    // after them (close_slice in capture.bpf.h), as the summed view did.
-    let offs: Vec<&&Value> = slices.iter().filter(|s| s["kind"] == "off").collect();
-    let under = offs.iter().filter(|s| u(&s["end_ns"]) - u(&s["start_ns"]) < 1_000_000 && u(&s["start_ns"]) != u(&t["start_ns"])).count();
-    eprintln!("shorty: {under} of {} off-CPU slices under 1 ms", offs.len());
-    assert!(under * 20 <= offs.len(), "{under} of {} off-CPU slices under --timeline-min", offs.len());
+    // The blocks kept as slices are the few of 1 ms or more (a slice may
+    // end up shorter: the start of the running slice after it was stamped
+    // late and takes that time back, as in the summed view; see
+    // close_slice in capture.bpf.h).
+    let offs = slices.iter().filter(|s| s["kind"] == "off").count() as u64;
+    eprintln!("shorty: {offs} off-CPU slices for {} blocks", waits * 8);
+    assert!(offs * 10 < waits * 8, "{offs} off-CPU slices for {} blocks", waits * 8);
 }
 
 #[test]
@@ -332,8 +332,8 @@ fn every_2_over_10_s_gives_5_windows_that_add_up() {
     for win in &wins {
         for (tid, (v, alive)) in thread_totals(win) {
             let e = sum.entry(tid).or_default();
-            for i in 0..5 {
-                e.0[i] += v[i];
+            for (acc, x) in e.0.iter_mut().zip(v) {
+                *acc += x;
             }
             e.1 += alive;
         }

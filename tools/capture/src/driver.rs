@@ -96,8 +96,11 @@ pub struct Cut<'a, S> {
     pub counts: Vec<u64>,
 }
 
+/// A map's entries as bytes: (key, value).
+type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The thread map: tid and the BPF side's accounting.
-fn thread_map(map: &MapMut<'static>) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<(u32, WcThread)>) {
+fn thread_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
     let raw = bpf::dump(map);
     let threads = raw
         .iter()
