@@ -203,8 +203,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
     sess.begin(start, &args.tids, &mut unwind)?;
-    let mut windows = match (args.every, &args.output) {
-        (Some(e), Some(o)) => Some(crate::window::Windows::new(e, o, start)),
+    let mut windows = match (args.every, &args.every_follow, &args.output) {
+        (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start)),
+        (None, Some(l), Some(o)) => Some(crate::window::Windows::following(l, o, start)),
         _ => None,
     };
     // A cut due within half a window of the end of -d is left to the stop,
@@ -216,8 +217,8 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     };
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
         drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
-        if let Some(w) = windows.as_mut().filter(|w| w.due(monotonic_ns()) && !ends_soon(&sess)) {
-            let cut_at = monotonic_ns();
+        let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
+        if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
             // The stacks sent before the cut, so that its blocks have them.
             drain.work_for(Duration::from_millis(2), |e| event(tool, e, &mut unwind));
             let (_, threads) = thread_map(skel.maps().threads);
@@ -226,7 +227,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             let Some(recs) = tool.snapshot(cut) else {
                 anyhow::bail!("{}: --every is not supported", T::NAME);
             };
-            w.close(cut_at, recs)?;
+            w.close(cut_at, recs, false)?;
         }
     }
     let end = monotonic_ns();
@@ -256,7 +257,7 @@ impl<S> Captured<S> {
         if let Some(mut w) = self.windows.take() {
             let summed: Vec<Record> =
                 records.iter().filter(|r| !matches!(r, Record::Slice(_) | Record::SliceStack(_))).cloned().collect();
-            w.close(self.end, summed)?;
+            w.close(self.end, summed, true)?;
         }
         let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
         crate::output::write(self.tool, &mut out, records, args.folded, value)?;

@@ -48,6 +48,12 @@ pub struct TargetArgs {
     /// up to it: one capture, never restarted.
     #[arg(long = "every", value_name = "SECONDS", requires = "output")]
     pub every: Option<f64>,
+    /// Windows like --every, but each ending where the next window of
+    /// another capture's `--every` ends (its FILE.N, read as it appears):
+    /// two captures of one target cut at the same instants
+    /// (scripts/wallclock runs oncputime so beside offcputime).
+    #[arg(long = "every-follow", value_name = "FILE", requires = "output", conflicts_with = "every")]
+    pub every_follow: Option<PathBuf>,
     /// Write the stream here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -83,7 +89,7 @@ impl TargetArgs {
         if self.every.is_some_and(|e| !(e >= 0.1 && e.is_finite())) {
             bail!("--every must be at least 0.1 seconds");
         }
-        if self.every.is_some() && self.output.as_ref().is_some_and(|p| p.as_os_str() == "-") {
+        if (self.every.is_some() || self.every_follow.is_some()) && self.output.as_ref().is_some_and(|p| p.as_os_str() == "-") {
             bail!("--every writes FILE.1, FILE.2...: give -o FILE, not stdout");
         }
         if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {

@@ -9,7 +9,10 @@
 //! Window N (from 1) is written beside `-o FILE` as `FILE.N`, a complete
 //! stream, once it is closed (written to `FILE.N.tmp`, then renamed: a
 //! reader that waits for `FILE.N` never sees half of it); `FILE` gets the
-//! whole capture, as without `--every`.
+//! whole capture, as without `--every`. The last window's number is also
+//! written to `FILE.last` (before the window itself): a capture beside it
+//! run with `--every-follow FILE` cuts where each window of FILE but the
+//! last ends, so that the two captures' windows are the same.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -20,6 +23,8 @@ use wallclock_stream::{Record, Stack, Thread, Writer};
 /// The windows of a capture so far.
 pub struct Windows {
     every_ns: u64,
+    /// `--every-follow FILE`: cut when FILE.N appears, at its end.
+    follow: Option<PathBuf>,
     path: PathBuf,
     /// Where the window now open began, and the records up to there.
     start: u64,
@@ -29,17 +34,40 @@ pub struct Windows {
 
 impl Windows {
     pub fn new(every_s: f64, output: &Path, start: u64) -> Windows {
-        Windows { every_ns: (every_s * 1e9) as u64, path: output.to_path_buf(), start, prev: Vec::new(), closed: 0 }
+        let every_ns = (every_s * 1e9) as u64;
+        Windows { every_ns, follow: None, path: output.to_path_buf(), start, prev: Vec::new(), closed: 0 }
     }
 
-    /// Is the window open since `start` over at `now`?
-    pub fn due(&self, now: u64) -> bool {
-        now >= self.start + self.every_ns
+    /// Windows that end where another capture's (`FILE.N`) end.
+    pub fn following(leader: &Path, output: &Path, start: u64) -> Windows {
+        Windows { follow: Some(leader.to_path_buf()), ..Windows::new(0.0, output, start) }
+    }
+
+    /// When the window open since `start` ends, if it is over at `now`:
+    /// `every` after its start, or where the leader's next window ended.
+    pub fn due(&self, now: u64) -> Option<u64> {
+        let Some(leader) = &self.follow else {
+            return (now >= self.start + self.every_ns).then_some(now);
+        };
+        let n = self.closed + 1;
+        // The leader's last window ends at its stop: ours ends at our own.
+        let last = std::fs::read_to_string(format!("{}.last", leader.display()));
+        if last.is_ok_and(|l| l.trim() == n.to_string()) {
+            return None;
+        }
+        let next = PathBuf::from(format!("{}.{n}", leader.display()));
+        let f = std::fs::File::open(next).ok()?;
+        let mut r = wallclock_stream::Reader::new(std::io::BufReader::new(f), "", Default::default());
+        match r.next() {
+            Some(Ok(Record::Header(h))) => h.end_ns.filter(|&e| e > self.start),
+            _ => None,
+        }
     }
 
     /// Close the open window at `end`, given the capture's records from its
-    /// start to `end`: write the window's file.
-    pub fn close(&mut self, end: u64, upto: Vec<Record>) -> Result<()> {
+    /// start to `end`: write the window's file. The last one (at the stop)
+    /// is named in FILE.last first, for followers.
+    pub fn close(&mut self, end: u64, upto: Vec<Record>, last: bool) -> Result<()> {
         let win = delta(&self.prev, &upto, self.start, end);
         self.closed += 1;
         let name = format!("{}.{}", self.path.display(), self.closed);
@@ -51,6 +79,10 @@ impl Windows {
         }
         w.flush()?;
         drop(w);
+        if last && self.follow.is_none() {
+            let marker = format!("{}.last", self.path.display());
+            std::fs::write(&marker, format!("{}\n", self.closed)).with_context(|| format!("writing {marker}"))?;
+        }
         std::fs::rename(&tmp, &name).with_context(|| format!("renaming {tmp} to {name}"))?;
         self.start = end;
         self.prev = upto;
