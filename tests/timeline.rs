@@ -365,3 +365,24 @@ fn every_2_over_10_s_gives_5_windows_that_add_up() {
         worst * 100.0
     );
 }
+
+#[test]
+fn bad_timeline_and_window_flags_are_one_line_errors() {
+    if skip() {
+        return;
+    }
+    for (args, expect) in [
+        (&["--timeline", "--timeline-mb", "3", "-d", "1"][..], "--timeline-mb must be a power of two"),
+        (&["--every", "0.01", "-o", "/tmp/x", "-d", "1"][..], "--every must be at least 0.1 seconds"),
+        (&["--every", "2", "-o", "-", "-d", "1"][..], "give -o FILE, not stdout"),
+    ] {
+        let o = util::run("offcputime", args, b"");
+        assert!(!o.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    // clap's own: --every needs -o.
+    let o = util::run("offcputime", &["--every", "2", "-d", "1"], b"");
+    assert_eq!(o.status.code(), Some(2));
+}
