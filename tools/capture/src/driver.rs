@@ -100,7 +100,7 @@ pub struct Cut<'a, S> {
 type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The thread map: tid and the BPF side's accounting.
-fn thread_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
+pub fn thread_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
     let raw = bpf::dump(map);
     let threads = raw
         .iter()

@@ -184,9 +184,14 @@ impl driver::Tool for Off<'_> {
     }
 
     fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+        // The sums first, then the threads' pending blocks: a block that
+        // moves from one to the other in between is then missed by this
+        // cut (and counted by the next), never counted twice (a window
+        // cannot give time back).
         let offcpu = wallclock_capture::bpf::dump(&cut.skel.maps.offcpu);
+        let (_, threads) = driver::thread_map(&cut.skel.maps.threads);
         let cfg = config(self.cli, cut.start, cut.end, 0);
-        Some(collect::records(&cfg, cut.sess, cut.unwind, &self.stacks, &cut.threads, &offcpu, &cut.counts))
+        Some(collect::records(&cfg, cut.sess, cut.unwind, &self.stacks, &threads, &offcpu, &cut.counts))
     }
 }
 

@@ -88,7 +88,9 @@ pub struct Input<'a> {
 struct Builder<'a> {
     inp: &'a Input<'a>,
     ids: BTreeMap<(u32, Where), u64>,
-    slices: Vec<Slice>,
+    /// Built as records directly: a timeline has millions of slices, and
+    /// a second vector of them would double the peak memory.
+    slices: Vec<Record>,
 }
 
 impl Builder<'_> {
@@ -149,7 +151,7 @@ impl Builder<'_> {
         if to > from {
             let mut s = Slice::new(Kind::On, pid, tid, from, to);
             (s.short_blocks, s.short_ns) = short;
-            self.slices.push(s);
+            self.slices.push(Record::Slice(s));
         }
     }
 
@@ -162,7 +164,7 @@ impl Builder<'_> {
         let mut s = Slice::new(Kind::Off, pid, tid, from, to);
         s.state = Some(state);
         s.stack = Some(self.id(pid, w));
-        self.slices.push(s);
+        self.slices.push(Record::Slice(s));
         true
     }
 }
@@ -171,13 +173,14 @@ impl Builder<'_> {
 /// timeline's counts for the trailer.
 pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64)>) {
     let (start, end) = (inp.cfg.start, inp.cfg.end);
-    let mut b = Builder { inp, ids: BTreeMap::new(), slices: Vec::new() };
+    let n = 2 * inp.events.len() + 2 * inp.threads.len() + inp.sess.initial.len();
+    let mut b = Builder { inp, ids: BTreeMap::new(), slices: Vec::with_capacity(n) };
     let mut last: BTreeMap<u32, usize> = BTreeMap::new(); // tid -> its last off slice
     for e in &inp.events {
         let mut seg = e.seg_start;
         if e.back_ns > 0 {
             // The block before this record ended back_ns earlier.
-            if let Some(prev) = last.get(&e.tid).map(|&i| &mut b.slices[i]) {
+            if let Some(Record::Slice(prev)) = last.get(&e.tid).map(|&i| &mut b.slices[i]) {
                 if prev.end_ns == seg && prev.end_ns - prev.start_ns > e.back_ns {
                     prev.end_ns -= e.back_ns;
                     seg -= e.back_ns;
@@ -195,7 +198,7 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
         let mut seg = tl.map_or(th.begin_ns, |t| t.seg_start);
         let back = tl.map_or(0, |t| t.back_ns);
         if back > 0 {
-            if let Some(prev) = last.get(&tid).map(|&i| &mut b.slices[i]) {
+            if let Some(Record::Slice(prev)) = last.get(&tid).map(|&i| &mut b.slices[i]) {
                 if prev.end_ns == seg && prev.end_ns - prev.start_ns > back {
                     prev.end_ns -= back;
                     seg -= back;
@@ -219,7 +222,10 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
             b.off(i.pid, tid, start, end, event::ST_INIT, event::FP_INIT);
         }
     }
-    b.slices.sort_by_key(|s| (s.pid, s.tid, s.start_ns));
+    b.slices.sort_by_key(|r| match r {
+        Record::Slice(s) => (s.pid, s.tid, s.start_ns),
+        _ => (0, 0, 0),
+    });
     let mut recs: Vec<Record> = Vec::new();
     let mut ids: Vec<_> = b.ids.into_iter().collect();
     ids.sort_by_key(|(_, id)| *id);
@@ -232,7 +238,7 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
         recs.push(Record::SliceStack(s));
     }
     let slices = b.slices.len() as u64;
-    recs.extend(b.slices.into_iter().map(Record::Slice));
+    recs.append(&mut b.slices);
     let mut counts: Vec<(String, u64)> =
         event::TL_STAT_NAMES.iter().zip(tl_counts).map(|(n, v)| (n.to_string(), *v)).collect();
     counts.push(("timeline_slices".into(), slices));
