@@ -9,6 +9,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "capture.bpf.h"
+#include "timeline.bpf.h"
 
 const volatile __u64 min_block_ns = 1000; /* a "short block" in the stats */
 const volatile __u64 max_block_ns = (__u64)-1;
@@ -121,6 +122,7 @@ static __always_inline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st
 		else if (state_filter >= 0 && st != state_of(state_filter))
 			fp = WC_FP_STATE_FILTERED;
 	}
+	tl_block(th, tid, st, fp, now - d, now);
 	add_off(tid, fp, st, d, th);
 	return fp; /* the stack the time went to */
 }
@@ -135,6 +137,7 @@ static __always_inline void off_taken_back(struct wc_thread *th, __u64 ns)
 		return;
 	th->pend_ns -= ns;
 	th->off_ns[st] -= ns;
+	tl_taken_back(th, ns);
 }
 
 /* prev leaves the CPU: close its on-CPU interval, note where it blocks. */

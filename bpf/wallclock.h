@@ -149,4 +149,43 @@ struct wc_wkey {
 	__u32 spare;
 };
 
+/* --timeline (timeline.bpf.h): one record per off-CPU block kept as an
+ * event. The thread ran from seg_start to off_start (minus the blocks
+ * under the threshold inside it: short_cnt of them, short_ns in all), then
+ * was off-CPU in `state` at fingerprint `fp` until off_end. The next
+ * record of the thread starts where this one ends, unless records were
+ * dropped (counted) in between. */
+struct wc_tl_event {
+	__u64 seg_start;
+	__u64 off_start;
+	__u64 off_end;
+	__u64 fp;
+	__u64 short_ns;
+	/* The block that ended at seg_start ended this much earlier: the
+	 * slice after it began before its switch-in was stamped (see
+	 * close_slice in capture.bpf.h). */
+	__u64 back_ns;
+	__u32 short_cnt;
+	__u32 pid;
+	__u32 tid;
+	__u32 state;
+};
+
+/* What the timeline keeps per thread between its records. */
+struct wc_tl_thread {
+	__u64 seg_start;
+	__u64 short_ns;
+	__u64 short_cnt;
+	__u64 back_ns;
+	__u64 last_short; /* the last block was one under the threshold */
+};
+
+enum wc_tl_stat {
+	WC_TL_EVENTS = 0,
+	WC_TL_DROPS,      /* ring buffer full: the interval is a gap */
+	WC_TL_DROPPED_NS, /* the time of those gaps */
+	WC_TL_MAP_FULL,   /* no room for the thread in tl_threads */
+	WC_TL_STAT_MAX,
+};
+
 #endif

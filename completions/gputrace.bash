@@ -23,7 +23,7 @@ _gputrace() {
 
     case "${cmd}" in
         gputrace)
-            opts="-o -F -h -V --output --gpu-only --cpu-only --merge --freq --inject --cupti --help --version"
+            opts="-o -F -h -V --output --gpu-only --cpu-only --merge --freq --inject --cupti --timeline --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

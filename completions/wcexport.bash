@@ -23,7 +23,7 @@ _wcexport() {
 
     case "${cmd}" in
         wcexport)
-            opts="-o -h -V --pprof --output --push --app --label --help --version"
+            opts="-o -h -V --pprof --trace --output --push --app --label --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

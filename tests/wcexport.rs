@@ -8,6 +8,8 @@ mod util;
 mod helpers;
 #[path = "wcexport/capture.rs"]
 mod capture;
+#[path = "wcexport/every.rs"]
+mod every;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -72,6 +72,8 @@ pub struct Reader<R: BufRead> {
     /// Warnings already given (each once per input).
     warned_newer: bool,
     warned_waker: bool,
+    /// Unknown record types already warned about.
+    unknown: Vec<String>,
 }
 
 impl<R: BufRead> Reader<R> {
@@ -91,6 +93,7 @@ impl<R: BufRead> Reader<R> {
             keep_ids: false,
             warned_newer: false,
             warned_waker: false,
+            unknown: Vec::new(),
         }
     }
 
@@ -276,6 +279,34 @@ fn newer_minor(version: &str) -> bool {
     matches!((it.next(), it.next()), (Some(Some(VERSION_MAJOR)), Some(Some(m))) if m > VERSION_MINOR)
 }
 
+impl<R: BufRead> Reader<R> {
+    /// A JSON record of a type this reader does not know (from a newer
+    /// minor version: `slice` came in 1.3) is skipped, with one warning
+    /// per type, so that older tools keep reading newer streams.
+    fn skip_unknown(&mut self, line: &str) -> bool {
+        if !line.starts_with('{') {
+            return false;
+        }
+        let Ok(serde_json::Value::Object(o)) = serde_json::from_str::<serde_json::Value>(line) else { return false };
+        let Some(t) = o.get("type").and_then(|t| t.as_str()) else { return false };
+        if KNOWN_TYPES.contains(&t) {
+            return false;
+        }
+        if !self.unknown.iter().any(|u| u == t) {
+            let at = if self.name.is_empty() { String::new() } else { format!("{}: ", self.name) };
+            eprintln!(
+                "warning: {at}line {}: skipping records of unknown type {t:?} (a newer stream version?)",
+                self.line_no
+            );
+            self.unknown.push(t.to_string());
+        }
+        true
+    }
+}
+
+/// The `type` of every record this reader knows.
+const KNOWN_TYPES: [&str; 9] = ["header", "thread", "maps", "stack", "stats", "frame", "stackdef", "slice", "slice_stack"];
+
 /// Reject streams this reader cannot understand.
 pub fn check_header(format: &str, version: &str) -> Result<(), String> {
     if format != FORMAT_NAME {
@@ -347,6 +378,9 @@ impl<R: BufRead> Reader<R> {
                 continue;
             }
             let res = self.parse(&line);
+            if res.is_err() && self.skip_unknown(&line) {
+                continue;
+            }
             if res.is_err() && !self.seen_data && self.collapsed.is_none() {
                 let first = std::mem::take(&mut self.buf);
                 if self.try_perf_script(&first) {
@@ -389,9 +423,16 @@ mod tests {
 
     #[test]
     fn error_names_line() {
-        let recs = read("a 1\nb 2\n{\"type\":\"bogus\"}\n");
+        let recs = read("a 1\nb 2\n{\"type\":\"stack\",\"pid\":\"x\"}\n");
         let e = recs[2].as_ref().unwrap_err();
         assert_eq!(e.to_string().split(':').take(2).collect::<Vec<_>>(), ["t", " line 3"]);
+    }
+
+    #[test]
+    fn unknown_type_skipped() {
+        let recs = read("{\"type\":\"bogus\",\"x\":1}\na 1\n{\"type\":\"bogus\"}\n");
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert!(matches!(recs[0], Ok(Record::Stack(_))));
     }
 
     #[test]

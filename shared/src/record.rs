@@ -36,6 +36,11 @@ pub enum Record {
     Frame(FrameDef),
     /// 1.3: one stack of the stack table, as frame ids.
     StackDef(StackDef),
+    /// 1.3, with `--timeline`: one interval of one thread (see [`Slice`]).
+    Slice(Slice),
+    /// 1.3: a stack the `slice` records name by id (see [`SliceStack`]).
+    #[serde(rename = "slice_stack")]
+    SliceStack(SliceStack),
 }
 
 /// First record: makes the stream self-describing.
@@ -515,4 +520,63 @@ pub struct Stats {
     pub end_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub counts: BTreeMap<String, u64>,
+}
+
+/// One interval of one thread's time (1.3, `--timeline`): running on a
+/// CPU, off-CPU in a state, or a GPU activity it launched. A thread's
+/// `on` and `off` slices tile its time in the window without overlap;
+/// a gap is time whose events were dropped (counted in the trailer as
+/// `timeline_drops` and `timeline_dropped_ns`). Off-CPU blocks shorter
+/// than the capture's `--timeline-min` are not slices of their own: they
+/// stay inside the running slice around them, counted in its
+/// `short_blocks` and `short_ns`. The summed `stack` records stay exact
+/// whatever the timeline drops.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+pub struct Slice {
+    /// `on` (running), `off` (see `state`) or `gpu`.
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<State>,
+    pub pid: u32,
+    pub tid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The `id` of the `slice_stack` record holding this slice's stack:
+    /// where an off-CPU slice blocked (the stack its time has in the summed
+    /// view), or what launched a GPU activity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<u64>,
+    /// Off-CPU blocks under `--timeline-min` inside a running slice.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub short_blocks: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub short_ns: u64,
+    /// GPU activity detail (kind `gpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuInfo>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Slice {
+    pub fn new(kind: Kind, pid: u32, tid: u32, start_ns: u64, end_ns: u64) -> Self {
+        Slice { kind, state: None, pid, tid, start_ns, end_ns, stack: None, short_blocks: 0, short_ns: 0, gpu: None }
+    }
+}
+
+/// A stack named by `slice` records (1.3): raw addresses as in a `stack`
+/// record (symbolized by the consumer, with the stream's `maps`), or
+/// `frames` for a synthetic stack (`[lost stack]`, `[thread start]`...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+pub struct SliceStack {
+    pub id: u64,
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ustack: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kstack: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<Frame>,
 }

@@ -22,7 +22,7 @@
 #define NOINLINE __attribute__((noinline))
 #define MAXF 4
 
-struct fstat { const char *name; unsigned long long cpu, wall; };
+struct fstat { const char *name; unsigned long long cpu, wall, calls; };
 struct thr {
 	const char *name;
 	pthread_t th;
@@ -60,7 +60,7 @@ static struct fstat *fs(struct thr *t, const char *name)
 
 #define BEGIN unsigned long long c0 = now(CLOCK_THREAD_CPUTIME_ID), w0 = now(CLOCK_MONOTONIC)
 #define END(t, n) do { struct fstat *s_ = fs(t, n); \
-	s_->cpu += now(CLOCK_THREAD_CPUTIME_ID) - c0; s_->wall += now(CLOCK_MONOTONIC) - w0; } while (0)
+	s_->cpu += now(CLOCK_THREAD_CPUTIME_ID) - c0; s_->wall += now(CLOCK_MONOTONIC) - w0; s_->calls++; } while (0)
 
 static void burn(unsigned long long ns)
 {
@@ -232,8 +232,8 @@ int main(int argc, char **argv)
 		printf("%s{\"name\":\"%s\",\"tid\":%d,\"start_ns\":%llu,\"end_ns\":%llu,\"funcs\":{", i ? "," : "",
 		       t->name, t->tid, t->start, t->end);
 		for (int j = 0; j < t->nf; j++)
-			printf("%s\"%s\":{\"cpu_ns\":%llu,\"wall_ns\":%llu}", j ? "," : "", t->f[j].name, t->f[j].cpu,
-			       t->f[j].wall);
+			printf("%s\"%s\":{\"cpu_ns\":%llu,\"wall_ns\":%llu,\"calls\":%llu}", j ? "," : "", t->f[j].name,
+			       t->f[j].cpu, t->f[j].wall, t->f[j].calls);
 		printf("}}");
 	}
 	printf("]}\n");

@@ -78,6 +78,35 @@ pub trait Tool {
     /// One stack event of the ring buffer (possibly without the unread
     /// tail of its user-stack copy: read it with `WcEvent::parse`).
     fn event(&mut self, data: &[u8], unwind: &mut Unwind);
+    /// `--every`: the records of the capture from its start to `end`, as
+    /// at a stop there, while it goes on; None when the tool has no windows.
+    fn snapshot(&mut self, _cut: Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+        None
+    }
+}
+
+/// What a tool's [`Tool::snapshot`] reads: the capture so far.
+pub struct Cut<'a, S> {
+    pub skel: &'a S,
+    pub sess: &'a Session,
+    pub unwind: &'a Unwind,
+    pub start: u64,
+    pub end: u64,
+    pub threads: Vec<(u32, WcThread)>,
+    pub counts: Vec<u64>,
+}
+
+/// A map's entries as bytes: (key, value).
+type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The thread map: tid and the BPF side's accounting.
+pub fn thread_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
+    let raw = bpf::dump(map);
+    let threads = raw
+        .iter()
+        .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
+        .collect();
+    (raw, threads)
 }
 
 /// Storage for a skeleton's object: skeletons borrow it for as long as
@@ -108,6 +137,9 @@ pub struct Captured<S> {
     pub threads: Vec<(u32, WcThread)>,
     /// The `stats` counters, indexed as [`event::STAT_NAMES`].
     pub counts: Vec<u64>,
+    /// `--every`: the windows closed so far; the last one closes with
+    /// [`Captured::write`].
+    pub windows: Option<crate::window::Windows>,
 }
 
 fn load<T: Tool>(tool: &T, common: &Common) -> Result<(T::Skel, bool)> {
@@ -170,7 +202,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
-    let mut event = |e: &[u8], unwind: &mut Unwind| {
+    let event = |tool: &mut T, e: &[u8], unwind: &mut Unwind| {
         if !tree::marker(e, unwind) {
             tool.event(e, unwind);
         }
@@ -179,25 +211,45 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
     sess.begin(start, &args.tids, &mut unwind)?;
+    let mut windows = match (args.every, &args.every_follow, &args.output) {
+        (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start)),
+        (None, Some(l), Some(o)) => Some(crate::window::Windows::following(l, o, start)),
+        _ => None,
+    };
+    // A cut due within half a window of the end of -d is left to the stop,
+    // which closes the last window: no sliver of a window after it.
+    let began = std::time::Instant::now();
+    let ends_soon = |sess: &Session| {
+        let half = args.every.unwrap_or(0.0) / 2.0;
+        sess.duration.is_some_and(|d| began.elapsed().as_secs_f64() + half >= d)
+    };
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
-        drain.work_for(Duration::from_millis(20), |e| event(e, &mut unwind));
+        drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
+        let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
+        if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
+            // The stacks sent before the cut, so that its blocks have them.
+            drain.work_for(Duration::from_millis(2), |e| event(tool, e, &mut unwind));
+            let (_, threads) = thread_map(skel.maps().threads);
+            let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
+            let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };
+            let Some(recs) = tool.snapshot(cut) else {
+                anyhow::bail!("{}: --every is not supported", T::NAME);
+            };
+            w.close(cut_at, recs, false)?;
+        }
     }
     let end = monotonic_ns();
     skel.set_bss(None, Some(end), false);
     sess.stopped(bpf::u32_keys(skel.maps().tgids));
     std::thread::sleep(Duration::from_millis(5));
-    drain.finish(|e| event(e, &mut unwind));
+    drain.finish(|e| event(tool, e, &mut unwind));
     drop(links);
     drop(tree_links);
 
-    let raw_threads = bpf::dump(skel.maps().threads);
+    let (raw_threads, threads) = thread_map(skel.maps().threads);
     sess.add_thread_pids(&raw_threads);
-    let threads = raw_threads
-        .iter()
-        .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
-        .collect();
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
-    Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts })
+    Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts, windows })
 }
 
 impl<S> Captured<S> {
@@ -210,6 +262,11 @@ impl<S> Captured<S> {
         records: &[Record],
         value: impl Fn(&wallclock_stream::Stack) -> u64,
     ) -> Result<i32> {
+        if let Some(mut w) = self.windows.take() {
+            let summed: Vec<Record> =
+                records.iter().filter(|r| !matches!(r, Record::Slice(_) | Record::SliceStack(_))).cloned().collect();
+            w.close(self.end, summed, true)?;
+        }
         let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
         crate::output::write(self.tool, &mut out, records, args.folded, value)?;
         drop(out);

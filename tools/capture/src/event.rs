@@ -18,6 +18,14 @@ pub const WCTX_HARDIRQ: u32 = c::WC_WCTX_HARDIRQ;
 pub const WCTX_SOFTIRQ: u32 = c::WC_WCTX_SOFTIRQ;
 pub const WCTX_NMI: u32 = c::WC_WCTX_NMI;
 
+pub use c::{wc_tl_event as WcTlEvent, wc_tl_thread as WcTlThread};
+
+/// Names of the timeline's `tl_stats` slots (`enum wc_tl_stat`), as the
+/// stream's trailer counts them.
+pub const TL_STAT_NAMES: [&str; c::WC_TL_STAT_MAX as usize] =
+    ["timeline_events", "timeline_drops", "timeline_dropped_ns", "timeline_map_full"];
+const _: () = assert!(c::WC_TL_EVENTS == 0 && c::WC_TL_DROPS == 1 && c::WC_TL_DROPPED_NS == 2 && c::WC_TL_MAP_FULL == 3);
+
 pub const COMM_LEN: usize = c::WC_COMM_LEN as usize;
 pub const KSTACK_MAX: usize = c::WC_KSTACK_MAX as usize;
 pub const USTACK_MAX: usize = c::WC_USTACK_MAX as usize;

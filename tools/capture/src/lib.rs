@@ -21,6 +21,7 @@ pub mod steal;
 pub mod target;
 pub mod tree;
 pub mod unwind;
+pub mod window;
 
 /// For [`capture_skel!`] in the tools' crates.
 pub use libbpf_rs;

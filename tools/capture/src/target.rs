@@ -41,6 +41,19 @@ pub struct TargetArgs {
     /// Capture duration in seconds (default: until Ctrl-C or the target exits).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
     pub duration: Option<f64>,
+    /// Cut the capture into windows of this many seconds, back to back, and
+    /// write each as a stream of its own once it closes: FILE.1, FILE.2...
+    /// beside `-o FILE` (which still gets the whole capture). The windows
+    /// tile the capture (one's end_ns is the next one's start_ns) and add
+    /// up to it: one capture, never restarted.
+    #[arg(long = "every", value_name = "SECONDS", requires = "output")]
+    pub every: Option<f64>,
+    /// Windows like --every, but each ending where the next window of
+    /// another capture's `--every` ends (its FILE.N, read as it appears):
+    /// two captures of one target cut at the same instants
+    /// (scripts/wallclock runs oncputime so beside offcputime).
+    #[arg(long = "every-follow", value_name = "FILE", requires = "output", conflicts_with = "every")]
+    pub every_follow: Option<PathBuf>,
     /// Write the stream here instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -72,6 +85,12 @@ impl TargetArgs {
             if procfs::tgid_of(t).is_none() {
                 bail!("no such thread: {t}");
             }
+        }
+        if self.every.is_some_and(|e| !(e >= 0.1 && e.is_finite())) {
+            bail!("--every must be at least 0.1 seconds");
+        }
+        if (self.every.is_some() || self.every_follow.is_some()) && self.output.as_ref().is_some_and(|p| p.as_os_str() == "-") {
+            bail!("--every writes FILE.1, FILE.2...: give -o FILE, not stdout");
         }
         if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {
             bail!("--ringbuf-mb must be a power of two up to 1024, got {}", self.ringbuf_mb);

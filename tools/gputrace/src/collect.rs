@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use wallclock_stream::{GpuInfo, Kind, MapEntry, Maps, Record, Stack};
+use wallclock_stream::{GpuInfo, Kind, MapEntry, Maps, Record, Slice, SliceStack, Stack};
 
 /// What came out of the files.
 #[derive(Debug, Default)]
@@ -22,6 +22,15 @@ pub struct Collected {
     pub notes: Vec<String>,
     /// CUPTI's last clock-end mark seen (`X` line), ns.
     pub end_ns: Option<u64>,
+    /// Each activity with its times: `slice_stack` and `slice` records
+    /// (written with --timeline).
+    pub timeline: Vec<Record>,
+}
+
+/// The id of a launch stack's `slice_stack`: the top bit set, so that it
+/// never meets offcputime's ids (numbered from 1) in one trace.
+fn slice_stack_id(pid: u32, sid: u32) -> u64 {
+    1 << 63 | (pid as u64) << 32 | sid as u64
 }
 
 struct Act {
@@ -259,6 +268,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
     // (tid, sid, activity, name, device, stream) -> sums; sid 0: no stack.
     type Key = (u32, u32, &'static str, String, Option<u32>, Option<u32>);
     let mut agg: BTreeMap<Key, Agg> = BTreeMap::new();
+    let mut used = std::collections::BTreeSet::new();
     for a in acts {
         let ns = a.end.saturating_sub(a.start);
         add(&mut c.counts, &format!("gpu_{}_count", a.activity), 1);
@@ -276,6 +286,19 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                 (call.map_or(0, |(t, _)| t), 0)
             }
         };
+        let mut sl = Slice::new(Kind::Gpu, pid, tid, a.start, a.end.max(a.start));
+        if sid != 0 && stacks.contains_key(&sid) {
+            sl.stack = Some(slice_stack_id(pid, sid));
+            used.insert(sid);
+        }
+        sl.gpu = Some(GpuInfo {
+            activity: a.activity.to_string(),
+            device: a.device,
+            stream: a.stream,
+            launch_delay_ns: call.filter(|&(_, s)| a.activity != "sync" && s > 0 && a.start >= s).map(|(_, s)| a.start - s),
+            name: Some(a.name.clone()),
+        });
+        c.timeline.push(Record::Slice(sl));
         let e = agg.entry((tid, sid, a.activity, a.name, a.device, a.stream)).or_default();
         e.ns += ns;
         e.count += 1;
@@ -285,6 +308,11 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                 e.delays += 1;
             }
         }
+    }
+    for sid in used {
+        let ustack = stacks.get(&sid).cloned().unwrap_or_default();
+        let ss = SliceStack { id: slice_stack_id(pid, sid), pid, ustack, kstack: Vec::new(), frames: Vec::new() };
+        c.timeline.insert(0, Record::SliceStack(ss));
     }
     for ((tid, sid, activity, name, device, stream), a) in agg {
         let comm = comms.get(&tid).map(String::as_str).unwrap_or("");

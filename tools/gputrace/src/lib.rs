@@ -73,6 +73,11 @@ pub struct Cli {
     /// libcupti to load (sets WALLCLOCK_CUPTI_PATH for the program).
     #[arg(long, value_name = "PATH")]
     pub cupti: Option<PathBuf>,
+    /// Also write each GPU activity with its start and end (a `slice`
+    /// record of kind gpu, under the launch stack: wallclock-stream(5)),
+    /// for `wcexport --trace`.
+    #[arg(long)]
+    pub timeline: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -189,6 +194,11 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     w.write(&Record::Header(header))?;
     for r in cpu_records.0.iter().chain(&c.records) {
         w.write(r)?;
+    }
+    if cli.timeline {
+        for r in &c.timeline {
+            w.write(r)?;
+        }
     }
     w.write(&Record::Stats(Stats { end_ns: Some(end_ns), counts }))?;
     w.flush()?;

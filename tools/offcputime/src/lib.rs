@@ -49,6 +49,7 @@
 mod atstop;
 mod collect;
 mod stacks;
+mod timeline;
 mod wakers;
 mod skel {
     #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
@@ -61,6 +62,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use wallclock_capture::driver::{self, Common, OpenCapture, Request};
 use wallclock_capture::target::TargetArgs;
 use wallclock_capture::unwind::Unwind;
+use wallclock_stream::Record;
 
 wallclock_capture::capture_skel!(
     skel::OpenOffcputimeSkel<'static>,
@@ -124,6 +126,21 @@ pub struct Cli {
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
+    /// Also keep the individual events with their times (a timeline):
+    /// every running slice between switches and every block with its state
+    /// and stack, as `slice` records (wallclock-stream(5)) for
+    /// `wcexport --trace`. Bounded by a ring buffer of its own: what it
+    /// drops is a counted gap in the timeline, never a loss in the sums.
+    #[arg(long)]
+    pub timeline: bool,
+    /// With --timeline: blocks shorter than this (µs) are not events of
+    /// their own; their time stays inside the running slice around them,
+    /// counted there (short_blocks, short_ns).
+    #[arg(long = "timeline-min", default_value_t = 0, value_name = "US", requires = "timeline")]
+    pub timeline_min_us: u64,
+    /// With --timeline: size of its ring buffer, MiB (a power of two).
+    #[arg(long = "timeline-mb", default_value_t = 16, value_name = "MB", requires = "timeline")]
+    pub timeline_mb: u32,
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
@@ -143,6 +160,8 @@ pub fn command() -> clap::Command {
 struct Off<'a> {
     cli: &'a Cli,
     stacks: collect::Stacks,
+    /// --timeline's ring buffer consumer, from the attach to the stop.
+    timeline: std::cell::RefCell<Option<timeline::Drain>>,
 }
 
 impl driver::Tool for Off<'_> {
@@ -159,6 +178,14 @@ impl driver::Tool for Off<'_> {
         ro.state_filter = cli.state.unwrap_or(-1);
         open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
         open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
+        ro.timeline_on = cli.timeline;
+        ro.timeline_min_ns = cli.timeline_min_us.saturating_mul(1000);
+        if cli.timeline {
+            open.maps.timeline.set_max_entries(cli.timeline_mb << 20)?;
+            open.maps.tl_threads.set_max_entries(cli.max_threads.max(64))?;
+        } else {
+            open.maps.tl_threads.set_max_entries(1)?;
+        }
         open.progs.switch_btf.set_autoload(btf);
         open.progs.switch_raw.set_autoload(!btf);
         ro.want_wakers = cli.wakers;
@@ -178,6 +205,10 @@ impl driver::Tool for Off<'_> {
     }
 
     fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {
+        if self.cli.timeline {
+            let map = libbpf_rs::MapHandle::try_from(&skel.maps.timeline)?;
+            *self.timeline.borrow_mut() = Some(timeline::Drain::start(map)?);
+        }
         let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
         let mut links = vec![switch.attach().context("attaching to sched_switch")?];
         if self.cli.wakers {
@@ -190,34 +221,75 @@ impl driver::Tool for Off<'_> {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         self.stacks.event(data, unwind);
     }
+
+    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+        // The sums first, then the threads' pending blocks: a block that
+        // moves from one to the other in between is then missed by this
+        // cut (and counted by the next), never counted twice (a window
+        // cannot give time back).
+        let (offcpu, offwake) = dump_off(cut.skel, self.cli.wakers);
+        let (_, threads) = driver::thread_map(&cut.skel.maps.threads);
+        let cfg = config(self.cli, cut.start, cut.end, 0);
+        let maps = collect::OffMaps { offcpu: &offcpu, offwake: &offwake };
+        Some(collect::records(&cfg, cut.sess, cut.unwind, &self.stacks, &threads, &maps, &cut.counts))
+    }
 }
 
-pub fn run(cli: Cli) -> Result<i32> {
-    let mut off = Off { cli: &cli, stacks: collect::Stacks::default() };
-    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads };
-    let mut cap = driver::capture(&mut off, req)?;
-    let mut stacks = off.stacks;
-    let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
-    let offcpu = wallclock_capture::bpf::dump(&cap.skel.maps.offcpu);
-    let offwake = if cli.wakers { wallclock_capture::bpf::dump(&cap.skel.maps.offwake) } else { Vec::new() };
-    let cfg = collect::Config {
-        start: cap.start,
-        end: cap.end,
+fn config(cli: &Cli, start: u64, end: u64, read_at_stop: u64) -> collect::Config {
+    collect::Config {
+        start,
+        end,
         min_block_ns: cli.min_block_us.saturating_mul(1000),
         max_block_ns: cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000)),
         state: cli.state.map(collect::state_of_raw),
         read_at_stop,
         wake_depth: cli.wakers.then_some(cli.wake_depth),
-    };
-    let records = collect::records(
-        &cfg,
-        &cap.sess,
-        &cap.unwind,
-        &stacks,
-        &cap.threads,
-        &collect::OffMaps { offcpu: &offcpu, offwake: &offwake },
-        &cap.counts,
-    );
+    }
+}
+
+/// The off-CPU sums, by stack and, with --wakers, by waker.
+fn dump_off(skel: &skel::OffcputimeSkel<'_>, wakers: bool) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+    let offcpu = wallclock_capture::bpf::dump(&skel.maps.offcpu);
+    let offwake = if wakers { wallclock_capture::bpf::dump(&skel.maps.offwake) } else { Vec::new() };
+    (offcpu, offwake)
+}
+
+pub fn run(cli: Cli) -> Result<i32> {
+    if cli.timeline && (!cli.timeline_mb.is_power_of_two() || cli.timeline_mb > 1024) {
+        anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
+    }
+    let mut off = Off { cli: &cli, stacks: collect::Stacks::default(), timeline: Default::default() };
+    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads };
+    let mut cap = driver::capture(&mut off, req)?;
+    let tl_events = off.timeline.take().map(timeline::Drain::finish);
+    let mut stacks = off.stacks;
+    let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
+    let (offcpu, offwake) = dump_off(&cap.skel, cli.wakers);
+    let cfg = config(&cli, cap.start, cap.end, read_at_stop);
+    let maps = collect::OffMaps { offcpu: &offcpu, offwake: &offwake };
+    let mut records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &maps, &cap.counts);
+    if let Some(events) = tl_events {
+        let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
+            .iter()
+            .filter_map(|(k, v)| {
+                let tid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
+                Some((tid, wallclock_capture::event::from_bytes(v)?))
+            })
+            .collect();
+        let counts = wallclock_capture::bpf::percpu_sums(
+            &cap.skel.maps.tl_stats,
+            wallclock_capture::event::TL_STAT_NAMES.len() as u32,
+        );
+        let inp = timeline::Input { cfg: &cfg, sess: &cap.sess, stacks: &stacks, threads: &cap.threads, events, tl_threads };
+        let (tl, tl_counts) = timeline::records(&inp, &counts);
+        // Before the trailer, which gets the timeline's counts.
+        let trailer = records.pop();
+        records.extend(tl);
+        if let Some(Record::Stats(mut s)) = trailer {
+            s.counts.extend(tl_counts);
+            records.push(Record::Stats(s));
+        }
+    }
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
     // (on-CPU time) stays in the stream.
     cap.write(&cli.target, &records, |s| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 })

@@ -130,6 +130,10 @@ impl driver::Tool for On<'_> {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         self.samples.event(data, unwind);
     }
+
+    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+        Some(records(self.cli, cut.sess, cut.start, cut.end, cut.unwind, &self.samples, &cut.threads, &cut.counts))
+    }
 }
 
 pub fn run(cli: Cli) -> Result<i32> {

@@ -148,6 +148,9 @@ impl Merger {
                         self.maps.push(m);
                     }
                 }
+                // The merged view is the summed one: a timeline is read
+                // from the capture's own stream (wcexport --trace).
+                Record::Slice(_) | Record::SliceStack(_) => {}
                 Record::Stats(s) => {
                     self.any_stats = true;
                     self.stats.end_ns = self.stats.end_ns.max(s.end_ns);

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use wallclock_stream::{Frame, Header, Kind, MapEntry, Record, Stack, State, Stats, Thread};
+use wallclock_stream::{Frame, Header, Kind, MapEntry, Record, Slice, SliceStack, Stack, State, Stats, Thread};
 
 use crate::profile::{MappingKey, Profile};
 
@@ -41,6 +41,9 @@ pub struct Input {
     pub maps: HashMap<u32, Vec<MapEntry>>,
     pub stacks: Vec<Stack>,
     pub stats: Option<Stats>,
+    /// The timeline (`--timeline` captures).
+    pub slices: Vec<Slice>,
+    pub slice_stacks: Vec<SliceStack>,
 }
 
 impl Input {
@@ -54,6 +57,8 @@ impl Input {
                 Record::Thread(t) => inp.threads.push(t),
                 Record::Maps(m) => inp.maps.entry(m.pid).or_default().extend(m.maps),
                 Record::Stack(s) => inp.stacks.push(s),
+                Record::Slice(s) => inp.slices.push(s),
+                Record::SliceStack(s) => inp.slice_stacks.push(s),
                 Record::Stats(s) => inp.stats = Some(s),
                 // The reader resolves the stack table into each stack's frames.
                 Record::Frame(_) | Record::StackDef(_) => {}

@@ -3,6 +3,7 @@
 //! ```text
 //! usage: wcexport [FILE...] --pprof [-o FILE]
 //!        wcexport [FILE...] --push URL [--app NAME] [--label KEY=VALUE]...
+//!        wcexport [FILE...] --trace [-o FILE]
 //!
 //! in:  the stream (best after stackmerge: symbolized, on + off + GPU), or folded lines
 //! out: a gzipped pprof profile (profile.proto) with sample types wall, cpu,
@@ -10,14 +11,15 @@
 //!      and labels thread, thread_id, process, pid, state on each sample
 //! ```
 //!
-//! What becomes what is in [`convert`]; the push in [`push`]. One output
-//! format per run: `--pprof` today; a timeline (`--trace`) joins the
-//! `format` group of [`Cli`] when the capture tools keep events.
+//! What becomes what is in [`convert`]; the push in [`push`]; the
+//! timeline of a `--timeline` capture (`--trace`, Chrome trace-event JSON
+//! for Perfetto UI and chrome://tracing) in [`trace`].
 
 pub mod convert;
 mod profile;
 pub mod proto;
 pub mod push;
+pub mod trace;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -39,7 +41,10 @@ const EXAMPLES: &str = "EXAMPLES:
     stackmerge off.sym --on on.sym | wcexport --pprof > out.pb.gz
         at the end of the pipeline (after stacksym, for names)
     wcexport run.stream --push http://localhost:4040 --app shop --label env=staging
-        send it to Pyroscope: series shop.wall, shop.cpu, shop.off_cpu_sleeping...";
+        send it to Pyroscope: series shop.wall, shop.cpu, shop.off_cpu_sleeping...
+    offcputime --timeline -p 1234 5 | wcexport --trace -o run.json
+        the timeline: one track per thread, slices by state with their stacks;
+        open run.json in ui.perfetto.dev or chrome://tracing";
 
 /// Export the stream as a pprof profile, to a file or a Pyroscope server.
 ///
@@ -66,7 +71,7 @@ const EXAMPLES: &str = "EXAMPLES:
 /// Comments name the producing tool and the losses the capture counted.
 #[derive(Debug, Parser)]
 #[command(name = "wcexport", version, about, after_help = EXAMPLES)]
-#[command(group = clap::ArgGroup::new("format").required(true).multiple(true).args(["pprof", "push"]))]
+#[command(group = clap::ArgGroup::new("format").required(true).multiple(true).args(["pprof", "push", "trace"]))]
 pub struct Cli {
     /// Input streams or folded files (values in us); stdin when none.
     #[arg(value_name = "FILE")]
@@ -74,6 +79,13 @@ pub struct Cli {
     /// Write the pprof profile (gzipped profile.proto) to -o or stdout.
     #[arg(long)]
     pub pprof: bool,
+    /// Write the timeline of a `--timeline` capture (its slice records) as
+    /// Chrome trace-event JSON, for Perfetto UI and chrome://tracing: one
+    /// track per thread grouped by process, slices named and coloured by
+    /// state (running, runnable, sleeping, uninterruptible, other) with
+    /// their stacks in args, GPU activities on tracks of their own.
+    #[arg(long, conflicts_with_all = ["pprof", "push"])]
+    pub trace: bool,
     /// Output file (stdout by default; never a terminal).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -163,6 +175,10 @@ fn app_name(name: &str) -> String {
 
 pub fn run(cli: &Cli) -> Result<()> {
     let inp = Input::new(read_all(&cli.files, ReaderOptions::default())?);
+    if cli.trace {
+        let mut out = open_output(cli.output.as_deref())?;
+        return trace::write(&inp, &mut out);
+    }
     if inp.stacks.is_empty() {
         bail!("the input holds no stacks: nothing to export");
     }
