@@ -29,7 +29,7 @@ use crate::record::{Frame, Record, Stack};
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`].
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Largest record accepted (and written), in bytes.
 pub const MAX_RECORD: usize = 1 << 28;
 

@@ -71,6 +71,8 @@ pub struct Engine {
     symbolizer: Symbolizer,
     opts: Options,
     stream_maps: HashMap<u32, Vec<MapEntry>>,
+    /// Frames the capture named itself (`Maps::names`), per pid.
+    named: HashMap<u32, HashMap<u64, Frame>>,
     snapshots: HashMap<u32, Vec<MapEntry>>,
     perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Does the file at this path still carry this build id?
@@ -104,6 +106,7 @@ impl Engine {
             symbolizer,
             opts,
             stream_maps: HashMap::new(),
+            named: HashMap::new(),
             snapshots: HashMap::new(),
             perf_maps: HashMap::new(),
             build_id_ok: HashMap::new(),
@@ -128,6 +131,9 @@ impl Engine {
         let maps = m.maps.iter().map(|e| self.absolute(e));
         let maps: Vec<MapEntry> = maps.collect();
         self.stream_maps.entry(m.pid).or_default().extend(maps);
+        if !m.names.is_empty() {
+            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
+        }
     }
 
     /// A relative path (a hand-made or generated Maps record) is taken from
@@ -342,8 +348,20 @@ impl Engine {
 
     fn resolve_user(&mut self, pid: u32, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
         let mut out: Vec<Option<Vec<Frame>>> = vec![None; keys.len()];
-        let items: Vec<Item> =
-            keys.iter().enumerate().map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret) }).collect();
+        // 0. Frames the capture named (an interpreter's: CPython's).
+        if let Some(named) = self.named.get(&pid) {
+            for (idx, (addr, _)) in keys.iter().enumerate() {
+                if let Some(f) = named.get(addr) {
+                    out[idx] = Some(vec![f.clone()]);
+                }
+            }
+        }
+        let items: Vec<Item> = keys
+            .iter()
+            .enumerate()
+            .filter(|&(idx, _)| out[idx].is_none())
+            .map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret) })
+            .collect();
         let live = !self.opts.no_live && procmaps::is_live(pid);
         if live {
             if let Some(m) = procmaps::read_proc_maps(pid) {

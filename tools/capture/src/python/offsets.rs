@@ -28,6 +28,10 @@ pub struct Offsets {
     pub frame_code: u64,
     pub frame_instr: u64,
     pub frame_owner: u64,
+    /// `_PyInterpreterFrame.is_entry` (3.11 only, the byte before `owner`:
+    /// the outermost frame of one `_PyEval_EvalFrameDefault` call; 3.12+
+    /// mark that boundary with a frame `FRAME_OWNED_BY_CSTACK` instead).
+    pub frame_is_entry: Option<u64>,
     /// `PyCodeObject.co_filename`, `.co_qualname`, `.co_firstlineno`,
     /// `.co_linetable`, `.co_code_adaptive`.
     pub code_filename: u64,
@@ -57,6 +61,7 @@ pub const PY311: Offsets = Offsets {
     frame_code: 32,
     frame_instr: 56,
     frame_owner: 69,
+    frame_is_entry: Some(68),
     code_filename: 112,
     code_qualname: 128,
     code_firstlineno: 72,
@@ -78,6 +83,7 @@ pub const PY312: Offsets = Offsets {
     frame_code: 0,
     frame_instr: 56,
     frame_owner: 70,
+    frame_is_entry: None,
     code_filename: 112,
     code_qualname: 128,
     code_firstlineno: 68,
@@ -99,6 +105,7 @@ pub const PY313: Offsets = Offsets {
     frame_code: 0,
     frame_instr: 56,
     frame_owner: 70,
+    frame_is_entry: None,
     code_filename: 112,
     code_qualname: 128,
     code_firstlineno: 68,

@@ -45,6 +45,11 @@ pub struct Interpreter {
     pub path: String,
     /// Code object -> (name, file, first line, location table).
     code: HashMap<u64, (String, String, i64, Vec<u8>)>,
+    /// Where `_PyEval_EvalFrameDefault` (and its `.cold` part) lies in the
+    /// process: the native frames that run Python frames.
+    pub eval: Vec<(u64, u64)>,
+    /// The mappings of the interpreter's file in the process.
+    pub mapped: Vec<(u64, u64)>,
 }
 
 /// CPython 3.N in `path` (a libpython3.N.so* or a python3.N executable).
@@ -67,14 +72,16 @@ impl Interpreter {
     pub fn find(pid: u32) -> Result<Interpreter, String> {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("pid {pid}: {e}"))?;
         let mut cands: Vec<(u64, u64, String)> = Vec::new();
+        let mut ranges: Vec<(u64, u64, String)> = Vec::new();
         for l in maps.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             if f.len() < 6 || minor_from_path(f[5]).is_none() {
                 continue;
             }
-            let (Some((a, _)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
-            let Ok(start) = u64::from_str_radix(a, 16) else { continue };
+            let (Some((a, b)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
+            let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
             cands.push((start, off, f[5].to_string()));
+            ranges.push((start, end, f[5].to_string()));
         }
         cands.sort_by_key(|c| !c.2.contains("libpython"));
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
@@ -93,7 +100,16 @@ impl Interpreter {
             obj.dynamic_symbols().chain(obj.symbols()).find(|s| s.name() == Ok(name)).map(|s| s.address().wrapping_add(bias))
         };
         let runtime = sym("_PyRuntime").ok_or_else(|| format!("{path}: no _PyRuntime symbol"))?;
-        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new() };
+        let mut eval: Vec<(u64, u64)> = obj
+            .dynamic_symbols()
+            .chain(obj.symbols())
+            .filter(|s| s.name().is_ok_and(|n| n == "_PyEval_EvalFrameDefault" || n.starts_with("_PyEval_EvalFrameDefault.")))
+            .map(|s| (s.address().wrapping_add(bias), s.address().wrapping_add(bias) + s.size().max(1)))
+            .collect();
+        eval.sort_unstable();
+        eval.dedup();
+        let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
+        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), eval, mapped };
         if let Some(v) = sym("Py_Version") {
             let v = it.u64(v)? as u32;
             if v >> 24 != 3 || (v >> 16) & 0xff != minor {
@@ -166,6 +182,28 @@ impl Interpreter {
         }
         let (n, f, l, t) = &self.code[&code];
         Ok((n.clone(), f.clone(), *l, t))
+    }
+
+    /// (kernel tid, thread state) of every thread of the main interpreter
+    /// that has started: what the capture's BPF side walks from.
+    pub fn thread_states(&self) -> Result<Vec<(u32, u64)>, String> {
+        let o = self.offsets;
+        let interp = self.u64(self.runtime + o.runtime_interpreters_head)?;
+        let mut ts = self.u64(interp + o.interp_threads_head)?;
+        let mut out = Vec::new();
+        while ts != 0 && out.len() < MAX_THREADS {
+            let tid = self.u64(ts + o.tstate_native_thread_id)? as u32;
+            if tid != 0 {
+                out.push((tid, ts));
+            }
+            ts = self.u64(ts + o.tstate_next)?;
+        }
+        Ok(out)
+    }
+
+    /// The process.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// Every thread state of the main interpreter whose thread has started.

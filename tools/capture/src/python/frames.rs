@@ -1,0 +1,227 @@
+//! Python frames without `-X perf`: the interpreter's own frame chain, read
+//! by the BPF side where a stack is taken (bpf/python.bpf.h), named here
+//! and put where CPython ran it, so that native and Python frames
+//! interleave.
+//!
+//! While the capture runs, [`Python::refresh`] finds the CPython 3.11-3.13
+//! of each target process ([`Interpreter::find`]), tells the BPF side
+//! where that version keeps its frame chain (`py_cfg`), and lists its
+//! threads (`py_threads`: tid -> thread state), again at every turn of
+//! the capture loop, so that a new thread is walked from its first
+//! stacks on.
+//!
+//! A stack event then carries the thread's frames, innermost first: code
+//! object, instruction pointer, flags. [`Python::splice`] cuts them into
+//! the runs that one `_PyEval_EvalFrameDefault` call executes (3.11 marks
+//! a run's outermost frame `is_entry`; 3.12+ push a frame owned by the C
+//! stack under it) and puts each run right above the native frame of that
+//! call, innermost run on the innermost call. Each Python frame becomes an
+//! address at [`NAMED_ADDR_BASE`] and up, named in the process's Maps
+//! record (`py::QUALNAME:FILE` as CPython's perf map writes it for
+//! `-X perf`, with the file and the line of the instruction), so a
+//! workload gives the same names with or without `-X perf`.
+//!
+//! A code object is read when a stack first shows it, while its process
+//! lives, and cached by address: one freed and another allocated at the
+//! same address would keep the first one's name (not seen in practice;
+//! py-spy caches the same way).
+
+use std::collections::{HashMap, HashSet};
+
+use libbpf_rs::{MapCore, MapFlags};
+use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
+
+use super::linetable::line_of;
+use super::offsets::FRAME_OWNED_BY_CSTACK;
+use super::reader::Interpreter;
+use crate::event::{as_bytes, WcEvent};
+
+/// The interpreter of one process and the frames named in it.
+struct Proc {
+    it: Interpreter,
+    /// (code object, line) -> its address in the stacks.
+    addr: HashMap<(u64, Option<i64>), u64>,
+    names: Vec<NamedAddr>,
+    /// Threads listed in `py_threads`.
+    tids: HashSet<u32>,
+}
+
+/// The Python processes of a capture.
+#[derive(Default)]
+pub struct Python {
+    procs: HashMap<u32, Proc>,
+    /// Processes found not to run a supported CPython, with the file that
+    /// said so (looked at again only when another file is mapped).
+    not_python: HashMap<u32, String>,
+    next: u64,
+    /// Off (`--no-python-frames`): no process is looked at.
+    pub off: bool,
+}
+
+/// The file /proc/PID/maps would make the interpreter's, if any.
+fn candidate(pid: u32) -> Option<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let mut found: Option<String> = None;
+    for l in maps.lines() {
+        let Some(path) = l.split_whitespace().nth(5) else { continue };
+        let name = path.rsplit('/').next().unwrap_or("");
+        if name.starts_with("libpython3.") {
+            return Some(path.to_string());
+        }
+        if name.starts_with("python3.") && found.is_none() {
+            found = Some(path.to_string());
+        }
+    }
+    found
+}
+
+impl Python {
+    /// Find the interpreters of `pids` not seen yet and list every known
+    /// interpreter's threads into the BPF maps. Cheap when nothing changed:
+    /// a few reads of each interpreter's thread list.
+    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
+        if self.off {
+            return;
+        }
+        for &pid in pids {
+            if !self.procs.contains_key(&pid) {
+                let Some(file) = candidate(pid) else { continue };
+                if self.not_python.get(&pid) == Some(&file) {
+                    continue;
+                }
+                match Interpreter::find(pid) {
+                    Ok(it) => {
+                        let c = config(&it);
+                        if cfg.update(&pid.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).is_err() {
+                            continue;
+                        }
+                        self.procs.insert(pid, Proc { it, addr: HashMap::new(), names: Vec::new(), tids: HashSet::new() });
+                    }
+                    Err(_) => {
+                        self.not_python.insert(pid, file);
+                        continue;
+                    }
+                }
+            }
+            let p = self.procs.get_mut(&pid).unwrap();
+            // A thread list being changed can read short: the next turn
+            // reads it again.
+            let Ok(list) = p.it.thread_states() else { continue };
+            let now: HashSet<u32> = list.iter().map(|t| t.0).collect();
+            for (tid, ts) in list {
+                let _ = threads.update(&tid.to_ne_bytes(), &ts.to_ne_bytes(), MapFlags::ANY);
+            }
+            for gone in p.tids.difference(&now) {
+                let _ = threads.delete(&gone.to_ne_bytes());
+            }
+            p.tids = now;
+        }
+    }
+
+    /// Whether `pid` was found to run CPython.
+    pub fn is_python(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// The frames named in `pid`, for its Maps record.
+    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+        self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
+    }
+
+    /// `native` (root first) with the Python frames of `e` put in.
+    pub fn splice(&mut self, e: &WcEvent, native: Vec<u64>) -> Vec<u64> {
+        let n = (e.py_n as usize).min(e.py.len());
+        if n == 0 {
+            return native;
+        }
+        let Some(p) = self.procs.get_mut(&e.pid) else { return native };
+        let o = p.it.offsets;
+        // Runs of frames, innermost run first, each innermost frame first.
+        let mut runs: Vec<Vec<u64>> = vec![Vec::new()];
+        for f in &e.py[..n] {
+            let b = f.flags.to_le_bytes();
+            let (entry, owner) = if o.frame_is_entry.is_some() { (b[0] != 0, b[1]) } else { (false, b[0]) };
+            if o.frame_is_entry.is_none() && owner == FRAME_OWNED_BY_CSTACK {
+                if !runs.last().unwrap().is_empty() {
+                    runs.push(Vec::new());
+                }
+                continue;
+            }
+            let a = p.name(f.code, f.instr, &mut self.next);
+            runs.last_mut().unwrap().push(a);
+            if entry {
+                runs.push(Vec::new());
+            }
+        }
+        runs.retain(|r| !r.is_empty());
+        // The native frames of _PyEval_EvalFrameDefault, innermost first.
+        let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
+        let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
+        // Where each run goes: after native[at] (root-first order). Runs
+        // beyond the eval frames found (an unwind cut short) go above the
+        // outermost one found; without any, above the innermost frame of
+        // the interpreter's own file, else on top.
+        let fallback = evals.last().copied().or_else(|| {
+            (0..native.len()).rev().find(|&i| p.it.mapped.iter().any(|&(s, e)| native[i] >= s && native[i] < e))
+        });
+        let mut at: HashMap<usize, Vec<u64>> = HashMap::new();
+        for (k, run) in runs.into_iter().enumerate() {
+            let i = evals.get(k).copied().or(fallback).unwrap_or(native.len().saturating_sub(1));
+            // Outer runs (later) go before (rootward of) inner ones here.
+            let v = at.entry(i).or_default();
+            let mut r: Vec<u64> = run.into_iter().rev().collect();
+            r.append(v);
+            *v = r;
+        }
+        let mut out = Vec::with_capacity(native.len() + n);
+        for (i, a) in native.iter().enumerate() {
+            out.push(*a);
+            if let Some(r) = at.remove(&i) {
+                out.extend(r);
+            }
+        }
+        if native.is_empty() {
+            if let Some(r) = at.remove(&0) {
+                out.extend(r);
+            }
+        }
+        out
+    }
+}
+
+impl Proc {
+    /// The address that stands for code object `code` at `instr`.
+    fn name(&mut self, code: u64, instr: u64, next: &mut u64) -> u64 {
+        let o = self.it.offsets;
+        let (func, file, line) = match self.it.code(code) {
+            Ok((name, file, first, table)) => {
+                let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
+                let line = unit.and_then(|u| line_of(table, first, u));
+                (format!("py::{name}:{file}"), Some(file), line)
+            }
+            Err(_) => ("py::[unreadable code object]".to_string(), None, None),
+        };
+        if let Some(&a) = self.addr.get(&(code, line)) {
+            return a;
+        }
+        let a = NAMED_ADDR_BASE + (*next << 4);
+        *next += 1;
+        self.addr.insert((code, line), a);
+        let frame = Frame { file, line: line.and_then(|l| u32::try_from(l).ok()), ..Frame::named(func) };
+        self.names.push(NamedAddr { addr: a, frame });
+        a
+    }
+}
+
+/// Where the interpreter keeps its frame chain, for the BPF side.
+fn config(it: &Interpreter) -> crate::event::WcPycfg {
+    let o = it.offsets;
+    crate::event::WcPycfg {
+        frame: o.tstate_frame as u32,
+        cframe: o.cframe_current.map_or(-1, |c| c as i32),
+        code: o.frame_code as u32,
+        instr: o.frame_instr as u32,
+        flags: o.frame_is_entry.unwrap_or(o.frame_owner) as u32,
+        previous: o.frame_previous as u32,
+    }
+}
