@@ -232,7 +232,18 @@ impl Unwind {
     /// The user stack of a stack event, root first: unwound, with the
     /// Python frames it carries put where the interpreter ran them.
     pub fn event_stack(&mut self, e: &WcEvent) -> Vec<u64> {
-        let native = self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        let mut native = self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        if e.py_n > 0 && self.python.is_python(e.pid) {
+            // Under -X perf too: the Python frames read from the
+            // interpreter stand for its trampolines' perf-map names (the
+            // same names, with lines), which would repeat each one.
+            let covered: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
+            let mut i = 0;
+            native.retain(|&a| {
+                i += 1;
+                covered[i - 1] || !self.trampolines.contains(e.pid, a)
+            });
+        }
         self.python.splice(e, native)
     }
 

@@ -54,8 +54,6 @@ pub struct Python {
     /// said so (looked at again only when another file is mapped).
     not_python: HashMap<u32, String>,
     next: u64,
-    /// Off (`--no-python-frames`): no process is looked at.
-    pub off: bool,
 }
 
 /// The file /proc/PID/maps would make the interpreter's, if any.
@@ -80,9 +78,6 @@ impl Python {
     /// interpreter's threads into the BPF maps. Cheap when nothing changed:
     /// a few reads of each interpreter's thread list.
     pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
-        if self.off {
-            return;
-        }
         for &pid in pids {
             if !self.procs.contains_key(&pid) {
                 let Some(file) = candidate(pid) else { continue };
@@ -147,8 +142,11 @@ impl Python {
                 }
                 continue;
             }
-            let a = p.name(f.code, f.instr, &mut self.next);
-            runs.last_mut().unwrap().push(a);
+            // A frame being changed as it was read (an on-CPU sample) names
+            // no code object: left out.
+            if let Some(a) = p.name(f.code, f.instr, &mut self.next) {
+                runs.last_mut().unwrap().push(a);
+            }
             if entry {
                 runs.push(Vec::new());
             }
@@ -191,25 +189,21 @@ impl Python {
 
 impl Proc {
     /// The address that stands for code object `code` at `instr`.
-    fn name(&mut self, code: u64, instr: u64, next: &mut u64) -> u64 {
+    fn name(&mut self, code: u64, instr: u64, next: &mut u64) -> Option<u64> {
         let o = self.it.offsets;
-        let (func, file, line) = match self.it.code(code) {
-            Ok((name, file, first, table)) => {
-                let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
-                let line = unit.and_then(|u| line_of(table, first, u));
-                (format!("py::{name}:{file}"), Some(file), line)
-            }
-            Err(_) => ("py::[unreadable code object]".to_string(), None, None),
-        };
+        let (name, file, first, table) = self.it.code(code).ok()?;
+        let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
+        let line = unit.and_then(|u| line_of(table, first, u));
+        let func = format!("py::{name}:{file}");
         if let Some(&a) = self.addr.get(&(code, line)) {
-            return a;
+            return Some(a);
         }
         let a = NAMED_ADDR_BASE + (*next << 4);
         *next += 1;
         self.addr.insert((code, line), a);
-        let frame = Frame { file, line: line.and_then(|l| u32::try_from(l).ok()), ..Frame::named(func) };
+        let frame = Frame { file: Some(file), line: line.and_then(|l| u32::try_from(l).ok()), ..Frame::named(func) };
         self.names.push(NamedAddr { addr: a, frame });
-        a
+        Some(a)
     }
 }
 

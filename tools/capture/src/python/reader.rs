@@ -50,6 +50,9 @@ pub struct Interpreter {
     pub eval: Vec<(u64, u64)>,
     /// The mappings of the interpreter's file in the process.
     pub mapped: Vec<(u64, u64)>,
+    /// `PyCode_Type`: a frame read while the interpreter changes it can
+    /// point at something else, which is then not taken for code.
+    code_type: Option<u64>,
 }
 
 /// CPython 3.N in `path` (a libpython3.N.so* or a python3.N executable).
@@ -109,7 +112,8 @@ impl Interpreter {
         eval.sort_unstable();
         eval.dedup();
         let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
-        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), eval, mapped };
+        let code_type = sym("PyCode_Type");
+        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), eval, mapped, code_type };
         if let Some(v) = sym("Py_Version") {
             let v = it.u64(v)? as u32;
             if v >> 24 != 3 || (v >> 16) & 0xff != minor {
@@ -149,7 +153,7 @@ impl Interpreter {
         let len = self.u64(obj + 16)?.min(MAX_STR);
         let state = self.u8(obj + 32)?;
         let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
-        if !compact {
+        if !compact || kind == 0 {
             return Err(format!("pid {}: str at {obj:#x} is not compact", self.pid));
         }
         let at = obj + if ascii { o.ascii_size } else { o.compact_size };
@@ -173,6 +177,9 @@ impl Interpreter {
     pub fn code(&mut self, code: u64) -> Result<(String, String, i64, &[u8]), String> {
         if !self.code.contains_key(&code) {
             let o = self.offsets;
+            if self.code_type.is_some_and(|t| self.u64(code + 8).ok() != Some(t)) {
+                return Err(format!("pid {}: {code:#x} is not a code object", self.pid));
+            }
             let name = self.string(self.u64(code + o.code_qualname)?)?;
             let file = self.string(self.u64(code + o.code_filename)?)?;
             let mut fl = [0u8; 4];
