@@ -3,7 +3,7 @@
 //! and put where CPython ran it, so that native and Python frames
 //! interleave.
 //!
-//! While the capture runs, [`Python::refresh`] finds the CPython 3.11-3.13
+//! While the capture runs, [`Python::refresh`] finds the CPython 3.10-3.13
 //! of each target process ([`Interpreter::find`]), tells the BPF side
 //! where that version keeps its frame chain (`py_cfg`), and lists its
 //! threads (`py_threads`: tid -> thread state), again at every turn of
@@ -12,35 +12,35 @@
 //!
 //! A stack event then carries the thread's frames, innermost first: code
 //! object, instruction pointer, flags. [`Python::splice`] cuts them into
-//! the runs that one `_PyEval_EvalFrameDefault` call executes (3.11 marks
-//! a run's outermost frame `is_entry`; 3.12+ push a frame owned by the C
-//! stack under it) and puts each run right above the native frame of that
+//! the runs that one `_PyEval_EvalFrameDefault` call executes (3.10: one
+//! frame each; 3.11 marks a run's outermost frame `is_entry`; 3.12+ push a
+//! frame owned by the C stack under it) and puts each run right above the native frame of that
 //! call, innermost run on the innermost call. Each Python frame becomes an
 //! address at [`NAMED_ADDR_BASE`] and up, named in the process's Maps
 //! record (`py::QUALNAME:FILE` as CPython's perf map writes it for
 //! `-X perf`, with the file and the line of the instruction), so a
 //! workload gives the same names with or without `-X perf`.
 //!
-//! A code object is read when a stack first shows it, while its process
-//! lives, and cached by address: one freed and another allocated at the
-//! same address would keep the first one's name (not seen in practice;
-//! py-spy caches the same way).
+//! A code object is read when a stack shows it, while its process lives,
+//! and cached by address and by its name, file and table objects (one is
+//! freed and another made at its address: seen at startup). A code object
+//! freed between the stack and its reading here names nothing (or, its
+//! memory reused by another code object, that one).
 
 use std::collections::{HashMap, HashSet};
 
 use libbpf_rs::{MapCore, MapFlags};
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
-use super::linetable::line_of;
 use super::offsets::FRAME_OWNED_BY_CSTACK;
-use super::reader::Interpreter;
+use super::reader::{Interpreter, PyFrame};
 use crate::event::{as_bytes, WcEvent};
 
 /// The interpreter of one process and the frames named in it.
 struct Proc {
     it: Interpreter,
-    /// (code object, line) -> its address in the stacks.
-    addr: HashMap<(u64, Option<i64>), u64>,
+    /// (name, line) -> its address in the stacks.
+    addr: HashMap<(String, Option<i64>), u64>,
     names: Vec<NamedAddr>,
     /// Threads listed in `py_threads`.
     tids: HashSet<u32>,
@@ -136,7 +136,7 @@ impl Python {
         for f in &e.py[..n] {
             let b = f.flags.to_le_bytes();
             let (entry, owner) = if o.frame_is_entry.is_some() { (b[0] != 0, b[1]) } else { (false, b[0]) };
-            if o.frame_is_entry.is_none() && owner == FRAME_OWNED_BY_CSTACK {
+            if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
                 if !runs.last().unwrap().is_empty() {
                     runs.push(Vec::new());
                 }
@@ -147,7 +147,8 @@ impl Python {
             if let Some(a) = p.name(f.code, f.instr, &mut self.next) {
                 runs.last_mut().unwrap().push(a);
             }
-            if entry {
+            // 3.10 runs each Python frame in a C call of its own.
+            if entry || o.minor == 10 {
                 runs.push(Vec::new());
             }
         }
@@ -190,17 +191,14 @@ impl Python {
 impl Proc {
     /// The address that stands for code object `code` at `instr`.
     fn name(&mut self, code: u64, instr: u64, next: &mut u64) -> Option<u64> {
-        let o = self.it.offsets;
-        let (name, file, first, table) = self.it.code(code).ok()?;
-        let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
-        let line = unit.and_then(|u| line_of(table, first, u));
+        let PyFrame { name, file, line } = self.it.frame_at(code, instr).ok()?;
         let func = format!("py::{name}:{file}");
-        if let Some(&a) = self.addr.get(&(code, line)) {
+        if let Some(&a) = self.addr.get(&(func.clone(), line)) {
             return Some(a);
         }
         let a = NAMED_ADDR_BASE + (*next << 4);
         *next += 1;
-        self.addr.insert((code, line), a);
+        self.addr.insert((func.clone(), line), a);
         let frame = Frame { file: Some(file), line: line.and_then(|l| u32::try_from(l).ok()), ..Frame::named(func) };
         self.names.push(NamedAddr { addr: a, frame });
         Some(a)
