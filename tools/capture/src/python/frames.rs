@@ -32,9 +32,9 @@ use std::collections::{HashMap, HashSet};
 use libbpf_rs::{MapCore, MapFlags};
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
-use super::offsets::FRAME_OWNED_BY_CSTACK;
+use super::offsets::{Offsets, FRAME_OWNED_BY_CSTACK};
 use super::reader::{Interpreter, PyFrame};
-use crate::event::{as_bytes, WcEvent};
+use crate::event::{as_bytes, WcEvent, WcPyframe};
 
 /// The interpreter of one process and the frames named in it.
 struct Proc {
@@ -131,61 +131,73 @@ impl Python {
         }
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
         let o = p.it.offsets;
-        // Runs of frames, innermost run first, each innermost frame first.
-        let mut runs: Vec<Vec<u64>> = vec![Vec::new()];
-        for f in &e.py[..n] {
-            let b = f.flags.to_le_bytes();
-            let (entry, owner) = if o.frame_is_entry.is_some() { (b[0] != 0, b[1]) } else { (false, b[0]) };
-            if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
-                if !runs.last().unwrap().is_empty() {
-                    runs.push(Vec::new());
-                }
-                continue;
-            }
-            // A frame being changed as it was read (an on-CPU sample) names
-            // no code object: left out.
-            if let Some(a) = p.name(f.code, f.instr, &mut self.next) {
-                runs.last_mut().unwrap().push(a);
-            }
-            // 3.10 runs each Python frame in a C call of its own.
-            if entry || o.minor == 10 {
-                runs.push(Vec::new());
-            }
-        }
-        runs.retain(|r| !r.is_empty());
+        let next = &mut self.next;
+        let runs = cut(&e.py[..n], o, |code, instr| p.name(code, instr, next));
         // The native frames of _PyEval_EvalFrameDefault, innermost first.
         let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
         let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
-        // Where each run goes: after native[at] (root-first order). Runs
-        // beyond the eval frames found (an unwind cut short) go above the
-        // outermost one found; without any, above the innermost frame of
-        // the interpreter's own file, else on top.
-        let fallback = evals.last().copied().or_else(|| {
-            (0..native.len()).rev().find(|&i| p.it.mapped.iter().any(|&(s, e)| native[i] >= s && native[i] < e))
-        });
-        let mut at: HashMap<usize, Vec<u64>> = HashMap::new();
-        for (k, run) in runs.into_iter().enumerate() {
-            let i = evals.get(k).copied().or(fallback).unwrap_or(native.len().saturating_sub(1));
-            // Outer runs (later) go before (rootward of) inner ones here.
-            let v = at.entry(i).or_default();
-            let mut r: Vec<u64> = run.into_iter().rev().collect();
-            r.append(v);
-            *v = r;
-        }
-        let mut out = Vec::with_capacity(native.len() + n);
-        for (i, a) in native.iter().enumerate() {
-            out.push(*a);
-            if let Some(r) = at.remove(&i) {
-                out.extend(r);
-            }
-        }
-        if native.is_empty() {
-            if let Some(r) = at.remove(&0) {
-                out.extend(r);
-            }
-        }
-        out
+        let in_file = |a: u64| p.it.mapped.iter().any(|&(s, e)| a >= s && a < e);
+        let fallback = (0..native.len()).rev().find(|&i| in_file(native[i]));
+        place(&native, &evals, fallback, runs)
     }
+}
+
+/// The Python frames of a stack (innermost first) cut into the runs that
+/// one `_PyEval_EvalFrameDefault` call executes, innermost run first, each
+/// named by `name` (code object, instruction pointer) and innermost first.
+/// A frame that names no code object (being changed as it was read, in an
+/// on-CPU sample) is left out.
+fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Option<u64>) -> Vec<Vec<u64>> {
+    let mut runs: Vec<Vec<u64>> = vec![Vec::new()];
+    for f in frames {
+        let b = f.flags.to_le_bytes();
+        let (entry, owner) = if o.frame_is_entry.is_some() { (b[0] != 0, b[1]) } else { (false, b[0]) };
+        if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
+            runs.push(Vec::new());
+            continue;
+        }
+        if let Some(a) = name(f.code, f.instr) {
+            runs.last_mut().unwrap().push(a);
+        }
+        // 3.10 runs each Python frame in a C call of its own.
+        if entry || o.minor == 10 {
+            runs.push(Vec::new());
+        }
+    }
+    runs.retain(|r| !r.is_empty());
+    runs
+}
+
+/// `native` (root first) with each run of Python frames right after
+/// (leafward of) its eval frame: `evals` are the indexes of those, the
+/// innermost first, for the runs in order. Runs beyond the eval frames
+/// found (an unwind cut short) go above the outermost one found; without
+/// any, above `fallback` (the innermost frame of the interpreter's file),
+/// else on top.
+fn place(native: &[u64], evals: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
+    let fallback = evals.last().copied().or(fallback).unwrap_or(native.len().saturating_sub(1));
+    let mut at: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut total = 0;
+    for (k, run) in runs.into_iter().enumerate() {
+        total += run.len();
+        let i = evals.get(k).copied().unwrap_or(fallback);
+        // Outer runs (later) go rootward of inner ones at the same frame.
+        let v = at.entry(i).or_default();
+        let mut r: Vec<u64> = run.into_iter().rev().collect();
+        r.append(v);
+        *v = r;
+    }
+    let mut out = Vec::with_capacity(native.len() + total);
+    for (i, a) in native.iter().enumerate() {
+        out.push(*a);
+        if let Some(r) = at.remove(&i) {
+            out.extend(r);
+        }
+    }
+    if let Some(r) = at.remove(&0) {
+        out.extend(r); // no native frame at all
+    }
+    out
 }
 
 impl Proc {
@@ -215,5 +227,43 @@ fn config(it: &Interpreter) -> crate::event::WcPycfg {
         instr: o.frame_instr as u32,
         flags: o.frame_is_entry.unwrap_or(o.frame_owner) as u32,
         previous: o.frame_previous as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::offsets::{PY310, PY311, PY312};
+    use super::*;
+
+    fn frames(v: &[(u64, u32)]) -> Vec<WcPyframe> {
+        v.iter().map(|&(code, flags)| WcPyframe { code, instr: 0, flags, pad: 0 }).collect()
+    }
+
+    #[test]
+    fn runs_by_version() {
+        let id = |c: u64, _| Some(c);
+        // 3.12+: a frame owned by the C stack (3) under each run.
+        let f = frames(&[(1, 0), (2, 0), (0, 3), (3, 1), (0, 3)]);
+        assert_eq!(cut(&f, &PY312, id), vec![vec![1, 2], vec![3]]);
+        // 3.11: the outermost frame of a run is_entry (byte 0; owner byte 1).
+        let f = frames(&[(1, 0), (2, 1), (3, 0x0101)]);
+        assert_eq!(cut(&f, &PY311, id), vec![vec![1, 2], vec![3]]);
+        // 3.10: one frame a run; a frame naming no code is left out.
+        let f = frames(&[(1, 0), (2, 0), (3, 0)]);
+        assert_eq!(cut(&f, &PY310, |c, _| (c != 2).then_some(c)), vec![vec![1], vec![3]]);
+    }
+
+    #[test]
+    fn runs_go_above_their_eval_frames() {
+        // root, eval (outer), C call, eval (inner), leaf.
+        let native = [10, 11, 12, 13, 14];
+        let runs = vec![vec![1, 2], vec![3]];
+        assert_eq!(place(&native, &[3, 1], None, runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14]);
+        // One eval frame found: the outer run goes rootward of the inner.
+        assert_eq!(place(&native, &[3], None, runs.clone()), vec![10, 11, 12, 13, 3, 2, 1, 14]);
+        // None: above the interpreter's innermost frame, else on top.
+        assert_eq!(place(&native, &[], Some(2), runs.clone()), vec![10, 11, 12, 3, 2, 1, 13, 14]);
+        assert_eq!(place(&native, &[], None, runs.clone()), vec![10, 11, 12, 13, 14, 3, 2, 1]);
+        assert_eq!(place(&[], &[], None, runs), vec![3, 2, 1]);
     }
 }
