@@ -53,7 +53,6 @@ pub struct Python {
     /// Processes found not to run a supported CPython, with the file that
     /// said so (looked at again only when another file is mapped).
     not_python: HashMap<u32, String>,
-    next: u64,
 }
 
 /// The file /proc/PID/maps would make the interpreter's, if any.
@@ -131,8 +130,7 @@ impl Python {
         }
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
         let o = p.it.offsets;
-        let next = &mut self.next;
-        let runs = cut(&e.py[..n], o, |code, instr| p.name(code, instr, next));
+        let runs = cut(&e.py[..n], o, |code, instr| p.name(code, instr));
         // The native frames of _PyEval_EvalFrameDefault, innermost first.
         let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
         let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
@@ -202,19 +200,30 @@ fn place(native: &[u64], evals: &[usize], fallback: Option<usize>, runs: Vec<Vec
 
 impl Proc {
     /// The address that stands for code object `code` at `instr`.
-    fn name(&mut self, code: u64, instr: u64, next: &mut u64) -> Option<u64> {
+    fn name(&mut self, code: u64, instr: u64) -> Option<u64> {
         let PyFrame { name, file, line } = self.it.frame_at(code, instr).ok()?;
         let func = format!("py::{name}:{file}");
         if let Some(&a) = self.addr.get(&(func.clone(), line)) {
             return Some(a);
         }
-        let a = NAMED_ADDR_BASE + (*next << 4);
-        *next += 1;
+        let a = address_of(&func, line);
         self.addr.insert((func.clone(), line), a);
         let frame = Frame { file: Some(file), line: line.and_then(|l| u32::try_from(l).ok()), ..Frame::named(func) };
         self.names.push(NamedAddr { addr: a, frame });
         Some(a)
     }
+}
+
+/// The address that stands for a frame: from its name and line alone, so
+/// that every capture tool gives one frame the same address (oncputime's
+/// and offcputime's streams meet in stackmerge with their Maps records):
+/// FNV-1a, 48 bits of it above [`NAMED_ADDR_BASE`].
+fn address_of(func: &str, line: Option<i64>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in func.bytes().chain(line.unwrap_or(-1).to_le_bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    NAMED_ADDR_BASE | (h & 0x000f_ffff_ffff_fff0)
 }
 
 /// Where the interpreter keeps its frame chain, for the BPF side.
@@ -237,6 +246,16 @@ mod tests {
 
     fn frames(v: &[(u64, u32)]) -> Vec<WcPyframe> {
         v.iter().map(|&(code, flags)| WcPyframe { code, instr: 0, flags, pad: 0 }).collect()
+    }
+
+    #[test]
+    fn a_frame_has_one_address_everywhere() {
+        let a = address_of("py::f:/a.py", Some(3));
+        assert_eq!(a, address_of("py::f:/a.py", Some(3)));
+        assert!(a >= NAMED_ADDR_BASE);
+        assert_ne!(a, address_of("py::f:/a.py", Some(4)));
+        assert_ne!(a, address_of("py::f:/a.py", None));
+        assert_ne!(a, address_of("py::g:/a.py", Some(3)));
     }
 
     #[test]
