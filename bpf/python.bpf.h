@@ -31,20 +31,49 @@ static __always_inline __u64 py_mix(__u64 h, __u64 v)
 	return h * 0xff51afd7ed558ccdULL;
 }
 
+/* The thread state of `tid`: listed by user space, else (a thread born
+ * since its last look, whose first stacks matter as much as the others)
+ * found in the interpreter's list here and remembered. */
+static __always_inline __u64 py_tstate(__u32 tid, struct wc_pycfg *c)
+{
+	__u64 *ts = bpf_map_lookup_elem(&py_threads, &tid);
+	if (ts)
+		return *ts;
+	__u64 interp = 0, t = 0;
+	if (!c->runtime_interp || bpf_probe_read_user(&interp, sizeof(interp), (void *)c->runtime_interp) || !interp)
+		return 0;
+	if (bpf_probe_read_user(&t, sizeof(t), (void *)(interp + c->interp_threads)))
+		return 0;
+	for (int i = 0; i < WC_PY_SCAN; i++) {
+		__u64 id = 0;
+		if (!t || bpf_probe_read_user(&id, sizeof(id), (void *)(t + c->tstate_tid)))
+			return 0;
+		if (id == tid) {
+			bpf_map_update_elem(&py_threads, &tid, &t, BPF_ANY);
+			return t;
+		}
+		if (bpf_probe_read_user(&t, sizeof(t), (void *)(t + c->tstate_next)))
+			return 0;
+	}
+	return 0;
+}
+
 /* Walk the frame chain of the current task (thread `tid` of `pid`); fill
  * e->py when e is given. Returns a hash of the frames (0: no Python thread
  * or no frame), which offcputime mixes into the stack's fingerprint: the
- * same native registers under another Python stack are another stack. */
-static __always_inline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e)
+ * same native registers under another Python stack are another stack.
+ * A function of its own (a BPF call): inlined, its locals and the
+ * switch-out's exceed the 512-byte stack. */
+static __noinline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e)
 {
-	__u64 *ts = bpf_map_lookup_elem(&py_threads, &tid);
-	if (!ts)
-		return 0;
 	struct wc_pycfg *c = bpf_map_lookup_elem(&py_cfg, &pid);
 	if (!c)
 		return 0;
+	__u64 ts = py_tstate(tid, c);
+	if (!ts)
+		return 0;
 	__u64 f = 0, h = 0x5079;
-	if (bpf_probe_read_user(&f, sizeof(f), (void *)(*ts + c->frame)))
+	if (bpf_probe_read_user(&f, sizeof(f), (void *)(ts + c->frame)))
 		return 0;
 	if (c->cframe >= 0 && f && bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->cframe)))
 		return 0;

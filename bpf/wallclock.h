@@ -9,6 +9,7 @@
 #define WC_USTACK_MAX 16384
 #define WC_NSTATES 5
 #define WC_PY_MAX 64 /* Python frames read per stack (python.bpf.h) */
+#define WC_PY_SCAN 64 /* thread states looked through for a new thread */
 
 /* Off-CPU states. WC_ST_INIT: already off-CPU when the capture began (the
  * Rust side replaces it with the state and stack read from /proc). */
@@ -110,6 +111,15 @@ struct wc_pycfg {
 	__u32 instr;
 	__u32 flags;
 	__u32 previous;
+	/* A thread not yet in py_threads is looked for in the interpreter's
+	 * list: *runtime_interp is the interpreter, + interp_threads its first
+	 * thread state, + tstate_tid a state's kernel tid, + tstate_next the
+	 * next state (runtime_interp 0: not done, 3.10). */
+	__u64 runtime_interp;
+	__u32 interp_threads;
+	__u32 tstate_tid;
+	__u32 tstate_next;
+	__u32 pad;
 };
 
 /* One Python frame as read at the stack's moment, innermost first. */

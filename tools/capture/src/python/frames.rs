@@ -7,8 +7,9 @@
 //! of each target process ([`Interpreter::find`]), tells the BPF side
 //! where that version keeps its frame chain (`py_cfg`), and lists its
 //! threads (`py_threads`: tid -> thread state), again at every turn of
-//! the capture loop, so that a new thread is walked from its first
-//! stacks on.
+//! the capture loop. A thread born since is looked for in the
+//! interpreter's list by the BPF side at its first stack (3.11+), so its
+//! frames are read from its first stacks on.
 //!
 //! A stack event then carries the thread's frames, innermost first: code
 //! object, instruction pointer, flags. [`Python::splice`] cuts them into
@@ -236,6 +237,12 @@ fn config(it: &Interpreter) -> crate::event::WcPycfg {
         instr: o.frame_instr as u32,
         flags: o.frame_is_entry.unwrap_or(o.frame_owner) as u32,
         previous: o.frame_previous as u32,
+        // 3.10's tid is behind its pthread_t: user space lists those.
+        runtime_interp: if o.tstate_is_pthread { 0 } else { it.runtime() + o.runtime_interpreters_head },
+        interp_threads: o.interp_threads_head as u32,
+        tstate_tid: o.tstate_native_thread_id as u32,
+        tstate_next: o.tstate_next as u32,
+        pad: 0,
     }
 }
 

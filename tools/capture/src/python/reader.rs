@@ -261,6 +261,11 @@ impl Interpreter {
         self.pid
     }
 
+    /// Where `_PyRuntime` is in the process.
+    pub fn runtime(&self) -> u64 {
+        self.runtime
+    }
+
     /// Every thread state of the main interpreter whose thread has started.
     pub fn threads(&mut self) -> Result<Vec<PyThread>, String> {
         let mut out = Vec::new();
