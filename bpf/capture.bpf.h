@@ -5,6 +5,7 @@
 #define CAPTURE_BPF_H
 
 #include "wallclock.h"
+#include "python.bpf.h"
 
 #define PF_KTHREAD 0x00200000
 
@@ -262,6 +263,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 	e->ip = e->sp = e->bp = 0;
 	e->kstack_bytes = 0;
 	e->ustack_bytes = 0;
+	e->py_n = 0;
 	BPF_CORE_READ_STR_INTO(&e->comm, cur, comm);
 	if (want_kstack) {
 		long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), kskip & BPF_F_SKIP_FIELD_MASK);
@@ -284,6 +286,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 			e->ustack_bytes = 512;
 		else
 			stat_add(WC_STAT_USTACK_FAULTS, 1);
+		py_walk(e->pid, e->tid, e);
 	}
 	bpf_ringbuf_submit(e, 0);
 	stat_add(WC_STAT_NEW_STACKS, 1);

@@ -196,6 +196,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 			for (int i = 0; i < 6; i++)
 				fp = mix(fp, top[i]);
 		}
+		fp = mix(fp, py_walk(th->pid, tid, NULL));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so
 		 * they cost one walk per switch (user threads cost none). */

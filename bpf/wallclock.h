@@ -8,6 +8,8 @@
 #define WC_KSTACK_MAX 127
 #define WC_USTACK_MAX 16384
 #define WC_NSTATES 5
+#define WC_PY_MAX 64 /* Python frames read per stack (python.bpf.h) */
+#define WC_PY_SCAN 64 /* thread states looked through for a new thread */
 
 /* Off-CPU states. WC_ST_INIT: already off-CPU when the capture began (the
  * Rust side replaces it with the state and stack read from /proc). */
@@ -97,6 +99,37 @@ struct wc_oval {
 	__u64 count;
 };
 
+/* Where a CPython interpreter keeps its frame chain (per process; see
+ * tools/capture/src/python/offsets.rs): tstate + frame is the current frame
+ * (3.13) or the _PyCFrame whose + cframe is (3.11, 3.12: cframe >= 0);
+ * then each _PyInterpreterFrame's code object, instruction pointer,
+ * 2 bytes of flags (3.11: is_entry, owner; 3.12+: owner) and previous. */
+struct wc_pycfg {
+	__u32 frame;
+	__s32 cframe;
+	__u32 code;
+	__u32 instr;
+	__u32 flags;
+	__u32 previous;
+	/* A thread not yet in py_threads is looked for in the interpreter's
+	 * list: *runtime_interp is the interpreter, + interp_threads its first
+	 * thread state, + tstate_tid a state's kernel tid, + tstate_next the
+	 * next state (runtime_interp 0: not done, 3.10). */
+	__u64 runtime_interp;
+	__u32 interp_threads;
+	__u32 tstate_tid;
+	__u32 tstate_next;
+	__u32 pad;
+};
+
+/* One Python frame as read at the stack's moment, innermost first. */
+struct wc_pyframe {
+	__u64 code;
+	__u64 instr;
+	__u32 flags;
+	__u32 pad;
+};
+
 /* A stack to unwind in user space: a copy of the user stack from sp up plus
  * the registers, and the kernel stack (leaf first). */
 struct wc_event {
@@ -113,6 +146,9 @@ struct wc_event {
 	__u32 ustack_bytes;
 	char comm[WC_COMM_LEN];
 	__u64 kstack[WC_KSTACK_MAX];
+	__u32 py_n; /* frames in py (0: not a known Python thread) */
+	__u32 py_pad;
+	struct wc_pyframe py[WC_PY_MAX];
 	__u8 ustack[WC_USTACK_MAX];
 };
 

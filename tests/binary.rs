@@ -34,7 +34,7 @@ fn is_binary(data: &[u8]) -> bool {
 /// Extra records that use every optional field, in the JSON the stream's
 /// writer writes (so that JSON -> records -> JSON is the identity).
 const EXTRA: &str = r#"{"type":"thread","pid":4242,"tid":4300,"comm":"gpu feeder","role":"worker","start_ns":5,"end_ns":9000000000,"on_ns":1200,"off_ns":{"R":1,"S":2,"D":3,"other":4},"samples":7}
-{"type":"maps","pid":4243,"maps":[{"start":4096,"end":8192,"offset":0,"path":"/opt/lib \"odd\".so","build_id":"00ff"}]}
+{"type":"maps","pid":4243,"maps":[{"start":4096,"end":8192,"offset":0,"path":"/opt/lib \"odd\".so","build_id":"00ff"}],"names":[{"addr":18442240474082181136,"frame":{"func":"py::run:/a.py","file":"/a.py","line":3}}]}
 {"type":"stack","kind":"gpu","pid":4242,"tid":4300,"comm":"gpu feeder","frames":[{"func":"main","module":"app","file":"/src/a.cc","line":4},{"func":"inl<T>","inlined":true},{"func":"jitted","jit":true},{"func":"do_syscall_64","module":"[kernel]","kernel":true}],"ns":5000,"count":2,"gpu":{"activity":"kernel","device":0,"stream":7,"launch_delay_ns":300,"name":"void k<float>(float*)"}}
 {"type":"stack","kind":"off","state":"other","pid":4242,"tid":4300,"comm":"gpu feeder","frames":[{"func":"[short blocks]"}],"ns":0,"count":0}
 {"type":"stats","end_ns":10000000000,"counts":{"lost_stacks":1,"short_blocks":3}}

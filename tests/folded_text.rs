@@ -204,6 +204,7 @@ fn rust_program_stacks_through_the_pipeline() {
             path: bin.to_str().unwrap().to_string(),
             build_id: None,
         }],
+        names: vec![],
     };
     let stack = |frames: &[&str], ns: u64| {
         let mut s = Stack::new(Kind::Off, pid, pid, "rustnames");

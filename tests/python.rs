@@ -56,6 +56,8 @@ struct Stack {
     kind: String,
     tid: u64,
     frames: Vec<String>,
+    /// Of each frame: inlined into the next one rootward.
+    inlined: Vec<bool>,
     ns: u64,
 }
 
@@ -70,7 +72,10 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
     let mut py = Command::new(python);
     py.args(args).arg(util::root().join("tests/programs/python/workload.py")).arg(secs).arg(&truth);
     let mut wc = Command::new("bash");
-    wc.arg(util::root().join("scripts/wallclock")).args(wc_args).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    // 199 Hz: at the default 49, a thread that runs 100 ms of its 1.5 s
+    // gets 5 samples, and its share is off by more than 3 points whenever
+    // the machine is busy.
+    wc.arg(util::root().join("scripts/wallclock")).args(["-f", "199"]).args(wc_args).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
     wc.env_remove("PYTHONPERFSUPPORT");
     let out = if attach {
         let mut target = py.arg(&go).spawn().expect("start python");
@@ -105,6 +110,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
             kind: r["kind"].as_str().unwrap().to_string(),
             tid: r["tid"].as_u64().unwrap(),
             frames: r["frames"].as_array().unwrap().iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect(),
+            inlined: r["frames"].as_array().unwrap().iter().map(|f| f["inlined"].as_bool().unwrap_or(false)).collect(),
             ns: r["ns"].as_u64().unwrap(),
         })
         .collect();
@@ -152,6 +158,13 @@ const ROOTS: [&str; 3] = ["_start", "clone3", "clone"];
 /// the shares it measured blocked (wall - CPU - runnable: in `spin` only
 /// the GIL blocks it) and runnable.
 fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64)> {
+    check_gil(prefix, stacks, truth, true)
+}
+
+/// [`check`]; `gil`: whether the interpreter names `take_gil` (Debian's
+/// python3.11 does not without its debug symbols, so there is no [GIL]
+/// frame to check).
+fn check_gil(prefix: &Path, stacks: &[Stack], truth: &[Truth], named_gil: bool) -> Vec<(f64, f64, f64)> {
     let mut gil = Vec::new();
     assert!(truth.len() >= 6, "the workload reported {} functions", truth.len());
     for t in truth {
@@ -185,7 +198,7 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<(f64, f64, f64
                 assert_eq!(s.frames[i - 1], "[GIL]", "{}", s.frames.join(";"));
             }
         }
-        if t.func == "spin" {
+        if t.func == "spin" && named_gil {
             let waited: u64 = mine.iter().filter(|(s, _)| s.frames.iter().any(|f| f == "[GIL]")).map(|(s, _)| s.ns).sum();
             let report = util::ok("wcreport", &["--json", prefix.with_extension("stream").to_str().unwrap()], b"");
             let v: Value = serde_json::from_str(&report).unwrap();
@@ -232,7 +245,8 @@ fn attach_to_a_running_312_with_x_perf() {
 
 /// `wallclock -- python3.12 app.py`, no flag: wallclock starts it with
 /// PYTHONPERFSUPPORT=1, the same whole stacks as -X perf; with
-/// --no-python-perf, as it was (no Python frame at all).
+/// --no-python-perf, as it was, no perf map: its Python frames are then
+/// the interpreter's own (see own_frames), with their lines.
 #[test]
 fn launched_312_has_python_frames_without_flags() {
     if skip() {
@@ -243,7 +257,7 @@ fn launched_312_has_python_frames_without_flags() {
     check(&prefix, &stacks, &truth);
     let (_, stacks, _) = profile("python-asis-312", &py, &[], "0.5", false, &["--no-python-perf"]);
     assert!(!stacks.is_empty());
-    assert!(stacks.iter().all(|s| !s.frames.iter().any(|f| f.starts_with("py::"))), "py:: frames with --no-python-perf");
+    assert!(stacks.iter().any(|s| s.frames.iter().any(|f| f.starts_with("py::"))), "no py:: frame with --no-python-perf");
 }
 
 /// `python3.MINOR -X perf`: whole stacks through the perf trampolines.
@@ -263,4 +277,105 @@ fn perf_trampolines(minor: u32) {
         eprintln!("spin: waiting for the GIL {shown:.1}% of its time; by its own clocks blocked {blocked:.1}%, runnable {runq:.1}%");
         assert!(shown >= blocked - 5.0 && shown <= blocked + runq + 5.0, "GIL wait {shown:.1}% vs blocked {blocked:.1}% + runnable {runq:.1}%");
     }
+}
+
+/// Python frames without -X perf: the interpreter's own frame chain, read
+/// in BPF where each stack is taken (at switch-out for off-CPU stacks),
+/// put where their `_PyEval_EvalFrameDefault` frames were. Every function
+/// with its Python callers, its on-CPU share within 3 points; with
+/// `--no-python-perf`, so no perf map is written and the frames can only
+/// come from the interpreter's own. Returns the stacks.
+fn own_frames(name: &str, py: &PathBuf, attach: bool, named_gil: bool) -> Vec<Stack> {
+    let (prefix, stacks, truth) = profile(name, py, &[], "1.5", attach, &["--no-python-perf"]);
+    check_gil(&prefix, &stacks, &truth, named_gil);
+    // Native and Python frames interleave: each run of Python frames sits
+    // right above a _PyEval_EvalFrameDefault frame (and the functions
+    // inlined into it at that call: the frames of one address), in every
+    // stack unwound down to a thread's first frame (a native unwind cut
+    // short has no eval frame to put them on).
+    for s in stacks.iter().filter(|s| s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str()))) {
+        for (i, f) in s.frames.iter().enumerate() {
+            if f.starts_with("py::") {
+                let prev = (0..i).rev().find(|&j| !s.frames[j].starts_with("py::") && !s.inlined[j]);
+                assert!(
+                    prev.is_some_and(|j| s.frames[j] == "_PyEval_EvalFrameDefault"),
+                    "{f} not above the eval loop: {}",
+                    s.frames.join(";")
+                );
+            }
+        }
+    }
+    stacks
+}
+
+/// The names a stream gives the workload's functions (file and all).
+fn py_names(stacks: &[Stack]) -> std::collections::BTreeSet<String> {
+    stacks
+        .iter()
+        .flat_map(|s| s.frames.iter())
+        .filter(|f| f.starts_with("py::") && f.contains("workload.py"))
+        .map(|f| f.rsplit('/').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn own_frames_of_debians_python3() {
+    if skip() {
+        return;
+    }
+    let py = PathBuf::from("/usr/bin/python3");
+    if !py.exists() {
+        eprintln!("SKIPPED: no /usr/bin/python3");
+        return;
+    }
+    own_frames("python-own-debian", &py, false, false);
+}
+
+/// `wallclock PID` on Debian's python3, already running.
+#[test]
+fn own_frames_of_a_running_debian_python3() {
+    if skip() {
+        return;
+    }
+    let py = PathBuf::from("/usr/bin/python3");
+    if !py.exists() {
+        eprintln!("SKIPPED: no /usr/bin/python3");
+        return;
+    }
+    own_frames("python-own-debian-attach", &py, true, false);
+}
+
+/// pyenv's 3.10 (its older frame model: a frame object per call, each in a
+/// C call of its own), 3.11, 3.12 and 3.13: the same names for the same
+/// workload (3.10 has no qualified names: `_bootstrap` for
+/// `Thread._bootstrap`, as the workload itself reports on 3.10).
+#[test]
+fn own_frames_of_310_to_313_name_the_same_functions() {
+    if skip() {
+        return;
+    }
+    let mut seen: Vec<(u32, std::collections::BTreeSet<String>)> = Vec::new();
+    for minor in [10, 11, 12, 13] {
+        let Some(py) = pyenv(minor) else { continue };
+        let stacks = own_frames(&format!("python-own-3{minor}"), &py, false, true);
+        seen.push((minor, py_names(&stacks)));
+    }
+    for w in seen.windows(2) {
+        assert_eq!(w[0].1, w[1].1, "3.{} and 3.{} name the workload's functions differently", w[0].0, w[1].0);
+    }
+}
+
+/// With -X perf as well, each Python frame shows once: the interpreter's
+/// own frames stand for the trampolines' perf-map names, which are the
+/// same names.
+#[test]
+fn own_frames_and_x_perf_do_not_repeat_frames() {
+    if skip() {
+        return;
+    }
+    let Some(py) = pyenv(12) else { return };
+    let (prefix, stacks, truth) = profile("python-own-xperf-312", &py, &["-X", "perf"], "1", false, &[]);
+    check(&prefix, &stacks, &truth);
+    let (_, plain, _) = profile("python-own-plain-312", &py, &[], "1", false, &["--no-python-perf"]);
+    assert_eq!(py_names(&stacks), py_names(&plain), "-X perf and not: other names");
 }

@@ -442,3 +442,27 @@ fn empty_input_large_input_and_broken_pipe() {
     assert!(status.success(), "{err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// Frames the capture named itself (an interpreter's, in the Maps
+/// record's `names`) name their addresses, among the native ones, for a
+/// process long gone.
+#[test]
+fn frames_named_by_the_capture() {
+    let dir = util::scratch("stacksym-named");
+    let exe = build_cxx(&dir);
+    let prog = Prog::start(&exe);
+    let mut maps = prog.maps_record();
+    let py = 0xfff0_0000_0000_0010u64;
+    maps["names"] = json!([{"addr": py, "frame": {"func": "py::work:/app/w.py", "file": "/app/w.py", "line": 7}},
+                           {"addr": py + 16, "frame": {"func": "py::<module>:/app/w.py", "file": "/app/w.py", "line": 2}}]);
+    let input = stream(&[header(), maps, stack(prog.pid, &[prog.chain[0], py + 16, py, prog.chain[1]], &[])]);
+    prog.stop();
+    let out = stacks(&symbolize(&[], &input));
+    let f = &out[0].frames;
+    let i = f.iter().position(|f| f.func == "py::<module>:/app/w.py").expect("named frame");
+    assert_eq!(f[i + 1].func, "py::work:/app/w.py");
+    assert_eq!((f[i + 1].file.as_deref(), f[i + 1].line), (Some("/app/w.py"), Some(7)));
+    // The native frames around them are named as without.
+    assert!(f[..i].iter().all(|f| !f.func.starts_with("py::") && !f.func.contains("+0x")), "{:?}", funcs(f));
+    assert!(f[i + 2..].iter().all(|f| !f.func.contains("+0x")), "{:?}", funcs(f));
+}

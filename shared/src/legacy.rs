@@ -5,7 +5,7 @@
 
 use bincode::Decode;
 
-use crate::record::{Frame, GpuInfo, Header, Kind, Maps, Record, Stack, State, Stats, Thread};
+use crate::record::{Frame, GpuInfo, Header, Kind, MapEntry, Maps, Record, Stack, State, Stats, Thread};
 
 /// The framing version these types decode.
 pub const VERSION: u8 = 2;
@@ -15,9 +15,16 @@ pub const VERSION: u8 = 2;
 pub enum RecordV2 {
     Header(Header),
     Thread(Thread),
-    Maps(Maps),
+    Maps(MapsV2),
     Stack(StackV2),
     Stats(Stats),
+}
+
+#[derive(Decode)]
+#[cfg_attr(test, derive(bincode::Encode))]
+pub struct MapsV2 {
+    pid: u32,
+    maps: Vec<MapEntry>,
 }
 
 #[derive(Decode)]
@@ -41,7 +48,7 @@ impl From<RecordV2> for Record {
         match r {
             RecordV2::Header(h) => Record::Header(h),
             RecordV2::Thread(t) => Record::Thread(t),
-            RecordV2::Maps(m) => Record::Maps(m),
+            RecordV2::Maps(m) => Record::Maps(Maps { pid: m.pid, maps: m.maps, names: Vec::new() }),
             RecordV2::Stats(s) => Record::Stats(s),
             RecordV2::Stack(s) => Record::Stack(Stack {
                 kind: s.kind,
@@ -68,7 +75,7 @@ mod tests {
     use crate::{Reader, ReaderOptions};
 
     /// A binary stream written by 1.2's tools (framing 2, frames in the
-    /// stack record) reads as the same records.
+    /// stack record, maps without names) reads as the same records.
     #[test]
     fn framing_2_still_read() {
         let frames = vec![Frame::named("main"), Frame::kernel("read")];
@@ -86,7 +93,8 @@ mod tests {
             gpu: None,
         };
         let mut bytes = b"\0WCB\x02".to_vec();
-        for r in [RecordV2::Header(Header::new("t", "0")), RecordV2::Stack(old)] {
+        let maps = RecordV2::Maps(MapsV2 { pid: 1, maps: vec![] });
+        for r in [RecordV2::Header(Header::new("t", "0")), maps, RecordV2::Stack(old)] {
             let enc = bincode::encode_to_vec(r, bincode::config::standard()).unwrap();
             bytes.extend_from_slice(&(enc.len() as u32).to_le_bytes());
             bytes.extend_from_slice(&enc);
@@ -94,6 +102,7 @@ mod tests {
         let recs: Vec<Record> = Reader::new(&bytes[..], "t", ReaderOptions::default()).map(Result::unwrap).collect();
         let mut want = Stack::new(Kind::Off, 1, 2, "w");
         (want.state, want.ustack, want.frames, want.ns, want.count) = (Some(State::S), vec![7], frames, 5, 1);
-        assert_eq!(recs[1], Record::Stack(want));
+        assert_eq!(recs[1], Record::Maps(Maps { pid: 1, maps: vec![], names: vec![] }));
+        assert_eq!(recs[2], Record::Stack(want));
     }
 }

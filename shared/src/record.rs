@@ -242,6 +242,23 @@ impl Thread {
 pub struct Maps {
     pub pid: u32,
     pub maps: Vec<MapEntry>,
+    /// Frames the capture named itself, by the address that stands for
+    /// each in `Stack::ustack` (an interpreter's frames read at the stack's
+    /// moment: CPython's, `py::NAME:FILE` with its line; the addresses lie
+    /// in no mapping, at [`NAMED_ADDR_BASE`] and up). Since 1.3.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<NamedAddr>,
+}
+
+/// User addresses from here up are never code (the kernel's half): the
+/// capture uses them for the frames it names in `Maps::names`.
+pub const NAMED_ADDR_BASE: u64 = 0xfff0_0000_0000_0000;
+
+/// One frame named by the capture (see [`Maps::names`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+pub struct NamedAddr {
+    pub addr: u64,
+    pub frame: Frame,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]

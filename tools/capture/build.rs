@@ -11,7 +11,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", header.display());
     // The BPF side takes __u64 and friends from vmlinux.h; these are theirs.
     let wrapper = format!(
-        "typedef unsigned char __u8;\ntypedef unsigned int __u32;\ntypedef unsigned long long __u64;\n#include \"{}\"\n",
+        "typedef unsigned char __u8;\ntypedef int __s32;\ntypedef unsigned int __u32;\ntypedef unsigned long long __u64;\n#include \"{}\"\n",
         header.display()
     );
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("wallclock_h.rs");

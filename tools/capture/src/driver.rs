@@ -40,6 +40,8 @@ pub struct Maps<'a> {
     pub tids: &'a MapMut<'static>,
     pub threads: &'a MapMut<'static>,
     pub stats: &'a MapMut<'static>,
+    pub py_threads: &'a MapMut<'static>,
+    pub py_cfg: &'a MapMut<'static>,
 }
 
 /// The programs of tree.bpf.h.
@@ -208,6 +210,16 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         }
     };
 
+    // The threads of the Python interpreters among the targets, before the
+    // start and at every turn (a new thread's frames are read from then on).
+    let python = |unwind: &mut Unwind, sess: &Session, skel: &T::Skel| {
+        let mut pids = sess.pids.clone();
+        pids.extend(bpf::u32_keys(skel.maps().tgids));
+        pids.sort_unstable();
+        pids.dedup();
+        unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
+    };
+    python(&mut unwind, &sess, &skel);
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
     sess.begin(start, &args.tids, &mut unwind)?;
@@ -224,6 +236,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         sess.duration.is_some_and(|d| began.elapsed().as_secs_f64() + half >= d)
     };
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
+        python(&mut unwind, &sess, &skel);
         drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
         let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
         if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {

@@ -8,7 +8,10 @@ mod c {
     include!(concat!(env!("OUT_DIR"), "/wallclock_h.rs"));
 }
 
-pub use c::{wc_event as WcEvent, wc_okey as WcOkey, wc_oval as WcOval, wc_thread as WcThread};
+pub use c::{
+    wc_event as WcEvent, wc_okey as WcOkey, wc_oval as WcOval, wc_pycfg as WcPycfg, wc_pyframe as WcPyframe,
+    wc_thread as WcThread,
+};
 pub use c::{wc_wake as WcWake, wc_wkey as WcWkey};
 
 /// A waker's stack event (`WcEvent::kind`); its `state` is the context.

@@ -51,6 +51,8 @@ macro_rules! capture_skel {
                     tids: &self.maps.tids,
                     threads: &self.maps.threads,
                     stats: &self.maps.stats,
+                    py_threads: &self.maps.py_threads,
+                    py_cfg: &self.maps.py_cfg,
                 }
             }
 

@@ -18,6 +18,8 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
 
+use crate::event::WcEvent;
+use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
 
 /// The kernel maps nothing below this (vm.mmap_min_addr's default).
@@ -102,6 +104,8 @@ pub struct Unwind {
     exec_ino: HashMap<u32, u64>,
     /// CPython's `-X perf` trampolines (anonymous code without unwind info).
     trampolines: Trampolines,
+    /// CPython's own frames, read in BPF (python::frames).
+    pub python: Python,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -225,6 +229,24 @@ impl Unwind {
         v
     }
 
+    /// The user stack of a stack event, root first: unwound, with the
+    /// Python frames it carries put where the interpreter ran them.
+    pub fn event_stack(&mut self, e: &WcEvent) -> Vec<u64> {
+        let mut native = self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        if e.py_n > 0 && self.python.is_python(e.pid) {
+            // Under -X perf too: the Python frames read from the
+            // interpreter stand for its trampolines' perf-map names (the
+            // same names, with lines), which would repeat each one.
+            let covered: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
+            let mut i = 0;
+            native.retain(|&a| {
+                i += 1;
+                covered[i - 1] || !self.trampolines.contains(e.pid, a)
+            });
+        }
+        self.python.splice(e, native)
+    }
+
     fn reload(&mut self, pid: u32) -> bool {
         let n = self.reloads.entry(pid).or_default();
         if *n >= 64 {
@@ -292,7 +314,7 @@ impl Unwind {
             }
         }
         maps.sort_by_key(|m| m.start);
-        Some(Maps { pid, maps })
+        Some(Maps { pid, maps, names: self.python.names(pid) })
     }
 
     /// The Maps record of every process whose mappings were read, by pid.

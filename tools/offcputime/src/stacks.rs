@@ -34,7 +34,7 @@ impl Stacks {
         if self.by_fp.contains_key(&e.fp) {
             return;
         }
-        let ustack = unwind.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        let ustack = unwind.event_stack(&e);
         self.by_fp.insert(e.fp, (ustack, e.kstack_root_first()));
     }
 

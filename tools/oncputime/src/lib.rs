@@ -87,7 +87,7 @@ struct Samples {
 impl Samples {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         let Some(e) = WcEvent::parse(data) else { return };
-        let ustack = unwind.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        let ustack = unwind.event_stack(&e);
         *self.stacks.entry((e.tid, ustack, e.kstack_root_first())).or_default() += 1;
         let t = self.per_thread.entry(e.tid).or_insert((e.pid, 0, String::new()));
         t.1 += 1;

@@ -61,6 +61,8 @@ pub struct Engine {
     pub(crate) symbolizer: Symbolizer,
     pub(crate) opts: Options,
     pub(crate) stream_maps: HashMap<u32, Vec<MapEntry>>,
+    /// Frames the capture named itself (`Maps::names`), per pid.
+    pub(crate) named: HashMap<u32, HashMap<u64, Frame>>,
     pub(crate) snapshots: HashMap<u32, Vec<MapEntry>>,
     pub(crate) perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Does the file at this path still carry this build id?
@@ -103,6 +105,7 @@ impl Engine {
             symbolizer,
             opts,
             stream_maps: HashMap::new(),
+            named: HashMap::new(),
             snapshots: HashMap::new(),
             perf_maps: HashMap::new(),
             build_id_ok: HashMap::new(),
@@ -131,6 +134,9 @@ impl Engine {
         let maps = m.maps.iter().map(|e| self.absolute(e));
         let maps: Vec<MapEntry> = maps.collect();
         self.stream_maps.entry(m.pid).or_default().extend(maps);
+        if !m.names.is_empty() {
+            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
+        }
     }
 
     /// A relative path (a hand-made or generated Maps record) is taken from

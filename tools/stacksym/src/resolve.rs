@@ -53,8 +53,20 @@ impl Engine {
 
     pub(crate) fn resolve_user(&mut self, pid: u32, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
         let mut out: Vec<Option<Vec<Frame>>> = vec![None; keys.len()];
-        let items: Vec<Item> =
-            keys.iter().enumerate().map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret) }).collect();
+        // 0. Frames the capture named (an interpreter's: CPython's).
+        if let Some(named) = self.named.get(&pid) {
+            for (idx, (addr, _)) in keys.iter().enumerate() {
+                if let Some(f) = named.get(addr) {
+                    out[idx] = Some(vec![f.clone()]);
+                }
+            }
+        }
+        let items: Vec<Item> = keys
+            .iter()
+            .enumerate()
+            .filter(|&(idx, _)| out[idx].is_none())
+            .map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret) })
+            .collect();
         let live = !self.opts.no_live && procmaps::is_live(pid);
         if live {
             if let Some(m) = procmaps::read_proc_maps(pid) {

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use wallclock_stream::{Frame, Header, Kind, MapEntry, Record, Slice, SliceStack, Stack, State, Stats, Thread};
+use wallclock_stream::{Frame, Header, Kind, MapEntry, NamedAddr, Record, Slice, SliceStack, Stack, State, Stats, Thread};
 
 use crate::profile::{MappingKey, Profile};
 
@@ -39,6 +39,8 @@ pub struct Input {
     pub header: Option<Header>,
     pub threads: Vec<Thread>,
     pub maps: HashMap<u32, Vec<MapEntry>>,
+    /// Frames the capture named itself (`Maps::names`: Python's), per pid.
+    pub names: HashMap<u32, Vec<NamedAddr>>,
     pub stacks: Vec<Stack>,
     pub stats: Option<Stats>,
     /// The timeline (`--timeline` captures).
@@ -55,7 +57,10 @@ impl Input {
                     inp.header.get_or_insert(h);
                 }
                 Record::Thread(t) => inp.threads.push(t),
-                Record::Maps(m) => inp.maps.entry(m.pid).or_default().extend(m.maps),
+                Record::Maps(m) => {
+                    inp.maps.entry(m.pid).or_default().extend(m.maps);
+                    inp.names.entry(m.pid).or_default().extend(m.names);
+                }
                 Record::Stack(s) => inp.stacks.push(s),
                 Record::Slice(s) => inp.slices.push(s),
                 Record::SliceStack(s) => inp.slice_stacks.push(s),

@@ -72,7 +72,8 @@ fn frame_text(f: &Frame) -> String {
 fn stacks(inp: &Input) -> HashMap<u64, Vec<Frame>> {
     let mut engine = Engine::new(Options { tool: "wcexport", ..Options::default() });
     for (pid, maps) in &inp.maps {
-        engine.add_maps(&Maps { pid: *pid, maps: maps.clone() });
+        let names = inp.names.get(pid).cloned().unwrap_or_default();
+        engine.add_maps(&Maps { pid: *pid, maps: maps.clone(), names });
     }
     let raw: Vec<(u64, Stack)> = inp
         .slice_stacks

@@ -51,6 +51,30 @@ pub fn line_of(table: &[u8], first_line: i64, unit: u64) -> Option<i64> {
     None
 }
 
+/// The line of the instruction at byte offset `at` in a CPython 3.10
+/// location table (`co_linetable`, Objects/lnotab_notes.txt): pairs of an
+/// unsigned byte-offset delta and a signed line delta, -128 for a range
+/// without a line.
+pub fn line_of_310(table: &[u8], first_line: i64, at: u64) -> Option<i64> {
+    let mut end = 0u64;
+    let mut line = first_line;
+    for pair in table.chunks_exact(2) {
+        let start = end;
+        end += u64::from(pair[0]);
+        let d = pair[1] as i8;
+        let here = if d == -128 {
+            None
+        } else {
+            line += i64::from(d);
+            Some(line)
+        };
+        if at >= start && at < end {
+            return here;
+        }
+    }
+    None
+}
+
 fn varint(t: &[u8], i: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     let mut shift = 0;
@@ -73,6 +97,20 @@ fn svarint(t: &[u8], i: &mut usize) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_310_table() {
+        // 4 bytes at first line + 1, 6 at 2 lines back, 2 without a line,
+        // 0 bytes one line on (no range), 2 at that line.
+        let t = [4, 1, 6, (-2i8) as u8, 2, 0x80, 0, 1, 2, 0];
+        assert_eq!(line_of_310(&t, 10, 0), Some(11));
+        assert_eq!(line_of_310(&t, 10, 3), Some(11));
+        assert_eq!(line_of_310(&t, 10, 4), Some(9));
+        assert_eq!(line_of_310(&t, 10, 9), Some(9));
+        assert_eq!(line_of_310(&t, 10, 10), None);
+        assert_eq!(line_of_310(&t, 10, 12), Some(10));
+        assert_eq!(line_of_310(&t, 10, 14), None);
+    }
 
     #[test]
     fn entries_of_each_form() {

@@ -1,9 +1,10 @@
-//! Python (CPython) support in the capture: what the unwinder needs to walk
-//! through the code CPython generates at run time (`trampoline`, used), and
-//! a reader of the interpreter's own frames from outside the process
-//! (`reader`, `offsets`, `linetable`: 3.11-3.13; not yet used by the
-//! capture, which will need the frame chain read in BPF at switch-out).
+//! Python (CPython) support in the capture: the interpreter's own frames
+//! read where a stack is taken (`frames`: the chain walked by
+//! bpf/python.bpf.h, named and spliced here, with `reader`, `offsets`,
+//! `linetable`: 3.11-3.13), and what the unwinder needs to walk through the
+//! code CPython generates at run time for `-X perf` (`trampoline`).
 
+pub mod frames;
 pub mod linetable;
 pub mod offsets;
 pub mod reader;

@@ -16,20 +16,29 @@ pub struct Offsets {
     pub interp_threads_head: u64,
     /// `PyThreadState.next`
     pub tstate_next: u64,
-    /// `PyThreadState.native_thread_id` (the kernel tid)
+    /// `PyThreadState.native_thread_id` (the kernel tid; 3.11+), or
+    /// (3.10) `PyThreadState.thread_id`, the thread's `pthread_t`, where
+    /// glibc keeps the tid at an offset found in the process (see
+    /// `Interpreter::thread_states`).
     pub tstate_native_thread_id: u64,
+    pub tstate_is_pthread: bool,
     /// `PyThreadState.cframe` (3.11, 3.12: then `_PyCFrame.current_frame`),
     /// or `PyThreadState.current_frame` itself (3.13: `cframe_current` None).
     pub tstate_frame: u64,
     pub cframe_current: Option<u64>,
     /// `_PyInterpreterFrame.previous`, `.f_code` / `.f_executable`,
-    /// `.prev_instr` / `.instr_ptr`, `.owner`.
+    /// `.prev_instr` / `.instr_ptr`, `.owner` (3.10: `PyFrameObject.f_back`,
+    /// `.f_code`, `.f_lasti`, the index of its last instruction; no owner).
     pub frame_previous: u64,
     pub frame_code: u64,
     pub frame_instr: u64,
     pub frame_owner: u64,
-    /// `PyCodeObject.co_filename`, `.co_qualname`, `.co_firstlineno`,
-    /// `.co_linetable`, `.co_code_adaptive`.
+    /// `_PyInterpreterFrame.is_entry` (3.11 only, the byte before `owner`:
+    /// the outermost frame of one `_PyEval_EvalFrameDefault` call; 3.12+
+    /// mark that boundary with a frame `FRAME_OWNED_BY_CSTACK` instead).
+    pub frame_is_entry: Option<u64>,
+    /// `PyCodeObject.co_filename`, `.co_qualname` (3.10: `.co_name`),
+    /// `.co_firstlineno`, `.co_linetable`, `.co_code_adaptive` (3.10: none).
     pub code_filename: u64,
     pub code_qualname: u64,
     pub code_firstlineno: u64,
@@ -45,18 +54,46 @@ pub struct Offsets {
 /// shim frame an entry into the interpreter pushes): not a Python function.
 pub const FRAME_OWNED_BY_CSTACK: u8 = 3;
 
+/// Read with gdb from the DWARF of pyenv's 3.10.13 (`p
+/// &((PyFrameObject*)0)->f_lasti`...). 3.10 has one `PyFrameObject` per
+/// Python call, each run by a `_PyEval_EvalFrameDefault` call of its own.
+pub const PY310: Offsets = Offsets {
+    minor: 10,
+    runtime_interpreters_head: 32,
+    interp_threads_head: 8,
+    tstate_next: 8,
+    tstate_native_thread_id: 176,
+    tstate_is_pthread: true,
+    tstate_frame: 24,
+    cframe_current: None,
+    frame_previous: 24,
+    frame_code: 32,
+    frame_instr: 96,
+    frame_owner: 96,
+    frame_is_entry: None,
+    code_filename: 104,
+    code_qualname: 112,
+    code_firstlineno: 40,
+    code_linetable: 120,
+    code_adaptive: 0,
+    ascii_size: 48,
+    compact_size: 72,
+};
+
 pub const PY311: Offsets = Offsets {
     minor: 11,
     runtime_interpreters_head: 40,
     interp_threads_head: 16,
     tstate_next: 8,
     tstate_native_thread_id: 160,
+    tstate_is_pthread: false,
     tstate_frame: 56,
     cframe_current: Some(8),
     frame_previous: 48,
     frame_code: 32,
     frame_instr: 56,
     frame_owner: 69,
+    frame_is_entry: Some(68),
     code_filename: 112,
     code_qualname: 128,
     code_firstlineno: 72,
@@ -72,12 +109,14 @@ pub const PY312: Offsets = Offsets {
     interp_threads_head: 72,
     tstate_next: 8,
     tstate_native_thread_id: 144,
+    tstate_is_pthread: false,
     tstate_frame: 56,
     cframe_current: Some(0),
     frame_previous: 8,
     frame_code: 0,
     frame_instr: 56,
     frame_owner: 70,
+    frame_is_entry: None,
     code_filename: 112,
     code_qualname: 128,
     code_firstlineno: 68,
@@ -93,12 +132,14 @@ pub const PY313: Offsets = Offsets {
     interp_threads_head: 7344,
     tstate_next: 8,
     tstate_native_thread_id: 160,
+    tstate_is_pthread: false,
     tstate_frame: 72,
     cframe_current: None,
     frame_previous: 8,
     frame_code: 0,
     frame_instr: 56,
     frame_owner: 70,
+    frame_is_entry: None,
     code_filename: 112,
     code_qualname: 128,
     code_firstlineno: 68,
@@ -111,6 +152,7 @@ pub const PY313: Offsets = Offsets {
 /// The table of CPython 3.`minor`, if known.
 pub fn for_minor(minor: u32) -> Option<&'static Offsets> {
     match minor {
+        10 => Some(&PY310),
         11 => Some(&PY311),
         12 => Some(&PY312),
         13 => Some(&PY313),

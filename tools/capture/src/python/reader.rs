@@ -2,7 +2,7 @@
 //! (process_vm_readv, as py-spy does): `_PyRuntime` -> interpreters ->
 //! thread states (each with its kernel tid) -> the current frame ->
 //! previous..., each frame named from its code object (qualified name,
-//! file, line from the location table). CPython 3.11 to 3.13.
+//! file, line from the location table). CPython 3.10 to 3.13.
 //!
 //! This is what the capture needs besides the frame chain read in BPF at
 //! switch-out: which thread state belongs to which tid, and the names of
@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-use super::linetable::line_of;
+use super::linetable::{line_of, line_of_310};
 use super::offsets::{self, Offsets, FRAME_OWNED_BY_CSTACK};
 
 const MAX_THREADS: usize = 4096;
@@ -36,6 +36,8 @@ pub struct PyThread {
     pub frames: Vec<PyFrame>,
 }
 
+type CodeInfo = ([u64; 4], String, String, i64, Vec<u8>);
+
 /// A CPython interpreter in a live process.
 pub struct Interpreter {
     pid: u32,
@@ -43,8 +45,19 @@ pub struct Interpreter {
     pub offsets: &'static Offsets,
     /// Path of the file that holds the interpreter (libpython or the executable).
     pub path: String,
-    /// Code object -> (name, file, first line, location table).
-    code: HashMap<u64, (String, String, i64, Vec<u8>)>,
+    /// Code object -> (its name, file and table objects and first line;
+    /// name, file, first line, location table).
+    code: HashMap<u64, CodeInfo>,
+    /// Where `_PyEval_EvalFrameDefault` (and its `.cold` part) lies in the
+    /// process: the native frames that run Python frames.
+    pub eval: Vec<(u64, u64)>,
+    /// The mappings of the interpreter's file in the process.
+    pub mapped: Vec<(u64, u64)>,
+    /// `PyCode_Type`: a frame read while the interpreter changes it can
+    /// point at something else, which is then not taken for code.
+    code_type: Option<u64>,
+    /// 3.10: offset of the tid in glibc's `struct pthread`, once found.
+    pthread_tid: Option<u64>,
 }
 
 /// CPython 3.N in `path` (a libpython3.N.so* or a python3.N executable).
@@ -67,19 +80,21 @@ impl Interpreter {
     pub fn find(pid: u32) -> Result<Interpreter, String> {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("pid {pid}: {e}"))?;
         let mut cands: Vec<(u64, u64, String)> = Vec::new();
+        let mut ranges: Vec<(u64, u64, String)> = Vec::new();
         for l in maps.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             if f.len() < 6 || minor_from_path(f[5]).is_none() {
                 continue;
             }
-            let (Some((a, _)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
-            let Ok(start) = u64::from_str_radix(a, 16) else { continue };
+            let (Some((a, b)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
+            let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
             cands.push((start, off, f[5].to_string()));
+            ranges.push((start, end, f[5].to_string()));
         }
         cands.sort_by_key(|c| !c.2.contains("libpython"));
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
         let minor = minor_from_path(&path).unwrap_or(0);
-        let offsets = offsets::for_minor(minor).ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not supported (3.11-3.13)"))?;
+        let offsets = offsets::for_minor(minor).ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not supported (3.10-3.13)"))?;
         let data = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
         let (poff, pvaddr) = obj
@@ -93,7 +108,17 @@ impl Interpreter {
             obj.dynamic_symbols().chain(obj.symbols()).find(|s| s.name() == Ok(name)).map(|s| s.address().wrapping_add(bias))
         };
         let runtime = sym("_PyRuntime").ok_or_else(|| format!("{path}: no _PyRuntime symbol"))?;
-        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new() };
+        let mut eval: Vec<(u64, u64)> = obj
+            .dynamic_symbols()
+            .chain(obj.symbols())
+            .filter(|s| s.name().is_ok_and(|n| n == "_PyEval_EvalFrameDefault" || n.starts_with("_PyEval_EvalFrameDefault.")))
+            .map(|s| (s.address().wrapping_add(bias), s.address().wrapping_add(bias) + s.size().max(1)))
+            .collect();
+        eval.sort_unstable();
+        eval.dedup();
+        let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
+        let code_type = sym("PyCode_Type");
+        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), eval, mapped, code_type, pthread_tid: None };
         if let Some(v) = sym("Py_Version") {
             let v = it.u64(v)? as u32;
             if v >> 24 != 3 || (v >> 16) & 0xff != minor {
@@ -133,7 +158,7 @@ impl Interpreter {
         let len = self.u64(obj + 16)?.min(MAX_STR);
         let state = self.u8(obj + 32)?;
         let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
-        if !compact {
+        if !compact || kind == 0 {
             return Err(format!("pid {}: str at {obj:#x} is not compact", self.pid));
         }
         let at = obj + if ascii { o.ascii_size } else { o.compact_size };
@@ -153,40 +178,118 @@ impl Interpreter {
         Ok(b)
     }
 
-    /// Name, file, first line and location table of a code object (cached).
+    /// Name, file, first line and location table of a code object, cached
+    /// by address and by what identifies it: a code object freed and
+    /// another made at its address (seen: a `<module>` run by exec at
+    /// startup, then a function's) has other name, file and table objects.
     pub fn code(&mut self, code: u64) -> Result<(String, String, i64, &[u8]), String> {
-        if !self.code.contains_key(&code) {
-            let o = self.offsets;
-            let name = self.string(self.u64(code + o.code_qualname)?)?;
-            let file = self.string(self.u64(code + o.code_filename)?)?;
-            let mut fl = [0u8; 4];
-            self.read(code + o.code_firstlineno, &mut fl)?;
-            let table = self.bytes(self.u64(code + o.code_linetable)?)?;
-            self.code.insert(code, (name, file, i64::from(i32::from_le_bytes(fl)), table));
+        let o = self.offsets;
+        let mut head = vec![0u8; (o.code_linetable.max(o.code_qualname).max(o.code_filename) + 8) as usize];
+        self.read(code, &mut head)?;
+        let word = |at: u64| u64::from_le_bytes(head[at as usize..at as usize + 8].try_into().unwrap());
+        if self.code_type.is_some_and(|t| word(8) != t) {
+            return Err(format!("pid {}: {code:#x} is not a code object", self.pid));
         }
-        let (n, f, l, t) = &self.code[&code];
+        let first = i64::from(i32::from_le_bytes(head[o.code_firstlineno as usize..][..4].try_into().unwrap()));
+        let id = [word(o.code_qualname), word(o.code_filename), word(o.code_linetable), first as u64];
+        if self.code.get(&code).is_none_or(|c| c.0 != id) {
+            let name = self.string(id[0])?;
+            let file = self.string(id[1])?;
+            let table = self.bytes(id[2])?;
+            self.code.insert(code, (id, name, file, first, table));
+        }
+        let (_, n, f, l, t) = &self.code[&code];
         Ok((n.clone(), f.clone(), *l, t))
+    }
+
+    /// (kernel tid, thread state) of every thread of the main interpreter
+    /// that has started: what the capture's BPF side walks from. A tid
+    /// claimed twice (3.10: a new thread's state carries its parent's
+    /// pthread until the thread runs) stays with the older state.
+    pub fn thread_states(&mut self) -> Result<Vec<(u32, u64)>, String> {
+        let o = self.offsets;
+        let interp = self.u64(self.runtime + o.runtime_interpreters_head)?;
+        let mut ts = self.u64(interp + o.interp_threads_head)?;
+        let mut all = Vec::new();
+        while ts != 0 && all.len() < MAX_THREADS {
+            all.push((self.u64(ts + o.tstate_native_thread_id)?, ts));
+            ts = self.u64(ts + o.tstate_next)?;
+        }
+        if o.tstate_is_pthread {
+            // The oldest state is the main thread's, whose tid is the pid.
+            let at = match self.pthread_tid {
+                Some(at) => at,
+                None => {
+                    let &(main, _) = all.last().ok_or_else(|| format!("pid {}: no thread state", self.pid))?;
+                    let at = self.find_pthread_tid(main)?;
+                    self.pthread_tid = Some(at);
+                    at
+                }
+            };
+            for t in &mut all {
+                let mut b = [0u8; 4];
+                t.0 = if t.0 == 0 || self.read(t.0 + at, &mut b).is_err() { 0 } else { u64::from(u32::from_le_bytes(b)) };
+            }
+        }
+        let mut out: Vec<(u32, u64)> = Vec::new();
+        // A thread state made by Thread.start() before its thread runs
+        // has no native id yet, and nothing to read.
+        for &(tid, ts) in all.iter().rev() {
+            let tid = tid as u32;
+            if tid != 0 && !out.iter().any(|t| t.0 == tid) {
+                out.push((tid, ts));
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Where glibc's `struct pthread` keeps the kernel tid: the first
+    /// 4-byte field of the main thread's that holds the pid.
+    fn find_pthread_tid(&self, main: u64) -> Result<u64, String> {
+        let mut b = vec![0u8; 2048];
+        self.read(main, &mut b)?;
+        (16..b.len() - 4)
+            .step_by(4)
+            .find(|&i| u32::from_le_bytes(b[i..i + 4].try_into().unwrap()) == self.pid)
+            .map(|i| i as u64)
+            .ok_or_else(|| format!("pid {}: no tid in the main thread's pthread", self.pid))
+    }
+
+    /// The process.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Where `_PyRuntime` is in the process.
+    pub fn runtime(&self) -> u64 {
+        self.runtime
     }
 
     /// Every thread state of the main interpreter whose thread has started.
     pub fn threads(&mut self) -> Result<Vec<PyThread>, String> {
-        let o = self.offsets;
-        let interp = self.u64(self.runtime + o.runtime_interpreters_head)?;
-        let mut ts = self.u64(interp + o.interp_threads_head)?;
         let mut out = Vec::new();
-        while ts != 0 && out.len() < MAX_THREADS {
-            let mut tid = [0u8; 8];
-            self.read(ts + o.tstate_native_thread_id, &mut tid)?;
-            let tid = u64::from_le_bytes(tid) as u32;
-            // A thread state made by Thread.start() before its thread runs
-            // has no native id yet, and nothing to read.
-            if tid != 0 {
-                let frames = self.frames(ts)?;
-                out.push(PyThread { tid, tstate: ts, frames });
-            }
-            ts = self.u64(ts + o.tstate_next)?;
+        for (tid, tstate) in self.thread_states()? {
+            let frames = self.frames(tstate)?;
+            out.push(PyThread { tid, tstate, frames });
         }
         Ok(out)
+    }
+
+    /// Name, file and line of code object `code` at `instr` (a frame's
+    /// instruction pointer; 3.10: the instruction index, in its low half).
+    pub fn frame_at(&mut self, code: u64, instr: u64) -> Result<PyFrame, String> {
+        let o = self.offsets;
+        let (name, file, first, table) = self.code(code)?;
+        let line = if o.minor == 10 {
+            // f_lasti is -1 before the first instruction.
+            let lasti = instr as u32 as i32;
+            u64::try_from(lasti).ok().and_then(|i| line_of_310(table, first, i * 2))
+        } else {
+            let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
+            unit.and_then(|u| line_of(table, first, u))
+        };
+        Ok(PyFrame { name, file, line })
     }
 
     /// The Python frames of a thread state, innermost first.
@@ -202,11 +305,7 @@ impl Interpreter {
             let code = self.u64(f + o.frame_code)?;
             if !(o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK) {
                 let instr = self.u64(f + o.frame_instr)?;
-                let adaptive = o.code_adaptive;
-                let (name, file, first, table) = self.code(code)?;
-                let unit = instr.checked_sub(code + adaptive).map(|d| d / 2);
-                let line = unit.and_then(|u| line_of(table, first, u));
-                out.push(PyFrame { name, file, line });
+                out.push(self.frame_at(code, instr)?);
             }
             f = self.u64(f + o.frame_previous)?;
         }
@@ -245,7 +344,9 @@ mod tests {
                 let top = |leaf: &str, caller: &str| names.len() > 3 && names[..3] == [leaf, "measured", caller];
                 if top("nap", "run_sleep") && t.frames[0].line == Some(line("time.sleep(0.002)")) {
                     assert!(t.frames[0].file.ends_with("workload.py"), "{:?}", t.frames[0]);
-                    assert_eq!(names.last(), Some(&"Thread._bootstrap"), "{names:?}");
+                    // 3.10 has no qualified names (co_qualname came in 3.11).
+                    let root = if it.offsets.minor == 10 { "_bootstrap" } else { "Thread._bootstrap" };
+                    assert_eq!(names.last(), Some(&root), "{names:?}");
                     seen.0 = true;
                 }
                 if top("wait_lock", "run_wait") && t.frames[0].line == Some(line("lock.acquire()")) {
@@ -268,8 +369,8 @@ mod tests {
     }
 
     #[test]
-    fn reads_pyenvs_311_312_313() {
-        for v in ["3.11.7/bin/python3.11", "3.12.1/bin/python3.12", "3.13.0/bin/python3.13"] {
+    fn reads_pyenvs_310_to_313() {
+        for v in ["3.10.13/bin/python3.10", "3.11.7/bin/python3.11", "3.12.1/bin/python3.12", "3.13.0/bin/python3.13"] {
             reads_a_live_interpreter(&format!("/root/.pyenv/versions/{v}"));
         }
     }

@@ -73,6 +73,11 @@ impl Trampolines {
         Some(Step { ret: read(ra_at)?, sp: ra_at + 8 })
     }
 
+    /// Whether `pc` is in a checked trampoline of `pid`.
+    pub fn contains(&mut self, pid: u32, pc: u64) -> bool {
+        self.offset(pid, pc).is_some()
+    }
+
     /// A forked `child` runs its parent's trampolines at the same
     /// addresses before it lists any in its own map.
     pub fn fork(&mut self, parent: u32, child: u32) {

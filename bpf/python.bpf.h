@@ -1,0 +1,106 @@
+/* CPython's own frames, read where a stack is taken (switch-out, sample):
+ * a blocked thread's Python frames cannot be read later from user space,
+ * it has moved on by then. User space lists the thread states of the
+ * interpreters it found (py_threads: tid -> PyThreadState address) and
+ * where each process's interpreter keeps its frame chain (py_cfg); here
+ * the chain is walked, innermost first: code object, instruction pointer
+ * and flags of each frame. User space names the code objects and puts the
+ * frames where their _PyEval_EvalFrameDefault native frames were. */
+#ifndef PYTHON_BPF_H
+#define PYTHON_BPF_H
+
+#include "wallclock.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct wc_pycfg);
+} py_cfg SEC(".maps");
+
+static __always_inline __u64 py_mix(__u64 h, __u64 v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+	return h * 0xff51afd7ed558ccdULL;
+}
+
+/* The thread state of `tid`: listed by user space, else (a thread born
+ * since its last look, whose first stacks matter as much as the others)
+ * found in the interpreter's list here and remembered. */
+static __always_inline __u64 py_tstate(__u32 tid, struct wc_pycfg *c)
+{
+	__u64 *ts = bpf_map_lookup_elem(&py_threads, &tid);
+	if (ts)
+		return *ts;
+	__u64 interp = 0, t = 0;
+	if (!c->runtime_interp || bpf_probe_read_user(&interp, sizeof(interp), (void *)c->runtime_interp) || !interp)
+		return 0;
+	if (bpf_probe_read_user(&t, sizeof(t), (void *)(interp + c->interp_threads)))
+		return 0;
+	for (int i = 0; i < WC_PY_SCAN; i++) {
+		__u64 id = 0;
+		if (!t || bpf_probe_read_user(&id, sizeof(id), (void *)(t + c->tstate_tid)))
+			return 0;
+		if (id == tid) {
+			bpf_map_update_elem(&py_threads, &tid, &t, BPF_ANY);
+			return t;
+		}
+		if (bpf_probe_read_user(&t, sizeof(t), (void *)(t + c->tstate_next)))
+			return 0;
+	}
+	return 0;
+}
+
+/* Walk the frame chain of the current task (thread `tid` of `pid`); fill
+ * e->py when e is given. Returns a hash of the frames (0: no Python thread
+ * or no frame), which offcputime mixes into the stack's fingerprint: the
+ * same native registers under another Python stack are another stack.
+ * A function of its own (a BPF call): inlined, its locals and the
+ * switch-out's exceed the 512-byte stack. */
+static __noinline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e)
+{
+	struct wc_pycfg *c = bpf_map_lookup_elem(&py_cfg, &pid);
+	if (!c)
+		return 0;
+	__u64 ts = py_tstate(tid, c);
+	if (!ts)
+		return 0;
+	__u64 f = 0, h = 0x5079;
+	if (bpf_probe_read_user(&f, sizeof(f), (void *)(ts + c->frame)))
+		return 0;
+	if (c->cframe >= 0 && f && bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->cframe)))
+		return 0;
+	__u32 n = 0;
+	for (int i = 0; i < WC_PY_MAX; i++) {
+		if (!f)
+			break;
+		__u64 code = 0, instr = 0, prev = 0;
+		__u16 flags = 0;
+		if (bpf_probe_read_user(&code, sizeof(code), (void *)(f + c->code)) ||
+		    bpf_probe_read_user(&instr, sizeof(instr), (void *)(f + c->instr)) ||
+		    bpf_probe_read_user(&flags, sizeof(flags), (void *)(f + c->flags)) ||
+		    bpf_probe_read_user(&prev, sizeof(prev), (void *)(f + c->previous)))
+			break;
+		h = py_mix(h, code);
+		h = py_mix(h, instr);
+		if (e) {
+			e->py[i & (WC_PY_MAX - 1)].code = code;
+			e->py[i & (WC_PY_MAX - 1)].instr = instr;
+			e->py[i & (WC_PY_MAX - 1)].flags = flags;
+		}
+		n = i + 1;
+		f = prev;
+	}
+	if (e)
+		e->py_n = n;
+	return n ? h : 0;
+}
+
+#endif

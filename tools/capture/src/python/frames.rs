@@ -1,0 +1,295 @@
+//! Python frames without `-X perf`: the interpreter's own frame chain, read
+//! by the BPF side where a stack is taken (bpf/python.bpf.h), named here
+//! and put where CPython ran it, so that native and Python frames
+//! interleave.
+//!
+//! While the capture runs, [`Python::refresh`] finds the CPython 3.10-3.13
+//! of each target process ([`Interpreter::find`]), tells the BPF side
+//! where that version keeps its frame chain (`py_cfg`), and lists its
+//! threads (`py_threads`: tid -> thread state), again at every turn of
+//! the capture loop. A thread born since is looked for in the
+//! interpreter's list by the BPF side at its first stack (3.11+), so its
+//! frames are read from its first stacks on.
+//!
+//! A stack event then carries the thread's frames, innermost first: code
+//! object, instruction pointer, flags. [`Python::splice`] cuts them into
+//! the runs that one `_PyEval_EvalFrameDefault` call executes (3.10: one
+//! frame each; 3.11 marks a run's outermost frame `is_entry`; 3.12+ push a
+//! frame owned by the C stack under it) and puts each run right above the native frame of that
+//! call, innermost run on the innermost call. Each Python frame becomes an
+//! address at [`NAMED_ADDR_BASE`] and up, named in the process's Maps
+//! record (`py::QUALNAME:FILE` as CPython's perf map writes it for
+//! `-X perf`, with the file and the line of the instruction), so a
+//! workload gives the same names with or without `-X perf`.
+//!
+//! A code object is read when a stack shows it, while its process lives,
+//! and cached by address and by its name, file and table objects (one is
+//! freed and another made at its address: seen at startup). A code object
+//! freed between the stack and its reading here names nothing (or, its
+//! memory reused by another code object, that one).
+
+use std::collections::{HashMap, HashSet};
+
+use libbpf_rs::{MapCore, MapFlags};
+use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
+
+use super::offsets::{Offsets, FRAME_OWNED_BY_CSTACK};
+use super::reader::{Interpreter, PyFrame};
+use crate::event::{as_bytes, WcEvent, WcPyframe};
+
+/// The interpreter of one process and the frames named in it.
+struct Proc {
+    it: Interpreter,
+    /// (name, line) -> its address in the stacks.
+    addr: HashMap<(String, Option<i64>), u64>,
+    names: Vec<NamedAddr>,
+    /// Threads listed in `py_threads`.
+    tids: HashSet<u32>,
+}
+
+/// The Python processes of a capture.
+#[derive(Default)]
+pub struct Python {
+    procs: HashMap<u32, Proc>,
+    /// Processes found not to run a supported CPython, with the file that
+    /// said so (looked at again only when another file is mapped).
+    not_python: HashMap<u32, String>,
+}
+
+/// The file /proc/PID/maps would make the interpreter's, if any.
+fn candidate(pid: u32) -> Option<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let mut found: Option<String> = None;
+    for l in maps.lines() {
+        let Some(path) = l.split_whitespace().nth(5) else { continue };
+        let name = path.rsplit('/').next().unwrap_or("");
+        if name.starts_with("libpython3.") {
+            return Some(path.to_string());
+        }
+        if name.starts_with("python3.") && found.is_none() {
+            found = Some(path.to_string());
+        }
+    }
+    found
+}
+
+impl Python {
+    /// Find the interpreters of `pids` not seen yet and list every known
+    /// interpreter's threads into the BPF maps. Cheap when nothing changed:
+    /// a few reads of each interpreter's thread list.
+    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
+        for &pid in pids {
+            if !self.procs.contains_key(&pid) {
+                let Some(file) = candidate(pid) else { continue };
+                if self.not_python.get(&pid) == Some(&file) {
+                    continue;
+                }
+                match Interpreter::find(pid) {
+                    Ok(it) => {
+                        let c = config(&it);
+                        if cfg.update(&pid.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).is_err() {
+                            continue;
+                        }
+                        self.procs.insert(pid, Proc { it, addr: HashMap::new(), names: Vec::new(), tids: HashSet::new() });
+                    }
+                    Err(_) => {
+                        self.not_python.insert(pid, file);
+                        continue;
+                    }
+                }
+            }
+            let p = self.procs.get_mut(&pid).unwrap();
+            // A thread list being changed can read short: the next turn
+            // reads it again.
+            let Ok(list) = p.it.thread_states() else { continue };
+            let now: HashSet<u32> = list.iter().map(|t| t.0).collect();
+            for (tid, ts) in list {
+                let _ = threads.update(&tid.to_ne_bytes(), &ts.to_ne_bytes(), MapFlags::ANY);
+            }
+            for gone in p.tids.difference(&now) {
+                let _ = threads.delete(&gone.to_ne_bytes());
+            }
+            p.tids = now;
+        }
+    }
+
+    /// Whether `pid` was found to run CPython.
+    pub fn is_python(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// The frames named in `pid`, for its Maps record.
+    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+        self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
+    }
+
+    /// `native` (root first) with the Python frames of `e` put in.
+    pub fn splice(&mut self, e: &WcEvent, native: Vec<u64>) -> Vec<u64> {
+        let n = (e.py_n as usize).min(e.py.len());
+        if n == 0 {
+            return native;
+        }
+        let Some(p) = self.procs.get_mut(&e.pid) else { return native };
+        let o = p.it.offsets;
+        let runs = cut(&e.py[..n], o, |code, instr| p.name(code, instr));
+        // The native frames of _PyEval_EvalFrameDefault, innermost first.
+        let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
+        let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
+        let in_file = |a: u64| p.it.mapped.iter().any(|&(s, e)| a >= s && a < e);
+        let fallback = (0..native.len()).rev().find(|&i| in_file(native[i]));
+        place(&native, &evals, fallback, runs)
+    }
+}
+
+/// The Python frames of a stack (innermost first) cut into the runs that
+/// one `_PyEval_EvalFrameDefault` call executes, innermost run first, each
+/// named by `name` (code object, instruction pointer) and innermost first.
+/// A frame that names no code object (being changed as it was read, in an
+/// on-CPU sample) is left out.
+fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Option<u64>) -> Vec<Vec<u64>> {
+    let mut runs: Vec<Vec<u64>> = vec![Vec::new()];
+    for f in frames {
+        let b = f.flags.to_le_bytes();
+        let (entry, owner) = if o.frame_is_entry.is_some() { (b[0] != 0, b[1]) } else { (false, b[0]) };
+        if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
+            runs.push(Vec::new());
+            continue;
+        }
+        if let Some(a) = name(f.code, f.instr) {
+            runs.last_mut().unwrap().push(a);
+        }
+        // 3.10 runs each Python frame in a C call of its own.
+        if entry || o.minor == 10 {
+            runs.push(Vec::new());
+        }
+    }
+    runs.retain(|r| !r.is_empty());
+    runs
+}
+
+/// `native` (root first) with each run of Python frames right after
+/// (leafward of) its eval frame: `evals` are the indexes of those, the
+/// innermost first, for the runs in order. Runs beyond the eval frames
+/// found (an unwind cut short) go above the outermost one found; without
+/// any, above `fallback` (the innermost frame of the interpreter's file),
+/// else on top.
+fn place(native: &[u64], evals: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
+    let fallback = evals.last().copied().or(fallback).unwrap_or(native.len().saturating_sub(1));
+    let mut at: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut total = 0;
+    for (k, run) in runs.into_iter().enumerate() {
+        total += run.len();
+        let i = evals.get(k).copied().unwrap_or(fallback);
+        // Outer runs (later) go rootward of inner ones at the same frame.
+        let v = at.entry(i).or_default();
+        let mut r: Vec<u64> = run.into_iter().rev().collect();
+        r.append(v);
+        *v = r;
+    }
+    let mut out = Vec::with_capacity(native.len() + total);
+    for (i, a) in native.iter().enumerate() {
+        out.push(*a);
+        if let Some(r) = at.remove(&i) {
+            out.extend(r);
+        }
+    }
+    if let Some(r) = at.remove(&0) {
+        out.extend(r); // no native frame at all
+    }
+    out
+}
+
+impl Proc {
+    /// The address that stands for code object `code` at `instr`.
+    fn name(&mut self, code: u64, instr: u64) -> Option<u64> {
+        let PyFrame { name, file, line } = self.it.frame_at(code, instr).ok()?;
+        let func = format!("py::{name}:{file}");
+        if let Some(&a) = self.addr.get(&(func.clone(), line)) {
+            return Some(a);
+        }
+        let a = address_of(&func, line);
+        self.addr.insert((func.clone(), line), a);
+        let frame = Frame { file: Some(file), line: line.and_then(|l| u32::try_from(l).ok()), ..Frame::named(func) };
+        self.names.push(NamedAddr { addr: a, frame });
+        Some(a)
+    }
+}
+
+/// The address that stands for a frame: from its name and line alone, so
+/// that every capture tool gives one frame the same address (oncputime's
+/// and offcputime's streams meet in stackmerge with their Maps records):
+/// FNV-1a, 48 bits of it above [`NAMED_ADDR_BASE`].
+fn address_of(func: &str, line: Option<i64>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in func.bytes().chain(line.unwrap_or(-1).to_le_bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    NAMED_ADDR_BASE | (h & 0x000f_ffff_ffff_fff0)
+}
+
+/// Where the interpreter keeps its frame chain, for the BPF side.
+fn config(it: &Interpreter) -> crate::event::WcPycfg {
+    let o = it.offsets;
+    crate::event::WcPycfg {
+        frame: o.tstate_frame as u32,
+        cframe: o.cframe_current.map_or(-1, |c| c as i32),
+        code: o.frame_code as u32,
+        instr: o.frame_instr as u32,
+        flags: o.frame_is_entry.unwrap_or(o.frame_owner) as u32,
+        previous: o.frame_previous as u32,
+        // 3.10's tid is behind its pthread_t: user space lists those.
+        runtime_interp: if o.tstate_is_pthread { 0 } else { it.runtime() + o.runtime_interpreters_head },
+        interp_threads: o.interp_threads_head as u32,
+        tstate_tid: o.tstate_native_thread_id as u32,
+        tstate_next: o.tstate_next as u32,
+        pad: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::offsets::{PY310, PY311, PY312};
+    use super::*;
+
+    fn frames(v: &[(u64, u32)]) -> Vec<WcPyframe> {
+        v.iter().map(|&(code, flags)| WcPyframe { code, instr: 0, flags, pad: 0 }).collect()
+    }
+
+    #[test]
+    fn a_frame_has_one_address_everywhere() {
+        let a = address_of("py::f:/a.py", Some(3));
+        assert_eq!(a, address_of("py::f:/a.py", Some(3)));
+        assert!(a >= NAMED_ADDR_BASE);
+        assert_ne!(a, address_of("py::f:/a.py", Some(4)));
+        assert_ne!(a, address_of("py::f:/a.py", None));
+        assert_ne!(a, address_of("py::g:/a.py", Some(3)));
+    }
+
+    #[test]
+    fn runs_by_version() {
+        let id = |c: u64, _| Some(c);
+        // 3.12+: a frame owned by the C stack (3) under each run.
+        let f = frames(&[(1, 0), (2, 0), (0, 3), (3, 1), (0, 3)]);
+        assert_eq!(cut(&f, &PY312, id), vec![vec![1, 2], vec![3]]);
+        // 3.11: the outermost frame of a run is_entry (byte 0; owner byte 1).
+        let f = frames(&[(1, 0), (2, 1), (3, 0x0101)]);
+        assert_eq!(cut(&f, &PY311, id), vec![vec![1, 2], vec![3]]);
+        // 3.10: one frame a run; a frame naming no code is left out.
+        let f = frames(&[(1, 0), (2, 0), (3, 0)]);
+        assert_eq!(cut(&f, &PY310, |c, _| (c != 2).then_some(c)), vec![vec![1], vec![3]]);
+    }
+
+    #[test]
+    fn runs_go_above_their_eval_frames() {
+        // root, eval (outer), C call, eval (inner), leaf.
+        let native = [10, 11, 12, 13, 14];
+        let runs = vec![vec![1, 2], vec![3]];
+        assert_eq!(place(&native, &[3, 1], None, runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14]);
+        // One eval frame found: the outer run goes rootward of the inner.
+        assert_eq!(place(&native, &[3], None, runs.clone()), vec![10, 11, 12, 13, 3, 2, 1, 14]);
+        // None: above the interpreter's innermost frame, else on top.
+        assert_eq!(place(&native, &[], Some(2), runs.clone()), vec![10, 11, 12, 3, 2, 1, 13, 14]);
+        assert_eq!(place(&native, &[], None, runs.clone()), vec![10, 11, 12, 13, 14, 3, 2, 1]);
+        assert_eq!(place(&[], &[], None, runs), vec![3, 2, 1]);
+    }
+}
