@@ -12,7 +12,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use wallclock_stream::sniff::{self, InputKind};
-use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::{folded, Frame, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
 
 /// Kinds, as indexes into a [`Mix`].
@@ -160,10 +159,8 @@ impl Profile {
 
     fn add_stream(&mut self, r: impl BufRead, name: &str, per_thread: bool, unit_ns: u64) -> Result<()> {
         let opts = ReaderOptions { folded_unit_ns: unit_ns };
-        // The folded text of each stack of the stream's stack table, made
-        // once (threads share stacks), and the table's generation it is of.
-        let mut texts: FastMap<u32, String> = FastMap::default();
-        let mut generation = 0;
+        // Stacks of the stream's stack table: their text made from the
+        // table's frames, not from frames copied into every record.
         let mut reader = Reader::new(r, name, opts).keep_stack_ids();
         while let Some(rec) = reader.next() {
             match rec? {
@@ -190,12 +187,9 @@ impl Profile {
                     let text = match s.stack_id {
                         Some(id) if reader.defs().stack(id).is_some_and(|f| !f.is_empty()) => {
                             let defs = reader.defs();
-                            if defs.generation() != generation {
-                                (texts, generation) = (FastMap::default(), defs.generation());
-                            }
                             let frames = defs.stack(id).unwrap_or_default().iter().filter_map(|&f| defs.frame(f));
-                            let body = texts.entry(id).or_insert_with(|| folded::stack_text_of::<&str>(&[], frames.clone()));
-                            with_state_leaf(&s, body.clone(), frames.clone().next_back())
+                            let body = folded::stack_text_of::<&str>(&[], frames.clone());
+                            with_state_leaf(&s, body, frames.clone().next_back())
                         }
                         _ => stack_text(&s),
                     };
