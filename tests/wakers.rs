@@ -193,6 +193,15 @@ fn stackmerge_folds_blocked_then_waker() {
     let (r, g, b) = fill("wait_for_worker");
     assert!(r <= 140 && g <= 140 && b >= 190, "blocked box rgb({r},{g},{b})");
     assert!(svg.contains("who woke the block: purple"), "no legend");
+    // wcreport: each waiter's stack with its waker, and the waits-on table.
+    let report = util::ok("wcreport", &[sym.to_str().unwrap()], b"");
+    let woken = format!("woken by worker ({}) in worker_signal:", t.tid["worker"]);
+    assert!(report.contains(&woken), "no '{woken}' in the report:\n{report}");
+    assert!(report.contains(&format!("woken by producer ({}) in produce_signal:", t.tid["producer"])), "{report}");
+    let table = &report[report.find("WAITS ON").expect("a WAITS ON table")..];
+    let row = table.lines().find(|l| l.contains(&format!("requester ({})", t.tid["requester"]))).expect("requester row");
+    assert!(row.contains(&format!("worker ({})", t.tid["worker"])), "{row}");
+    assert!(table.lines().any(|l| l.contains("sleeper (") && l.contains("[timer]")), "{table}");
     // Without --wakers: as before, no waker anywhere.
     let plain = util::ok("stackmerge", &["--folded", sym.to_str().unwrap()], b"");
     assert!(!plain.contains(";--;") && !plain.contains("_[w]"));

@@ -282,11 +282,10 @@ int main(int argc, char **argv)
 	nap_us((long)(secs * 1e6) % 1000000);
 	for (int s = 0; s < (int)secs; s++)
 		nap_us(999999);
+	/* Each waker wakes its waiter once more after its loop (the waiter
+	 * then sees stop): main wakes nobody, so that every wait of a waiter
+	 * has its one right waker, the last one too. */
 	stop = 1;
-	/* Wake every waiter so it sees stop. */
-	produce_signal();
-	worker_signal();
-	pipe_write();
 	for (int i = 0; i < n; i++)
 		pthread_join(t[i].th, 0);
 	for (int i = 0; i < n; i++) {

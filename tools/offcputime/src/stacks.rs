@@ -21,9 +21,6 @@ impl Stacks {
     /// its user-stack copy (see `wallclock_capture::drain`).
     pub fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         let Some(e) = WcEvent::parse(data) else { return };
-        if std::env::var_os("WC_DEBUG_WAKERS").is_some() {
-            eprintln!("event kind {} fp {:x} tid {} kbytes {} ubytes {}", e.kind, e.fp, e.tid, e.kstack_bytes, e.ustack_bytes);
-        }
         if e.kind == event::KIND_WAKER {
             // A waker may be in another process: its name is not the
             // blocked threads' (and an interrupt's is a bystander's).
