@@ -202,9 +202,9 @@ mod tests {
         s.waker = Some(Box::new(w));
         let bytes = framed(&[Record::Stack(s.clone())]);
         let mut r = &bytes[..];
-        read_magic(&mut r).unwrap();
-        let got = read_record(&mut r, &mut Vec::new()).unwrap().unwrap();
-        assert_eq!(got, Record::Stack(s.clone()));
+        let mut v = read_magic(&mut r).unwrap();
+        let got = read_record(&mut r, &mut Vec::new(), &mut v).unwrap().unwrap();
+        assert_eq!(got, Record::Stack(s));
     }
 
     #[test]

@@ -247,8 +247,11 @@ fn config(cli: &Cli, start: u64, end: u64, read_at_stop: u64) -> collect::Config
     }
 }
 
+/// A BPF map's entries, as (key, value) bytes.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The off-CPU sums, by stack and, with --wakers, by waker.
-fn dump_off(skel: &skel::OffcputimeSkel<'_>, wakers: bool) -> (Vec<(Vec<u8>, Vec<u8>)>, Vec<(Vec<u8>, Vec<u8>)>) {
+fn dump_off(skel: &skel::OffcputimeSkel<'_>, wakers: bool) -> (Entries, Entries) {
     let offcpu = wallclock_capture::bpf::dump(&skel.maps.offcpu);
     let offwake = if wakers { wallclock_capture::bpf::dump(&skel.maps.offwake) } else { Vec::new() };
     (offcpu, offwake)
