@@ -59,7 +59,9 @@ fn capture(name: &str, args: &[&str], env: &[(&str, &str)], secs: &str) -> (Vec<
     let sym = dir.join("sym.stream");
     let st = Command::new(util::bin("stacksym")).arg(&raw).arg("-o").arg(&sym).status().unwrap();
     assert!(st.success());
-    let recs = std::fs::read_to_string(&sym).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // The stack table (stream 1.3) resolved: every stack with its frames.
+    let text = util::resolved(&std::fs::read_to_string(&sym).unwrap());
+    let recs = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     (recs, t, sym)
 }
 
