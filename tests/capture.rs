@@ -509,7 +509,10 @@ fn attach_to_running_process_that_exits() {
         .map(|s| u(&s["ns"]))
         .sum();
     eprintln!("sleeper: {:.2}% of its time off-CPU under long_sleep", under as f64 * 100.0 / alive as f64);
-    assert!(under as f64 > 0.98 * alive as f64, "sleeper: only {under} of {alive} ns under long_sleep");
+    // After its sleep the thread ends under other stacks: tens of ms on a
+    // loaded machine, which matter when a slow attach left a short window.
+    let rest = (alive / 50).max(100_000_000);
+    assert!(under + rest > alive, "sleeper: only {under} of {alive} ns under long_sleep");
     // Its one long block (the exit may add a sliver under another stack)
     // carries the kernel stack it was blocked in.
     let sleeps: Vec<&Value> =
