@@ -122,7 +122,10 @@ static __always_inline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st
 		else if (state_filter >= 0 && st != state_of(state_filter))
 			fp = WC_FP_STATE_FILTERED;
 	}
-	tl_block(th, tid, st, fp, now - d, now);
+	struct wc_wake *w = 0;
+	if (want_wakers && timeline_on)
+		w = bpf_map_lookup_elem(&wakes, &tid);
+	tl_block(th, tid, st, fp, now - d, now, w);
 	add_off(tid, fp, st, d, th);
 	return fp; /* the stack the time went to */
 }

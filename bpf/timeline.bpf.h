@@ -39,8 +39,10 @@ static __always_inline void tl_stat(__u32 which, __u64 n)
 }
 
 /* th was off-CPU from `from` to `to` in state st at fingerprint fp (the
- * one its time is summed under). */
-static __always_inline void tl_block(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 from, __u64 to)
+ * one its time is summed under); w, with --wakers, the pending wake-up
+ * that ended it (read, not consumed: wake_close does that after). */
+static __always_inline void tl_block(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 from, __u64 to,
+				     struct wc_wake *w)
 {
 	if (!timeline_on)
 		return;
@@ -72,6 +74,14 @@ static __always_inline void tl_block(struct wc_thread *th, __u32 tid, __u32 st, 
 		e->pid = th->pid;
 		e->tid = tid;
 		e->state = st;
+		e->wfp = 0;
+		e->wtid = 0;
+		e->wctx = 0;
+		if (w && w->wfp && st != WC_ST_R) {
+			e->wfp = w->wfp;
+			e->wtid = w->wtid;
+			e->wctx = w->wctx;
+		}
 		/* No wake-up: user space reads the buffer every few ms. A
 		 * wake-up per record would cost the storm a context switch of
 		 * the reader per switch of the target. */

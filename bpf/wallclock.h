@@ -205,6 +205,11 @@ struct wc_tl_event {
 	__u32 pid;
 	__u32 tid;
 	__u32 state;
+	/* With --wakers: the wake-up that ended the block (wfp 0: none),
+	 * as in struct wc_wake. */
+	__u64 wfp;
+	__u32 wtid;
+	__u32 wctx;
 };
 
 /* What the timeline keeps per thread between its records. */

@@ -261,3 +261,71 @@ fn waker_without_a_block_is_dropped_with_a_warning() {
     assert_eq!(on.len(), 1);
     assert!(on[0].get("waker").is_none());
 }
+
+/// `offcputime --timeline --wakers`: each sleeping slice carries the
+/// wake-up that ended it, and `wcexport --trace` shows it (args and a flow
+/// arrow from the waker's track to the woken thread's).
+#[test]
+fn timeline_slices_carry_their_wakers() {
+    if skip() {
+        return;
+    }
+    let (recs, t, sym) = capture("wakers-timeline", &["--timeline", "--wakers"], &[], "3");
+    let slices: Vec<&Value> = recs.iter().filter(|r| r["type"] == "slice" && r["kind"] == "off").collect();
+    let sleeping = |tid: u64| -> Vec<&Value> {
+        slices.iter().copied().filter(|s| s["tid"] == tid && (s["state"] == "S" || s["state"] == "D")).collect()
+    };
+    let dur = |s: &&Value| s["end_ns"].as_u64().unwrap() - s["start_ns"].as_u64().unwrap();
+    for (waiter, waker) in [("consumer", "producer"), ("reader", "writer")] {
+        let blocked = sleeping(t.tid[waiter]);
+        let total: u64 = blocked.iter().map(dur).sum();
+        let right: u64 = blocked
+            .iter()
+            .filter(|s| {
+                let w = &s["waker"];
+                w["context"] == "thread" && w["tid"] == t.tid[waker] && w["comm"] == waker
+            })
+            .map(dur)
+            .sum();
+        let share = right as f64 / total.max(1) as f64;
+        eprintln!("{waiter}: {} sleeping slices, {total} ns, {:.1}% woken by {waker}", blocked.len(), share * 100.0);
+        let (wall, cpu) = t.funcs[waiter].values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+        assert!(total as f64 >= 0.5 * (wall - cpu) as f64, "{waiter}: {total} ns of sleeping slices, truth {} off-CPU", wall - cpu);
+        assert!(share >= 0.95, "{waiter}: only {:.1}% of its sleeping slices name {waker}", share * 100.0);
+    }
+    let blocked = sleeping(t.tid["sleeper"]);
+    let total: u64 = blocked.iter().map(dur).sum();
+    let timer: u64 = blocked.iter().filter(|s| s["waker"]["context"] == "timer").map(dur).sum();
+    eprintln!("sleeper: {} sleeping slices, {total} ns, {:.1}% woken by [timer]", blocked.len(), timer as f64 * 100.0 / total.max(1) as f64);
+    assert!(timer as f64 >= 0.95 * total as f64, "sleeper: {timer} of {total} ns of its slices woken by [timer]");
+
+    // The trace: the waker in the slice's args, and an s/f flow pair.
+    let dir = sym.parent().unwrap().to_path_buf();
+    let path = dir.join("trace.json");
+    util::ok("wcexport", &["--trace", sym.to_str().unwrap(), "-o", path.to_str().unwrap()], b"");
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ev = trace["traceEvents"].as_array().unwrap();
+    let label = format!("producer ({})", t.tid["producer"]);
+    let woken: Vec<&Value> =
+        ev.iter().filter(|e| e["ph"] == "X" && e["tid"] == t.tid["consumer"] && e["args"]["waker"] == label.as_str()).collect();
+    assert!(!woken.is_empty(), "no consumer slice names {label} in the trace");
+    assert!(woken.iter().any(|e| e["args"]["waker_stack"].as_array().is_some_and(|a| !a.is_empty())), "no waker stack in args");
+    assert!(
+        ev.iter().any(|e| e["ph"] == "X" && e["tid"] == t.tid["sleeper"] && e["args"]["waker"] == "[timer]"),
+        "no sleeper slice names [timer]"
+    );
+    let flows = |ph: &str| -> HashMap<u64, &Value> {
+        ev.iter().filter(|e| e["ph"] == ph && e["cat"] == "wake").map(|e| (e["id"].as_u64().unwrap(), e)).collect()
+    };
+    let (s, f) = (flows("s"), flows("f"));
+    assert!(!s.is_empty() && s.len() == f.len(), "{} flow starts, {} ends", s.len(), f.len());
+    let pairs = s
+        .iter()
+        .filter(|(id, st)| {
+            st["tid"] == t.tid["producer"]
+                && f.get(id).is_some_and(|fe| fe["tid"] == t.tid["consumer"] && fe["bp"] == "e" && fe["ts"] == st["ts"])
+        })
+        .count();
+    eprintln!("trace: {} flows, {pairs} producer -> consumer", s.len());
+    assert!(pairs > 0, "no producer -> consumer flow pair");
+}

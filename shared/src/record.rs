@@ -571,6 +571,11 @@ pub struct Slice {
     /// GPU activity detail (kind `gpu`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuInfo>,
+    /// Who ended an off-CPU slice (`offcputime --timeline --wakers`): the
+    /// waker and its stack when it woke the thread. Last: field order is
+    /// the binary encoding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waker: Option<Waker>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -579,7 +584,7 @@ fn is_zero(n: &u64) -> bool {
 
 impl Slice {
     pub fn new(kind: Kind, pid: u32, tid: u32, start_ns: u64, end_ns: u64) -> Self {
-        Slice { kind, state: None, pid, tid, start_ns, end_ns, stack: None, short_blocks: 0, short_ns: 0, gpu: None }
+        Slice { kind, state: None, pid, tid, start_ns, end_ns, stack: None, short_blocks: 0, short_ns: 0, gpu: None, waker: None }
     }
 }
 

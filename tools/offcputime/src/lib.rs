@@ -115,7 +115,8 @@ pub struct Cli {
     pub stack_storage_size: u32,
     /// Record who woke each block (sched_waking): the waker thread and its
     /// stack, or `[timer]`, `[irq]`, `[softirq]`; each off-CPU stack
-    /// record is split by waker (`stackmerge --wakers` shows them).
+    /// record is split by waker (`stackmerge --wakers` shows them), and
+    /// with --timeline each off-CPU slice carries its own waker.
     #[arg(long)]
     pub wakers: bool,
     /// With --wakers, follow a chain this many hops: a waker's own last
@@ -283,7 +284,24 @@ pub fn run(cli: Cli) -> Result<i32> {
             &cap.skel.maps.tl_stats,
             wallclock_capture::event::TL_STAT_NAMES.len() as u32,
         );
-        let inp = timeline::Input { cfg: &cfg, sess: &cap.sess, stacks: &stacks, threads: &cap.threads, events, tl_threads };
+        let names: std::collections::HashMap<u32, (u32, String)> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Thread(t) => Some((t.tid, (t.pid, t.comm.clone()))),
+                _ => None,
+            })
+            .collect();
+        let thread_of = |tid: u32| names.get(&tid).cloned();
+        let thread: Option<&dyn Fn(u32) -> Option<(u32, String)>> = cli.wakers.then_some(&thread_of as _);
+        let inp = timeline::Input {
+            cfg: &cfg,
+            sess: &cap.sess,
+            stacks: &stacks,
+            threads: &cap.threads,
+            events,
+            tl_threads,
+            thread,
+        };
         let (tl, tl_counts) = timeline::records(&inp, &counts);
         // Before the trailer, which gets the timeline's counts.
         let trailer = records.pop();

@@ -16,9 +16,10 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 use wallclock_capture::event::{self, WcThread, WcTlEvent, WcTlThread};
 use wallclock_capture::session::{state_from_letter, Session};
-use wallclock_stream::{Frame, Kind, Record, Slice, SliceStack, State};
+use wallclock_stream::{Frame, Kind, Record, Slice, SliceStack, State, Waker};
 
 use crate::collect::{self, Stacks};
+use crate::wakers;
 
 /// The timeline ring buffer's consumer.
 pub struct Drain {
@@ -83,11 +84,14 @@ pub struct Input<'a> {
     pub events: Vec<WcTlEvent>,
     /// The `tl_threads` map: where each thread's next slice starts.
     pub tl_threads: BTreeMap<u32, WcTlThread>,
+    /// With `--wakers`: a thread's pid and name, when the capture knows it.
+    pub thread: Option<&'a dyn Fn(u32) -> Option<(u32, String)>>,
 }
 
 struct Builder<'a> {
     inp: &'a Input<'a>,
     ids: BTreeMap<(u32, Where), u64>,
+    wakers: BTreeMap<(u32, u32, u64), Waker>,
     /// Built as records directly: a timeline has millions of slices, and
     /// a second vector of them would double the peak memory.
     slices: Vec<Record>,
@@ -155,8 +159,30 @@ impl Builder<'_> {
         }
     }
 
+    /// The waker of a block (the same as `--wakers` resolves, without its
+    /// chain), cached by wake-up: a storm has few distinct ones.
+    fn waker(&mut self, ctx: u32, wtid: u32, wfp: u64) -> Option<Waker> {
+        let thread = self.inp.thread?;
+        if wfp == 0 {
+            return None;
+        }
+        let k = (ctx, wtid, wfp);
+        if let Some(w) = self.wakers.get(&k) {
+            return Some(w.clone());
+        }
+        let wakes = wakers::Wakes::default();
+        let none = |_: u32, _: u64, _: u32| None;
+        let cx = wakers::Ctx { stacks: self.inp.stacks, wakes: &wakes, block_of: &none, thread };
+        let key = wakers::WakeKey { ctx, wtid, wfp, blk_fp: 0, blk_state: 0 };
+        let w = wakers::waker(&cx, &key, 1);
+        self.wakers.insert(k, w.clone());
+        Some(w)
+    }
+
     /// Whether a slice was added.
-    fn off(&mut self, pid: u32, tid: u32, from: u64, to: u64, st: u32, fp: u64) -> bool {
+    /// `wake`: the (context, tid, fingerprint) of the wake-up that ended
+    /// the block (fingerprint 0: none).
+    fn off(&mut self, pid: u32, tid: u32, (from, to): (u64, u64), st: u32, fp: u64, wake: (u32, u32, u64)) -> bool {
         if to <= from {
             return false;
         }
@@ -164,6 +190,7 @@ impl Builder<'_> {
         let mut s = Slice::new(Kind::Off, pid, tid, from, to);
         s.state = Some(state);
         s.stack = Some(self.id(pid, w));
+        s.waker = self.waker(wake.0, wake.1, wake.2);
         self.slices.push(Record::Slice(s));
         true
     }
@@ -174,7 +201,7 @@ impl Builder<'_> {
 pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64)>) {
     let (start, end) = (inp.cfg.start, inp.cfg.end);
     let n = 2 * inp.events.len() + 2 * inp.threads.len() + inp.sess.initial.len();
-    let mut b = Builder { inp, ids: BTreeMap::new(), slices: Vec::with_capacity(n) };
+    let mut b = Builder { inp, ids: BTreeMap::new(), wakers: BTreeMap::new(), slices: Vec::with_capacity(n) };
     let mut last: BTreeMap<u32, usize> = BTreeMap::new(); // tid -> its last off slice
     for e in &inp.events {
         let mut seg = e.seg_start;
@@ -188,7 +215,7 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
             }
         }
         b.on(e.pid, e.tid, seg, e.off_start, (e.short_cnt as u64, e.short_ns));
-        if b.off(e.pid, e.tid, e.off_start, e.off_end, e.state, e.fp) {
+        if b.off(e.pid, e.tid, (e.off_start, e.off_end), e.state, e.fp, (e.wctx, e.wtid, e.wfp)) {
             last.insert(e.tid, b.slices.len() - 1);
         }
     }
@@ -212,14 +239,14 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
             b.on(th.pid, tid, seg, end, short);
         } else {
             b.on(th.pid, tid, seg, th.last_ts.min(end), short);
-            b.off(th.pid, tid, th.last_ts, end, th.cur_state, th.cur_fp);
+            b.off(th.pid, tid, (th.last_ts, end), th.cur_state, th.cur_fp, (0, 0, 0));
         }
     }
     // Threads blocked from the start to the stop never switched.
     let seen: std::collections::HashSet<u32> = inp.threads.iter().map(|(t, _)| *t).collect();
     for (&tid, i) in &inp.sess.initial {
         if !seen.contains(&tid) && wallclock_capture::procfs::exists(i.pid) {
-            b.off(i.pid, tid, start, end, event::ST_INIT, event::FP_INIT);
+            b.off(i.pid, tid, (start, end), event::ST_INIT, event::FP_INIT, (0, 0, 0));
         }
     }
     b.slices.sort_by_key(|r| match r {

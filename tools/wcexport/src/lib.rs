@@ -83,7 +83,9 @@ pub struct Cli {
     /// Chrome trace-event JSON, for Perfetto UI and chrome://tracing: one
     /// track per thread grouped by process, slices named and coloured by
     /// state (running, runnable, sleeping, uninterruptible, other) with
-    /// their stacks in args, GPU activities on tracks of their own.
+    /// their stacks in args (and, captured with --wakers, each off-CPU
+    /// slice's waker and its stack, with a flow arrow from the waker's
+    /// track), GPU activities on tracks of their own.
     #[arg(long, conflicts_with_all = ["pprof", "push"])]
     pub trace: bool,
     /// Output file (stdout by default; never a terminal).

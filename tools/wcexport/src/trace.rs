@@ -10,8 +10,13 @@
 //!   each state has one colour; chrome://tracing takes `cname`);
 //! - `args` of an off-CPU slice: `stack`, its frames leaf first (named
 //!   in-process from the stream's maps, as stacksym would), and `where`,
-//!   the innermost user function; of a running slice the blocks under the
+//!   the innermost user function, and with `offcputime --wakers` `waker`
+//!   (`comm (tid)`, `[timer]`, `[irq]`, `[softirq]`) and `waker_stack`,
+//!   its frames leaf first; of a running slice the blocks under the
 //!   capture's `--timeline-min` inside it (`short_blocks`, `short_us`);
+//! - a flow arrow (`"ph":"s"` on the waker's track at the wake-up, `"ph":"f"`
+//!   with `"bp":"e"` on the woken thread at its next running slice) per
+//!   off-CPU slice a thread's wake-up ended;
 //! - GPU activities on tracks of their own in the launching process
 //!   (`GPU D stream S`), named by the kernel, with the launching thread
 //!   and stack in `args`;
@@ -25,7 +30,7 @@ use std::io::Write;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use stacksym::{Engine, Options};
-use wallclock_stream::{Frame, Kind, Maps, Slice, Stack, State};
+use wallclock_stream::{Frame, Kind, Maps, Slice, Stack, State, Waker};
 
 use crate::convert::Input;
 
@@ -68,8 +73,25 @@ fn frame_text(f: &Frame) -> String {
     }
 }
 
-/// Frames of every slice stack, leaf first, by id.
-fn stacks(inp: &Input) -> HashMap<u64, Vec<Frame>> {
+/// A waker's stack: (pid, ustack, kstack).
+type WakerStack = (u32, Vec<u64>, Vec<u64>);
+
+fn waker_stack(w: &Waker) -> WakerStack {
+    (w.pid, w.ustack.clone(), w.kstack.clone())
+}
+
+/// The waker as a slice's args name it: `comm (tid)`, or `[timer]`...
+fn waker_label(w: &Waker) -> String {
+    if w.context == "thread" {
+        format!("{} ({})", if w.comm.is_empty() { "?" } else { &w.comm }, w.tid)
+    } else {
+        format!("[{}]", w.context)
+    }
+}
+
+/// Frames of every slice stack, leaf first, by id; and of every waker's
+/// stack (ids from u64::MAX down, by stack).
+fn stacks(inp: &Input) -> (HashMap<u64, Vec<Frame>>, HashMap<WakerStack, u64>) {
     let mut engine = Engine::new(Options { tool: "wcexport", ..Options::default() });
     for (pid, maps) in &inp.maps {
         let names = inp.names.get(pid).cloned().unwrap_or_default();
@@ -86,6 +108,19 @@ fn stacks(inp: &Input) -> HashMap<u64, Vec<Frame>> {
             (s.id, st)
         })
         .collect();
+    let mut raw = raw;
+    let mut wids: HashMap<WakerStack, u64> = HashMap::new();
+    for w in inp.slices.iter().filter_map(|s| s.waker.as_ref()) {
+        if !w.frames.is_empty() || wids.contains_key(&waker_stack(w)) {
+            continue;
+        }
+        let id = u64::MAX - wids.len() as u64;
+        wids.insert(waker_stack(w), id);
+        let mut st = Stack::new(Kind::Off, w.pid, w.tid, "");
+        st.ustack = w.ustack.clone();
+        st.kstack = w.kstack.clone();
+        raw.push((id, st));
+    }
     engine.prepare(raw.iter().map(|(_, s)| s));
     let mut out: HashMap<u64, Vec<Frame>> =
         raw.iter().map(|(id, s)| (*id, engine.frames(s))).collect();
@@ -95,7 +130,7 @@ fn stacks(inp: &Input) -> HashMap<u64, Vec<Frame>> {
     for f in out.values_mut() {
         f.reverse();
     }
-    out
+    (out, wids)
 }
 
 /// Write the trace of `inp`'s slices to `out`.
@@ -108,12 +143,14 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         .as_ref()
         .and_then(|h| h.start_ns)
         .unwrap_or_else(|| inp.slices.iter().map(|s| s.start_ns).min().unwrap_or(0));
-    let frames = stacks(inp);
+    let (frames, wids) = stacks(inp);
+    let mut flows = 0u64;
     let pnames = inp.process_names();
     let comms: HashMap<u32, &str> = inp.threads.iter().map(|t| (t.tid, t.comm.as_str())).collect();
     let mut events: Vec<Value> = Vec::new();
     let mut tracks: BTreeMap<(u32, u64), String> = BTreeMap::new();
     for s in &inp.slices {
+        let mut flow: Vec<Value> = Vec::new();
         let tid = match (s.kind, &s.gpu) {
             (Kind::Gpu, g) => {
                 let (d, st) = g.as_ref().map_or((0, 0), |g| (g.device.unwrap_or(0), g.stream.unwrap_or(0)));
@@ -137,6 +174,26 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
             }
             args.insert("stack".into(), json!(f.iter().map(frame_text).collect::<Vec<_>>()));
         }
+        if let Some(w) = &s.waker {
+            args.insert("waker".into(), json!(waker_label(w)));
+            let wf = if w.frames.is_empty() { wids.get(&waker_stack(w)).and_then(|id| frames.get(id)) } else { None };
+            let wf: Vec<String> = match wf {
+                Some(f) => f.iter().map(frame_text).collect(),
+                None => w.frames.iter().rev().map(frame_text).collect(),
+            };
+            if !wf.is_empty() {
+                args.insert("waker_stack".into(), json!(wf));
+            }
+            if w.context == "thread" && w.tid != 0 {
+                // A flow arrow from the waker's track at the wake-up (the
+                // slice's end) to the woken thread's next running slice.
+                flows += 1;
+                let ts = us(s.end_ns.saturating_sub(t0));
+                let wpid = if w.pid != 0 { w.pid } else { s.pid };
+                flow.push(json!({"ph": "s", "name": "wake-up", "cat": "wake", "id": flows, "pid": wpid, "tid": w.tid, "ts": ts}));
+                flow.push(json!({"ph": "f", "bp": "e", "name": "wake-up", "cat": "wake", "id": flows, "pid": s.pid, "tid": s.tid, "ts": ts}));
+            }
+        }
         if s.kind == Kind::Gpu {
             args.insert("launched_by_tid".into(), json!(s.tid));
         }
@@ -155,6 +212,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
             "dur": us(s.end_ns.saturating_sub(s.start_ns)),
             "args": Value::Object(args),
         }));
+        events.append(&mut flow);
     }
     let mut meta: Vec<Value> = Vec::new();
     let pids: std::collections::BTreeSet<u32> = tracks.keys().map(|(p, _)| *p).collect();
