@@ -318,16 +318,22 @@ fn py_names(stacks: &[Stack]) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// Debian's python3, when this machine has it (said when it has not).
+fn debian_python3() -> Option<PathBuf> {
+    let py = PathBuf::from("/usr/bin/python3");
+    if !py.exists() {
+        eprintln!("SKIPPED: no /usr/bin/python3");
+        return None;
+    }
+    Some(py)
+}
+
 #[test]
 fn own_frames_of_debians_python3() {
     if skip() {
         return;
     }
-    let py = PathBuf::from("/usr/bin/python3");
-    if !py.exists() {
-        eprintln!("SKIPPED: no /usr/bin/python3");
-        return;
-    }
+    let Some(py) = debian_python3() else { return };
     own_frames("python-own-debian", &py, false, false);
 }
 
@@ -337,11 +343,7 @@ fn own_frames_of_a_running_debian_python3() {
     if skip() {
         return;
     }
-    let py = PathBuf::from("/usr/bin/python3");
-    if !py.exists() {
-        eprintln!("SKIPPED: no /usr/bin/python3");
-        return;
-    }
+    let Some(py) = debian_python3() else { return };
     own_frames("python-own-debian-attach", &py, true, false);
 }
 
