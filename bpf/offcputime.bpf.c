@@ -85,35 +85,48 @@ static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns
 	}
 }
 
-/* A thread that blocks where it blocked last time costs no map update. */
+/* A thread that blocks where it blocked last time costs no map update:
+ * its blocks (slot 0) and the runnable time after them (slot 1) are
+ * summed in th until the stack changes. */
 static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, struct wc_thread *th)
 {
-	if (th->pend_cnt && th->pend_fp == fp && th->pend_state == state) {
-		th->pend_ns += ns;
-		th->pend_cnt += 1;
+	__u32 i = state == WC_ST_R;
+	th->pend_last = i;
+	if (th->pend_cnt[i] && th->pend_fp[i] == fp && th->pend_state[i] == state) {
+		th->pend_ns[i] += ns;
+		th->pend_cnt[i] += 1;
 		return;
 	}
-	if (th->pend_cnt)
-		flush_off(tid, th->pend_fp, th->pend_state, th->pend_ns, th->pend_cnt, th);
-	th->pend_fp = fp;
-	th->pend_state = state;
-	th->pend_ns = ns;
-	th->pend_cnt = 1;
+	if (th->pend_cnt[i])
+		flush_off(tid, th->pend_fp[i], th->pend_state[i], th->pend_ns[i], th->pend_cnt[i], th);
+	th->pend_fp[i] = fp;
+	th->pend_state[i] = state;
+	th->pend_ns[i] = ns;
+	th->pend_cnt[i] = 1;
 }
+
+/* st | CLOSE_TAIL: the runnable end of a block (see switch_in), no block
+ * of its own for the stats. */
+#define CLOSE_TAIL 0x100
 
 /* Close th's off-CPU interval (state st, stack fp) at `now`. Every block
  * keeps its stack whatever its length: -m only counts the short ones for
  * the stats; -M and --state move what they leave out to a named synthetic
- * stack, so the thread's time still adds up. */
-static __always_inline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 now)
+ * stack, so the thread's time still adds up. A function of its own (at
+ * most five arguments, hence the flag in st): switch_in closes a block
+ * and its runnable end, and two inlined copies pass the stack limit. */
+static __noinline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 now)
 {
+	bool tail = st & CLOSE_TAIL;
+	st &= 0xff;
 	__u64 d = now - th->last_ts;
 	if (st >= WC_NSTATES)
 		return fp;
+	barrier_var(st); /* the bound checked is the one the index uses */
 	th->off_ns[st] += d;
 	th->last_off = d;
 	if (st != WC_ST_INIT && fp != WC_FP_NEWTHREAD) {
-		if (d < min_block_ns) {
+		if (d < min_block_ns && !tail) {
 			th->short_ns[st] += d;
 			th->short_cnt[st] += 1;
 		}
@@ -135,10 +148,11 @@ static __always_inline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st
  * that much shorter. */
 static __always_inline void off_taken_back(struct wc_thread *th, __u64 ns)
 {
-	__u32 st = th->pend_state;
-	if (!th->pend_cnt || th->pend_ns < ns || st >= WC_NSTATES)
+	__u32 i = th->pend_last & 1;
+	__u32 st = th->pend_state[i];
+	if (!th->pend_cnt[i] || th->pend_ns[i] < ns || st >= WC_NSTATES)
 		return;
-	th->pend_ns -= ns;
+	th->pend_ns[i] -= ns;
 	th->off_ns[st] -= ns;
 	tl_taken_back(th, ns);
 }
@@ -268,10 +282,23 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 		st = th->cur_state;
 		fp = th->cur_fp;
 	}
-	__u64 d = now - th->last_ts;
-	fp = close_off(th, tid, st, fp, now);
+	/* A block ends when the thread is woken (sched_waking stamped it),
+	 * not when it runs: the time it then waits for a CPU is runnable,
+	 * under the same stack (so a thread woken from a lock and kept off
+	 * the CPU shows that wait as [runnable], not as the lock's). Only the
+	 * block is its waker's. */
+	__u64 d = now - th->last_ts, q = 0;
+	if ((st == WC_ST_S || st == WC_ST_D || st == WC_ST_OTHER) && th->woken_ns > th->last_ts && th->woken_ns < now)
+		q = now - th->woken_ns;
+	th->woken_ns = 0;
+	__u64 blk_fp = fp;
+	fp = close_off(th, tid, st, fp, now - q);
 	if (want_wakers)
-		wake_close(tid, fp, st, d);
+		wake_close(tid, fp, st, d - q);
+	if (q) {
+		th->last_ts = now - q;
+		close_off(th, tid, WC_ST_R | CLOSE_TAIL, blk_fp, now);
+	}
 	th->last_ts = now;
 	th->running = 1;
 	open_slice(th, next, btf);

@@ -1,4 +1,7 @@
-/* Wakers (offcputime --wakers): who ended each block. At sched_waking the
+/* Wake-ups. Every block ends at its thread's sched_waking, stamped here
+ * (the wait for a CPU after it is runnable: see switch_in).
+ *
+ * Wakers (offcputime --wakers): who ended each block. At sched_waking the
  * waker is whatever runs: a thread (current, whose user registers and
  * stacks are read as at a switch-out) or an interrupt (preempt_count says
  * so; current is then a bystander and only the kernel stack is the
@@ -77,6 +80,13 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 	if (!window_open(now) || !is_target_x(p, btf))
 		return 0;
 	__u32 tid = RD(btf, p, pid);
+	/* Always (wakers or not): the block ends here; switch_in counts the
+	 * rest as runnable. */
+	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	if (th && !th->running)
+		th->woken_ns = now;
+	if (!want_wakers)
+		return 0;
 	struct wc_wake w = {};
 	struct task_struct *cur = bpf_get_current_task_btf();
 	struct pt_regs *regs = 0;

@@ -65,17 +65,25 @@ struct wc_thread {
 	__u64 first_out;
 	__u64 first_exec;
 	__u64 out_exec;  /* the clock at the last switch-out */
+	/* When the thread was last woken (sched_waking): its block ended
+	 * there, and the rest until its switch-in is runnable. */
+	__u64 woken_ns;
 	/* The off-CPU interval that ended at the last switch-in: a slice whose
 	 * clock ran longer than its wall time began earlier than that
 	 * switch-in was stamped (see close_slice), and takes the difference
 	 * back from it. */
 	__u64 last_off;
 	/* Blocks at the same stack as the previous one are summed here and
-	 * written to the offcpu map only when the stack changes. */
-	__u64 pend_fp;
-	__u64 pend_ns;
-	__u64 pend_cnt;
-	__u32 pend_state;
+	 * written to the offcpu map only when the stack changes: slot 0 the
+	 * blocks, slot 1 the runnable time that ends them (a woken thread
+	 * waiting for a CPU, kept apart: see switch_in), so a thread that
+	 * blocks and wakes at the same place costs no map update either way.
+	 * pend_last: the slot added to last. */
+	__u64 pend_fp[2];
+	__u64 pend_ns[2];
+	__u64 pend_cnt[2];
+	__u32 pend_state[2];
+	__u32 pend_last;
 	__u32 exec_known;
 	__u32 pid;
 	__u32 cur_state;
@@ -84,7 +92,6 @@ struct wc_thread {
 	/* The stack copy of cur_fp failed (ring buffer full): the next
 	 * switch-out there tries again, even at the same fingerprint. */
 	__u32 need_stack;
-	__u32 spare;
 	char comm[WC_COMM_LEN];
 };
 

@@ -77,7 +77,7 @@ pub fn spawn_held_env(argv: &[String], stream_on_stdout: bool, env: &[(OsString,
     let (r, w) = pipe()?;
     let (er, ew) = pipe()?;
     use std::os::fd::AsRawFd;
-    let (rfd, ewfd) = (r.as_raw_fd(), ew.as_raw_fd());
+    let (rfd, wfd, ewfd) = (r.as_raw_fd(), w.as_raw_fd(), ew.as_raw_fd());
     // SAFETY: the child only calls async-signal-safe functions before exec.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -86,6 +86,11 @@ pub fn spawn_held_env(argv: &[String], stream_on_stdout: bool, env: &[(OsString,
     if pid == 0 {
         // SAFETY: child side; async-signal-safe calls only, then exec or _exit.
         unsafe {
+            // Only the capture holds the go pipe's write end: when it ends
+            // without releasing us (it failed to load, or was killed), the
+            // read sees end-of-file and the command is never run, instead
+            // of waiting forever.
+            libc::close(wfd);
             let mut b = [0u8; 1];
             if libc::read(rfd, b.as_mut_ptr() as *mut libc::c_void, 1) != 1 {
                 libc::_exit(127);
@@ -185,6 +190,25 @@ mod tests {
         let line = std::fs::read_to_string(&out).unwrap();
         let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
         assert_eq!(mask & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE ignored in the command: {line}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A capture that ends without releasing its command (its BPF program
+    /// failed to load) leaves no held process behind, and nothing ran.
+    #[test]
+    fn an_unreleased_command_never_runs_and_ends() {
+        let dir = std::env::temp_dir().join(format!("wc-unreleased-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("ran");
+        let argv = ["sh".to_string(), "-c".to_string(), format!("touch {}", out.display())];
+        let l = spawn_held(&argv, false).unwrap();
+        let pid = l.pid() as i32;
+        drop(l);
+        let mut st = 0;
+        // SAFETY: waiting on our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid, "the held command did not end");
+        assert_eq!(decode(st), 127);
+        assert!(!out.exists(), "it ran without a release");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -166,8 +166,10 @@ pub fn records(
     };
     let mut short = [(0u64, 0u64); 4];
     for &(tid, mut th) in threads {
-        if th.pend_cnt > 0 {
-            add_key(&mut acc, tid, th.pend_fp, th.pend_state, th.pend_ns, th.pend_cnt);
+        for i in 0..2 {
+            if th.pend_cnt[i] > 0 {
+                add_key(&mut acc, tid, th.pend_fp[i], th.pend_state[i], th.pend_ns[i], th.pend_cnt[i]);
+            }
         }
         if th.lost_ns[event::ST_INIT as usize] > 0 {
             acc.add(tid, init_state(tid), Where::Synthetic(LOST), th.lost_ns[event::ST_INIT as usize], 1);

@@ -9,7 +9,9 @@
 //! Accounting: every target thread's time in the window (clipped to its
 //! life) is on-CPU (switch-in to switch-out) or off-CPU by the state it left
 //! the CPU in (R preempted/runnable, S, D, other), so `on_ns + off_ns` is the
-//! time alive. A block still open at the stop is closed there; a thread
+//! time alive. A block ends at its wake-up (`sched_waking`), not at the
+//! next switch-in: what a woken thread then waits for a CPU is R under the
+//! same stack. A block still open at the stop is closed there; a thread
 //! blocked when the capture began is counted from the start, under the stack
 //! read from `/proc/PID/task/TID/{syscall,stack}` and its user stack memory.
 //! Every block keeps its stack and state, whatever its length: blocks are
@@ -89,7 +91,9 @@ DIFFERENCES FROM bcc's offcputime:
     count as short (short_blocks, short_blocks_ns, per state), and the time
     -M and --state leave out stays in the thread's totals under
     [filtered: over -M] and [filtered: --state], counted in the stats. Each
-    thread's on-CPU + off-CPU time adds up to its time alive.";
+    thread's on-CPU + off-CPU time adds up to its time alive. A block ends
+    when its thread is woken: the wait for a CPU after that is runnable (R)
+    under the same stack, where bcc counts it to the block.";
 /// Off-CPU time per stack and exact per-thread on/off-CPU time.
 #[derive(Parser, Debug)]
 #[command(name = "offcputime", version, after_help = EXAMPLES)]
@@ -193,8 +197,10 @@ impl driver::Tool for Off<'_> {
         if cli.wakers {
             ro.preempt_from_rq = wakers::preempt_from_rq().unwrap_or(0);
         }
-        open.progs.waking_btf.set_autoload(btf && cli.wakers);
-        open.progs.waking_raw.set_autoload(!btf && cli.wakers);
+        // Always: sched_waking stamps each block's end (its wake-up), so
+        // the wait for a CPU after it is runnable; --wakers adds who woke it.
+        open.progs.waking_btf.set_autoload(btf);
+        open.progs.waking_raw.set_autoload(!btf);
         if !cli.wakers {
             open.maps.offwake.set_max_entries(1)?;
             open.maps.wakes.set_max_entries(1)?;
@@ -212,10 +218,8 @@ impl driver::Tool for Off<'_> {
         }
         let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
         let mut links = vec![switch.attach().context("attaching to sched_switch")?];
-        if self.cli.wakers {
-            let waking = if btf { &skel.progs.waking_btf } else { &skel.progs.waking_raw };
-            links.push(waking.attach().context("attaching to sched_waking")?);
-        }
+        let waking = if btf { &skel.progs.waking_btf } else { &skel.progs.waking_raw };
+        links.push(waking.attach().context("attaching to sched_waking")?);
         Ok(links)
     }
 

@@ -206,9 +206,11 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
     for e in &inp.events {
         let mut seg = e.seg_start;
         if e.back_ns > 0 {
-            // The block before this record ended back_ns earlier.
+            // The block before this record ended back_ns earlier (all of
+            // it may go: the runnable end of a wake-up, shorter than the
+            // slice's head start; the empty slice is dropped below).
             if let Some(Record::Slice(prev)) = last.get(&e.tid).map(|&i| &mut b.slices[i]) {
-                if prev.end_ns == seg && prev.end_ns - prev.start_ns > e.back_ns {
+                if prev.end_ns == seg && prev.end_ns - prev.start_ns >= e.back_ns {
                     prev.end_ns -= e.back_ns;
                     seg -= e.back_ns;
                 }
@@ -226,7 +228,7 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
         let back = tl.map_or(0, |t| t.back_ns);
         if back > 0 {
             if let Some(Record::Slice(prev)) = last.get(&tid).map(|&i| &mut b.slices[i]) {
-                if prev.end_ns == seg && prev.end_ns - prev.start_ns > back {
+                if prev.end_ns == seg && prev.end_ns - prev.start_ns >= back {
                     prev.end_ns -= back;
                     seg -= back;
                 }
@@ -249,6 +251,7 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
             b.off(i.pid, tid, (start, end), event::ST_INIT, event::FP_INIT, (0, 0, 0));
         }
     }
+    b.slices.retain(|r| !matches!(r, Record::Slice(s) if s.end_ns == s.start_ns));
     b.slices.sort_by_key(|r| match r {
         Record::Slice(s) => (s.pid, s.tid, s.start_ns),
         _ => (0, 0, 0),

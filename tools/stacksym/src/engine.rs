@@ -228,12 +228,17 @@ impl Engine {
     /// as ids of [`Engine::table`], appended to `out`. Call after
     /// [`Engine::prepare`] saw `s`.
     pub fn frame_ids(&self, s: &Stack, out: &mut Vec<u32>) {
+        let blocked = gil::blocked(s);
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+            let user = matches!(space, Space::User(_));
+            let first = |i: usize| {
+                let &a = addrs.get(i)?;
+                let &f = self.cache.get(&(space, a, i + 1 < addrs.len()))?.first()?;
+                Some(self.table.frame(f))
+            };
             for (i, &a) in addrs.iter().enumerate() {
                 let Some(ids) = self.cache.get(&(space, a, i + 1 < addrs.len())) else { continue };
-                if matches!(space, Space::User(_))
-                    && ids.first().is_some_and(|&f| gil::before(s, self.table.frame(f)))
-                {
+                if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
                     out.push(self.gil_id);
                 }
                 out.extend_from_slice(ids);

@@ -5,16 +5,18 @@
 use std::hash::BuildHasher;
 
 use wallclock_stream::fasthash::FastHash;
-use wallclock_stream::{Kind, Stack};
+use wallclock_stream::Stack;
 
 use crate::engine::Engine;
+use crate::gil;
 
 /// A stack written before.
 pub(crate) struct Known {
     /// `ustack.len()`, `ustack`, `kstack`: to tell a hash collision.
     addrs: Box<[u64]>,
     pid: u32,
-    off: bool,
+    /// Whether it may wait for the GIL ([`gil::blocked`]).
+    blocked: bool,
     /// Its id in the engine's table.
     id: u32,
     /// The modules it has unnamed frames in.
@@ -25,7 +27,7 @@ impl Known {
     fn is(&self, s: &Stack) -> bool {
         let n = s.ustack.len();
         self.pid == s.pid
-            && self.off == (s.kind == Kind::Off)
+            && self.blocked == gil::blocked(s)
             && self.addrs.len() == 1 + n + s.kstack.len()
             && self.addrs[0] == n as u64
             && self.addrs[1..1 + n] == s.ustack[..]
@@ -34,9 +36,9 @@ impl Known {
 }
 
 /// What the frames of a stack depend on: its addresses, its pid, and
-/// whether it is off-CPU (the `[GIL]` frame).
+/// whether it is blocked (the `[GIL]` frame).
 fn hash(s: &Stack) -> u64 {
-    FastHash.hash_one((s.pid, s.kind == Kind::Off, &s.ustack, &s.kstack))
+    FastHash.hash_one((s.pid, gil::blocked(s), &s.ustack, &s.kstack))
 }
 
 impl Engine {
@@ -60,7 +62,7 @@ impl Engine {
         addrs.push(s.ustack.len() as u64);
         addrs.extend_from_slice(&s.ustack);
         addrs.extend_from_slice(&s.kstack);
-        let known = Known { addrs: addrs.into(), pid: s.pid, off: s.kind == Kind::Off, id, unnamed };
+        let known = Known { addrs: addrs.into(), pid: s.pid, blocked: gil::blocked(s), id, unnamed };
         self.known.insert(hash(s), known);
         id
     }
