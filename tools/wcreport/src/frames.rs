@@ -172,6 +172,21 @@ fn place_by_name(func: &str) -> Place {
     }
 }
 
+/// Whether `f` is a Python function's frame (`py::NAME...`: from the
+/// interpreter's own frames or its perf map).
+pub fn is_python(f: &Frame) -> bool {
+    f.func.starts_with("py::")
+}
+
+/// Whether `f` is CPython's own code: the `python3.X` executable or
+/// `libpython3.X.so` (named or not).
+pub fn in_interpreter(f: &Frame) -> bool {
+    module_of(f).is_some_and(|m| {
+        let base = m.rsplit('/').next().unwrap_or(&m);
+        base.starts_with("python") || base.starts_with("libpython")
+    })
+}
+
 /// Index (root-first) of the frame that stands for the user's code, or
 /// None when the stack has no user-space frame at all.
 pub fn user_frame(frames: &[Frame]) -> Option<usize> {

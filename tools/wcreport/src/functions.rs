@@ -78,6 +78,23 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
         };
         return (who, frames::syscall(&owned), reason);
     };
+    // A Python program's own code is its Python functions: the innermost
+    // one is the user's, and the interpreter under it is runtime (what
+    // it called is the first frame out of the interpreter, or the GIL).
+    if let Some(i) = owned.iter().rposition(frames::is_python) {
+        let f = &owned[i];
+        let who = Who { func: f.func.clone(), module: None, unnamed: false };
+        let rest = &owned[i + 1..];
+        let call = if rest.iter().any(|g| g.func == crate::report::GIL_FRAME) {
+            Some(crate::report::GIL_FRAME.to_string())
+        } else {
+            rest.iter()
+                .find(|g| !matches!(frames::place(g), Place::Kernel | Place::Synthetic) && !frames::in_interpreter(g))
+                .map(frames::call_name)
+                .or_else(|| frames::syscall(rest))
+        };
+        return (who, call, reason);
+    }
     let f = &owned[i];
     let who = Who { func: frames::show(f), module: frames::module_of(f), unnamed: frames::is_unnamed(f) };
     // The call: the next user-space frame toward the leaf, else the syscall.
