@@ -242,6 +242,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
             // The stacks sent before the cut, so that its blocks have them.
             drain.work_for(Duration::from_millis(2), |e| event(tool, e, &mut unwind));
+            sess.settle();
             let (_, threads) = thread_map(skel.maps().threads);
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
             let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };

@@ -54,6 +54,9 @@ pub struct Session {
     pub start_ns: u64,
     started: Option<Instant>,
     pub initial: BTreeMap<u32, Initial>,
+    /// The kernel stacks of `initial`, being resolved by name from
+    /// kallsyms (see [`Session::settle`]).
+    kstacks: Option<std::thread::JoinHandle<Vec<(u32, Vec<u64>)>>>,
     /// CPU clocks of the target's threads just after the stop.
     pub at_stop: BTreeMap<u32, ExecClock>,
     tids: Vec<u32>,
@@ -65,9 +68,10 @@ impl Session {
     /// Validate the targets and launch `command` held before exec.
     pub fn prepare(args: &TargetArgs, positional_duration: Option<f64>, command: &[String]) -> Result<Session> {
         let duration = args.validate(positional_duration)?;
-        // Read now, not at the first stack event: a scan of kallsyms while
-        // events arrive would stall the ring buffer's consumer.
-        procfs::dispatch_ranges();
+        // Read before the first stack event (a scan of kallsyms while
+        // events arrive would stall the ring buffer's consumer), beside
+        // the BPF programs' load: 150 ms, most of it the kernel's.
+        std::thread::spawn(procfs::dispatch_ranges);
         let mut pids = args.known_pids();
         let cgroup = match &args.cgroup {
             Some(_) if !command.is_empty() => {
@@ -101,6 +105,7 @@ impl Session {
             start_ns: 0,
             started: None,
             initial: BTreeMap::new(),
+            kstacks: None,
             at_stop: BTreeMap::new(),
             tids: Vec::new(),
             exit_code: None,
@@ -124,7 +129,8 @@ impl Session {
             l.release()?;
         }
         // Kernel stacks come by name from /proc; all names are resolved in
-        // one pass over kallsyms at the end.
+        // one pass over kallsyms, in a thread of its own: 150 ms that the
+        // attach no longer waits for (see settle).
         let mut named: Vec<(u32, Vec<procfs::NamedFrame>)> = Vec::new();
         for &pid in &self.pids {
             if self.launched.as_ref().is_some_and(|l| l.pid() == pid) {
@@ -149,11 +155,11 @@ impl Session {
                 self.initial.insert(tid, Initial { pid, state, comm, ustack, kstack: Vec::new(), exec });
             }
         }
-        let ksyms = Kallsyms::load_names(named.iter().flat_map(|(_, f)| f.iter().map(|(n, _)| n.as_str())));
-        for (tid, frames) in &named {
-            if let Some(i) = self.initial.get_mut(tid) {
-                i.kstack = ksyms.resolve(frames);
-            }
+        if !named.is_empty() {
+            self.kstacks = Some(std::thread::spawn(move || {
+                let ksyms = Kallsyms::load_names(named.iter().flat_map(|(_, f)| f.iter().map(|(n, _)| n.as_str())));
+                named.iter().map(|(tid, frames)| (*tid, ksyms.resolve(frames))).collect()
+            }));
         }
         // A -t thread that ended between the check of the arguments and
         // now would leave an empty capture that looks like a success.
@@ -166,6 +172,17 @@ impl Session {
                 .map_err(|e| anyhow::anyhow!("--ready-file {}: {e}", f.display()))?;
         }
         Ok(())
+    }
+
+    /// The kernel stacks of the threads blocked at the start, once
+    /// resolved: call before reading `initial` (a window's cut, the stop).
+    pub fn settle(&mut self) {
+        let Some(h) = self.kstacks.take() else { return };
+        for (tid, k) in h.join().unwrap_or_default() {
+            if let Some(i) = self.initial.get_mut(&tid) {
+                i.kstack = k;
+            }
+        }
     }
 
     /// The filter the BPF programs apply.
@@ -211,6 +228,7 @@ impl Session {
     /// targets (for the steal of the slices still open). `tree`: the
     /// processes the BPF side followed.
     pub fn stopped(&mut self, tree: Vec<u32>) {
+        self.settle();
         if self.follow {
             self.add_pids(tree);
         }
