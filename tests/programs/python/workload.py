@@ -50,6 +50,7 @@ def measured(leaf, *args):
     chain = chain_here()
     cpu = wall = 0.0
     runq = 0
+    calls = 0
     sched = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
     buf = ctypes.create_string_buffer(128)
     while not stop.is_set():
@@ -64,10 +65,11 @@ def measured(leaf, *args):
         cpu += c1 - c0
         wall += w1 - w0
         runq += waited(sched, buf) - q0
+        calls += 1
     os.close(sched)
     with results_lock:
         results.append({"tid": threading.get_native_id(), "func": leaf.__name__, "chain": chain + [leaf.__name__],
-                        "cpu_ns": int(cpu * 1e9), "wall_ns": int(wall * 1e9), "runq_ns": runq})
+                        "cpu_ns": int(cpu * 1e9), "wall_ns": int(wall * 1e9), "runq_ns": runq, "calls": calls})
 
 
 # libc called holding the GIL (PyDLL): os.pread would let it go, and
