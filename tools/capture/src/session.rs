@@ -40,6 +40,9 @@ pub struct Filter {
     pub cgroup: Option<(u64, u32)>,
 }
 
+/// Each blocked thread's kernel stack at the start: (tid, addresses).
+type Kstacks = Vec<(u32, Vec<u64>)>;
+
 pub struct Session {
     /// Processes traced: at the start, then (see [`Session::add_pids`])
     /// every process captured.
@@ -56,7 +59,7 @@ pub struct Session {
     pub initial: BTreeMap<u32, Initial>,
     /// The kernel stacks of `initial`, being resolved by name from
     /// kallsyms (see [`Session::settle`]).
-    kstacks: Option<std::thread::JoinHandle<Vec<(u32, Vec<u64>)>>>,
+    kstacks: Option<std::thread::JoinHandle<Kstacks>>,
     /// CPU clocks of the target's threads just after the stop.
     pub at_stop: BTreeMap<u32, ExecClock>,
     tids: Vec<u32>,
