@@ -68,12 +68,14 @@ def update_cache():
             work(1000)
 
 
-def score(name):
-    def run():
-        while not stop.is_set():
-            work(100000)
-    run.__name__ = run.__qualname__ = name
-    return run
+def score_a():
+    while not stop.is_set():
+        work(100000)
+
+
+def score_b():
+    while not stop.is_set():
+        work(100000)
 
 
 def measured(fn):
@@ -86,7 +88,7 @@ def measured(fn):
 
 
 def main():
-    fns = [handle_requests, poll_upstream, write_journal, rebuild_index, update_cache, score("score_a"), score("score_b")]
+    fns = [handle_requests, poll_upstream, write_journal, rebuild_index, update_cache, score_a, score_b]
     threads = [threading.Thread(target=measured(f), name=f.__name__) for f in fns]
     for t in threads:
         t.start()

@@ -102,6 +102,10 @@ pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: 
     iopt.image_width = opts.width;
     iopt.colors = opts.colors;
     iopt.deterministic = true;
+    // Labels keep their start when cut, in the browser too (the script
+    // re-fits them on load and zoom), as flamegraph.pl and our static
+    // text cut them: `py::handle_request:/srv/a..`, not `../srv/app.py`.
+    iopt.text_truncate_direction = flamegraph::TextTruncateDirection::Right;
     if opts.inverted {
         iopt.direction = Direction::Inverted;
     }

@@ -252,6 +252,7 @@ x;y 2
         o.min_width = opts.min_width;
         o.colors = opts.colors;
         o.deterministic = true;
+        o.text_truncate_direction = inferno::flamegraph::TextTruncateDirection::Right;
         if opts.inverted {
             o.direction = inferno::flamegraph::Direction::Inverted;
         }
