@@ -521,3 +521,21 @@ fn escaped_names_are_shown_as_they_are() {
     find(&fr, "50% done");
     assert!(!svg.contains("%3B"), "an escape shows in the SVG");
 }
+
+/// A label too long for its box keeps its start, in the SVG and in the
+/// browser (the script re-fits labels on load and zoom): a Python frame
+/// shows its function, not the end of its file's path.
+#[test]
+fn cut_labels_keep_their_start() {
+    let long = "py::handle_request:/srv/app/very/deep/package/path/of/the/service/handlers.py";
+    let folded = format!("main;{long} 1\nmain;other 30\n");
+    let svg = ok("flame", &["--width", "400"], folded.as_bytes());
+    assert!(svg.contains("truncate_text_right = true"), "the browser's script cuts labels from the left");
+    let (fr, _) = parse(&svg);
+    let f = fr.iter().find(|f| f.title.starts_with(long)).expect("the Python frame's box");
+    assert!(f.label.is_empty() || (f.label.starts_with("py::") && f.label.ends_with("..")), "label {:?}", f.label);
+    let wide = ok("flame", &["--width", "4000"], folded.as_bytes());
+    let (fr, _) = parse(&wide);
+    let f = fr.iter().find(|f| f.title.starts_with(long)).unwrap();
+    assert!(f.label.starts_with("py::handle_req") && f.label.ends_with(".."), "label {:?}", f.label);
+}
