@@ -68,7 +68,8 @@ def measured(leaf, *args):
         calls += 1
     os.close(sched)
     with results_lock:
-        results.append({"tid": threading.get_native_id(), "func": leaf.__name__, "chain": chain + [leaf.__name__],
+        results.append({"tid": threading.get_native_id(), "thread": threading.current_thread().name,
+                        "func": leaf.__name__, "chain": chain + [leaf.__name__],
                         "cpu_ns": int(cpu * 1e9), "wall_ns": int(wall * 1e9), "runq_ns": runq, "calls": calls})
 
 

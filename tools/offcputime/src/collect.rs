@@ -232,6 +232,7 @@ pub fn records(
         out_threads.insert(tid, t);
     }
 
+    unwind.python.name_threads(out_threads.values_mut());
     let mut stats = stats(cfg, counts, &acc, &short, out_threads.len());
     if cfg.wake_depth.is_some() {
         let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();

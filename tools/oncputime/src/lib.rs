@@ -194,6 +194,7 @@ fn records(
             out.insert(tid, t);
         }
     }
+    unwind.python.name_threads(out.values_mut());
     let mut header = sess.header("oncputime", env!("CARGO_PKG_VERSION"), end);
     header.freq_hz = Some(cli.freq);
     let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };

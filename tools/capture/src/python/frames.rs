@@ -31,7 +31,7 @@
 use std::collections::{HashMap, HashSet};
 
 use libbpf_rs::{MapCore, MapFlags};
-use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
+use wallclock_stream::{Frame, NamedAddr, Thread, NAMED_ADDR_BASE};
 
 use super::offsets::{Offsets, FRAME_OWNED_BY_CSTACK};
 use super::reader::{Interpreter, PyFrame};
@@ -45,7 +45,14 @@ struct Proc {
     names: Vec<NamedAddr>,
     /// Threads listed in `py_threads`.
     tids: HashSet<u32>,
+    /// Their `threading` names, once read (see threadname.rs), and how
+    /// often each unnamed one was tried (the main thread never is).
+    thread_names: HashMap<u32, String>,
+    name_tries: HashMap<u32, u32>,
 }
+
+/// Turns of the capture loop (20 ms each) a thread's name is looked for.
+const NAME_TRIES: u32 = 50;
 
 /// The Python processes of a capture.
 #[derive(Default)]
@@ -90,7 +97,17 @@ impl Python {
                         if cfg.update(&pid.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).is_err() {
                             continue;
                         }
-                        self.procs.insert(pid, Proc { it, addr: HashMap::new(), names: Vec::new(), tids: HashSet::new() });
+                        self.procs.insert(
+                            pid,
+                            Proc {
+                                it,
+                                addr: HashMap::new(),
+                                names: Vec::new(),
+                                tids: HashSet::new(),
+                                thread_names: HashMap::new(),
+                                name_tries: HashMap::new(),
+                            },
+                        );
                     }
                     Err(_) => {
                         self.not_python.insert(pid, file);
@@ -105,6 +122,15 @@ impl Python {
             let now: HashSet<u32> = list.iter().map(|t| t.0).collect();
             for (tid, ts) in list {
                 let _ = threads.update(&tid.to_ne_bytes(), &ts.to_ne_bytes(), MapFlags::ANY);
+                if tid != pid && !p.thread_names.contains_key(&tid) {
+                    let tries = p.name_tries.entry(tid).or_insert(0);
+                    if *tries < NAME_TRIES {
+                        *tries += 1;
+                        if let Some(n) = p.it.thread_name(ts) {
+                            p.thread_names.insert(tid, n);
+                        }
+                    }
+                }
             }
             for gone in p.tids.difference(&now) {
                 let _ = threads.delete(&gone.to_ne_bytes());
@@ -116,6 +142,23 @@ impl Python {
     /// Whether `pid` was found to run CPython.
     pub fn is_python(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
+    }
+
+    /// The `threading.Thread` name of thread `tid` of `pid`, if read
+    /// while it ran (CPython does not give it to the OS thread).
+    pub fn thread_name(&self, pid: u32, tid: u32) -> Option<&str> {
+        self.procs.get(&pid)?.thread_names.get(&tid).map(String::as_str)
+    }
+
+    /// Each Python thread of `threads` named as its program named it: its
+    /// `comm` becomes its `threading` name (its OS name is the
+    /// interpreter's, the same for every thread).
+    pub fn name_threads<'a>(&self, threads: impl Iterator<Item = &'a mut Thread>) {
+        for t in threads {
+            if let Some(n) = self.thread_name(t.pid, t.tid) {
+                t.comm = n.to_string();
+            }
+        }
     }
 
     /// The frames named in `pid`, for its Maps record.

@@ -48,6 +48,13 @@ pub struct Offsets {
     /// compact string's characters begin.
     pub ascii_size: u64,
     pub compact_size: u64,
+    /// `_PyInterpreterFrame.localsplus` (a frame's arguments first) and
+    /// `PyHeapTypeObject.ht_cached_keys` (the keys its instances share),
+    /// for thread names (see `threadname.rs`); 0: not read (3.10). The
+    /// latter found in each interpreter from `type.__basicsize__` and a
+    /// scan for the keys object of a `threading.Thread`.
+    pub frame_localsplus: u64,
+    pub heaptype_cached_keys: u64,
 }
 
 /// `_PyInterpreterFrame.owner` of a frame the C stack owns (3.12+: the
@@ -78,6 +85,8 @@ pub const PY310: Offsets = Offsets {
     code_adaptive: 0,
     ascii_size: 48,
     compact_size: 72,
+    frame_localsplus: 0,
+    heaptype_cached_keys: 0,
 };
 
 pub const PY311: Offsets = Offsets {
@@ -101,6 +110,8 @@ pub const PY311: Offsets = Offsets {
     code_adaptive: 184,
     ascii_size: 48,
     compact_size: 72,
+    frame_localsplus: 72,
+    heaptype_cached_keys: 872,
 };
 
 pub const PY312: Offsets = Offsets {
@@ -124,6 +135,8 @@ pub const PY312: Offsets = Offsets {
     code_adaptive: 192,
     ascii_size: 40,
     compact_size: 56,
+    frame_localsplus: 72,
+    heaptype_cached_keys: 880,
 };
 
 pub const PY313: Offsets = Offsets {
@@ -147,6 +160,8 @@ pub const PY313: Offsets = Offsets {
     code_adaptive: 200,
     ascii_size: 40,
     compact_size: 56,
+    frame_localsplus: 72,
+    heaptype_cached_keys: 880,
 };
 
 /// The table of CPython 3.`minor`, if known.

@@ -139,13 +139,13 @@ impl Interpreter {
         Ok(())
     }
 
-    fn u64(&self, addr: u64) -> Result<u64, String> {
+    pub(super) fn u64(&self, addr: u64) -> Result<u64, String> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
 
-    fn u8(&self, addr: u64) -> Result<u8, String> {
+    pub(super) fn u8(&self, addr: u64) -> Result<u8, String> {
         let mut b = [0u8; 1];
         self.read(addr, &mut b)?;
         Ok(b[0])
@@ -153,7 +153,7 @@ impl Interpreter {
 
     /// A `str` object: compact ASCII or one-byte (Latin-1) strings, the
     /// others as `?` per character.
-    fn string(&self, obj: u64) -> Result<String, String> {
+    pub(super) fn string(&self, obj: u64) -> Result<String, String> {
         let o = self.offsets;
         let len = self.u64(obj + 16)?.min(MAX_STR);
         let state = self.u8(obj + 32)?;
@@ -344,12 +344,19 @@ mod tests {
                 let top = |leaf: &str, caller: &str| names.len() > 3 && names[..3] == [leaf, "measured", caller];
                 if top("nap", "run_sleep") && t.frames[0].line == Some(line("time.sleep(0.002)")) {
                     assert!(t.frames[0].file.ends_with("workload.py"), "{:?}", t.frames[0]);
+                    // Its threading name (the workload names each thread
+                    // after its function); 3.10's is not read.
+                    let want = (it.offsets.minor >= 11).then(|| "run_sleep".to_string());
+                    assert_eq!(it.thread_name(t.tstate), want, "{python}");
                     // 3.10 has no qualified names (co_qualname came in 3.11).
                     let root = if it.offsets.minor == 10 { "_bootstrap" } else { "Thread._bootstrap" };
                     assert_eq!(names.last(), Some(&root), "{names:?}");
                     seen.0 = true;
                 }
                 if top("wait_lock", "run_wait") && t.frames[0].line == Some(line("lock.acquire()")) {
+                    if it.offsets.minor >= 11 {
+                        assert_eq!(it.thread_name(t.tstate).as_deref(), Some("run_wait"), "{python}");
+                    }
                     seen.1 = true;
                 }
             }

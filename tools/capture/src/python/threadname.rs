@@ -1,0 +1,121 @@
+//! Python thread names: `threading.Thread(name=...)` lives only in the
+//! Thread object (CPython 3.10-3.13 never name the OS thread), so it is
+//! read from outside: `self` of the thread's outermost frame,
+//! `Thread._bootstrap`, then that object's `_name` attribute.
+//!
+//! An instance's attributes are a split dictionary: the keys shared by
+//! its type (`ht_cached_keys`), the values its own. Where the values are
+//! differs by version: 3.11 a pointer four words before the object (the
+//! dict, when one was made, three), 3.12 one tagged word three before
+//! (odd: the values, less one; even: the dict), 3.13 inline after the
+//! object (`tp_basicsize`), while valid. A dict made for it (someone read
+//! `__dict__`) is read as a dict: split (its own values) or combined.
+//! 3.10 is not read (None).
+
+use super::offsets::FRAME_OWNED_BY_CSTACK;
+use super::reader::Interpreter;
+
+/// At most this many frames are walked to the outermost one.
+const MAX_DEPTH: usize = 4096;
+/// A keys object with more entries than this is not a Thread's.
+const MAX_KEYS: u64 = 1024;
+
+impl Interpreter {
+    /// The `threading.Thread` name of the thread of `tstate`, if threading
+    /// started it and it runs Python now (None for the main thread, for
+    /// a thread between its start and its first frame, on 3.10, or when
+    /// any read fails).
+    pub fn thread_name(&mut self, tstate: u64) -> Option<String> {
+        let o = self.offsets;
+        if o.frame_localsplus == 0 {
+            return None;
+        }
+        let mut f = self.u64(tstate + o.tstate_frame).ok()?;
+        if let (Some(c), true) = (o.cframe_current, f != 0) {
+            f = self.u64(f + c).ok()?;
+        }
+        let mut outer = 0;
+        for _ in 0..MAX_DEPTH {
+            if f == 0 {
+                break;
+            }
+            if !(o.minor >= 12 && self.u8(f + o.frame_owner).ok()? == FRAME_OWNED_BY_CSTACK) {
+                outer = f;
+            }
+            f = self.u64(f + o.frame_previous).ok()?;
+        }
+        if outer == 0 {
+            return None;
+        }
+        let code = self.u64(outer + o.frame_code).ok()?;
+        if self.code(code).ok()?.0 != "Thread._bootstrap" {
+            return None;
+        }
+        let thread = self.u64(outer + o.frame_localsplus).ok()?;
+        self.str_attr(thread, "_name")
+    }
+
+    /// The `str` attribute `name` of the instance `obj` of a class.
+    fn str_attr(&self, obj: u64, name: &str) -> Option<String> {
+        let o = self.offsets;
+        let tp = self.u64(obj + 8).ok()?;
+        let (values, dict) = match o.minor {
+            11 => match self.u64(obj - 24).ok()? {
+                0 => (self.u64(obj - 32).ok()?, 0),
+                d => (0, d),
+            },
+            12 => match self.u64(obj - 24).ok()? {
+                v if v & 1 == 1 => (v + 1, 0),
+                d => (0, d),
+            },
+            _ => {
+                let inline = obj + self.u64(tp + 32).ok()?; // tp_basicsize
+                // PyDictValues: capacity, size, embedded, valid, padding, values.
+                if self.u8(inline + 3).ok()? == 1 {
+                    (inline + 8, 0)
+                } else {
+                    (0, self.u64(obj - 24).ok()?)
+                }
+            }
+        };
+        let value = if values != 0 {
+            let keys = self.u64(tp + o.heaptype_cached_keys).ok()?;
+            let (i, _) = self.find_key(keys, name)?;
+            self.u64(values + 8 * i).ok()?
+        } else if dict != 0 {
+            // PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag, ma_keys, ma_values.
+            let keys = self.u64(dict + 32).ok()?;
+            let own = self.u64(dict + 40).ok()?;
+            let (i, entry_value) = self.find_key(keys, name)?;
+            match own {
+                0 => entry_value,
+                v => self.u64(v + if o.minor >= 13 { 8 } else { 0 } + 8 * i).ok()?,
+            }
+        } else {
+            return None;
+        };
+        self.string(value).ok()
+    }
+
+    /// The index of `name` in the dict keys object `keys`, and the value
+    /// its entry holds (that of a combined table; 0 in a split one).
+    /// 3.11+: dk_refcnt, dk_log2_size, dk_log2_index_bytes, dk_kind,
+    /// dk_version, dk_usable, dk_nentries, the index table, then the
+    /// entries: (key, value) when the keys are all str (kind 1, 2), else
+    /// (hash, key, value).
+    fn find_key(&self, keys: u64, name: &str) -> Option<(u64, u64)> {
+        let index_bytes = 1u64 << self.u8(keys + 9).ok()?.min(32);
+        let kind = self.u8(keys + 10).ok()?;
+        let n = self.u64(keys + 24).ok()?;
+        if n > MAX_KEYS || index_bytes > 1 << 20 {
+            return None;
+        }
+        let (size, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
+        let entries = keys + 32 + index_bytes;
+        (0..n).find_map(|i| {
+            let e = entries + i * size;
+            let k = self.u64(e + key_at).ok()?;
+            (k != 0 && self.string(k).ok()? == name).then(|| (i, self.u64(e + key_at + 8).unwrap_or(0)))
+        })
+    }
+}
