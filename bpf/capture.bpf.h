@@ -274,18 +274,27 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e->ip = BPF_CORE_READ(regs, ip);
 		e->sp = sp;
 		e->bp = BPF_CORE_READ(regs, bp);
-		if (!bpf_probe_read_user(e->ustack, 16384, (void *)sp))
+		/* 16K, or all that is left up to the end of the stack's
+		 * mapping (page-aligned): a thread within 16K of its stack's
+		 * top (a shallow one, or its outermost frames) keeps every
+		 * frame. Halving instead lost up to half of it: the unwind
+		 * stopped short of clone3 in 6% of a Python thread's samples. */
+		if (!bpf_probe_read_user(e->ustack, 16384, (void *)sp)) {
 			e->ustack_bytes = 16384;
-		else if (!bpf_probe_read_user(e->ustack, 8192, (void *)sp))
-			e->ustack_bytes = 8192;
-		else if (!bpf_probe_read_user(e->ustack, 4096, (void *)sp))
-			e->ustack_bytes = 4096;
-		else if (!bpf_probe_read_user(e->ustack, 2048, (void *)sp))
-			e->ustack_bytes = 2048;
-		else if (!bpf_probe_read_user(e->ustack, 512, (void *)sp))
-			e->ustack_bytes = 512;
-		else
-			stat_add(WC_STAT_USTACK_FAULTS, 1);
+		} else {
+			__u32 head = 4096 - (sp & 4095);
+			for (int k = 3; k >= 0; k--) {
+				__u32 n = head + k * 4096;
+				if (n > 16384)
+					continue;
+				if (!bpf_probe_read_user(e->ustack, n, (void *)sp)) {
+					e->ustack_bytes = n;
+					break;
+				}
+			}
+			if (!e->ustack_bytes)
+				stat_add(WC_STAT_USTACK_FAULTS, 1);
+		}
 		py_walk(e->pid, e->tid, e);
 	}
 	bpf_ringbuf_submit(e, 0);

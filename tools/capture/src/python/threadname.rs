@@ -58,6 +58,9 @@ impl Interpreter {
     /// The `str` attribute `name` of the instance `obj` of a class.
     fn str_attr(&self, obj: u64, name: &str) -> Option<String> {
         let o = self.offsets;
+        if obj < 4096 {
+            return None; // not an object (the words before it are read)
+        }
         let tp = self.u64(obj + 8).ok()?;
         let (values, dict) = match o.minor {
             11 => match self.u64(obj - 24).ok()? {
