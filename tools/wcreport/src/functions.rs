@@ -67,7 +67,11 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
     } else {
         frames::kernel_reason(&owned, runnable)
     };
-    let Some(i) = frames::user_frame(&owned) else {
+    // A GIL wait is the call of the frame that wanted the GIL: the own
+    // function is looked for above it (the unnamed take_gil under it is
+    // the interpreter's, not the program's).
+    let gil = owned.iter().position(|f| f.func == crate::report::GIL_FRAME).unwrap_or(owned.len());
+    let Some(i) = frames::user_frame(&owned[..gil]) else {
         let who = match owned.iter().find(|f| frames::is_synthetic(f)) {
             Some(f) => Who { func: f.func.clone(), module: None, unnamed: false },
             None => Who {
@@ -97,12 +101,18 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
     }
     let f = &owned[i];
     let who = Who { func: frames::show(f), module: frames::module_of(f), unnamed: frames::is_unnamed(f) };
-    // The call: the next user-space frame toward the leaf, else the syscall.
-    let call = owned[i + 1..]
-        .iter()
-        .find(|g| !matches!(frames::place(g), Place::Kernel | Place::Synthetic))
-        .map(frames::call_name)
-        .or_else(|| frames::syscall(&owned[i + 1..]));
+    // The call: the GIL wait (a thread's start, before its first Python
+    // frame, waits there too), else the next user-space frame toward the
+    // leaf, else the syscall.
+    let rest = &owned[i + 1..];
+    let call = if rest.iter().any(|g| g.func == crate::report::GIL_FRAME) {
+        Some(crate::report::GIL_FRAME.to_string())
+    } else {
+        rest.iter()
+            .find(|g| !matches!(frames::place(g), Place::Kernel | Place::Synthetic))
+            .map(frames::call_name)
+            .or_else(|| frames::syscall(rest))
+    };
     (who, call, reason)
 }
 
