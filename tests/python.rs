@@ -250,7 +250,11 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
             assert!(top.starts_with("py::spin"), "the report's top function of a spin thread is {top}");
             let parts = funcs.iter().flat_map(|f| f["parts"].as_array().unwrap());
             let under_gil: u64 = parts.filter(|p| p["call"] == "[GIL]").map(|p| p["ns"].as_u64().unwrap()).sum();
-            assert_eq!(under_gil, all, "the report's `→ [GIL]` rows hold {under_gil} of {all} ns");
+            // The JSON lists a thread's heaviest functions: what it leaves
+            // out is the only [GIL] time allowed outside the rows.
+            let listed: u64 = funcs.iter().map(|f| f["ns"].as_u64().unwrap()).sum();
+            let left_out = th["alive_ns"].as_u64().unwrap().saturating_sub(listed);
+            assert!(under_gil <= all && all - under_gil <= left_out, "the report's `→ [GIL]` rows hold {under_gil} of {all} ns ({left_out} ns of functions not listed)");
             let txt = util::ok("wcreport", &[prefix.with_extension("stream").to_str().unwrap()], b"");
             let line = format!("waiting for the GIL {}", wallclock_stream::units::human_ns(all));
             assert!(txt.contains(&line), "{line} not in\n{txt}");
