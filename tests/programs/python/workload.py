@@ -89,8 +89,13 @@ def waited(fd, buf):
 
 
 def crunch():
+    # About 8 ms of work per call: each call's edges (the clock and
+    # schedstat reads around it: system calls on these VMs, where a thread
+    # whose slice is up is preempted) count to the call by its clocks but
+    # sit outside crunch() in a profile; with 1.5 ms calls that read its
+    # on-CPU share up to 3 points high under CI's load.
     s = 0
-    for i in range(20000):
+    for i in range(100000):
         s += i * i % 7
     return s
 
@@ -118,12 +123,9 @@ def hold_lock():
 
 
 def spin():
-    # Ten times crunch's work per call: each call's edges (the clock and
-    # schedstat reads around it, system calls on these VMs, where a
-    # thread whose slice is up is preempted) are measured as the call's
-    # by its clocks but sit outside spin() in a profile. Fighting for the
-    # GIL, the threads are preempted there often; fewer edges keep that
-    # from blurring the GIL wait measured against the profile.
+    # Twice crunch's work per call, for the same reason (fighting for the
+    # GIL, these threads are preempted at the edges often; fewer edges
+    # keep that from blurring the GIL wait measured against the profile).
     s = 0
     for i in range(200000):
         s += i * i % 7
