@@ -64,11 +64,17 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-static __always_inline void stat_add(__u32 which, __u64 n)
+/* Add n to entry `which` of a per-CPU array of counters (this CPU's). */
+static __always_inline void percpu_add(void *map, __u32 which, __u64 n)
 {
-	__u64 *v = bpf_map_lookup_elem(&stats, &which);
+	__u64 *v = bpf_map_lookup_elem(map, &which);
 	if (v)
 		*v += n;
+}
+
+static __always_inline void stat_add(__u32 which, __u64 n)
+{
+	percpu_add(&stats, which, n);
 }
 
 static __always_inline bool window_open(__u64 now)

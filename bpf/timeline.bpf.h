@@ -7,6 +7,7 @@
 #define TIMELINE_BPF_H
 
 #include "wallclock.h"
+#include "capture.bpf.h" /* percpu_add */
 
 const volatile bool timeline_on = false;
 /* Blocks shorter than this stay inside the running slice around them. */
@@ -33,9 +34,7 @@ struct {
 
 static __always_inline void tl_stat(__u32 which, __u64 n)
 {
-	__u64 *v = bpf_map_lookup_elem(&tl_stats, &which);
-	if (v)
-		*v += n;
+	percpu_add(&tl_stats, which, n);
 }
 
 /* th was off-CPU from `from` to `to` in state st at fingerprint fp (the

@@ -15,11 +15,7 @@ use serde_json::Value;
 const KERNEL_MIN: u64 = 0xffff_8000_0000_0000;
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: capture tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("capture")
 }
 
 /// The workload, built once with frame pointers (libc still has none).

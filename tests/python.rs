@@ -15,11 +15,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: Python capture tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("Python capture")
 }
 
 /// pyenv's python of minor version `minor` (3.minor.*), if installed.

@@ -13,11 +13,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: timeline tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("timeline")
 }
 
 fn u(v: &Value) -> u64 {

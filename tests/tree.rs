@@ -14,11 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: tree tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("tree")
 }
 
 fn treespin() -> PathBuf {

@@ -15,11 +15,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: capture tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("capture")
 }
 
 fn workload() -> PathBuf {

@@ -10,11 +10,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: wallclock tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("wallclock")
 }
 
 fn wallclock(args: &[&str]) -> Output {

@@ -102,11 +102,7 @@ fn capture(name: &str, stripped: bool, secs: &str, with_on: bool) -> (PathBuf, V
 }
 
 fn skip() -> bool {
-    if !util::is_root() {
-        eprintln!("SKIPPED: capture tests need root (BPF)");
-        return true;
-    }
-    false
+    util::skip_without_root("capture")
 }
 
 /// ns of the stream's on/off stacks of `tid` whose innermost frame in the

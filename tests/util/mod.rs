@@ -115,6 +115,16 @@ pub fn is_root() -> bool {
     unsafe { geteuid() == 0 }
 }
 
+/// Whether to skip a test that loads BPF programs: not root. Says so,
+/// naming `what` tests.
+pub fn skip_without_root(what: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("SKIPPED: {what} tests need root (BPF)");
+    true
+}
+
 extern "C" {
     fn geteuid() -> u32;
 }
