@@ -195,15 +195,23 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
         let chained: u64 = mine.iter().filter(|(_, c)| *c == t.chain).map(|(s, _)| s.ns).sum();
         let rooted: u64 = mine.iter().filter(|(s, _)| s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str()))).map(|(s, _)| s.ns).sum();
         let on: u64 = mine.iter().filter(|(s, _)| s.kind == "on").map(|(s, _)| s.ns).sum();
-        let share = on as f64 * 100.0 / total as f64;
+        // Steal (the hypervisor ran something else while the thread held
+        // its CPU) is the thread's own `[steal]` stack, in no function;
+        // the function's wall clock counts it and its CPU clock does not.
+        // Its part of the thread's steal goes with its on-CPU time.
+        let thread_on: u64 = stacks.iter().filter(|s| s.tid == t.tid && s.kind == "on" && s.frames != ["[steal]"]).map(|s| s.ns).sum();
+        let thread_steal: u64 = stacks.iter().filter(|s| s.tid == t.tid && s.frames == ["[steal]"]).map(|s| s.ns).sum();
+        let steal = (thread_steal as f64 * on as f64 / thread_on.max(1) as f64) as u64;
+        let share = on as f64 * 100.0 / (total + steal) as f64;
         let truth = t.cpu_ns as f64 * 100.0 / t.wall_ns as f64;
         let example = mine.iter().max_by_key(|(s, _)| s.ns).map(|(s, _)| s.frames.join(";")).unwrap_or_default();
         eprintln!(
-            "{} {}: {:.1} ms in stacks, {:.1} ms on-CPU (measured: {:.1} ms, {:.1} ms) ({:.1}% with its chain, {:.1}% from the root), on-CPU {share:.1}% vs measured {truth:.1}%",
+            "{} {}: {:.1} ms in stacks, {:.1} ms on-CPU, {:.1} ms stolen (measured: {:.1} ms, {:.1} ms) ({:.1}% with its chain, {:.1}% from the root), on-CPU {share:.1}% vs measured {truth:.1}%",
             t.tid,
             t.func,
             total as f64 / 1e6,
             on as f64 / 1e6,
+            steal as f64 / 1e6,
             t.wall_ns as f64 / 1e6,
             t.cpu_ns as f64 / 1e6,
             chained as f64 * 100.0 / total as f64,

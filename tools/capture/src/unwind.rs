@@ -38,7 +38,7 @@ fn load_file(path: &str) -> Option<FileInfo> {
     if !path.starts_with('/') {
         return None;
     }
-    let data = std::fs::read(path).ok()?;
+    let data = crate::procfs::map_file(path)?;
     let obj = object::File::parse(&*data).ok()?;
     let build_id = obj.build_id().ok().flatten().map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
     let segments = obj

@@ -95,7 +95,10 @@ impl Interpreter {
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
         let minor = minor_from_path(&path).unwrap_or(0);
         let offsets = offsets::for_minor(minor).ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not supported (3.10-3.13)"))?;
-        let data = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+        // Mapped, not read whole: no thread's frames are read until this
+        // returns, and reading a 30 MB libpython took up to 240 ms under
+        // load, while the threads it had started ran on without them.
+        let data = crate::procfs::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
         let (poff, pvaddr) = obj
             .segments()
@@ -104,22 +107,28 @@ impl Interpreter {
             .map(|(o, v, _)| (o, v))
             .ok_or_else(|| format!("{path}: no segment holds offset {off:#x}"))?;
         let bias = (start + poff).wrapping_sub(off).wrapping_sub(pvaddr);
-        let sym = |name: &str| {
-            obj.dynamic_symbols().chain(obj.symbols()).find(|s| s.name() == Ok(name)).map(|s| s.address().wrapping_add(bias))
-        };
-        let runtime = sym("_PyRuntime").ok_or_else(|| format!("{path}: no _PyRuntime symbol"))?;
-        let mut eval: Vec<(u64, u64)> = obj
-            .dynamic_symbols()
-            .chain(obj.symbols())
-            .filter(|s| s.name().is_ok_and(|n| n == "_PyEval_EvalFrameDefault" || n.starts_with("_PyEval_EvalFrameDefault.")))
-            .map(|s| (s.address().wrapping_add(bias), s.address().wrapping_add(bias) + s.size().max(1)))
-            .collect();
+        // One pass over both symbol tables for every symbol needed.
+        let (mut runtime, mut code_type, mut version) = (None, None, None);
+        let mut eval: Vec<(u64, u64)> = Vec::new();
+        for s in obj.dynamic_symbols().chain(obj.symbols()) {
+            let Ok(n) = s.name_bytes() else { continue };
+            let at = s.address().wrapping_add(bias);
+            match n {
+                b"_PyRuntime" => _ = runtime.get_or_insert(at),
+                b"PyCode_Type" => _ = code_type.get_or_insert(at),
+                b"Py_Version" => _ = version.get_or_insert(at),
+                _ if n.starts_with(b"_PyEval_EvalFrameDefault") && matches!(n.get(24), None | Some(b'.')) => {
+                    eval.push((at, at + s.size().max(1)));
+                }
+                _ => {}
+            }
+        }
+        let runtime = runtime.ok_or_else(|| format!("{path}: no _PyRuntime symbol"))?;
         eval.sort_unstable();
         eval.dedup();
         let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
-        let code_type = sym("PyCode_Type");
         let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), eval, mapped, code_type, pthread_tid: None };
-        if let Some(v) = sym("Py_Version") {
+        if let Some(v) = version {
             let v = it.u64(v)? as u32;
             if v >> 24 != 3 || (v >> 16) & 0xff != minor {
                 return Err(format!("{path}: Py_Version {v:#x} is not 3.{minor}"));
