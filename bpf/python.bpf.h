@@ -25,6 +25,18 @@ struct {
 	__type(value, struct wc_pycfg);
 } py_cfg SEC(".maps");
 
+/* One frame's first bytes, per CPU (the BPF stack has no room). */
+struct py_buf {
+	__u8 b[WC_PY_SPAN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_buf);
+} py_buf SEC(".maps");
+
 static __always_inline __u64 py_mix(__u64 h, __u64 v)
 {
 	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
@@ -77,17 +89,20 @@ static __noinline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e)
 		return 0;
 	if (c->cframe >= 0 && f && bpf_probe_read_user(&f, sizeof(f), (void *)(f + c->cframe)))
 		return 0;
+	/* One read a frame, not one a field: a Python thread's every
+	 * switch-out walks its chain, and each read is a fault-checked copy. */
+	__u32 zero = 0, span = c->span, o_code = c->code, o_instr = c->instr, o_flags = c->flags, o_prev = c->previous;
+	struct py_buf *buf = bpf_map_lookup_elem(&py_buf, &zero);
+	if (!buf || span > WC_PY_SPAN || o_code > WC_PY_SPAN - 8 || o_instr > WC_PY_SPAN - 8 || o_prev > WC_PY_SPAN - 8 ||
+	    o_flags > WC_PY_SPAN - 2)
+		return 0;
 	__u32 n = 0;
 	for (int i = 0; i < WC_PY_MAX; i++) {
-		if (!f)
+		if (!f || bpf_probe_read_user(buf->b, span, (void *)f))
 			break;
-		__u64 code = 0, instr = 0, prev = 0;
-		__u16 flags = 0;
-		if (bpf_probe_read_user(&code, sizeof(code), (void *)(f + c->code)) ||
-		    bpf_probe_read_user(&instr, sizeof(instr), (void *)(f + c->instr)) ||
-		    bpf_probe_read_user(&flags, sizeof(flags), (void *)(f + c->flags)) ||
-		    bpf_probe_read_user(&prev, sizeof(prev), (void *)(f + c->previous)))
-			break;
+		__u64 code = *(__u64 *)(buf->b + o_code);
+		__u64 instr = *(__u64 *)(buf->b + o_instr);
+		__u16 flags = *(__u16 *)(buf->b + o_flags);
 		h = py_mix(h, code);
 		h = py_mix(h, instr);
 		if (e) {
@@ -96,7 +111,7 @@ static __noinline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e)
 			e->py[i & (WC_PY_MAX - 1)].flags = flags;
 		}
 		n = i + 1;
-		f = prev;
+		f = *(__u64 *)(buf->b + o_prev);
 	}
 	if (e)
 		e->py_n = n;

@@ -10,6 +10,7 @@
 #define WC_NSTATES 5
 #define WC_PY_MAX 64 /* Python frames read per stack (python.bpf.h) */
 #define WC_PY_SCAN 64 /* thread states looked through for a new thread */
+#define WC_PY_SPAN 128 /* bytes of a Python frame read (python.bpf.h) */
 
 /* Off-CPU states. WC_ST_INIT: already off-CPU when the capture began (the
  * Rust side replaces it with the state and stack read from /proc). */
@@ -110,7 +111,8 @@ struct wc_oval {
  * tools/capture/src/python/offsets.rs): tstate + frame is the current frame
  * (3.13) or the _PyCFrame whose + cframe is (3.11, 3.12: cframe >= 0);
  * then each _PyInterpreterFrame's code object, instruction pointer,
- * 2 bytes of flags (3.11: is_entry, owner; 3.12+: owner) and previous. */
+ * 2 bytes of flags (3.11: is_entry, owner; 3.12+: owner) and previous,
+ * all within the first `span` bytes of a frame (read at once). */
 struct wc_pycfg {
 	__u32 frame;
 	__s32 cframe;
@@ -126,7 +128,7 @@ struct wc_pycfg {
 	__u32 interp_threads;
 	__u32 tstate_tid;
 	__u32 tstate_next;
-	__u32 pad;
+	__u32 span; /* at most WC_PY_SPAN */
 };
 
 /* One Python frame as read at the stack's moment, innermost first. */

@@ -273,19 +273,21 @@ fn address_of(func: &str, line: Option<i64>) -> u64 {
 /// Where the interpreter keeps its frame chain, for the BPF side.
 fn config(it: &Interpreter) -> crate::event::WcPycfg {
     let o = it.offsets;
+    let flags = o.frame_is_entry.unwrap_or(o.frame_owner);
+    let span = [o.frame_code + 8, o.frame_instr + 8, o.frame_previous + 8, flags + 2].into_iter().max().unwrap_or(0);
     crate::event::WcPycfg {
         frame: o.tstate_frame as u32,
         cframe: o.cframe_current.map_or(-1, |c| c as i32),
         code: o.frame_code as u32,
         instr: o.frame_instr as u32,
-        flags: o.frame_is_entry.unwrap_or(o.frame_owner) as u32,
+        flags: flags as u32,
         previous: o.frame_previous as u32,
         // 3.10's tid is behind its pthread_t: user space lists those.
         runtime_interp: if o.tstate_is_pthread { 0 } else { it.runtime() + o.runtime_interpreters_head },
         interp_threads: o.interp_threads_head as u32,
         tstate_tid: o.tstate_native_thread_id as u32,
         tstate_next: o.tstate_next as u32,
-        pad: 0,
+        span: span as u32,
     }
 }
 
