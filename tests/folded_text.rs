@@ -7,7 +7,7 @@
 mod util;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use util::{ok, run, scratch};
@@ -139,19 +139,6 @@ fn non_utf8_bytes_are_carried_not_fatal() {
     assert!(box_names(&svg).contains("caf\u{fffd}\u{fffd}"));
 }
 
-/// The test program: real Rust, v0 symbol mangling.
-fn build_rustnames(dir: &Path) -> PathBuf {
-    let out = dir.join("rustnames");
-    let st = Command::new("rustc")
-        .args(["-O", "-g", "-C", "symbol-mangling-version=v0", "-o"])
-        .arg(&out)
-        .arg(util::root().join("tests/programs/rustnames/main.rs"))
-        .status()
-        .expect("rustc");
-    assert!(st.success(), "building rustnames failed");
-    out
-}
-
 /// Demangled name -> address, and the executable LOAD segment
 /// (offset, vaddr, memsz), from binutils.
 fn symbols(bin: &Path) -> (Vec<(String, u64)>, (u64, u64, u64)) {
@@ -188,7 +175,7 @@ fn symbols(bin: &Path) -> (Vec<(String, u64)>, (u64, u64, u64)) {
 #[test]
 fn rust_program_stacks_through_the_pipeline() {
     let dir = scratch("folded-rustnames");
-    let bin = build_rustnames(&dir);
+    let bin = util::build_rustnames(&dir);
     let (syms, (off, vaddr, memsz)) = symbols(&bin);
     let addr = |name: &str| syms.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no symbol {name}")).1;
     const BASE: u64 = 0x5555_5555_4000;
@@ -246,7 +233,7 @@ fn rust_program_profiled_end_to_end() {
         return;
     }
     let dir = scratch("folded-rustnames-live");
-    let bin = build_rustnames(&dir);
+    let bin = util::build_rustnames(&dir);
     let raw = dir.join("off.raw");
     let st = Command::new(util::bin("offcputime"))
         .arg("-o")

@@ -102,6 +102,20 @@ pub fn build_demo(dir: &Path) -> PathBuf {
     build_c("scripts/demo/workload.c", dir, "workload")
 }
 
+/// tests/programs/rustnames built into `dir` as users build Rust
+/// programs (rustc's default linker), with v0 symbol mangling.
+pub fn build_rustnames(dir: &Path) -> PathBuf {
+    let out = dir.join("rustnames");
+    let st = Command::new("rustc")
+        .args(["-O", "-g", "-C", "symbol-mangling-version=v0", "-o"])
+        .arg(&out)
+        .arg(root().join("tests/programs/rustnames/main.rs"))
+        .status()
+        .expect("rustc");
+    assert!(st.success(), "building rustnames failed");
+    out
+}
+
 /// A fresh scratch directory under target/test-tmp.
 pub fn scratch(name: &str) -> PathBuf {
     let d = root().join("target/test-tmp").join(name);

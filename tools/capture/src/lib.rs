@@ -7,6 +7,7 @@
 pub mod bpf;
 pub mod cgroup;
 pub mod drain;
+pub mod elf;
 pub mod driver;
 pub mod event;
 mod skel_glue;

@@ -1,6 +1,6 @@
 //! What /proc tells about target processes and threads: their threads,
 //! the state and stack of a thread that is blocked when the capture begins,
-//! kernel symbol addresses; the files they map.
+//! kernel symbol addresses.
 
 use std::collections::HashMap;
 use std::fs;
@@ -233,15 +233,4 @@ impl Kallsyms {
     pub fn resolve(&self, frames: &[NamedFrame]) -> Vec<u64> {
         frames.iter().filter_map(|(n, off)| self.by_name.get(n).map(|a| a + off)).collect()
     }
-}
-
-/// An ELF file of a target process, mapped rather than read: only the
-/// pages of the tables looked at are read (a libpython with its debug
-/// info is 30 MB, its symbol and unwind tables a few hundred KB).
-pub fn map_file(path: &str) -> Option<memmap2::Mmap> {
-    let f = fs::File::open(path).ok()?;
-    // SAFETY: a read-only private mapping. A file truncated while mapped
-    // would fault on access; the files mapped here are executables and
-    // libraries in use, which are replaced (renamed over), not truncated.
-    unsafe { memmap2::Mmap::map(&f) }.ok()
 }

@@ -38,7 +38,7 @@ fn load_file(path: &str) -> Option<FileInfo> {
     if !path.starts_with('/') {
         return None;
     }
-    let data = crate::procfs::map_file(path)?;
+    let data = crate::elf::map_file(path)?;
     let obj = object::File::parse(&*data).ok()?;
     let build_id = obj.build_id().ok().flatten().map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
     let segments = obj
@@ -194,11 +194,7 @@ impl Unwind {
             let fi = self.files.entry(m.path.clone()).or_insert_with(|| load_file(&m.path));
             if let Some(fi) = fi {
                 m.build_id = fi.build_id.clone();
-                // The segment holding this mapping's file offset gives the load bias.
-                if let Some(&(poff, pvaddr, _)) =
-                    fi.segments.iter().find(|&&(o, _, sz)| m.offset >= o && m.offset < o + sz.max(1))
-                {
-                    let base_avma = (m.start + poff).wrapping_sub(m.offset).wrapping_sub(pvaddr);
+                if let Some(base_avma) = crate::elf::load_bias(&fi.segments, m.start, m.offset) {
                     if let Some(sec) = fi.sections.clone() {
                         proc.unwinder.add_module(Module::new(m.path.clone(), m.start..m.end, base_avma, sec));
                     }

@@ -98,15 +98,10 @@ impl Interpreter {
         // Mapped, not read whole: no thread's frames are read until this
         // returns, and reading a 30 MB libpython took up to 240 ms under
         // load, while the threads it had started ran on without them.
-        let data = crate::procfs::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
+        let data = crate::elf::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
-        let (poff, pvaddr) = obj
-            .segments()
-            .map(|s| (s.file_range().0, s.address(), s.file_range().1))
-            .find(|&(o, _, sz)| off >= o && off < o + sz.max(1))
-            .map(|(o, v, _)| (o, v))
-            .ok_or_else(|| format!("{path}: no segment holds offset {off:#x}"))?;
-        let bias = (start + poff).wrapping_sub(off).wrapping_sub(pvaddr);
+        let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
+        let bias = crate::elf::load_bias(&segments, start, off).ok_or_else(|| format!("{path}: no segment holds offset {off:#x}"))?;
         // One pass over both symbol tables for every symbol needed.
         let (mut runtime, mut code_type, mut version) = (None, None, None);
         let mut eval: Vec<(u64, u64)> = Vec::new();

@@ -1,0 +1,55 @@
+//! The ELF files target processes map: read (mapped, only the pages of
+//! the tables looked at), and where each of their mappings loads.
+
+/// An ELF file, mapped rather than read: a libpython with its debug info
+/// is 30 MB, its symbol and unwind tables a few hundred KB.
+pub fn map_file(path: &str) -> Option<memmap2::Mmap> {
+    let f = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping. A file truncated while mapped
+    // would fault on access; the files mapped here are executables and
+    // libraries in use, which are replaced (renamed over), not truncated.
+    unsafe { memmap2::Mmap::map(&f) }.ok()
+}
+
+const PAGE: u64 = 4096;
+
+/// The load bias of a mapping of a file at `start` from file offset
+/// `offset`, given the file's PT_LOAD segments (p_offset, p_vaddr,
+/// p_filesz): the segment the loader mapped there is the one whose
+/// page-aligned offset is the mapping's. Only when none is (a mapping
+/// split by mprotect, as RELRO does) the one holding the offset.
+///
+/// lld packs segments without page alignment (Rust's default linker
+/// since 1.90): the text segment then begins in the read-only segment's
+/// last page, which both hold, and the first segment holding the offset
+/// put every frame of the text one page off.
+pub fn load_bias(segments: &[(u64, u64, u64)], start: u64, offset: u64) -> Option<u64> {
+    let (poff, pvaddr) = segments
+        .iter()
+        .find(|&&(o, _, _)| o & !(PAGE - 1) == offset)
+        .or_else(|| segments.iter().find(|&&(o, _, sz)| offset >= o && offset < o + sz.max(1)))
+        .map(|&(o, v, _)| (o, v))?;
+    Some((start + poff).wrapping_sub(offset).wrapping_sub(pvaddr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_sharing_a_page_loads_at_its_own_address() {
+        // lld's layout (a Rust release binary): R at 0, R E from 0x1288e0
+        // (vaddr 0x1298e0), RW from 0x4584a0 (vaddr 0x45a4a0).
+        let segs = [(0, 0, 0x1288d8), (0x1288e0, 0x1298e0, 0x32fbc0), (0x4584a0, 0x45a4a0, 0x170b0)];
+        let base = 0x5555_0000_0000;
+        assert_eq!(load_bias(&segs, base, 0), Some(base));
+        assert_eq!(load_bias(&segs, base + 0x129000, 0x128000), Some(base));
+        assert_eq!(load_bias(&segs, base + 0x45a000, 0x458000), Some(base));
+        // GNU ld's page-aligned layout, and a RELRO split inside a segment.
+        let segs = [(0, 0, 0x1000), (0x1000, 0x1000, 0x5000), (0x6df0, 0x7df0, 0x400)];
+        assert_eq!(load_bias(&segs, base + 0x1000, 0x1000), Some(base));
+        assert_eq!(load_bias(&segs, base + 0x7000, 0x6000), Some(base));
+        assert_eq!(load_bias(&segs, base + 0x8000, 0x7000), Some(base));
+        assert_eq!(load_bias(&segs, base, 0x9000), None);
+    }
+}
