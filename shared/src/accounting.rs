@@ -155,12 +155,17 @@ pub fn steal_stack(t: &Thread) -> Option<Stack> {
     Some(s)
 }
 
+/// The frame stacksym puts above CPython's `take_gil` in blocked off-CPU
+/// stacks: the thread waits for the interpreter's lock, not its own.
+pub const GIL_FRAME: &str = "[GIL]";
+
 /// What a thread mostly did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Behaviour {
     CpuBound,
     IoBound,
     LockWaiting,
+    GilWaiting,
     Sleeping,
     RunnableStarved,
     Idle,
@@ -172,6 +177,7 @@ impl Behaviour {
             Behaviour::CpuBound => "cpu-bound",
             Behaviour::IoBound => "io-bound",
             Behaviour::LockWaiting => "lock-waiting",
+            Behaviour::GilWaiting => "gil-waiting",
             Behaviour::Sleeping => "sleeping",
             Behaviour::RunnableStarved => "runnable-starved",
             Behaviour::Idle => "idle",
@@ -182,6 +188,8 @@ impl Behaviour {
 /// What an off-CPU stack waits for, from its frame names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
+    /// CPython's GIL (a `[GIL]` frame), whatever lock waits under it.
+    Gil,
     Lock,
     Io,
     Sleep,
@@ -239,8 +247,12 @@ const POLL: &[&str] =
     &["epoll_wait", "epoll_pwait", "do_epoll", "poll", "select", "accept", "recv", "sigtimedwait", "pause"];
 
 /// Classify an off-CPU stack by its frames, leaf first (the innermost
-/// recognisable wait wins: `pthread_mutex_lock -> futex_wait` is a lock).
+/// recognisable wait wins: `pthread_mutex_lock -> futex_wait` is a lock),
+/// a `[GIL]` frame before all.
 pub fn wait_of(frames: &[Frame]) -> Wait {
+    if frames.iter().any(|f| f.func == GIL_FRAME) {
+        return Wait::Gil;
+    }
     let mut found = Wait::Unknown;
     for f in frames.iter().rev() {
         let n = f.func.to_ascii_lowercase();
@@ -270,7 +282,8 @@ pub fn wait_of(frames: &[Frame]) -> Wait {
 /// Behaviour of a thread from its exact split (`on_ns`, `off` by state)
 /// and its off-CPU stacks (which say what the S time waited for). The
 /// largest share wins: on-CPU -> cpu-bound, R -> runnable-starved,
-/// D and S-in-I/O -> io-bound, S-in-a-lock -> lock-waiting, S-in-sleep ->
+/// D and S-in-I/O -> io-bound, S-in-a-lock -> lock-waiting, S-under-[GIL]
+/// -> gil-waiting, S-in-sleep ->
 /// sleeping, S-in-poll and state other -> idle. A thread that used under 1%
 /// of `alive_ns` and waited only in poll or in unknown places is idle.
 pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]) -> Behaviour {
@@ -279,7 +292,7 @@ pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]
         return Behaviour::Idle;
     }
     // Split the S time in proportion to the S stacks' reasons.
-    let mut by_wait = [0u64; 5]; // lock, io, sleep, poll, unknown
+    let mut by_wait = [0u64; 6]; // lock, io, sleep, poll, unknown, GIL
     for s in off_stacks {
         if s.state.unwrap_or(State::S) != State::S {
             continue;
@@ -290,6 +303,7 @@ pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]
             Wait::Sleep => 2,
             Wait::Poll => 3,
             Wait::Unknown => 4,
+            Wait::Gil => 5,
         };
         by_wait[i] += s.ns;
     }
@@ -310,11 +324,12 @@ pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]
         (off.r, Behaviour::RunnableStarved),
         (off.d + share(1), Behaviour::IoBound),
         (share(0), Behaviour::LockWaiting),
+        (share(5), Behaviour::GilWaiting),
         (share(2) + share(4), Behaviour::Sleeping),
         (share(3) + off.other, Behaviour::Idle),
     ];
     let best = candidates.iter().max_by_key(|(v, _)| *v).map(|c| c.1).unwrap_or(Behaviour::Idle);
-    let busy = on_ns + off.r + off.d + share(0) + share(1);
+    let busy = on_ns + off.r + off.d + share(0) + share(1) + share(5);
     if alive_ns > 0 && (busy as u128) * 100 < alive_ns as u128 && matches!(best, Behaviour::Sleeping | Behaviour::Idle)
     {
         return Behaviour::Idle;
@@ -376,6 +391,12 @@ mod tests {
         lock.ns = 900;
         let off = StateNs { s: 900, ..Default::default() };
         assert_eq!(behaviour(100, &off, 1000, &[&lock]), Behaviour::LockWaiting);
+        // The same futex wait under [GIL]: the interpreter's lock.
+        let mut gil = lock.clone();
+        gil.frames = ["py::work", "[GIL]", "take_gil", "pthread_cond_timedwait", "futex_wait"].map(Frame::named).to_vec();
+        assert_eq!(wait_of(&gil.frames), Wait::Gil);
+        assert_eq!(behaviour(100, &off, 1000, &[&gil]), Behaviour::GilWaiting);
+        assert_eq!(Behaviour::GilWaiting.name(), "gil-waiting");
         assert_eq!(behaviour(900, &StateNs { s: 100, ..Default::default() }, 1000, &[&lock]), Behaviour::CpuBound);
         assert_eq!(behaviour(0, &StateNs::default(), 1000, &[]), Behaviour::Idle);
         assert_eq!(behaviour(0, &StateNs { d: 10, s: 5, ..Default::default() }, 15, &[]), Behaviour::IoBound);

@@ -15,10 +15,8 @@
 //! So an unnamed frame of the interpreter right over that call is
 //! take_gil.
 
+pub use wallclock_stream::accounting::GIL_FRAME;
 use wallclock_stream::{Frame, Kind, Stack, State};
-
-/// The synthetic frame's name.
-pub const GIL_FRAME: &str = "[GIL]";
 
 /// Whether `s` is a blocked off-CPU stack (not runnable): the only kind
 /// that can be waiting for the GIL.

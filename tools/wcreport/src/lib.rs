@@ -65,6 +65,7 @@ const EXAMPLES: &str = "EXAMPLES:
 /// thread's wall clock), coverage = (on + off) / alive, its role (main, or
 /// from the thread name; the same string as in flame --per-thread file
 /// names) and behaviour class (cpu-bound, io-bound, lock-waiting,
+/// gil-waiting (CPython's GIL),
 /// sleeping, runnable-starved, idle), and where its time went by its own
 /// functions: the innermost user frame (not kernel, not a system library),
 /// then the library call it made and the kernel frame that says why it

@@ -14,8 +14,7 @@ use crate::names::{unnamed_modules, UnnamedModule};
 /// Frame names of the synthetic stacks that keep time nobody could attribute.
 pub const SHORT_BLOCKS: &str = "[short blocks]";
 pub const LOST_STACK: &str = "[lost stack]";
-/// The frame stacksym puts above CPython's `take_gil` in off-CPU stacks.
-pub const GIL_FRAME: &str = "[GIL]";
+pub use wallclock_stream::accounting::GIL_FRAME;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -76,7 +75,7 @@ pub struct ThreadReport {
     pub comm: String,
     /// File-safe role (`main`, from the name...), as `flame --per-thread` uses it.
     pub role: String,
-    /// Behaviour class: cpu-bound, io-bound, lock-waiting, sleeping, runnable-starved, idle.
+    /// Behaviour class: cpu-bound, io-bound, lock-waiting, gil-waiting, sleeping, runnable-starved, idle.
     pub class: String,
     pub start_ns: Option<u64>,
     pub end_ns: Option<u64>,
