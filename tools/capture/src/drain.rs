@@ -56,18 +56,21 @@ impl Drain {
         Ok(Drain { rx, stop, thread })
     }
 
-    /// Hand queued events to `f` for up to `budget` (waiting that long for
-    /// the first when there is none).
+    /// Hand events to `f` as they come for `budget`: one turn of the
+    /// capture loop. Returning when the queue ran dry instead made a turn
+    /// per event (hundreds a second from a Python program), each with the
+    /// turn's own work (is the target alive, the Python thread list):
+    /// most of offcputime's CPU time.
     pub fn work_for(&self, budget: Duration, mut f: impl FnMut(&[u8])) {
-        let t0 = Instant::now();
-        match self.rx.recv_timeout(budget) {
-            Ok(e) => f(&e),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
-        }
-        while t0.elapsed() < budget {
-            match self.rx.try_recv() {
+        let until = Instant::now() + budget;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match self.rx.recv_timeout(left) {
                 Ok(e) => f(&e),
-                Err(_) => return,
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
             }
         }
     }

@@ -116,6 +116,7 @@ impl Python {
                 }
             }
             let p = self.procs.get_mut(&pid).unwrap();
+            p.it.new_turn();
             // A thread list being changed can read short: the next turn
             // reads it again.
             let Ok(list) = p.it.thread_states() else { continue };

@@ -9,7 +9,7 @@
 //! the code objects a chain points at (read while the process lives,
 //! cached by code object).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
@@ -48,6 +48,11 @@ pub struct Interpreter {
     /// Code object -> (its name, file and table objects and first line;
     /// name, file, first line, location table).
     code: HashMap<u64, CodeInfo>,
+    /// Code objects read since the last [`Interpreter::new_turn`]: within
+    /// a turn of the capture loop (20 ms) a cached one is taken as it is,
+    /// not read again for each frame of each stack that shows it (that was
+    /// a third of offcputime's CPU time on a Python program).
+    checked: HashSet<u64>,
     /// Where `_PyEval_EvalFrameDefault` (and its `.cold` part) lies in the
     /// process: the native frames that run Python frames.
     pub eval: Vec<(u64, u64)>,
@@ -122,7 +127,7 @@ impl Interpreter {
         eval.sort_unstable();
         eval.dedup();
         let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
-        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), eval, mapped, code_type, pthread_tid: None };
+        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), checked: HashSet::new(), eval, mapped, code_type, pthread_tid: None };
         if let Some(v) = version {
             let v = it.u64(v)? as u32;
             if v >> 24 != 3 || (v >> 16) & 0xff != minor {
@@ -187,6 +192,17 @@ impl Interpreter {
     /// another made at its address (seen: a `<module>` run by exec at
     /// startup, then a function's) has other name, file and table objects.
     pub fn code(&mut self, code: u64) -> Result<(String, String, i64, &[u8]), String> {
+        if !(self.checked.contains(&code) && self.code.contains_key(&code)) {
+            self.read_code(code)?;
+            self.checked.insert(code);
+        }
+        let (_, n, f, l, t) = &self.code[&code];
+        Ok((n.clone(), f.clone(), *l, t))
+    }
+
+    /// Read code object `code` into the cache, unless the cached one has
+    /// the same name, file and table objects and first line.
+    fn read_code(&mut self, code: u64) -> Result<(), String> {
         let o = self.offsets;
         let mut head = vec![0u8; (o.code_linetable.max(o.code_qualname).max(o.code_filename) + 8) as usize];
         self.read(code, &mut head)?;
@@ -202,8 +218,13 @@ impl Interpreter {
             let table = self.bytes(id[2])?;
             self.code.insert(code, (id, name, file, first, table));
         }
-        let (_, n, f, l, t) = &self.code[&code];
-        Ok((n.clone(), f.clone(), *l, t))
+        Ok(())
+    }
+
+    /// A new turn of the capture loop: code objects are checked again
+    /// (one freed since and another made at its address is read anew).
+    pub fn new_turn(&mut self) {
+        self.checked.clear();
     }
 
     /// (kernel tid, thread state) of every thread of the main interpreter
