@@ -94,18 +94,21 @@ pub fn comm_str(c: &[core::ffi::c_char]) -> String {
 impl WcEvent {
     /// An event as the ring buffer's consumer queues it: possibly without
     /// the unread tail of its user-stack copy (see `drain`), which reads
-    /// as zeros. None when even the fixed part is cut.
-    pub fn parse(data: &[u8]) -> Option<WcEvent> {
+    /// as zeros. None when even the fixed part is cut. Boxed: on the
+    /// stack its 18 KB put the callers' frames beyond a 16K stack copy,
+    /// and profiles of the capture tools themselves stopped there.
+    pub fn parse(data: &[u8]) -> Option<Box<WcEvent>> {
         if data.len() < std::mem::offset_of!(WcEvent, ustack) {
             return None;
         }
+        let mut e = Box::<WcEvent>::new_zeroed();
+        let n = data.len().min(std::mem::size_of::<WcEvent>());
         // SAFETY: WcEvent is a repr(C) struct of integers: all zeros is a
-        // valid value, and so is any byte pattern copied over its prefix.
+        // valid value, and so is any byte pattern copied over its prefix;
+        // `n` is within both the data and the struct.
         unsafe {
-            let mut e: WcEvent = std::mem::zeroed();
-            let n = data.len().min(std::mem::size_of::<WcEvent>());
-            std::ptr::copy_nonoverlapping(data.as_ptr(), &mut e as *mut WcEvent as *mut u8, n);
-            Some(e)
+            std::ptr::copy_nonoverlapping(data.as_ptr(), e.as_mut_ptr().cast::<u8>(), n);
+            Some(e.assume_init())
         }
     }
 
