@@ -115,7 +115,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
         .collect();
     // Each thread keeps the name its program gave it (threading.Thread's
     // name: CPython does not give it to the OS thread), read from the
-    // interpreter while the thread ran; 3.10's are not read.
+    // interpreter while the thread ran.
     let comms: std::collections::HashMap<u64, String> = stream
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -123,12 +123,10 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
         .map(|r| (r["tid"].as_u64().unwrap(), r["comm"].as_str().unwrap_or("").to_string()))
         .collect();
     let truth_text = std::fs::read_to_string(&truth).unwrap();
-    if !python.to_string_lossy().contains("3.10") {
-        for l in truth_text.lines() {
-            let v: Value = serde_json::from_str(l).unwrap();
-            let tid = v["tid"].as_u64().unwrap();
-            assert_eq!(comms.get(&tid).map(String::as_str), v["thread"].as_str(), "thread {tid}'s name, {}", python.display());
-        }
+    for l in truth_text.lines() {
+        let v: Value = serde_json::from_str(l).unwrap();
+        let tid = v["tid"].as_u64().unwrap();
+        assert_eq!(comms.get(&tid).map(String::as_str), v["thread"].as_str(), "thread {tid}'s name, {}", python.display());
     }
     let truth = truth_text
         .lines()

@@ -48,11 +48,11 @@ pub struct Offsets {
     /// compact string's characters begin.
     pub ascii_size: u64,
     pub compact_size: u64,
-    /// `_PyInterpreterFrame.localsplus` (a frame's arguments first) and
-    /// `PyHeapTypeObject.ht_cached_keys` (the keys its instances share),
-    /// for thread names (see `threadname.rs`); 0: not read (3.10). The
-    /// latter found in each interpreter from `type.__basicsize__` and a
-    /// scan for the keys object of a `threading.Thread`.
+    /// `_PyInterpreterFrame.localsplus` (3.10: `PyFrameObject.f_localsplus`;
+    /// a frame's arguments first) and `PyHeapTypeObject.ht_cached_keys`
+    /// (the keys its instances share), for thread names (see
+    /// `threadname.rs`; 3.10 reads the instance's `__dict__`, whose keys
+    /// are these when it is split, so it does not use the latter).
     pub frame_localsplus: u64,
     pub heaptype_cached_keys: u64,
 }
@@ -64,6 +64,9 @@ pub const FRAME_OWNED_BY_CSTACK: u8 = 3;
 /// Read with gdb from the DWARF of pyenv's 3.10.13 (`p
 /// &((PyFrameObject*)0)->f_lasti`...). 3.10 has one `PyFrameObject` per
 /// Python call, each run by a `_PyEval_EvalFrameDefault` call of its own.
+/// `f_localsplus` (352: after `f_blockstack`, 20 `PyTryBlock`s of 12
+/// bytes at 112) and `ht_cached_keys` from `offsetof` compiled against
+/// its headers (include/python3.10/cpython/frameobject.h, object.h).
 pub const PY310: Offsets = Offsets {
     minor: 10,
     runtime_interpreters_head: 32,
@@ -85,8 +88,8 @@ pub const PY310: Offsets = Offsets {
     code_adaptive: 0,
     ascii_size: 48,
     compact_size: 72,
-    frame_localsplus: 0,
-    heaptype_cached_keys: 0,
+    frame_localsplus: 352,
+    heaptype_cached_keys: 872,
 };
 
 pub const PY311: Offsets = Offsets {

@@ -370,18 +370,15 @@ mod tests {
                 if top("nap", "run_sleep") && t.frames[0].line == Some(line("time.sleep(0.002)")) {
                     assert!(t.frames[0].file.ends_with("workload.py"), "{:?}", t.frames[0]);
                     // Its threading name (the workload names each thread
-                    // after its function); 3.10's is not read.
-                    let want = (it.offsets.minor >= 11).then(|| "run_sleep".to_string());
-                    assert_eq!(it.thread_name(t.tstate), want, "{python}");
+                    // after its function).
+                    assert_eq!(it.thread_name(t.tstate).as_deref(), Some("run_sleep"), "{python}");
                     // 3.10 has no qualified names (co_qualname came in 3.11).
                     let root = if it.offsets.minor == 10 { "_bootstrap" } else { "Thread._bootstrap" };
                     assert_eq!(names.last(), Some(&root), "{names:?}");
                     seen.0 = true;
                 }
                 if top("wait_lock", "run_wait") && t.frames[0].line == Some(line("lock.acquire()")) {
-                    if it.offsets.minor >= 11 {
-                        assert_eq!(it.thread_name(t.tstate).as_deref(), Some("run_wait"), "{python}");
-                    }
+                    assert_eq!(it.thread_name(t.tstate).as_deref(), Some("run_wait"), "{python}");
                     seen.1 = true;
                 }
             }

@@ -1,7 +1,9 @@
 //! Python thread names: `threading.Thread(name=...)` lives only in the
 //! Thread object (CPython 3.10-3.13 never name the OS thread), so it is
 //! read from outside: `self` of the thread's outermost frame,
-//! `Thread._bootstrap`, then that object's `_name` attribute.
+//! `Thread._bootstrap` (3.10: `_bootstrap` of threading.py, its code
+//! having no qualified name), its first local, then that object's
+//! `_name` attribute.
 //!
 //! An instance's attributes are a split dictionary: the keys shared by
 //! its type (`ht_cached_keys`), the values its own. Where the values are
@@ -10,7 +12,9 @@
 //! (odd: the values, less one; even: the dict), 3.13 inline after the
 //! object (`tp_basicsize`), while valid. A dict made for it (someone read
 //! `__dict__`) is read as a dict: split (its own values) or combined.
-//! 3.10 is not read (None).
+//! 3.10 always keeps the attributes in a dict, pointed at from the
+//! object at its type's `tp_dictoffset`; split, its keys are the type's
+//! shared ones and its values its own (`ma_values`), as in 3.11+.
 
 use super::offsets::FRAME_OWNED_BY_CSTACK;
 use super::reader::Interpreter;
@@ -19,17 +23,16 @@ use super::reader::Interpreter;
 const MAX_DEPTH: usize = 4096;
 /// A keys object with more entries than this is not a Thread's.
 const MAX_KEYS: u64 = 1024;
+/// `PyTypeObject.tp_dictoffset` (3.10; `offsetof` against its headers).
+const TP_DICTOFFSET: u64 = 288;
 
 impl Interpreter {
     /// The `threading.Thread` name of the thread of `tstate`, if threading
     /// started it and it runs Python now (None for the main thread, for
-    /// a thread between its start and its first frame, on 3.10, or when
-    /// any read fails).
+    /// a thread between its start and its first frame, or when any read
+    /// fails).
     pub fn thread_name(&mut self, tstate: u64) -> Option<String> {
         let o = self.offsets;
-        if o.frame_localsplus == 0 {
-            return None;
-        }
         let mut f = self.u64(tstate + o.tstate_frame).ok()?;
         if let (Some(c), true) = (o.cframe_current, f != 0) {
             f = self.u64(f + c).ok()?;
@@ -48,7 +51,12 @@ impl Interpreter {
             return None;
         }
         let code = self.u64(outer + o.frame_code).ok()?;
-        if self.code(code).ok()?.0 != "Thread._bootstrap" {
+        let (name, file, ..) = self.code(code).ok()?;
+        let bootstrap = match o.minor {
+            10 => name == "_bootstrap" && file.ends_with("/threading.py"),
+            _ => name == "Thread._bootstrap",
+        };
+        if !bootstrap {
             return None;
         }
         let thread = self.u64(outer + o.frame_localsplus).ok()?;
@@ -63,6 +71,12 @@ impl Interpreter {
         }
         let tp = self.u64(obj + 8).ok()?;
         let (values, dict) = match o.minor {
+            10 => match self.u64(tp + TP_DICTOFFSET).ok()? as i64 {
+                // Negative: from the end of a variable-sized object, which
+                // a Thread is not.
+                d if d > 0 => (0, self.u64(obj + d as u64).ok()?),
+                _ => return None,
+            },
             11 => match self.u64(obj - 24).ok()? {
                 0 => (self.u64(obj - 32).ok()?, 0),
                 d => (0, d),
@@ -86,7 +100,8 @@ impl Interpreter {
             let (i, _) = self.find_key(keys, name)?;
             self.u64(values + 8 * i).ok()?
         } else if dict != 0 {
-            // PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag, ma_keys, ma_values.
+            // PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag, ma_keys, ma_values
+            // (3.10 too: include/python3.10/cpython/dictobject.h).
             let keys = self.u64(dict + 32).ok()?;
             let own = self.u64(dict + 40).ok()?;
             let (i, entry_value) = self.find_key(keys, name)?;
@@ -106,15 +121,33 @@ impl Interpreter {
     /// dk_version, dk_usable, dk_nentries, the index table, then the
     /// entries: (key, value) when the keys are all str (kind 1, 2), else
     /// (hash, key, value).
+    /// 3.10 (Objects/dict-common.h, not installed: read with gdb from the
+    /// DWARF of pyenv's 3.10.13): dk_refcnt, dk_size, dk_lookup,
+    /// dk_usable, dk_nentries, the index table (dk_size indexes of 1, 2,
+    /// 4 or 8 bytes, by dk_size: `DK_IXSIZE` in Objects/dictobject.c),
+    /// then the entries, always (hash, key, value).
     fn find_key(&self, keys: u64, name: &str) -> Option<(u64, u64)> {
-        let index_bytes = 1u64 << self.u8(keys + 9).ok()?.min(32);
-        let kind = self.u8(keys + 10).ok()?;
-        let n = self.u64(keys + 24).ok()?;
+        // (entries, index table bytes, header bytes, entry size, key in it)
+        let (n, index_bytes, header, size, key_at) = if self.offsets.minor == 10 {
+            let slots = self.u64(keys + 8).ok()?;
+            let width = match slots {
+                0..=0xff => 1,
+                0x100..=0xffff => 2,
+                0x1_0000..=0xffff_ffff => 4,
+                _ => 8,
+            };
+            let index_bytes = slots.saturating_mul(width);
+            (self.u64(keys + 32).ok()?, index_bytes, 40, 24, 8)
+        } else {
+            let index_bytes = 1u64 << self.u8(keys + 9).ok()?.min(32);
+            let kind = self.u8(keys + 10).ok()?;
+            let (size, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
+            (self.u64(keys + 24).ok()?, index_bytes, 32, size, key_at)
+        };
         if n > MAX_KEYS || index_bytes > 1 << 20 {
             return None;
         }
-        let (size, key_at) = if kind == 0 { (24, 8) } else { (16, 0) };
-        let entries = keys + 32 + index_bytes;
+        let entries = keys + header + index_bytes;
         (0..n).find_map(|i| {
             let e = entries + i * size;
             let k = self.u64(e + key_at).ok()?;
