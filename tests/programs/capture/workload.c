@@ -19,10 +19,8 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#define NOINLINE __attribute__((noinline))
-#define MAXF 4
+#include "../common/functime.h"
 
-struct fstat { const char *name; unsigned long long cpu, wall, calls; };
 struct thr {
 	const char *name;
 	pthread_t th;
@@ -41,26 +39,6 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t scv = PTHREAD_COND_INITIALIZER;
 static volatile unsigned long sink;
-
-static unsigned long long now(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static struct fstat *fs(struct thr *t, const char *name)
-{
-	for (int i = 0; i < t->nf; i++)
-		if (!strcmp(t->f[i].name, name))
-			return &t->f[i];
-	t->f[t->nf].name = name;
-	return &t->f[t->nf++];
-}
-
-#define BEGIN unsigned long long c0 = now(CLOCK_THREAD_CPUTIME_ID), w0 = now(CLOCK_MONOTONIC)
-#define END(t, n) do { struct fstat *s_ = fs(t, n); \
-	s_->cpu += now(CLOCK_THREAD_CPUTIME_ID) - c0; s_->wall += now(CLOCK_MONOTONIC) - w0; s_->calls++; } while (0)
 
 static void burn(unsigned long long ns)
 {

@@ -24,10 +24,8 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 
-#define NOINLINE __attribute__((noinline))
-#define MAXF 4
+#include "../common/functime.h"
 
-struct fstat { const char *name; unsigned long long cpu, wall; };
 struct thr { const char *name; pthread_t th; int tid; struct fstat f[MAXF]; int nf; void *(*fn)(void *); };
 
 static volatile int stop;
@@ -41,30 +39,6 @@ static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wcv = PTHREAD_COND_INITIALIZER;
 static int done_round;
 static volatile unsigned long sink;
-
-static unsigned long long now(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
-}
-
-static struct fstat *fs(struct thr *t, const char *name)
-{
-	for (int i = 0; i < t->nf; i++)
-		if (!strcmp(t->f[i].name, name))
-			return &t->f[i];
-	t->f[t->nf].name = name;
-	return &t->f[t->nf++];
-}
-
-#define TIMED(t, name, body) do { \
-	unsigned long long w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID); \
-	body; \
-	struct fstat *f_ = fs(t, name); \
-	f_->wall += now(CLOCK_MONOTONIC) - w0; \
-	f_->cpu += now(CLOCK_THREAD_CPUTIME_ID) - c0; \
-} while (0)
 
 static NOINLINE void spin_us(long us)
 {

@@ -1,0 +1,83 @@
+//! The `gpu-PID.txt` stream (format in the crate docs): the file, the
+//! stacks and threads already written, and the lines only this side of
+//! the callbacks writes: interned stacks, thread names, the exit tail.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::atomic::Ordering;
+
+use crate::abi::FLUSH_FORCED;
+use crate::{monotonic_ns, warn, STATE};
+
+pub(crate) struct Out {
+    pub w: BufWriter<File>,
+    stacks: HashMap<Box<[u64]>, u32>,
+    threads: HashSet<u32>,
+}
+
+/// `$WALLCLOCK_GPUTRACE_DIR/gpu-PID.txt`, appended to.
+pub(crate) fn open() -> Option<File> {
+    let dir = std::env::var_os("WALLCLOCK_GPUTRACE_DIR")?;
+    let path = std::path::Path::new(&dir).join(format!("gpu-{}.txt", std::process::id()));
+    std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
+}
+
+/// Why CUPTI is unusable: a `W` line for gputrace, the same on stderr.
+pub(crate) fn give_up(w: &mut BufWriter<File>, msg: &str) {
+    let _ = writeln!(w, "W {msg}");
+    let _ = w.flush();
+    warn(msg);
+}
+
+impl Out {
+    pub fn new(w: BufWriter<File>) -> Out {
+        Out { w, stacks: HashMap::new(), threads: HashSet::new() }
+    }
+
+    /// The id of a launch stack, written as an `S` line the first time.
+    pub fn intern(&mut self, frames: &[u64]) -> u32 {
+        if let Some(&id) = self.stacks.get(frames) {
+            return id;
+        }
+        let id = self.stacks.len() as u32 + 1;
+        let mut line = format!("S {id} ");
+        for (i, a) in frames.iter().enumerate() {
+            let _ = write!(line, "{}{a:x}", if i > 0 { "," } else { "" });
+        }
+        let _ = writeln!(self.w, "{line}");
+        self.stacks.insert(frames.into(), id);
+        id
+    }
+
+    /// A `T` line the first time a thread is seen, named as it is now.
+    pub fn thread(&mut self, tid: u32) {
+        if self.threads.insert(tid) {
+            let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+            let _ = writeln!(self.w, "T {tid} {}", comm.trim_end());
+        }
+    }
+}
+
+/// At exit: last flush, the executable mappings, the end mark.
+pub(crate) extern "C" fn finish() {
+    let Some(st) = STATE.get() else { return };
+    if std::process::id() != st.pid || st.done.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // SAFETY: a documented CUPTI call; no lock of ours is held.
+    unsafe { (st.cupti.flush_all)(FLUSH_FORCED) };
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let Ok(mut o) = st.out.lock() else { return };
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || !f[5].starts_with('/') {
+            continue;
+        }
+        let (Some((s, e)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
+        let _ = writeln!(o.w, "M {s} {e} {off:x} {}", f[5..].join(" "));
+    }
+    let _ = writeln!(o.w, "X {}", monotonic_ns());
+    let _ = o.w.flush();
+}
