@@ -291,7 +291,9 @@ fn every_2_over_10_s_gives_5_windows_that_add_up() {
     }
     let d = util::scratch("timeline-every");
     let wl = util::build_c("tests/programs/capture/workload.c", &d.join("bin"), "workload");
-    let mut w = Command::new(&wl).arg("14").arg(&d).stdout(Stdio::null()).spawn().unwrap();
+    // It outlives both captures even when a loaded machine is slow to
+    // attach them; killed after.
+    let mut w = Command::new(&wl).arg("40").arg(&d).stdout(Stdio::null()).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300)); // its threads exist
     let pid = w.id().to_string();
     let run = |name: &str, extra: &[&str]| {

@@ -38,7 +38,9 @@ fn every_2_over_10_s_gives_5_profiles_that_add_up() {
     }
     let dir = util::scratch("wcexport-every");
     let wl = util::build_c("tests/programs/capture/workload.c", &dir, "workload");
-    let mut w = Command::new(&wl).arg("16").arg(&dir).stdout(Stdio::null()).spawn().unwrap();
+    // It outlives the capture even when a loaded machine takes seconds to
+    // attach (then, ended early, the capture had 4 windows); killed after.
+    let mut w = Command::new(&wl).arg("40").arg(&dir).stdout(Stdio::null()).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let prefix = dir.join("run");
     let out = Command::new("bash")
