@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
+use wallclock_stream::idmap::IdMap;
 use wallclock_stream::{Defs, Frame, Kind, Stack, StackTable};
 
 /// The merger's stacks.
@@ -76,8 +77,8 @@ impl Interned {
 #[derive(Default)]
 pub(crate) struct InputIds {
     generation: u64,
-    stacks: FastMap<u32, u32>,
-    frames: FastMap<u32, u32>,
+    stacks: IdMap<u32>,
+    frames: IdMap<u32>,
 }
 
 impl InputIds {
@@ -86,17 +87,17 @@ impl InputIds {
         if self.generation != defs.generation() {
             *self = InputIds { generation: defs.generation(), ..InputIds::default() };
         }
-        if let Some(&g) = self.stacks.get(&id) {
+        if let Some(&g) = self.stacks.get(id) {
             return g;
         }
         let frames = defs.stack(id).unwrap_or_default();
         let ids: Vec<u32> = frames
             .iter()
-            .map(|f| match self.frames.get(f) {
+            .map(|&f| match self.frames.get(f) {
                 Some(&g) => g,
                 None => {
-                    let g = table.frame_id(defs.frame(*f).expect("the reader checks stackdefs"));
-                    self.frames.insert(*f, g);
+                    let g = table.frame_id(defs.frame(f).expect("the reader checks stackdefs"));
+                    self.frames.insert(f, g);
                     g
                 }
             })
