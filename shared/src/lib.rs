@@ -24,6 +24,7 @@
 //! [`fasthash`], maps keyed by the stream's ids [`idmap`].
 
 pub mod accounting;
+mod addrs;
 pub mod binary;
 pub mod cli;
 pub mod fasthash;
