@@ -21,13 +21,15 @@
 //! this crate. Where each part of the format lives, one file each:
 //! folded text and its escaping rule [`folded`], what an input is
 //! [`sniff`], `/proc/PID/maps` [`procmaps`], the fast hash map
-//! [`fasthash`].
+//! [`fasthash`], maps keyed by the stream's ids [`idmap`].
 
 pub mod accounting;
+mod addrs;
 pub mod binary;
 pub mod cli;
 pub mod fasthash;
 pub mod folded;
+pub mod idmap;
 mod legacy;
 pub mod procmaps;
 pub mod reader;

@@ -314,10 +314,10 @@ pub struct Stack {
     pub comm: String,
     /// Raw user addresses, root first. The last (leaf) is an instruction
     /// pointer; the others are return addresses.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub ustack: Vec<u64>,
     /// Raw kernel addresses, root first; they sit above `ustack`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub kstack: Vec<u64>,
     /// Symbolized frames, root first. When present, they replace the
     /// addresses for display.
@@ -400,9 +400,9 @@ pub struct Waker {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub comm: String,
     /// The waker's stack when it woke the blocked thread, as `Stack`'s.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub ustack: Vec<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub kstack: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<Frame>,
@@ -441,9 +441,9 @@ impl Waker {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Encode, Decode)]
 pub struct WakerBlock {
     pub state: State,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub ustack: Vec<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub kstack: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<Frame>,
@@ -595,9 +595,9 @@ impl Slice {
 pub struct SliceStack {
     pub id: u64,
     pub pid: u32,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub ustack: Vec<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "crate::addrs::deserialize")]
     pub kstack: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<Frame>,

@@ -19,6 +19,7 @@
 //! until the same id is defined again (concatenated streams), across headers.
 
 use crate::fasthash::FastMap;
+use crate::idmap::IdMap;
 use crate::record::{Frame, FrameDef, StackDef};
 
 /// Frames and stacks interned to ids, for writing the stack table.
@@ -97,8 +98,8 @@ impl StackTable {
 /// The definitions a reader has read.
 #[derive(Debug, Default)]
 pub struct Defs {
-    frames: FastMap<u32, Frame>,
-    stacks: FastMap<u32, Box<[u32]>>,
+    frames: IdMap<Frame>,
+    stacks: IdMap<Box<[u32]>>,
     generation: u64,
 }
 
@@ -111,7 +112,7 @@ impl Defs {
 
     /// A stack may only name frames defined before it.
     pub fn define_stack(&mut self, d: StackDef) -> Result<(), String> {
-        if let Some(f) = d.frames.iter().find(|f| !self.frames.contains_key(f)) {
+        if let Some(f) = d.frames.iter().find(|&&f| !self.frames.contains(f)) {
             return Err(format!("stackdef {} names frame {f}, which no frame record defined before it", d.id));
         }
         if self.stacks.insert(d.id, d.frames.into()).is_some() {
@@ -122,11 +123,11 @@ impl Defs {
 
     /// The frame ids of stack `id`, root first.
     pub fn stack(&self, id: u32) -> Option<&[u32]> {
-        self.stacks.get(&id).map(|s| &**s)
+        self.stacks.get(id).map(|s| &**s)
     }
 
     pub fn frame(&self, id: u32) -> Option<&Frame> {
-        self.frames.get(&id)
+        self.frames.get(id)
     }
 
     /// The frames of stack `id`, root first.

@@ -153,6 +153,10 @@ pub fn run(cli: &Cli) -> Result<i32> {
         let stacks = flatten(&p, scale, p.processes.len() > 1);
         let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: 0 }).collect();
         write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
+        // The process ends here: freeing every stack's text one at a time
+        // was 4% of its run on a stream of 200k stacks.
+        std::mem::forget(stacks);
+        std::mem::forget(p);
         return Ok(0);
     }
 

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
+use wallclock_stream::idmap::IdMap;
 use wallclock_stream::{Defs, Frame, Kind, Stack, StackTable};
 
 /// The merger's stacks.
@@ -17,6 +18,21 @@ pub(crate) struct Interned {
     leafed: FastMap<(u32, u32), u32>,
     /// Leaf name -> its frame in `table`.
     leaf_ids: FastMap<String, u32>,
+    /// Table stack (not empty) -> the [`leaf_code`] of the last record
+    /// made of it and that record's stack: records of one stack mostly
+    /// come with one leaf, and this needs neither the stack's frames nor
+    /// its leaf's name (a fifth of stackmerge's time on 1M records).
+    memo: IdMap<(u8, u32)>,
+}
+
+/// What decides a stack's leaf frame, as a number, where it is not a name
+/// to look at (`None`: a GPU activity's name).
+fn leaf_code(s: &Stack) -> Option<u8> {
+    match (s.kind, s.state) {
+        (Kind::Off, Some(st)) => Some(st as u8),
+        (Kind::Gpu, _) => None,
+        _ => Some(u8::MAX),
+    }
 }
 
 impl Interned {
@@ -26,6 +42,25 @@ impl Interned {
     /// Unsymbolized stacks keep their addresses for a later `stacksym`;
     /// their leaf is added when they are written folded.
     pub fn frames(&mut self, s: &mut Stack, base: Option<u32>) -> Option<u32> {
+        let code = leaf_code(s);
+        if let (Some(b), Some(code)) = (base, code) {
+            if let Some(&(c, id)) = self.memo.get(b) {
+                if c == code {
+                    return Some(id);
+                }
+            }
+            let id = self.frames_of(s, base);
+            // Only a stack with frames: an empty one leaves the record's
+            // addresses to decide.
+            if let Some(id) = id.filter(|_| !self.table.stack(b).is_empty()) {
+                self.memo.insert(b, (code, id));
+            }
+            return id;
+        }
+        self.frames_of(s, base)
+    }
+
+    fn frames_of(&mut self, s: &mut Stack, base: Option<u32>) -> Option<u32> {
         let t = &mut self.table;
         let base = match base {
             Some(id) => Some(id),
@@ -76,8 +111,8 @@ impl Interned {
 #[derive(Default)]
 pub(crate) struct InputIds {
     generation: u64,
-    stacks: FastMap<u32, u32>,
-    frames: FastMap<u32, u32>,
+    stacks: IdMap<u32>,
+    frames: IdMap<u32>,
 }
 
 impl InputIds {
@@ -86,17 +121,17 @@ impl InputIds {
         if self.generation != defs.generation() {
             *self = InputIds { generation: defs.generation(), ..InputIds::default() };
         }
-        if let Some(&g) = self.stacks.get(&id) {
+        if let Some(&g) = self.stacks.get(id) {
             return g;
         }
         let frames = defs.stack(id).unwrap_or_default();
         let ids: Vec<u32> = frames
             .iter()
-            .map(|f| match self.frames.get(f) {
+            .map(|&f| match self.frames.get(f) {
                 Some(&g) => g,
                 None => {
-                    let g = table.frame_id(defs.frame(*f).expect("the reader checks stackdefs"));
-                    self.frames.insert(*f, g);
+                    let g = table.frame_id(defs.frame(f).expect("the reader checks stackdefs"));
+                    self.frames.insert(f, g);
                     g
                 }
             })

@@ -17,6 +17,7 @@
 //! thread's wall-clock accounting.
 
 mod intern;
+mod key;
 mod merge;
 mod output;
 mod symbolize;

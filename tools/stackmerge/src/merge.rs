@@ -1,6 +1,6 @@
 //! Reading the inputs, putting every stack in ns, aggregating, writing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::path::PathBuf;
 
@@ -12,10 +12,11 @@ use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Defs, GpuInfo, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, State, Stats, Thread, Waker,
+    Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, Stats, Thread,
 };
 
 use crate::intern::{ranks, InputIds, Interned};
+use crate::key::{order, Agg, Comms, Key};
 use crate::Options;
 
 /// What an input was given as: it decides the kind of unmarked folded
@@ -41,50 +42,11 @@ pub struct Merger {
     any_stats: bool,
     folded_on_input: bool,
     /// Samples per thread over all inputs: the denominators.
-    thread_samples: HashMap<(u32, u32), u64>,
+    thread_samples: FastMap<(u32, u32), u64>,
     agg: FastMap<Key, Agg>,
+    comms: Comms,
     /// Every distinct stack of frames, interned: keys hold its id.
     interned: Interned,
-}
-
-/// GPU activity, device, stream, name.
-type GpuKey = (String, Option<u32>, Option<u32>, Option<String>);
-
-/// Identity of a stack for aggregation. `scale` is `Some(freq)` while the
-/// value is still a sample count taken at `freq`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct Key {
-    kind: Kind,
-    state: Option<State>,
-    pid: u32,
-    tid: u32,
-    comm: String,
-    ustack: Vec<u64>,
-    kstack: Vec<u64>,
-    /// The frames (off-CPU leaf included) as a stack of the merger's table;
-    /// `None` for no frames.
-    frames: Option<u32>,
-    gpu: Option<GpuKey>,
-    scale: Option<u64>,
-    waker: Option<Box<Waker>>,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Agg {
-    ns: u64,
-    count: u64,
-    launch_delay_ns: Option<u64>,
-}
-
-impl Agg {
-    fn add(&mut self, o: Agg) {
-        self.ns += o.ns;
-        self.count += o.count;
-        self.launch_delay_ns = match (self.launch_delay_ns, o.launch_delay_ns) {
-            (None, None) => None,
-            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
-        };
-    }
 }
 
 impl Merger {
@@ -98,8 +60,9 @@ impl Merger {
             stats: Stats::default(),
             any_stats: false,
             folded_on_input: false,
-            thread_samples: HashMap::new(),
+            thread_samples: FastMap::default(),
             agg: FastMap::default(),
+            comms: Comms::default(),
             interned: Interned::default(),
         }
     }
@@ -210,21 +173,7 @@ impl Merger {
     /// added when they are written folded.
     fn key_of(&mut self, mut s: Stack, base: Option<u32>, scale: Option<u64>) -> (Key, Agg) {
         let frames = self.interned.frames(&mut s, base);
-        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: s.gpu.as_ref().and_then(|g| g.launch_delay_ns) };
-        let key = Key {
-            kind: s.kind,
-            state: s.state,
-            pid: s.pid,
-            tid: s.tid,
-            comm: s.comm,
-            ustack: s.ustack,
-            kstack: s.kstack,
-            frames,
-            gpu: s.gpu.map(|g| (g.activity, g.device, g.stream, g.name)),
-            scale,
-            waker: s.waker,
-        };
-        (key, v)
+        Key::of(s, frames, scale, &mut self.comms)
     }
 
     /// Samples become ns (each thread's exact on-CPU time divided by its
@@ -255,6 +204,7 @@ impl Merger {
             thread_samples,
             agg,
             interned,
+            comms,
             ..
         } = self;
         let table = interned.table;
@@ -291,7 +241,7 @@ impl Merger {
         // time (or at two frequencies) now has one key: merge neighbours.
         // In the order of the frames themselves (not of their ids).
         let rank = ranks(&table);
-        done.sort_unstable_by(|a, b| order(&a.0, &rank).cmp(&order(&b.0, &rank)));
+        done.sort_unstable_by(|a, b| order(&a.0, &rank, &comms).cmp(&order(&b.0, &rank, &comms)));
         done.dedup_by(|later, kept| {
             let same = later.0 == kept.0;
             if same {
@@ -299,30 +249,7 @@ impl Merger {
             }
             same
         });
-        let stacks = done
-            .into_iter()
-            .map(|(k, v)| Stack {
-                kind: k.kind,
-                state: k.state,
-                pid: k.pid,
-                tid: k.tid,
-                comm: k.comm,
-                ustack: k.ustack,
-                kstack: k.kstack,
-                frames: Vec::new(),
-                stack_id: k.frames,
-                ns: v.ns,
-                count: v.count,
-                gpu: k.gpu.map(|(activity, device, stream, name)| GpuInfo {
-                    activity,
-                    device,
-                    stream,
-                    name,
-                    launch_delay_ns: v.launch_delay_ns,
-                }),
-                waker: k.waker,
-            })
-            .collect();
+        let stacks = done.into_iter().map(|(k, v)| k.into_stack(v, &comms)).collect();
         let threads: BTreeMap<(u32, u32), Thread> = threads
             .into_iter()
             .filter(|((pid, tid), _)| {
@@ -353,15 +280,6 @@ pub struct Merged {
     pub stacks: Vec<Stack>,
     pub stats: Stats,
     pub table: StackTable,
-}
-
-/// `Key`'s fields in their order, the frames by [`ranks`].
-#[allow(clippy::type_complexity)]
-fn order<'k>(
-    k: &'k Key,
-    rank: &[u32],
-) -> (Kind, Option<State>, u32, u32, &'k str, &'k [u64], &'k [u64], Option<u32>, &'k Option<GpuKey>, Option<u64>) {
-    (k.kind, k.state, k.pid, k.tid, &k.comm, &k.ustack, &k.kstack, k.frames.map(|id| rank[id as usize]), &k.gpu, k.scale)
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {

@@ -161,29 +161,49 @@ impl Engine {
     /// Learn the maps records among `records`, then resolve the addresses
     /// of the stacks among them that need names.
     pub fn prepare_records(&mut self, records: &[Record]) {
+        self.learn_maps(records);
+        self.prepare_new(records, &[]);
+    }
+
+    /// Remember the maps records among `records`.
+    pub fn learn_maps(&mut self, records: &[Record]) {
         for r in records {
             if let Record::Maps(m) = r {
                 self.add_maps(m);
             }
         }
+    }
+
+    /// Resolve the addresses of the stacks among `records` that need names
+    /// and whose entry in `known` (one per record, from
+    /// [`Engine::symbolized_known`]; missing entries are `None`) is `None`:
+    /// stacks met before need no lookup. Learn the maps records first.
+    pub fn prepare_new(&mut self, records: &[Record], known: &[Option<u32>]) {
         let todo: Vec<&Stack> = records
             .iter()
-            .filter_map(|r| match r {
-                Record::Stack(s) if self.needs(s) => Some(s),
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Record::Stack(s) if known.get(i).copied().flatten().is_none() && self.needs(s) => Some(s),
                 _ => None,
             })
             .collect();
         self.prepare(todo.into_iter());
     }
 
-    /// Resolve every address of `stacks` not already cached.
-    pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
+    /// Empty the caches once they hold [`CACHE_MAX`] addresses (table ids
+    /// are handed out again: take none across this call).
+    pub fn bound_memory(&mut self) {
         if self.cache.len() > CACHE_MAX {
             self.cache.clear();
             self.known.clear();
             self.table.clear();
             self.gil_id = self.table.frame_id(&gil::frame());
         }
+    }
+
+    /// Resolve every address of `stacks` not already cached.
+    pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
+        self.bound_memory();
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
         let mut kernel: Vec<(u64, bool)> = Vec::new();
         let mut seen: HashSet<Key, FastHash> = HashSet::default();

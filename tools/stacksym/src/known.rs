@@ -46,13 +46,20 @@ impl Engine {
         self.known.get(&hash(s)).filter(|k| k.is(s))
     }
 
+    /// The table id of the stack of `s`'s frames when `s` was met before
+    /// (one lookup), its time counted under the modules it has unnamed
+    /// frames in.
+    pub fn symbolized_known(&mut self, s: &Stack) -> Option<u32> {
+        let k = self.known.get(&hash(s)).filter(|k| k.is(s))?;
+        crate::unnamed::add_time(&mut self.unnamed_time, &k.unnamed, s);
+        Some(k.id)
+    }
+
     /// The table id of the stack of `s`'s frames, its time counted under
     /// the modules it has unnamed frames in. Call after [`Engine::prepare`]
     /// saw `s`.
     pub fn symbolized(&mut self, s: &Stack) -> u32 {
-        if let Some(k) = self.known(s) {
-            let (id, unnamed) = (k.id, k.unnamed.clone());
-            self.add_unnamed_time(&unnamed, s);
+        if let Some(id) = self.symbolized_known(s) {
             return id;
         }
         let id = self.stack_id(s);

@@ -50,14 +50,7 @@ impl Engine {
 
     /// Add the time of `s` to each of `mods`.
     pub(crate) fn add_unnamed_time(&mut self, mods: &[Box<str>], s: &Stack) {
-        for m in mods {
-            match self.unnamed_time.get_mut(m) {
-                Some(t) => *t = (t.0 + s.ns, t.1 + s.count),
-                None => {
-                    self.unnamed_time.insert(m.clone(), (s.ns, s.count));
-                }
-            }
-        }
+        add_time(&mut self.unnamed_time, mods, s);
     }
 
     /// The `unnamed_*:MODULE` counts gathered since the last call, for the
@@ -68,5 +61,18 @@ impl Engine {
             *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += count;
         }
         std::mem::take(&mut self.pending)
+    }
+}
+
+/// Add the time of `s` to each of `mods` in `time` (the engine's
+/// `unnamed_time`, borrowed apart from the rest of it).
+pub(crate) fn add_time(time: &mut BTreeMap<Box<str>, (u64, u64)>, mods: &[Box<str>], s: &Stack) {
+    for m in mods {
+        match time.get_mut(m) {
+            Some(t) => *t = (t.0 + s.ns, t.1 + s.count),
+            None => {
+                time.insert(m.clone(), (s.ns, s.count));
+            }
+        }
     }
 }
