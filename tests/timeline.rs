@@ -197,29 +197,10 @@ fn trace_of_a_stream_without_timeline_is_one_line_error() {
     assert!(err.contains("no timeline"), "{err}");
 }
 
-/// The fake CUDA stack of tests/gpu.rs (a fake libcupti that emits records
-/// at CUPTI's real offsets): (its directory, gpu_app).
-fn gpu_fakes(dir: &Path) -> PathBuf {
-    let src = util::root().join("tests/programs/gpu");
-    let d = dir.to_str().unwrap();
-    let gcc = |args: &[&str]| {
-        let out = Command::new("gcc").args(args).current_dir(&src).output().expect("gcc");
-        assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    let lib = |name: &str| format!("{d}/{name}");
-    gcc(&["-shared", "-fPIC", "-O2", "-g", "-o", &lib("libcuda.so.1"), "-Wl,-soname,libcuda.so.1", "fake_cuda.c", "-ldl", "-lpthread"]);
-    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
-    gcc(&["-shared", "-fPIC", "-O2", "-g", "-o", &lib("libcudart.so"), "fake_cudart.c", "-L", d, "-lcuda"]);
-    gcc(&["-shared", "-fPIC", "-O2", "-g", "-o", &lib("libcupti.so.12"), "fake_cupti.c", "-ldl", "-lpthread"]);
-    let rpath = format!("-Wl,-rpath,{d}");
-    gcc(&["-O2", "-g", "-fno-optimize-sibling-calls", "-o", &lib("gpu_app"), "gpu_app.c", "-L", d, "-lcudart", "-lcuda", &rpath]);
-    dir.join("gpu_app")
-}
-
 #[test]
 fn gpu_activities_are_slices_on_their_own_tracks() {
     let d = util::scratch("timeline-gpu");
-    let app = gpu_fakes(&d);
+    let app = util::build_gpu_fakes(&d);
     let out = d.join("off.stream");
     let truth = d.join("truth.txt");
     let o = Command::new(util::bin("gputrace"))

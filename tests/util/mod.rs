@@ -116,6 +116,27 @@ pub fn build_rustnames(dir: &Path) -> PathBuf {
     out
 }
 
+/// The fake CUDA stack of tests/programs/gpu built into `dir`: a fake
+/// libcuda, libcudart and libcupti (records at CUPTI's real offsets) and
+/// gpu_app, built without frame pointers (its launch functions are found
+/// through .eh_frame). Returns gpu_app's path.
+pub fn build_gpu_fakes(dir: &Path) -> PathBuf {
+    let src = root().join("tests/programs/gpu");
+    let gcc = |args: &[&str]| {
+        let out = Command::new("gcc").args(args).current_dir(&src).output().expect("gcc is needed for the GPU tests");
+        assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let d = dir.to_str().unwrap();
+    let lib = |name: &str| format!("{d}/{name}");
+    gcc(&["-shared", "-fPIC", "-O2", "-g", "-Wall", "-o", &lib("libcuda.so.1"), "-Wl,-soname,libcuda.so.1", "fake_cuda.c", "-ldl", "-lpthread"]);
+    std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+    gcc(&["-shared", "-fPIC", "-O2", "-g", "-Wall", "-o", &lib("libcudart.so"), "fake_cudart.c", "-L", d, "-lcuda"]);
+    gcc(&["-shared", "-fPIC", "-O2", "-g", "-Wall", "-o", &lib("libcupti.so.12"), "fake_cupti.c", "-ldl", "-lpthread"]);
+    let rpath = format!("-Wl,-rpath,{d}");
+    gcc(&["-O2", "-g", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-Wall", "-o", &lib("gpu_app"), "gpu_app.c", "-L", d, "-lcudart", "-lcuda", &rpath]);
+    dir.join("gpu_app")
+}
+
 /// A fresh scratch directory under target/test-tmp.
 pub fn scratch(name: &str) -> PathBuf {
     let d = root().join("target/test-tmp").join(name);

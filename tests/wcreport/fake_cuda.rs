@@ -13,70 +13,8 @@ use super::util::{self, ok, scratch};
 fn gpu_fakes() -> &'static std::path::PathBuf {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
-        let src = util::root().join("tests/programs/gpu");
         let dir = scratch("wcreport-gpu-fakes");
-        let gcc = |args: &[&str]| {
-            let out =
-                Command::new("gcc").args(args).current_dir(&src).output().expect("gcc is needed for the GPU tests");
-            assert!(out.status.success(), "gcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        let d = dir.to_str().unwrap();
-        let lib = |name: &str| format!("{d}/{name}");
-        gcc(&[
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-g",
-            "-Wall",
-            "-o",
-            &lib("libcuda.so.1"),
-            "-Wl,-soname,libcuda.so.1",
-            "fake_cuda.c",
-            "-ldl",
-            "-lpthread",
-        ]);
-        std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
-        gcc(&[
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-g",
-            "-Wall",
-            "-o",
-            &lib("libcudart.so"),
-            "fake_cudart.c",
-            "-L",
-            d,
-            "-lcuda",
-        ]);
-        gcc(&[
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-g",
-            "-Wall",
-            "-o",
-            &lib("libcupti.so.12"),
-            "fake_cupti.c",
-            "-ldl",
-            "-lpthread",
-        ]);
-        let rpath = format!("-Wl,-rpath,{d}");
-        gcc(&[
-            "-O2",
-            "-g",
-            "-fomit-frame-pointer",
-            "-fno-optimize-sibling-calls",
-            "-Wall",
-            "-o",
-            &lib("gpu_app"),
-            "gpu_app.c",
-            "-L",
-            d,
-            "-lcudart",
-            "-lcuda",
-            &rpath,
-        ]);
+        util::build_gpu_fakes(&dir);
         dir
     })
 }
