@@ -45,8 +45,14 @@ pub struct ThreadName {
 /// All stacks of the inputs, aggregated.
 #[derive(Default)]
 pub struct Profile {
-    /// Stream stacks: (tid, or 0 unless split per thread; pid; folded stack) -> ns by kind.
-    pub stream: HashMap<(u32, u32, String), Mix, FastHash>,
+    /// Stream stacks: (tid, or 0 unless split per thread; pid; folded
+    /// stack as an id of [`Profile::text`]) -> ns by kind.
+    pub stream: HashMap<(u32, u32, u32), Mix, FastHash>,
+    /// The folded text of each stream stack, made once per distinct stack.
+    texts: Vec<String>,
+    /// Texts made from a record's own frames or addresses -> their id (a
+    /// raw stream repeats them record after record).
+    text_ids: HashMap<String, u32, FastHash>,
     /// Folded and perf-script stacks -> raw values by kind.
     pub folded: HashMap<String, Mix, FastHash>,
     /// The same, from plain folded files past their first line.
@@ -67,6 +73,27 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The folded text of stream stack `id` (a key of [`Profile::stream`]).
+    pub fn text(&self, id: u32) -> &str {
+        &self.texts[id as usize]
+    }
+
+    fn new_text(&mut self, text: String) -> u32 {
+        self.texts.push(text);
+        (self.texts.len() - 1) as u32
+    }
+
+    fn text_id(&mut self, text: String) -> u32 {
+        match self.text_ids.get(&text) {
+            Some(&id) => id,
+            None => {
+                let id = self.new_text(text.clone());
+                self.text_ids.insert(text, id);
+                id
+            }
+        }
+    }
+
     /// Folded (or perf script) stacks were read.
     pub fn has_folded(&self) -> bool {
         !self.folded.is_empty() || !self.folded_lines.is_empty()
@@ -162,6 +189,11 @@ impl Profile {
         // Stacks of the stream's stack table: their text made from the
         // table's frames, not from frames copied into every record.
         let mut reader = Reader::new(r, name, opts).keep_stack_ids();
+        // Each table stack's text made once (and its frames' once): (stack
+        // id, state leaf) -> text id, for the table's current definitions.
+        let mut frame_texts = folded::FrameTexts::default();
+        let mut by_stack: HashMap<(u32, u8), u32, FastHash> = HashMap::default();
+        let mut generation = reader.defs().generation();
         while let Some(rec) = reader.next() {
             match rec? {
                 Record::Header(h) => crate::title::merge_header(&mut self.header, h),
@@ -184,14 +216,29 @@ impl Profile {
                         continue;
                     }
                     let tid = if per_thread { s.tid } else { 0 };
+                    let defs = reader.defs();
                     let text = match s.stack_id {
-                        Some(id) if reader.defs().stack(id).is_some_and(|f| !f.is_empty()) => {
-                            let defs = reader.defs();
-                            let frames = defs.stack(id).unwrap_or_default().iter().filter_map(|&f| defs.frame(f));
-                            let body = folded::stack_text_of::<&str>(&[], frames.clone());
-                            with_state_leaf(&s, body, frames.clone().next_back())
+                        Some(id) if defs.stack(id).is_some_and(|f| !f.is_empty()) => {
+                            if generation != defs.generation() {
+                                generation = defs.generation();
+                                by_stack.clear();
+                            }
+                            let leaf = match (s.kind, s.state) {
+                                (Kind::Off, Some(st)) => st as u8 + 1,
+                                _ => 0,
+                            };
+                            match by_stack.get(&(id, leaf)) {
+                                Some(&t) => t,
+                                None => {
+                                    let ids = defs.stack(id).unwrap_or_default();
+                                    let body = frame_texts.stack_text(defs, ids);
+                                    let t = self.new_text(with_state_leaf(&s, body, ids.last().and_then(|&f| defs.frame(f))));
+                                    by_stack.insert((id, leaf), t);
+                                    t
+                                }
+                            }
                         }
-                        _ => stack_text(&s),
+                        _ => self.text_id(stack_text(&s)),
                     };
                     self.stream.entry((tid, s.pid, text)).or_default()[kind_index(s.kind)] += s.ns;
                 }

@@ -167,7 +167,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut by_tid: std::collections::BTreeMap<u32, Vec<Entry<'_>>> = Default::default();
     for ((tid, _, k), mix) in &p.stream {
-        by_tid.entry(*tid).or_default().push(Entry { stack: k, mix: *mix, before: 0 });
+        by_tid.entry(*tid).or_default().push(Entry { stack: p.text(*k), mix: *mix, before: 0 });
     }
     for (tid, entries) in by_tid {
         let t = p.threads.get(&tid).cloned().unwrap_or_default();
@@ -211,8 +211,8 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool) -> Vec<(std::borrow::Cow
         .stream
         .iter()
         .map(|((_, pid, k), m)| match names.get(pid) {
-            Some(root) => (Cow::Owned(format!("{};{k}", wallclock_stream::folded::escape(root))), *m),
-            None => (Cow::Borrowed(k.as_str()), *m),
+            Some(root) => (Cow::Owned(format!("{};{}", wallclock_stream::folded::escape(root), p.text(*k))), *m),
+            None => (Cow::Borrowed(p.text(*k)), *m),
         })
         .collect();
     out.extend(p.folded_stacks().map(|(k, m)| (Cow::Borrowed(k), m.map(|v| v.saturating_mul(folded_scale)))));

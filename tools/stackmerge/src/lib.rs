@@ -61,6 +61,8 @@ const EXAMPLES: &str = "EXAMPLES:
 /// --unit (default us), summed per line in ns and rounded once; leaf
 /// markers _[c] on-CPU, _[o] off-CPU, _[g] GPU; each stack under its
 /// process, NAME (PID), NAME being its main thread's name (after exec).
+/// Stacks that come with frames are merged by their frames, their raw
+/// addresses dropped (stacksym's output keeps them, to be named again).
 /// Stacks that come without frames (a raw oncputime stream) are named here
 /// as stacksym would name them: from the inputs' maps records (so exited
 /// processes are named), else the live process; what cannot be named is

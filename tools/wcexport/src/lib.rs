@@ -60,7 +60,9 @@ const EXAMPLES: &str = "EXAMPLES:
 /// Symbolized frames become Functions (name, file) and Locations: a frame
 /// with the frames inlined into it is one Location of several Lines,
 /// innermost first, with the line numbers the stream has; its address is
-/// the raw one when the stream's frames line up with its addresses.
+/// the raw one when the stream's frames line up with its addresses
+/// (stacksym's output has them; stackmerge's merges by frames and has
+/// none).
 /// Synthetic frames ([steal], [sleep], [io], [lost stack]...) are kept as
 /// function names. Maps records become Mappings (file, build id, start,
 /// limit, offset), the target's executable first; kernel frames share a
