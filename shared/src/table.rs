@@ -18,18 +18,44 @@
 //! [`Defs`] holds what a [`crate::Reader`] has read. A definition holds
 //! until the same id is defined again (concatenated streams), across headers.
 
-use crate::fasthash::FastMap;
+use std::hash::BuildHasher;
+
+use crate::fasthash::{FastHash, FastMap};
 use crate::idmap::IdMap;
 use crate::record::{Frame, FrameDef, StackDef};
 
 /// Frames and stacks interned to ids, for writing the stack table.
-#[derive(Debug, Clone, Default)]
+///
+/// Every stack's frame ids lie side by side in one array, found again by
+/// a hash of them: a box per stack (two, with the map's key) scattered the
+/// stacks over the heap, and reading 200k of them in id order was most of
+/// stackmerge's sort of the merged stacks.
+#[derive(Debug, Clone)]
 pub struct StackTable {
     frame_ids: FastMap<Frame, u32>,
     frames: Vec<Frame>,
-    stack_ids: FastMap<Box<[u32]>, u32>,
-    stacks: Vec<Box<[u32]>>,
+    /// Stack `id`'s frame ids are `arena[ends[id]..ends[id + 1]]`.
+    arena: Vec<u32>,
+    ends: Vec<usize>,
+    /// Hash of a stack's frame ids -> the last stack with that hash;
+    /// `same_hash[id]` the one before it (`u32::MAX`: none).
+    by_hash: FastMap<u64, u32>,
+    same_hash: Vec<u32>,
     generation: u64,
+}
+
+impl Default for StackTable {
+    fn default() -> Self {
+        StackTable {
+            frame_ids: FastMap::default(),
+            frames: Vec::new(),
+            arena: Vec::new(),
+            ends: vec![0],
+            by_hash: FastMap::default(),
+            same_hash: Vec::new(),
+            generation: 0,
+        }
+    }
 }
 
 impl StackTable {
@@ -46,12 +72,18 @@ impl StackTable {
 
     /// The id of the stack of these frame ids (root first).
     pub fn stack_id(&mut self, frames: &[u32]) -> u32 {
-        if let Some(&id) = self.stack_ids.get(frames) {
-            return id;
+        let h = FastHash.hash_one(frames);
+        let mut at = self.by_hash.get(&h).copied().unwrap_or(u32::MAX);
+        while at != u32::MAX {
+            if self.stack(at) == frames {
+                return at;
+            }
+            at = self.same_hash[at as usize];
         }
-        let id = self.stacks.len() as u32;
-        self.stacks.push(frames.into());
-        self.stack_ids.insert(frames.into(), id);
+        let id = self.stack_count() as u32;
+        self.arena.extend_from_slice(frames);
+        self.ends.push(self.arena.len());
+        self.same_hash.push(self.by_hash.insert(h, id).unwrap_or(u32::MAX));
         id
     }
 
@@ -67,7 +99,8 @@ impl StackTable {
 
     /// The frame ids of stack `id`, root first.
     pub fn stack(&self, id: u32) -> &[u32] {
-        &self.stacks[id as usize]
+        let i = id as usize;
+        &self.arena[self.ends[i]..self.ends[i + 1]]
     }
 
     /// The frames of stack `id`, root first.
@@ -76,7 +109,7 @@ impl StackTable {
     }
 
     pub fn stack_count(&self) -> usize {
-        self.stacks.len()
+        self.ends.len() - 1
     }
 
     pub fn frame_count(&self) -> usize {
@@ -99,7 +132,10 @@ impl StackTable {
 #[derive(Debug, Default)]
 pub struct Defs {
     frames: IdMap<Frame>,
-    stacks: IdMap<Box<[u32]>>,
+    /// Stack id -> its frame ids' place in `arena` (all side by side; a
+    /// stack defined again leaves its old ids there).
+    stacks: IdMap<(usize, usize)>,
+    arena: Vec<u32>,
     generation: u64,
 }
 
@@ -115,7 +151,9 @@ impl Defs {
         if let Some(f) = d.frames.iter().find(|&&f| !self.frames.contains(f)) {
             return Err(format!("stackdef {} names frame {f}, which no frame record defined before it", d.id));
         }
-        if self.stacks.insert(d.id, d.frames.into()).is_some() {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(&d.frames);
+        if self.stacks.insert(d.id, (start, self.arena.len())).is_some() {
             self.generation += 1;
         }
         Ok(())
@@ -123,7 +161,7 @@ impl Defs {
 
     /// The frame ids of stack `id`, root first.
     pub fn stack(&self, id: u32) -> Option<&[u32]> {
-        self.stacks.get(id).map(|s| &**s)
+        self.stacks.get(id).map(|&(a, b)| &self.arena[a..b])
     }
 
     pub fn frame(&self, id: u32) -> Option<&Frame> {

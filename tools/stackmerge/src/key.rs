@@ -73,6 +73,17 @@ impl Comms {
     pub fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
     }
+
+    /// Each id's place in the order of the names.
+    pub fn ranks(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = (0..self.names.len() as u32).collect();
+        ids.sort_unstable_by(|a, b| self.name(*a).cmp(self.name(*b)));
+        let mut rank = vec![0u32; ids.len()];
+        for (i, id) in ids.into_iter().enumerate() {
+            rank[id as usize] = i as u32;
+        }
+        rank
+    }
 }
 
 impl Key {
@@ -138,21 +149,21 @@ impl Key {
     }
 }
 
-/// `Key`'s fields in their order (the thread name as a name, the
-/// addresses as user then kernel stack), the frames by `rank` (see
-/// [`crate::intern::ranks`]).
+/// `Key`'s fields in their order (the thread name by its place among the
+/// names, `comm_rank` from [`Comms::ranks`]; the addresses as user then
+/// kernel stack), the frames by `rank` (see [`crate::intern::ranks`]).
 #[allow(clippy::type_complexity)]
 pub(crate) fn order<'k>(
     k: &'k Key,
     rank: &[u32],
-    comms: &'k Comms,
-) -> (Kind, Option<State>, u32, u32, &'k str, &'k [u64], &'k [u64], Option<u32>, Option<&'k GpuKey>, Option<u64>) {
+    comm_rank: &[u32],
+) -> (Kind, Option<State>, u32, u32, u32, &'k [u64], &'k [u64], Option<u32>, Option<&'k GpuKey>, Option<u64>) {
     (
         k.kind,
         k.state,
         k.pid,
         k.tid,
-        comms.name(k.comm),
+        comm_rank[k.comm as usize],
         k.ustack(),
         k.kstack(),
         k.frames.map(|id| rank[id as usize]),

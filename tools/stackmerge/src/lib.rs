@@ -184,10 +184,14 @@ pub fn run(cli: &Cli) -> Result<()> {
 
     let mut merger = Merger::new(&opts);
     let res = merger.read_paths(&paths);
-    let merged = merger.finish();
+    let mut merged = merger.finish();
     let mut out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
-    write(merged, &opts, &mut out)?;
+    write(&mut merged, &opts, &mut out)?;
     out.flush()?;
+    // The process ends here, and the next tool of a pipeline starts drawing
+    // at its end: freeing the stack table one allocation at a time first
+    // would only delay it.
+    std::mem::forget(merged);
     res.map_err(|e| match wallclock_stream::cli::parse_error(&e) {
         Some(_) => e.context("stopped at a bad line; the records before it were merged and written"),
         None => e,
@@ -195,9 +199,10 @@ pub fn run(cli: &Cli) -> Result<()> {
 }
 
 /// Write the merged result as the stream or as folded lines.
-pub fn write(m: Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
+/// The stream takes the stacks, threads and maps out of `m`.
+pub fn write(m: &mut Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
     if opts.folded {
-        output::write_folded(&m, opts, out)
+        output::write_folded(m, opts, out)
     } else {
         output::write_stream(m, out)
     }

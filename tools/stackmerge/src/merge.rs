@@ -240,8 +240,9 @@ impl Merger {
         // Sorted once at the end; a stack that came both as samples and as
         // time (or at two frequencies) now has one key: merge neighbours.
         // In the order of the frames themselves (not of their ids).
-        let rank = ranks(&table);
-        done.sort_unstable_by(|a, b| order(&a.0, &rank, &comms).cmp(&order(&b.0, &rank, &comms)));
+        let rank = ranks(&table, done.iter().filter_map(|(k, _)| k.frames));
+        let comm_rank = comms.ranks();
+        done.sort_unstable_by(|a, b| order(&a.0, &rank, &comm_rank).cmp(&order(&b.0, &rank, &comm_rank)));
         done.dedup_by(|later, kept| {
             let same = later.0 == kept.0;
             if same {
@@ -345,7 +346,7 @@ mod tests {
         m.read(InputRole::Off, &b"app;main;read 3\napp;main;read 2\n"[..], "off").unwrap();
         m.read(InputRole::On, &b"app;main;spin 49\n"[..], "on").unwrap();
         let mut out = Vec::new();
-        crate::write(m.finish(), &opts(), &mut out).unwrap();
+        crate::write(&mut m.finish(), &opts(), &mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "app;main;read_[o] 5000\napp;main;spin_[c] 1000000000\n");
     }
 

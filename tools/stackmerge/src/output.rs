@@ -134,23 +134,24 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
     Ok(())
 }
 
-/// The stream: header, threads, maps, stacks, stats.
-pub fn write_stream(m: Merged, out: &mut dyn Write) -> Result<()> {
+/// The stream: header, threads, maps, stacks, stats. The threads, maps
+/// and stacks are taken out of `m` as they are written.
+pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
     let mut w = Writer::from_env(out)?;
     let table = &m.table;
-    w.write(&Record::Header(m.header))?;
-    for t in m.threads.into_values() {
+    w.write(&Record::Header(m.header.clone()))?;
+    for t in std::mem::take(&mut m.threads).into_values() {
         w.write(&Record::Thread(t))?;
     }
-    for mp in m.maps {
+    for mp in m.maps.drain(..) {
         w.write(&Record::Maps(mp))?;
     }
-    for s in m.stacks {
+    for s in m.stacks.drain(..) {
         match s.stack_id {
             Some(id) => w.write_stack_in(s, table, id)?,
             None => w.write(&Record::Stack(s))?,
         }
     }
-    w.write(&Record::Stats(m.stats))?;
+    w.write(&Record::Stats(m.stats.clone()))?;
     Ok(())
 }

@@ -68,13 +68,18 @@ fn count_unnamed(m: &mut Merged) {
     let mut by_module: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let mut seen: Vec<&str> = Vec::new();
     let table = &m.table;
+    // Each table frame's module when it is unnamed, found once per frame
+    // rather than once per stack it is in.
+    let unnamed: Vec<Option<&str>> = (0..table.frame_count() as u32).map(|f| table.frame(f).unnamed_module()).collect();
+    let any_unnamed = unnamed.iter().any(Option::is_some);
     for s in &m.stacks {
         seen.clear();
-        let frames: Box<dyn Iterator<Item = &Frame>> = match s.stack_id {
-            Some(id) => Box::new(table.frames_of(id)),
-            None => Box::new(s.frames.iter()),
+        let modules: Box<dyn Iterator<Item = &str>> = match s.stack_id {
+            Some(_) if !any_unnamed => continue,
+            Some(id) => Box::new(table.stack(id).iter().filter_map(|&f| unnamed[f as usize])),
+            None => Box::new(s.frames.iter().filter_map(Frame::unnamed_module)),
         };
-        for module in frames.filter_map(Frame::unnamed_module) {
+        for module in modules {
             if !seen.contains(&module) {
                 seen.push(module);
                 let e = by_module.entry(module).or_default();
