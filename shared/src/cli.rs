@@ -53,6 +53,20 @@ pub fn open_output(path: Option<&Path>) -> Result<Box<dyn Write>> {
     }
 }
 
+/// Open `path` for writing as [`open_output`] does, the writes made by a
+/// thread of its own ([`crate::background`]): for the filters of a
+/// pipeline, which then go on with their next records while the next tool
+/// reads. `flush` returns once everything is written.
+pub fn open_stream_output(path: Option<&Path>) -> Result<Box<dyn Write>> {
+    match path {
+        Some(p) if p != Path::new("-") => {
+            let f = File::create(p).with_context(|| format!("cannot create {}", p.display()))?;
+            Ok(Box::new(crate::background::BackgroundWriter::new(f)))
+        }
+        _ => Ok(Box::new(crate::background::BackgroundWriter::new(io::stdout()))),
+    }
+}
+
 /// Inputs as given; none means stdin.
 pub fn inputs_or_stdin(paths: &[PathBuf]) -> Vec<PathBuf> {
     if paths.is_empty() {

@@ -25,6 +25,7 @@
 
 pub mod accounting;
 mod addrs;
+pub mod background;
 pub mod binary;
 pub mod cli;
 pub mod fasthash;

@@ -185,7 +185,7 @@ pub fn run(cli: &Cli) -> Result<()> {
     let mut merger = Merger::new(&opts);
     let res = merger.read_paths(&paths);
     let mut merged = merger.finish();
-    let mut out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
+    let mut out = wallclock_stream::cli::open_stream_output(cli.output.as_deref())?;
     write(&mut merged, &opts, &mut out)?;
     out.flush()?;
     // The process ends here, and the next tool of a pipeline starts drawing

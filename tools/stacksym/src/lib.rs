@@ -47,7 +47,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Parser;
-use wallclock_stream::cli::{inputs_or_stdin, open_input, open_output};
+use wallclock_stream::cli::{inputs_or_stdin, open_input, open_stream_output};
 use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
@@ -139,7 +139,7 @@ pub fn command() -> clap::Command {
 
 /// Run the tool as the command line asks.
 pub fn run(cli: &Cli) -> Result<i32> {
-    let mut out = open_output(cli.output.as_deref())?;
+    let mut out = open_stream_output(cli.output.as_deref())?;
     let mut engine = Engine::new(cli.options());
     for p in inputs_or_stdin(&cli.files) {
         let (name, input) = open_input(&p)?;
