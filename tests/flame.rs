@@ -328,6 +328,33 @@ fn diff_colours_growth_red_and_shrink_blue() {
     assert_eq!(gr.title, "grow (60 samples, 66.67%; before 10 samples, +50 samples)");
 }
 
+/// One stack met as a stack-table stack, as a record's own frames and
+/// again in a second input (its table defined again) is one box of the
+/// summed width, in a graph and in a diff.
+#[test]
+fn one_stack_from_several_records_is_one_box() {
+    let d = scratch("flame-same-stack");
+    let stream = [
+        r#"{"type":"header","format":"wallclock","version":"1.3","tool":"test","tool_version":"0","clock":"monotonic"}"#,
+        r#"{"type":"frame","id":0,"frame":{"func":"main"}}"#,
+        r#"{"type":"frame","id":1,"frame":{"func":"spin"}}"#,
+        r#"{"type":"stackdef","id":0,"frames":[0,1]}"#,
+        r#"{"type":"stack","kind":"on","pid":7,"tid":7,"comm":"app","stack_id":0,"ns":1000,"count":1}"#,
+        r#"{"type":"stack","kind":"on","pid":7,"tid":8,"comm":"app","frames":[{"func":"main"},{"func":"spin"}],"ns":500,"count":1}"#,
+    ]
+    .join("\n");
+    let f = d.join("a.json");
+    std::fs::write(&f, &stream).unwrap();
+    let path = f.to_str().unwrap();
+    let fr = frames_of(&ok("flame", &["--min-width", "0", path, path], b""));
+    let spins: Vec<&Frame> = fr.iter().filter(|f| f.name() == "spin").collect();
+    assert_eq!(spins.len(), 1, "{fr:?}");
+    assert_eq!(spins[0].w, 3000);
+    let fr = frames_of(&ok("flame", &["--diff", path, path], b""));
+    assert_eq!(find(&fr, "spin").w, 1500);
+    assert_eq!(find(&fr, "spin").fill, (255, 255, 255), "unchanged");
+}
+
 #[test]
 fn help_has_examples() {
     let h = ok("flame", &["--help"], b"");

@@ -133,8 +133,13 @@ pub fn run(cli: &Cli) -> Result<i32> {
         let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
         let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
         let (fa, fb) = (flatten(&pa, scale, false), flatten(&pb, scale, false));
+        // One stack may come as several entries (two table stacks of the
+        // same text): summed.
         for (k, mix) in &fa {
-            map.insert(k, Entry { stack: k, mix: *mix, before: 0 });
+            let e = map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 });
+            for (m, v) in e.mix.iter_mut().zip(mix) {
+                *m += v;
+            }
         }
         for (k, mix) in &fb {
             map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
