@@ -30,6 +30,13 @@ impl<V> IdMap<V> {
         }
     }
 
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut V> {
+        match self.dense.get_mut(id as usize) {
+            Some(v) => v.as_mut(),
+            None => self.sparse.get_mut(&id),
+        }
+    }
+
     pub fn contains(&self, id: u32) -> bool {
         self.get(id).is_some()
     }
@@ -73,5 +80,9 @@ mod tests {
         m.insert(100_000, "y");
         assert_eq!((m.get(70_000), m.get(100_000)), (Some(&"x"), Some(&"y")));
         assert!(m.contains(100_000) && !m.contains(99_999));
+        *m.get_mut(100_000).unwrap() = "z";
+        *m.get_mut(4_000_000_000).unwrap() = "farther";
+        assert_eq!((m.get(100_000), m.get(4_000_000_000)), (Some(&"z"), Some(&"farther")));
+        assert_eq!(m.get_mut(5), None);
     }
 }

@@ -127,7 +127,7 @@ impl<R: BufRead> Reader<R> {
                     return Some(Err(self.err(format!("stack record has both frames and stack_id {id}"))));
                 }
                 if self.keep_ids {
-                    if self.defs.stack(id).is_none() {
+                    if !self.defs.has_stack(id) {
                         return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))));
                     }
                 } else {

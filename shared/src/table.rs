@@ -136,8 +136,15 @@ pub struct Defs {
     /// stack defined again leaves its old ids there).
     stacks: IdMap<(usize, usize)>,
     arena: Vec<u32>,
+    /// A bit per stack id below [`DEFINED_BITS`] that is defined: a
+    /// reader checks every record's id, and 200k entries of `stacks` do not
+    /// stay in a cache (those checks were 5% of stackmerge's time).
+    defined: Vec<u64>,
     generation: u64,
 }
+
+/// Stack ids below this are told defined by a bit (128 KB at most).
+const DEFINED_BITS: u32 = 1 << 20;
 
 impl Defs {
     pub fn define_frame(&mut self, d: FrameDef) {
@@ -150,6 +157,13 @@ impl Defs {
     pub fn define_stack(&mut self, d: StackDef) -> Result<(), String> {
         if let Some(f) = d.frames.iter().find(|&&f| !self.frames.contains(f)) {
             return Err(format!("stackdef {} names frame {f}, which no frame record defined before it", d.id));
+        }
+        if d.id < DEFINED_BITS {
+            let word = (d.id / 64) as usize;
+            if word >= self.defined.len() {
+                self.defined.resize(word + 1, 0);
+            }
+            self.defined[word] |= 1 << (d.id % 64);
         }
         let start = self.arena.len();
         self.arena.extend_from_slice(&d.frames);
@@ -166,6 +180,14 @@ impl Defs {
 
     pub fn frame(&self, id: u32) -> Option<&Frame> {
         self.frames.get(id)
+    }
+
+    /// Is stack `id` defined? (What [`Defs::stack`] says, faster.)
+    pub fn has_stack(&self, id: u32) -> bool {
+        if id < DEFINED_BITS {
+            return self.defined.get((id / 64) as usize).is_some_and(|w| w & (1 << (id % 64)) != 0);
+        }
+        self.stacks.contains(id)
     }
 
     /// The frames of stack `id`, root first.
@@ -206,7 +228,10 @@ mod tests {
         let e = d.define_stack(StackDef { id: 0, frames: vec![3] }).unwrap_err();
         assert!(e.contains("frame 3"), "{e}");
         d.define_frame(FrameDef { id: 3, frame: Frame::named("a") });
+        assert!(!d.has_stack(0), "a refused stackdef defines nothing");
         d.define_stack(StackDef { id: 0, frames: vec![3] }).unwrap();
+        d.define_stack(StackDef { id: 4_000_000_000, frames: vec![3] }).unwrap();
+        assert!(d.has_stack(0) && d.has_stack(4_000_000_000) && !d.has_stack(1) && !d.has_stack(999_999));
         let g = d.generation();
         d.define_frame(FrameDef { id: 3, frame: Frame::named("b") });
         assert_ne!(d.generation(), g);

@@ -18,12 +18,14 @@ pub(crate) struct Interned {
     leafed: FastMap<(u32, u32), u32>,
     /// Leaf name -> its frame in `table`.
     leaf_ids: FastMap<String, u32>,
-    /// Table stack (not empty) -> the [`leaf_code`] of the last record
-    /// made of it and that record's stack: records of one stack mostly
-    /// come with one leaf, and this needs neither the stack's frames nor
-    /// its leaf's name (a fifth of stackmerge's time on 1M records).
-    memo: IdMap<(u8, u32)>,
 }
+
+/// Of an input's stack (see [`InputIds`]): the [`leaf_code`] of the last
+/// record made of it and that record's stack in the table. Records of one
+/// stack mostly come with one leaf, and this needs neither the stack's
+/// frames nor its leaf's name (a fifth of stackmerge's time on 1M
+/// records); kept beside the input's id mapping, one lookup finds both.
+pub(crate) type Memo = Option<(u8, u32)>;
 
 /// What decides a stack's leaf frame, as a number, where it is not a name
 /// to look at (`None`: a GPU activity's name).
@@ -41,10 +43,10 @@ impl Interned {
     /// once (a re-merge does not add a second); `None` for no frames.
     /// Unsymbolized stacks keep their addresses for a later `stacksym`;
     /// their leaf is added when they are written folded.
-    pub fn frames(&mut self, s: &mut Stack, base: Option<u32>) -> Option<u32> {
+    pub fn frames(&mut self, s: &mut Stack, base: Option<u32>, memo: Option<&mut Memo>) -> Option<u32> {
         let code = leaf_code(s);
-        if let (Some(b), Some(code)) = (base, code) {
-            if let Some(&(c, id)) = self.memo.get(b) {
+        if let (Some(b), Some(code), Some(memo)) = (base, code, memo) {
+            if let Some((c, id)) = *memo {
                 if c == code {
                     return Some(id);
                 }
@@ -53,7 +55,7 @@ impl Interned {
             // Only a stack with frames: an empty one leaves the record's
             // addresses to decide.
             if let Some(id) = id.filter(|_| !self.table.stack(b).is_empty()) {
-                self.memo.insert(b, (code, id));
+                *memo = Some((code, id));
             }
             return id;
         }
@@ -107,22 +109,24 @@ impl Interned {
     }
 }
 
-/// One input's stack table ids mapped to the merger's.
+/// One input's stack table ids mapped to the merger's, each with its [`Memo`].
 #[derive(Default)]
 pub(crate) struct InputIds {
     generation: u64,
-    stacks: IdMap<u32>,
+    stacks: IdMap<(u32, Memo)>,
     frames: IdMap<u32>,
 }
 
 impl InputIds {
-    /// The merger's id of the input's stack `id` (defined: the reader checked).
-    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> u32 {
+    /// The merger's id of the input's stack `id` (defined: the reader
+    /// checked), and its memo.
+    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> (u32, &mut Memo) {
         if self.generation != defs.generation() {
             *self = InputIds { generation: defs.generation(), ..InputIds::default() };
         }
-        if let Some(&g) = self.stacks.get(id) {
-            return g;
+        if self.stacks.contains(id) {
+            let (g, memo) = self.stacks.get_mut(id).expect("just checked");
+            return (*g, memo);
         }
         let frames = defs.stack(id).unwrap_or_default();
         let ids: Vec<u32> = frames
@@ -137,8 +141,9 @@ impl InputIds {
             })
             .collect();
         let g = table.stack_id(&ids);
-        self.stacks.insert(id, g);
-        g
+        self.stacks.insert(id, (g, None));
+        let (_, memo) = self.stacks.get_mut(id).expect("just inserted");
+        (g, memo)
     }
 }
 

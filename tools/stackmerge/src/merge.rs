@@ -15,7 +15,7 @@ use wallclock_stream::{
     Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, Stats, Thread,
 };
 
-use crate::intern::{ranks, InputIds, Interned};
+use crate::intern::{ranks, InputIds, Interned, Memo};
 use crate::key::{order, Agg, Comms, Key};
 use crate::Options;
 
@@ -155,14 +155,17 @@ impl Merger {
         if !self.opts.wakers {
             s.waker = None;
         }
-        let base = match s.stack_id.take() {
-            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table)),
-            None => None,
+        let (base, memo) = match s.stack_id.take() {
+            Some(id) => {
+                let (base, memo) = ids.stack(id, defs, &mut self.interned.table);
+                (Some(base), Some(memo))
+            }
+            None => (None, None),
         };
         if scale.is_some() {
             *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
         }
-        let (key, v) = self.key_of(s, base, scale);
+        let (key, v) = self.key_of(s, base, memo, scale);
         self.agg.entry(key).or_default().add(v);
     }
 
@@ -171,8 +174,8 @@ impl Merger {
     /// appended once (a re-merge does not add a second). Unsymbolized
     /// stacks keep their addresses for a later `stacksym`; their leaf is
     /// added when they are written folded.
-    fn key_of(&mut self, mut s: Stack, base: Option<u32>, scale: Option<u64>) -> (Key, Agg) {
-        let frames = self.interned.frames(&mut s, base);
+    fn key_of(&mut self, mut s: Stack, base: Option<u32>, memo: Option<&mut Memo>, scale: Option<u64>) -> (Key, Agg) {
+        let frames = self.interned.frames(&mut s, base, memo);
         Key::of(s, frames, scale, &mut self.comms)
     }
 
@@ -190,7 +193,7 @@ impl Merger {
                 && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
         });
         for s in steals {
-            let (key, v) = self.key_of(s, None, None);
+            let (key, v) = self.key_of(s, None, None, None);
             self.agg.entry(key).or_default().add(v);
         }
         let Merger {
