@@ -354,7 +354,11 @@ mod tests {
         let script = format!("{root}/tests/programs/python/workload.py");
         let src = std::fs::read_to_string(&script).unwrap();
         let line = |text: &str| src.lines().position(|l| l.trim() == text).unwrap() as i64 + 1;
-        let dir = std::env::temp_dir().join(format!("wc-pyreader-{}", std::process::id()));
+        // One directory per interpreter: the tests run side by side, and one
+        // removing a shared directory made the other's workload fail
+        // (its threads then vanished while being read).
+        let tag: String = python.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let dir = std::env::temp_dir().join(format!("wc-pyreader-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut child = std::process::Command::new(python).arg(&script).arg("1.5").arg(dir.join("truth.jsonl")).spawn().unwrap();
         let pid = child.id();
