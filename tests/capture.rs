@@ -393,6 +393,7 @@ fn oncputime_matches_ground_truth() {
     let hdr = &recs[0];
     assert_eq!(hdr["tool"], "oncputime");
     assert_eq!(u(&hdr["freq_hz"]), 999);
+    let mut shorty = Vec::new();
     for (tname, func) in CHECKED {
         let (tid, life, funcs) = &truth.threads[*tname];
         let (cpu, _) = funcs[*func];
@@ -412,11 +413,14 @@ fn oncputime_matches_ground_truth() {
             // timeout, a VM exit on this VM). short_wait's CPU comes in
             // µs slices that are mostly that path, so sampling sees less
             // of it than the thread's clock does and gives the rest to
-            // short_work: measured -10% of short_wait's time idle, -40%
-            // under CI's load (perf's cpu-clock has the same blind spot;
-            // README, "On-CPU samples"). The thread's total stays exact
-            // (checked below); its split must still show both functions.
-            let (lo, hi) = if *func == "short_wait" { (want * 0.5, want + 0.03) } else { (want - 0.03, want + 0.05) };
+            // short_work, the thread's only other code (perf's cpu-clock
+            // has the same blind spot; README, "On-CPU samples"). Measured
+            // on this VM in eleven runs, idle and under CI's load:
+            // short_wait seen at 34-62% of its CPU time. What must hold:
+            // short_wait is seen, samples only move between the two (their
+            // sum is exact, below), and short_work is never shown short.
+            shorty.push((got, want));
+            let (lo, hi) = if *func == "short_wait" { (want * 0.2, want + 0.03) } else { (want - 0.03, 1.0) };
             assert!(got > lo && got < hi, "{tname}/{func}: on-CPU share {got:.4} vs truth {want:.4} (allowed {lo:.4}..{hi:.4})");
         } else {
             assert!((got - want).abs() < 0.03, "{tname}/{func}: on-CPU share {got:.4} vs truth {want:.4}");
@@ -427,12 +431,67 @@ fn oncputime_matches_ground_truth() {
         let d = (ran - thread_cpu as f64) / alive;
         assert!(d.abs() < 0.02, "{tname}: on_ns - steal_ns {ran} vs CPU clock {thread_cpu}");
     }
+    let (got, want) = shorty.iter().fold((0.0, 0.0), |(g, w), (a, b)| (g + a, w + b));
+    assert!((got - want).abs() < 0.03, "shorty: short_wait + short_work {got:.4} vs truth {want:.4}");
     // An on-CPU leaf inside libc keeps its caller: clock_gettime under now() under burn().
     let any_libc_leaf = of_type(&recs, "stack").iter().any(|s| {
         let n = syms.funcs(&ustack(s));
         n.last().map(String::as_str) == Some("now") && ustack(s).len() > n.len()
     });
     assert!(any_libc_leaf, "no on-CPU stack with a libc leaf under now()");
+    assert_rooted(&d.join("on.jsonl"), 0.99);
+}
+
+/// A program built as distributions build theirs (no frame pointers),
+/// nearly all of its time in `clock_gettime`'s vDSO code: its samples keep
+/// every caller. Without the vDSO's own unwind table about 1% of them
+/// were that one frame alone; and when the first read of its maps came
+/// before the loader mapped libc (a third of launches here), every stack
+/// ended at its first libc frame, `__libc_start_call_main`.
+#[test]
+fn vdso_samples_keep_their_callers() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("capture-vdso");
+    let bin = d.join("clockloop");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(util::root().join("tests/programs/capture/clockloop.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for round in 0..3 {
+        let out = d.join(format!("on.{round}.jsonl"));
+        let st = tool("oncputime").args(["-F", "999", "-o"]).arg(&out).arg("--").arg(&bin).arg("0.7").status().unwrap();
+        assert!(st.success());
+        assert_rooted(&out, 0.995);
+    }
+}
+
+/// Whole stacks: at least `min` of a launched program's on-CPU time is in
+/// stacks that reach a thread's first frame (`_start`, or glibc's `clone3`).
+fn assert_rooted(stream: &Path, min: f64) {
+    let folded = util::ok("stackmerge", &["--folded", "--unit", "ns", stream.to_str().unwrap()], b"");
+    let (mut all, mut rooted, mut worst) = (0u64, 0u64, (0u64, String::new()));
+    for l in folded.lines() {
+        let (stack, ns) = l.rsplit_once(' ').unwrap();
+        let ns: u64 = ns.parse().unwrap();
+        let first = stack.split(';').nth(1).unwrap_or("");
+        // Time the hypervisor took: the thread's own stack-less [steal].
+        if first.starts_with("[steal]") {
+            continue;
+        }
+        all += ns;
+        if matches!(first, "_start" | "clone3") {
+            rooted += ns;
+        } else if ns > worst.0 {
+            worst = (ns, stack.to_string());
+        }
+    }
+    eprintln!("on-CPU time in stacks from a thread's first frame: {:.2}%", rooted as f64 * 100.0 / all as f64);
+    assert!(rooted as f64 >= all as f64 * min, "{rooted} of {all} ns rooted; the largest not: {} ns {}", worst.0, worst.1);
 }
 
 /// Another tracer's program on sched_switch, attached before ours, runs
