@@ -1,5 +1,7 @@
-//! The one `/proc/PID/maps` parser (stacksym names frames with it, the
-//! capture tools record each process's mappings with it).
+//! The one `/proc/PID/maps` parser: stacksym names frames with it, the
+//! capture tools record each process's mappings and find CPython's
+//! interpreter with it, and the CUPTI injection library lists the
+//! program's own mappings and site-packages with it.
 
 use crate::record::MapEntry;
 

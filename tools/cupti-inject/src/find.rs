@@ -79,8 +79,8 @@ fn cupti_in(dir: &Path) -> Vec<PathBuf> {
 /// CUDA), then of `$PYTHONPATH`.
 fn site_packages() -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let paths = maps.lines().filter_map(|l| l.split_whitespace().nth(5).map(str::to_string));
+    let maps = wallclock_stream::procmaps::read(std::process::id()).unwrap_or_default();
+    let paths = maps.into_iter().map(|m| m.entry.path).filter(|p| !p.is_empty());
     let pythonpath = std::env::var_os("PYTHONPATH")
         .map(|p| std::env::split_paths(&p).map(|p| p.to_string_lossy().into_owned()).collect::<Vec<_>>())
         .unwrap_or_default();

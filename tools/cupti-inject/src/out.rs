@@ -68,15 +68,11 @@ pub(crate) extern "C" fn finish() {
     }
     // SAFETY: a documented CUPTI call; no lock of ours is held.
     unsafe { (st.cupti.flush_all)(FLUSH_FORCED) };
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = wallclock_stream::procmaps::read(std::process::id()).unwrap_or_default();
     let Ok(mut o) = st.out.lock() else { return };
-    for l in maps.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 6 || !f[1].contains('x') || !f[5].starts_with('/') {
-            continue;
-        }
-        let (Some((s, e)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
-        let _ = writeln!(o.w, "M {s} {e} {off:x} {}", f[5..].join(" "));
+    for m in maps.iter().filter(|m| m.executable() && m.entry.path.starts_with('/')) {
+        let e = &m.entry;
+        let _ = writeln!(o.w, "M {:x} {:x} {:x} {}", e.start, e.end, e.offset, e.path);
     }
     let _ = writeln!(o.w, "X {}", monotonic_ns());
     let _ = o.w.flush();

@@ -65,10 +65,10 @@ pub struct Python {
 
 /// The file /proc/PID/maps would make the interpreter's, if any.
 fn candidate(pid: u32) -> Option<String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let maps = wallclock_stream::procmaps::read(pid)?;
     let mut found: Option<String> = None;
-    for l in maps.lines() {
-        let Some(path) = l.split_whitespace().nth(5) else { continue };
+    for m in &maps {
+        let path = m.entry.path.as_str();
         let name = path.rsplit('/').next().unwrap_or("");
         if name.starts_with("libpython3.") {
             return Some(path.to_string());

@@ -83,18 +83,12 @@ impl Interpreter {
     /// version from the file's name, checked against `Py_Version` in the
     /// process where the file exports it.
     pub fn find(pid: u32) -> Result<Interpreter, String> {
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("pid {pid}: {e}"))?;
+        let maps = wallclock_stream::procmaps::read(pid).ok_or_else(|| format!("pid {pid}: its maps cannot be read"))?;
         let mut cands: Vec<(u64, u64, String)> = Vec::new();
         let mut ranges: Vec<(u64, u64, String)> = Vec::new();
-        for l in maps.lines() {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 6 || minor_from_path(f[5]).is_none() {
-                continue;
-            }
-            let (Some((a, b)), Ok(off)) = (f[0].split_once('-'), u64::from_str_radix(f[2], 16)) else { continue };
-            let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
-            cands.push((start, off, f[5].to_string()));
-            ranges.push((start, end, f[5].to_string()));
+        for m in maps.into_iter().map(|m| m.entry).filter(|m| minor_from_path(&m.path).is_some()) {
+            cands.push((m.start, m.offset, m.path.clone()));
+            ranges.push((m.start, m.end, m.path));
         }
         cands.sort_by_key(|c| !c.2.contains("libpython"));
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
