@@ -48,8 +48,8 @@ fn load_file(path: &str) -> Option<FileInfo> {
 
 /// The vDSO's image. The kernel maps one image into every 64-bit process:
 /// ours stands for the target's (same length, checked in `add_maps`).
-/// Without its unwind table a sample inside `clock_gettime`'s vDSO code
-/// lost every caller (3-4% of a clock-reading loop's samples).
+/// Without its unwind table some samples inside `clock_gettime`'s vDSO
+/// code lost every caller (about 1% of a clock-reading loop's samples).
 fn vdso_image() -> Option<Vec<u8>> {
     // SAFETY: getauxval has no preconditions.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
@@ -394,10 +394,11 @@ mod tests {
         let v = u.unwind(pid, ip, sp, bp, &stack);
         let libc: Vec<MapEntry> = parse_maps(pid).into_iter().filter(is_libc).collect();
         let in_libc = |a: u64| libc.iter().any(|m| a >= m.start && a < m.end);
-        // A test thread: clone3 and start_thread (libc), std's thread
-        // start, the test, this function.
+        // A test's thread: clone3 and start_thread (libc), std's thread
+        // start, the test, this function (on the main thread: _start,
+        // then two libc frames). Cut at its first libc frame, one.
         assert!(v.len() > 4, "{v:x?}");
-        assert!(in_libc(v[0]) && in_libc(v[1]), "the stack does not start in libc's clone3, start_thread: {v:x?}");
+        assert!(v.iter().filter(|&&a| in_libc(a)).count() >= 2, "the unwind stopped at its first libc frame: {v:x?}");
         assert!(u.procs[&pid].maps.iter().any(is_libc), "libc was not read");
     }
 }
