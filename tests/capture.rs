@@ -454,14 +454,7 @@ fn vdso_samples_keep_their_callers() {
         return;
     }
     let d = util::scratch("capture-vdso");
-    let bin = d.join("clockloop");
-    let st = Command::new("gcc")
-        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(util::root().join("tests/programs/capture/clockloop.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let bin = util::build_c_with("tests/programs/capture/clockloop.c", &d, "clockloop", &["-O2", "-g", "-fomit-frame-pointer"]);
     for round in 0..3 {
         let out = d.join(format!("on.{round}.jsonl"));
         let st = tool("oncputime").args(["-F", "999", "-o"]).arg(&out).arg("--").arg(&bin).arg("0.7").status().unwrap();

@@ -84,10 +84,17 @@ pub fn testdata(rel: &str) -> Option<PathBuf> {
 /// function's last call would otherwise become a jump and vanish from
 /// every stack), -pthread.
 pub fn build_c(src: &str, dir: &Path, name: &str) -> PathBuf {
+    build_c_with(src, dir, name, &["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread"])
+}
+
+/// Compile the C program `src` (relative to the repository) into
+/// `dir/name` with these gcc flags.
+pub fn build_c_with(src: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let out = dir.join(name);
     let st = Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread", "-o"])
+        .args(flags)
+        .arg("-o")
         .arg(&out)
         .arg(root().join(src))
         .status()

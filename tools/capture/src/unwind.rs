@@ -385,14 +385,13 @@ mod tests {
     fn a_root_frame_in_an_unread_library_reads_the_maps_again() {
         let pid = std::process::id();
         let is_libc = |m: &MapEntry| m.path.contains("/libc.so");
+        let (libc, maps): (Vec<MapEntry>, Vec<MapEntry>) = parse_maps(pid).into_iter().partition(is_libc);
         let mut u = Unwind::new();
         let mut p = Proc::new(exe_identity(pid));
-        let maps: Vec<MapEntry> = parse_maps(pid).into_iter().filter(|m| !is_libc(m)).collect();
         u.add_maps(&mut p, maps);
         u.procs.insert(pid, p);
         let (ip, sp, bp, stack) = own_stack();
         let v = u.unwind(pid, ip, sp, bp, &stack);
-        let libc: Vec<MapEntry> = parse_maps(pid).into_iter().filter(is_libc).collect();
         let in_libc = |a: u64| libc.iter().any(|m| a >= m.start && a < m.end);
         // A test's thread: clone3 and start_thread (libc), std's thread
         // start, the test, this function (on the main thread: _start,
