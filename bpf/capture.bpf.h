@@ -77,6 +77,26 @@ static __always_inline void stat_add(__u32 which, __u64 n)
 	percpu_add(&stats, which, n);
 }
 
+/* A thread's state as it leaves the CPU (task_struct.__state). */
+static __always_inline __u32 state_of(unsigned int s)
+{
+	if (s == 0)
+		return WC_ST_R;            /* TASK_RUNNING: preempted */
+	if (s & 0x0001)
+		return WC_ST_S;            /* TASK_INTERRUPTIBLE */
+	if (s & 0x0400)
+		return WC_ST_OTHER;        /* TASK_IDLE (D without load): idle kernel threads, not I/O */
+	if (s & 0x0002)
+		return WC_ST_D;            /* TASK_UNINTERRUPTIBLE */
+	return WC_ST_OTHER;
+}
+
+static __always_inline __u64 mix(__u64 h, __u64 v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+	return h * 0xff51afd7ed558ccdULL;
+}
+
 static __always_inline bool window_open(__u64 now)
 {
 	__u64 s = start_ns, e = end_ns;
@@ -309,5 +329,6 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 }
 
 #include "tree.bpf.h"
+#include "snapshot.bpf.h"
 
 #endif

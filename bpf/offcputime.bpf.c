@@ -42,25 +42,6 @@ struct {
 	__type(value, struct kscratch);
 } kscratch SEC(".maps");
 
-static __always_inline __u32 state_of(unsigned int s)
-{
-	if (s == 0)
-		return WC_ST_R;            /* TASK_RUNNING: preempted */
-	if (s & 0x0001)
-		return WC_ST_S;            /* TASK_INTERRUPTIBLE */
-	if (s & 0x0400)
-		return WC_ST_OTHER;        /* TASK_IDLE (D without load): idle kernel threads, not I/O */
-	if (s & 0x0002)
-		return WC_ST_D;            /* TASK_UNINTERRUPTIBLE */
-	return WC_ST_OTHER;
-}
-
-static __always_inline __u64 mix(__u64 h, __u64 v)
-{
-	h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-	return h * 0xff51afd7ed558ccdULL;
-}
-
 #include "waker.bpf.h"
 
 static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, __u64 cnt, struct wc_thread *th)
@@ -250,6 +231,36 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	th->cur_fp = fp;
 }
 
+/* The stack a thread comes back from when its switch-out was not seen
+ * (state unknown): its kernel stack as it is now, still the one it
+ * blocked in, and its user registers. One map lookup per missed switch. */
+static __always_inline __u64 unseen_stack(struct task_struct *t, __u32 tid)
+{
+	__u32 zero = 0;
+	struct kscratch *ks = bpf_map_lookup_elem(&kscratch, &zero);
+	if (!ks)
+		return WC_FP_LOST;
+	long n = bpf_get_task_stack(t, ks->ips, sizeof(ks->ips), 0);
+	if (n <= 0)
+		return WC_FP_LOST;
+	__u64 fp = 0x0b5e;
+	for (int i = 0; i < WC_KSTACK_MAX; i++) {
+		if (i * 8 >= n)
+			break;
+		fp = mix(fp, ks->ips[i]);
+	}
+	fp = mix(fp, tid);
+	if (fp < 16)
+		fp += 16;
+	if (!bpf_map_lookup_elem(&seen, &fp)) {
+		if (emit_task_stack(t, fp, WC_ST_OTHER, false))
+			return WC_FP_LOST;
+		__u8 one = 1;
+		bpf_map_update_elem(&seen, &fp, &one, BPF_ANY);
+	}
+	return fp;
+}
+
 /* next gets the CPU: close its off-CPU interval. */
 static __always_inline void switch_in(struct task_struct *next, __u64 now, bool btf)
 {
@@ -277,7 +288,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 			if (!unseen_out(th, next, now, btf))
 				return;
 			th->cur_state = WC_ST_OTHER;
-			th->cur_fp = WC_FP_LOST;
+			th->cur_fp = btf ? unseen_stack(next, tid) : WC_FP_LOST;
 		}
 		st = th->cur_state;
 		fp = th->cur_fp;

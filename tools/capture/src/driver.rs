@@ -29,6 +29,9 @@ pub struct Common {
     pub thread_kind: i32,
     pub want_ustack: bool,
     pub want_kstack: bool,
+    /// The task iterator at the start also sends the stacks of the
+    /// threads blocked then (bpf/snapshot.bpf.h): system-wide offcputime.
+    pub snap_stacks: bool,
     pub max_threads: u32,
     pub ringbuf_bytes: u32,
 }
@@ -61,6 +64,8 @@ pub trait OpenCapture {
 /// A loaded capture skeleton.
 pub trait CaptureSkel {
     fn maps(&self) -> Maps<'_>;
+    /// The task iterator of snapshot.bpf.h.
+    fn snapshot_prog(&self) -> &ProgramMut<'static>;
     fn tree_prog(&self, which: TreeProg, btf: bool) -> &ProgramMut<'static>;
     /// Write .bss: the window's start and end, and `tree_grown`.
     fn set_bss(&mut self, start_ns: Option<u64>, end_ns: Option<u64>, tree_grown: bool);
@@ -124,6 +129,9 @@ pub struct Request<'a> {
     pub duration: Option<f64>,
     pub command: &'a [String],
     pub max_threads: u32,
+    /// Whether the tool wants the stacks of the threads blocked at the
+    /// start from the iterator when there is no target (offcputime).
+    pub blocked_stacks: bool,
 }
 
 /// A finished capture, for the tool to turn into records.
@@ -168,6 +176,27 @@ fn attach_tree(skel: &impl CaptureSkel, btf: bool, follow: bool) -> Result<Vec<L
     Ok(links)
 }
 
+/// Run the task iterator once: every target thread alive at the start
+/// gets its entry as it is then (bpf/snapshot.bpf.h).
+fn snapshot(skel: &impl CaptureSkel) -> Result<()> {
+    use std::io::Read;
+    let link = skel.snapshot_prog().attach_iter_with_opts(libbpf_rs::IterOpts::None).context("attaching the task iterator")?;
+    let mut it = libbpf_rs::Iter::new(&link).context("creating the task iterator")?;
+    let mut buf = [0u8; 4096];
+    // EAGAIN: the ring buffer is half full; the drain thread empties it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match it.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            Err(e) => return Err(e).context("running the task iterator"),
+        }
+    }
+}
+
 /// Run a capture from the checks to the stop.
 pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>> {
     privs::check(T::NAME)?;
@@ -181,6 +210,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         thread_kind: args.thread_kind(),
         want_ustack: !args.kernel_stacks_only,
         want_kstack: !args.user_stacks_only,
+        snap_stacks: req.blocked_stacks && sess.system_wide(),
         max_threads: req.max_threads,
         ringbuf_bytes: args.ringbuf_mb << 20,
     };
@@ -222,6 +252,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     python(&mut unwind, &sess, &skel);
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
+    snapshot(&skel)?;
     sess.begin(start, &args.tids, &mut unwind)?;
     let mut windows = match (args.every, &args.every_follow, &args.output) {
         (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start)),
@@ -262,6 +293,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
 
     let (raw_threads, threads) = thread_map(skel.maps().threads);
     sess.add_thread_pids(&raw_threads);
+    sess.clocks_of_running(&threads);
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
     Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts, windows })
 }

@@ -116,6 +116,11 @@ impl Session {
         })
     }
 
+    /// No target: every thread of the machine.
+    pub fn system_wide(&self) -> bool {
+        self.pids.is_empty() && self.cgroup.is_none() && self.command.is_none()
+    }
+
     /// The pid of the command launched with `-- COMMAND`.
     pub fn held_pid(&self) -> Option<u32> {
         self.launched.as_ref().map(|l| l.pid())
@@ -248,6 +253,24 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// The CPU clocks of the threads still running at the stop that
+    /// `stopped` did not read (system-wide, there are no targets to
+    /// list): they bound what the open slice ran (steal::open_slice).
+    pub fn clocks_of_running(&mut self, threads: &[(u32, WcThread)]) {
+        for &(tid, th) in threads {
+            if th.running != 0 && th.exit_ns == 0 && !self.at_stop.contains_key(&tid) {
+                if let Some(c) = steal::read(th.pid, tid) {
+                    self.at_stop.insert(tid, c);
+                }
+            }
+        }
+    }
+
+    /// The open slice at the stop, (on-CPU, off-CPU): see steal::open_slice.
+    pub fn open_slice(&self, tid: u32, th: &WcThread, end_ns: u64) -> (u64, u64) {
+        steal::open_slice(th, end_ns, self.at_stop.get(&tid).copied())
     }
 
     /// A thread's steal over the window (see [`crate::steal`]); `on_ns`

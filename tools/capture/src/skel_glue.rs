@@ -31,6 +31,7 @@ macro_rules! capture_skel {
                 ro.thread_kind = c.thread_kind;
                 ro.want_ustack = c.want_ustack;
                 ro.want_kstack = c.want_kstack;
+                ro.snap_stacks = c.snap_stacks;
                 self.maps.threads.set_max_entries(c.max_threads.max(64))?;
                 // Processes of a tree, at most as many as threads.
                 self.maps.tgids.set_max_entries(c.max_threads.max(1024))?;
@@ -54,6 +55,10 @@ macro_rules! capture_skel {
                     py_threads: &self.maps.py_threads,
                     py_cfg: &self.maps.py_cfg,
                 }
+            }
+
+            fn snapshot_prog(&self) -> &$crate::libbpf_rs::ProgramMut<'static> {
+                &self.progs.snapshot
             }
 
             fn tree_prog(

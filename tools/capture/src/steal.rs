@@ -61,6 +61,31 @@ pub fn thread_steal(th: &WcThread, end: u64, on_ns: u64, at_start: Option<ExecCl
     wall.saturating_sub(exec).min(on_ns)
 }
 
+/// How late the CPU clock of a running thread may be when read: the
+/// kernel adds a running task's time at ticks (HZ 100 at the least).
+const TICK_NS: u64 = 10_000_000;
+
+/// The slice a thread is in at the stop, `[last_ts, end)`, split into
+/// (on-CPU, off-CPU): on-CPU, unless its CPU clock read after the stop
+/// counted less than that, by more than a tick, since the slice began.
+/// Then its switch-out was not seen (it happens: see unseen_in in
+/// bpf/capture.bpf.h) and it ran only what its clock says; the rest it
+/// was off-CPU, where is unknown. Without this a thread whose last
+/// switch-out was missed "ran" until the stop: seconds, for an idle one.
+pub fn open_slice(th: &WcThread, end: u64, at_stop: Option<ExecClock>) -> (u64, u64) {
+    let d = end.saturating_sub(th.last_ts);
+    // The clock when the slice began: its switch-in, or the snapshot at
+    // the start for a thread running then and never switched since.
+    let base = (th.exec_known != 0 || th.first_out == 0).then_some(th.exec_base);
+    match (base, at_stop) {
+        (Some(b), Some(s)) if b > 0 || th.exec_known != 0 => {
+            let on = d.min(s.exec_ns.saturating_sub(b).saturating_add(TICK_NS));
+            (on, d - on)
+        }
+        _ => (d, 0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +123,20 @@ mod tests {
         assert_eq!(thread_steal(&th, 1000, 1000, Some(clock(10, 0)), Some(clock(1000, 900))), 90);
         // Clamped to the on-CPU time.
         assert_eq!(thread_steal(&th, 1000, 20, Some(clock(10, 0)), Some(clock(1000, 900))), 20);
+    }
+
+    #[test]
+    fn open_slice_bounded_by_the_clock() {
+        // Switched in at 1 s with clock 5 s; read after the stop at 3 s:
+        // the clock moved 0.2 s, so 1.8 s of the 2 s were not on-CPU.
+        let th = WcThread { running: 1, exec_known: 1, last_ts: 1_000_000_000, exec_base: 5_000_000_000, ..Default::default() };
+        let (on, off) = open_slice(&th, 3_000_000_000, Some(clock(3_010_000_000, 5_200_000_000)));
+        assert_eq!((on, off), (200_000_000 + TICK_NS, 1_800_000_000 - TICK_NS));
+        // A thread that ran all along keeps its slice, its clock a tick late.
+        let (on, off) = open_slice(&th, 3_000_000_000, Some(clock(3_000_000_000, 6_995_000_000)));
+        assert_eq!((on, off), (2_000_000_000, 0));
+        // No reading: the slice as the switches say.
+        assert_eq!(open_slice(&th, 3_000_000_000, None), (2_000_000_000, 0));
     }
 
     #[test]

@@ -165,6 +165,7 @@ pub fn records(
         procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
     };
     let mut short = [(0u64, 0u64); 4];
+    let mut missed_at_stop = 0u64;
     for &(tid, mut th) in threads {
         for i in 0..2 {
             if th.pend_cnt[i] > 0 {
@@ -180,7 +181,19 @@ pub fn records(
             // Close what is still open at the stop.
             let d = end - th.last_ts;
             if th.running != 0 {
-                th.on_ns += d;
+                // A switch-out never seen: what the clock did not count
+                // was off-CPU somewhere unknown.
+                let (on, off) = sess.open_slice(tid, &th, end);
+                th.on_ns += on;
+                if off > 0 {
+                    th.off_ns[event::ST_OTHER as usize] += off;
+                    acc.add(tid, State::Other, Where::Synthetic(LOST), off, 1);
+                    missed_at_stop += 1;
+                }
+            } else if th.cur_state == event::ST_INIT {
+                // Blocked from the start to the stop, its stack from /proc.
+                th.off_ns[event::ST_INIT as usize] += d;
+                acc.add(tid, init_state(tid), init_where(tid, d, 1), d, 1);
             } else {
                 let s = th.cur_state.min(3);
                 th.off_ns[s as usize] += d;
@@ -234,6 +247,7 @@ pub fn records(
 
     unwind.python.name_threads(out_threads.values_mut());
     let mut stats = stats(cfg, counts, &acc, &short, out_threads.len());
+    *stats.counts.entry("missed_switches".into()).or_default() += missed_at_stop;
     if cfg.wake_depth.is_some() {
         let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
         stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);

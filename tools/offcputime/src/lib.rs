@@ -267,7 +267,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
     }
     let mut off = Off { cli: &cli, stacks: collect::Stacks::default(), timeline: Default::default() };
-    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads };
+    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true };
     let mut cap = driver::capture(&mut off, req)?;
     let tl_events = off.timeline.take().map(timeline::Drain::finish);
     let mut stacks = off.stacks;

@@ -141,7 +141,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         anyhow::bail!("-F must be at least 1 Hz");
     }
     let mut on = On { cli: &cli, samples: Samples::default() };
-    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads };
+    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false };
     let cap = driver::capture(&mut on, req)?;
     let records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
     cap.write(&cli.target, &records, |s| s.count)
@@ -162,7 +162,7 @@ fn records(
     for &(tid, th) in threads {
         let mut on = th.on_ns;
         if th.exit_ns == 0 && th.running != 0 && th.last_ts < end {
-            on += end - th.last_ts;
+            on += sess.open_slice(tid, &th, end).0;
         }
         let comm = (th.exit_ns > 0)
             .then(|| event::comm_str(&th.comm))
