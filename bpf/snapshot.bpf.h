@@ -85,8 +85,13 @@ int snapshot(struct bpf_iter__task *ctx)
 	if (!t || !s || !is_target_x(t, true))
 		return 0;
 	__u32 tid = t->pid;
+	struct wc_thread *had = bpf_map_lookup_elem(&threads, &tid);
+	if (had) {
+		had->snapped = 1;
+		return 0;
+	}
 	/* Born since the start: its first switch-in begins it (thread_new). */
-	if (t->start_time > s || bpf_map_lookup_elem(&threads, &tid))
+	if (t->start_time > s)
 		return 0;
 	/* Thousands of threads blocked at once would fill the ring buffer
 	 * faster than it is drained: with it half full, this task is
@@ -98,6 +103,7 @@ int snapshot(struct bpf_iter__task *ctx)
 	z.pid = t->tgid;
 	z.begin_ns = s;
 	z.last_ts = s;
+	z.snapped = 1;
 	z.kthread = (t->flags & PF_KTHREAD) != 0;
 	bpf_probe_read_kernel_str(&z.comm, sizeof(z.comm), t->comm);
 	__u64 exec = t->se.sum_exec_runtime;
@@ -126,8 +132,13 @@ int snapshot(struct bpf_iter__task *ctx)
 	}
 	/* A switch seen since the start made the entry first: that one is
 	 * right (the state read here may already be a later one). */
-	if (bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST) && !bpf_map_lookup_elem(&threads, &tid))
-		stat_add(WC_STAT_MAP_FULL, 1);
+	if (bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST)) {
+		had = bpf_map_lookup_elem(&threads, &tid);
+		if (had)
+			had->snapped = 1;
+		else
+			stat_add(WC_STAT_MAP_FULL, 1);
+	}
 	return 0;
 }
 

@@ -93,6 +93,9 @@ struct wc_thread {
 	/* The stack copy of cur_fp failed (ring buffer full): the next
 	 * switch-out there tries again, even at the same fingerprint. */
 	__u32 need_stack;
+	/* The task iterator at the start visited it (snapshot.bpf.h): a
+	 * thread alive then that it did not visit is hidden from BPF. */
+	__u32 snapped;
 	char comm[WC_COMM_LEN];
 };
 

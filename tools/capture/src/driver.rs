@@ -212,7 +212,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         want_kstack: !args.user_stacks_only,
         snap_stacks: req.blocked_stacks && sess.system_wide(),
         max_threads: req.max_threads,
-        ringbuf_bytes: args.ringbuf_mb << 20,
+        ringbuf_bytes: args.ringbuf_mb.unwrap_or(if sess.system_wide() { 16 } else { 4 }) << 20,
     };
     let (mut skel, btf) = load(tool, &common)?;
     bpf::put_u32_set(skel.maps().tgids, &sess.pids)?;

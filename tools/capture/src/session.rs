@@ -64,6 +64,9 @@ pub struct Session {
     pub at_stop: BTreeMap<u32, ExecClock>,
     tids: Vec<u32>,
     pub exit_code: Option<i32>,
+    /// System-wide: every thread of /proc just after the start (see
+    /// [`crate::hidden`]).
+    pub listed: BTreeMap<u32, crate::hidden::Listed>,
     ready_file: Option<std::path::PathBuf>,
 }
 
@@ -112,6 +115,7 @@ impl Session {
             at_stop: BTreeMap::new(),
             tids: Vec::new(),
             exit_code: None,
+            listed: BTreeMap::new(),
             ready_file: args.ready_file.clone(),
         })
     }
@@ -168,6 +172,9 @@ impl Session {
                 let ksyms = Kallsyms::load_names(named.iter().flat_map(|(_, f)| f.iter().map(|(n, _)| n.as_str())));
                 named.iter().map(|(tid, frames)| (*tid, ksyms.resolve(frames))).collect()
             }));
+        }
+        if self.system_wide() {
+            self.listed = crate::hidden::list_all();
         }
         // A -t thread that ended between the check of the arguments and
         // now would leave an empty capture that looks like a success.
@@ -253,6 +260,12 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// System-wide, the threads hidden from BPF (see [`crate::hidden`]),
+    /// given the thread map at the stop.
+    pub fn hidden(&self, threads: &[(u32, WcThread)], end_ns: u64) -> Vec<crate::hidden::Hidden> {
+        crate::hidden::find(&self.listed, threads, self.start_ns, end_ns)
     }
 
     /// The CPU clocks of the threads still running at the stop that

@@ -63,10 +63,11 @@ pub struct TargetArgs {
     #[arg(short = 'f', long = "folded")]
     pub folded: bool,
     /// Size of the ring buffer that carries new stacks to user space, MiB
-    /// (a power of two). Larger: fewer `[lost stack]` in bursts of new
-    /// stacks; smaller: less memory.
-    #[arg(long = "ringbuf-mb", default_value_t = 4, value_name = "MIB")]
-    pub ringbuf_mb: u32,
+    /// (a power of two; default 4, or 16 system-wide, where every thread
+    /// of the machine sends its stacks). Larger: fewer `[lost stack]` in
+    /// bursts of new stacks; smaller: less memory.
+    #[arg(long = "ringbuf-mb", value_name = "MIB")]
+    pub ringbuf_mb: Option<u32>,
     /// Create FILE once the BPF programs are attached, so that a script
     /// running several captures can start its workload then (scripts/wallclock).
     #[arg(long = "ready-file", value_name = "FILE")]
@@ -92,8 +93,8 @@ impl TargetArgs {
         if (self.every.is_some() || self.every_follow.is_some()) && self.output.as_ref().is_some_and(|p| p.as_os_str() == "-") {
             bail!("--every writes FILE.1, FILE.2...: give -o FILE, not stdout");
         }
-        if !self.ringbuf_mb.is_power_of_two() || self.ringbuf_mb > 1024 {
-            bail!("--ringbuf-mb must be a power of two up to 1024, got {}", self.ringbuf_mb);
+        if let Some(mb) = self.ringbuf_mb.filter(|m| !m.is_power_of_two() || *m > 1024) {
+            bail!("--ringbuf-mb must be a power of two up to 1024, got {mb}");
         }
         let d = match (self.duration, positional_duration) {
             (Some(_), Some(_)) => bail!("give the duration once: -d SECONDS or a positional DURATION"),

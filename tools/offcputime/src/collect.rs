@@ -150,14 +150,23 @@ pub fn records(
         let (s, w) = block_of(tid, fp, state, ns, count);
         acc.add(tid, s, w, ns, count);
     };
+    // Threads the kernel keeps from BPF: what it showed of them is not
+    // their time (see wallclock_capture::hidden).
+    let hidden = sess.hidden(threads, end);
+    let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
     let mut wakes = Wakes::default();
     for (tid, fp, state, k, ns, count) in Wakes::parse(offwake) {
+        if hid.contains(&tid) {
+            continue;
+        }
         let (s, w) = block_of(tid, fp, state, ns, count);
         wakes.add((tid, s, w), k, ns, count);
     }
     for (k, v) in offcpu {
         let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { continue };
-        add_key(&mut acc, k.tid, k.fp, k.state, v.ns, v.count);
+        if !hid.contains(&k.tid) {
+            add_key(&mut acc, k.tid, k.fp, k.state, v.ns, v.count);
+        }
     }
 
     let mut out_threads = BTreeMap::new();
@@ -166,7 +175,7 @@ pub fn records(
     };
     let mut short = [(0u64, 0u64); 4];
     let mut missed_at_stop = 0u64;
-    for &(tid, mut th) in threads {
+    for &(tid, mut th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
         for i in 0..2 {
             if th.pend_cnt[i] > 0 {
                 add_key(&mut acc, tid, th.pend_fp[i], th.pend_state[i], th.pend_ns[i], th.pend_cnt[i]);
@@ -245,9 +254,23 @@ pub fn records(
         out_threads.insert(tid, t);
     }
 
+    for h in &hidden {
+        let mut off = StateNs::default();
+        *off.get_mut(State::Other) = h.off_ns;
+        acc.add(h.tid, State::Other, Where::Synthetic(wallclock_capture::hidden::FRAME), h.off_ns, 1);
+        let mut t = Thread::new(h.pid, h.tid, &h.comm);
+        t.start_ns = Some(start);
+        t.end_ns = Some(end);
+        t.on_ns = Some(h.on_ns);
+        t.steal_ns = Some(0);
+        t.off_ns = Some(off);
+        out_threads.insert(h.tid, t);
+    }
+
     unwind.python.name_threads(out_threads.values_mut());
     let mut stats = stats(cfg, counts, &acc, &short, out_threads.len());
     *stats.counts.entry("missed_switches".into()).or_default() += missed_at_stop;
+    stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     if cfg.wake_depth.is_some() {
         let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
         stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);

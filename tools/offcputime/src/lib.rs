@@ -262,6 +262,29 @@ fn dump_off(skel: &skel::OffcputimeSkel<'_>, wakers: bool) -> (Entries, Entries)
     (offcpu, offwake)
 }
 
+/// What the end of a capture says on stderr when time went to `[lost
+/// stack]`, as bcc says "WARNING: N stack traces lost and could not be
+/// displayed": how many blocks, how much time, and the flag that helps.
+pub fn lost_warning(c: &std::collections::BTreeMap<String, u64>) -> Option<String> {
+    let get = |k: &str| c.get(k).copied().unwrap_or(0);
+    let (n, ns) = (get("lost_stacks"), get("lost_stack_ns"));
+    if n == 0 {
+        return None;
+    }
+    let mut why = Vec::new();
+    if get("map_full") > 0 {
+        why.push(format!("the stack map was full {} times: raise --stack-storage-size", get("map_full")));
+    }
+    if get("ringbuf_drops") > 0 {
+        why.push(format!("the ring buffer was full {} times: raise --ringbuf-mb", get("ringbuf_drops")));
+    }
+    if get("missed_switches") > 0 {
+        why.push(format!("{} context switches were not seen", get("missed_switches")));
+    }
+    let why = if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) };
+    Some(format!("{n} blocks, {:.3} s off-CPU, kept no stack: [lost stack]{why}", ns as f64 / 1e9))
+}
+
 pub fn run(cli: Cli) -> Result<i32> {
     if cli.timeline && (!cli.timeline_mb.is_power_of_two() || cli.timeline_mb > 1024) {
         anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
@@ -313,6 +336,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         if let Some(Record::Stats(mut s)) = trailer {
             s.counts.extend(tl_counts);
             records.push(Record::Stats(s));
+        }
+    }
+    if let Some(Record::Stats(st)) = records.last() {
+        if let Some(w) = lost_warning(&st.counts) {
+            eprintln!("offcputime: warning: {w}");
         }
     }
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]

@@ -159,7 +159,22 @@ fn records(
     counts: &[u64],
 ) -> Vec<Record> {
     let mut out: BTreeMap<u32, Thread> = BTreeMap::new();
-    for &(tid, th) in threads {
+    // Threads the kernel keeps from BPF (wallclock_capture::hidden): no
+    // samples, their on-CPU time from their own clock.
+    let hidden = sess.hidden(threads, end);
+    for h in &hidden {
+        let mut t = Thread::new(h.pid, h.tid, &h.comm);
+        if cli.exact {
+            t.start_ns = Some(start);
+            t.end_ns = Some(end);
+            t.on_ns = Some(h.on_ns);
+            t.steal_ns = Some(0);
+        }
+        t.samples = Some(0);
+        out.insert(h.tid, t);
+    }
+    let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
+    for &(tid, th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
         let mut on = th.on_ns;
         if th.exit_ns == 0 && th.running != 0 && th.last_ts < end {
             on += sess.open_slice(tid, &th, end).0;
@@ -204,6 +219,7 @@ fn records(
         }
     }
     stats.counts.insert("threads".into(), out.len() as u64);
+    stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     for k in ["ringbuf_drops", "map_full"] {
         if stats.counts[k] > 0 {
             header.lost.insert(k.into(), stats.counts[k]);
