@@ -90,6 +90,48 @@ pub trait Tool {
     fn snapshot(&mut self, _cut: Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
         None
     }
+    /// These threads exited and their entries leave the thread map (see
+    /// [`Retired`]): move the tool's own map entries of theirs out too.
+    fn retire(&mut self, _skel: &Self::Skel, _tids: &std::collections::HashSet<u32>) {}
+}
+
+/// Threads that exited, moved out of the BPF thread map as the capture
+/// goes on (once a second): a busy machine's or a build's short-lived
+/// processes would otherwise fill the map (16384 entries: a parallel build
+/// starts that many threads in about a minute) and every later thread's
+/// time would be lost. An exited thread's entry is final, so it is read
+/// once and kept here, and its tid may be used again.
+#[derive(Default)]
+pub struct Retired {
+    pub threads: Vec<(u32, WcThread)>,
+    last: Option<std::time::Instant>,
+}
+
+impl Retired {
+    fn turn<T: Tool>(&mut self, tool: &mut T, skel: &T::Skel) {
+        if self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let map = skel.maps().threads;
+        let (_, threads) = thread_map(map);
+        let dead: Vec<(u32, WcThread)> = threads.into_iter().filter(|(_, t)| t.exit_ns != 0).collect();
+        if dead.is_empty() {
+            return;
+        }
+        let tids = dead.iter().map(|(t, _)| *t).collect();
+        tool.retire(skel, &tids);
+        for (tid, _) in &dead {
+            let _ = libbpf_rs::MapCore::delete(map, &tid.to_ne_bytes());
+        }
+        self.threads.extend(dead);
+    }
+
+    /// The thread map now with the retired threads.
+    fn with(&self, mut live: Vec<(u32, WcThread)>) -> Vec<(u32, WcThread)> {
+        live.extend(self.threads.iter().copied());
+        live
+    }
 }
 
 /// What a tool's [`Tool::snapshot`] reads: the capture so far.
@@ -266,15 +308,17 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         let half = args.every.unwrap_or(0.0) / 2.0;
         sess.duration.is_some_and(|d| began.elapsed().as_secs_f64() + half >= d)
     };
+    let mut retired = Retired::default();
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
         python(&mut unwind, &sess, &skel);
+        retired.turn(tool, &skel);
         drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
         let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
         if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
             // The stacks sent before the cut, so that its blocks have them.
             drain.work_for(Duration::from_millis(2), |e| event(tool, e, &mut unwind));
             sess.settle();
-            let (_, threads) = thread_map(skel.maps().threads);
+            let threads = retired.with(thread_map(skel.maps().threads).1);
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
             let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };
             let Some(recs) = tool.snapshot(cut) else {
@@ -293,6 +337,8 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
 
     let (raw_threads, threads) = thread_map(skel.maps().threads);
     sess.add_thread_pids(&raw_threads);
+    sess.add_pids(retired.threads.iter().map(|(_, t)| t.pid));
+    let threads = retired.with(threads);
     sess.clocks_of_running(&threads);
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
     Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts, windows })

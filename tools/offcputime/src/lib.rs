@@ -164,6 +164,9 @@ pub fn command() -> clap::Command {
 /// the stacks of its fingerprints.
 struct Off<'a> {
     cli: &'a Cli,
+    /// The offcpu entries of exited threads, moved out of the map as the
+    /// capture goes on (driver::Retired).
+    retired: Entries,
     stacks: collect::Stacks,
     /// --timeline's ring buffer consumer, from the attach to the stop.
     timeline: std::cell::RefCell<Option<timeline::Drain>>,
@@ -227,13 +230,30 @@ impl driver::Tool for Off<'_> {
         self.stacks.event(data, unwind);
     }
 
+    fn retire(&mut self, skel: &Self::Skel, tids: &std::collections::HashSet<u32>) {
+        use libbpf_rs::MapCore;
+        let map = &skel.maps.offcpu;
+        let gone: Entries = wallclock_capture::bpf::dump(map)
+            .into_iter()
+            .filter(|(k, _)| wallclock_capture::event::from_bytes::<wallclock_capture::event::WcOkey>(k).is_some_and(|k| tids.contains(&k.tid)))
+            .collect();
+        for (k, _) in &gone {
+            let _ = map.delete(k);
+        }
+        self.retired.extend(gone);
+    }
+
     fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
         // The sums first, then the threads' pending blocks: a block that
         // moves from one to the other in between is then missed by this
         // cut (and counted by the next), never counted twice (a window
         // cannot give time back).
-        let (offcpu, offwake) = dump_off(cut.skel, self.cli.wakers);
-        let (_, threads) = driver::thread_map(&cut.skel.maps.threads);
+        let (mut offcpu, offwake) = dump_off(cut.skel, self.cli.wakers);
+        offcpu.extend(self.retired.iter().cloned());
+        let (_, mut threads) = driver::thread_map(&cut.skel.maps.threads);
+        let live: std::collections::HashSet<u32> = threads.iter().map(|(t, _)| *t).collect();
+        // The exited threads moved out of the map (their entries are final).
+        threads.extend(cut.threads.iter().filter(|(t, th)| th.exit_ns != 0 && !live.contains(t)).copied());
         let cfg = config(self.cli, cut.start, cut.end, 0);
         let maps = collect::OffMaps { offcpu: &offcpu, offwake: &offwake };
         Some(collect::records(&cfg, cut.sess, cut.unwind, &self.stacks, &threads, &maps, &cut.counts))
@@ -289,13 +309,14 @@ pub fn run(cli: Cli) -> Result<i32> {
     if cli.timeline && (!cli.timeline_mb.is_power_of_two() || cli.timeline_mb > 1024) {
         anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
     }
-    let mut off = Off { cli: &cli, stacks: collect::Stacks::default(), timeline: Default::default() };
+    let mut off = Off { cli: &cli, retired: Vec::new(), stacks: collect::Stacks::default(), timeline: Default::default() };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true };
     let mut cap = driver::capture(&mut off, req)?;
     let tl_events = off.timeline.take().map(timeline::Drain::finish);
     let mut stacks = off.stacks;
     let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
-    let (offcpu, offwake) = dump_off(&cap.skel, cli.wakers);
+    let (mut offcpu, offwake) = dump_off(&cap.skel, cli.wakers);
+    offcpu.append(&mut off.retired);
     let cfg = config(&cli, cap.start, cap.end, read_at_stop);
     let maps = collect::OffMaps { offcpu: &offcpu, offwake: &offwake };
     let mut records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &maps, &cap.counts);
