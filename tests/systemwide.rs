@@ -62,9 +62,9 @@ fn idle_machine_example() {
     // Started before the capture, as in the article: both are blocked in
     // their timers when it begins.
     let mut sleep = Command::new("sleep").arg("3").spawn().unwrap();
-    let mut vmstat = Command::new("vmstat").arg("1").stdout(Stdio::null()).spawn().unwrap();
+    let vmstat = Command::new("vmstat").arg("1").stdout(Stdio::null()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let mut cap = Command::new(util::bin("offcputime"))
+    let cap = Command::new(util::bin("offcputime"))
         .args(["-d", "5", "--ready-file"])
         .arg(&ready)
         .arg("-o")
