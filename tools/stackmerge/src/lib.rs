@@ -21,6 +21,7 @@ mod key;
 mod merge;
 mod output;
 mod symbolize;
+mod unsampled;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ use wallclock_stream::units::Unit;
 use wallclock_stream::Kind;
 
 pub use merge::{InputRole, Merged, Merger};
+pub use unsampled::NOT_SAMPLED_FRAME;
 
 const EXAMPLES: &str = "EXAMPLES:
     sudo offcputime -p 1234 10 | stacksym | stackmerge --on on.json | flame > wall.svg
