@@ -98,6 +98,7 @@ mod tests {
             unit: wallclock_stream::units::Unit::Ns,
             freq: 49,
             per_thread: false,
+            roots: Default::default(),
             gpu_roots: false,
             pids: vec![],
             tids: vec![],
