@@ -47,8 +47,10 @@ COLOURS:
 ROOTS AND TITLE:
   Stream input: the root box names the process, NAME (PID) (its main
   thread's name, after exec); with several processes it says what the graph
-  covers and each process is a root below it. The default title names the
-  target (command or process names), its pid(s), what the graph shows
+  covers and each process is a root below it, or past 8 processes (a build,
+  a system-wide capture) each command name (--roots). The default title
+  names the target (command or process names), its pid(s) or the number of
+  processes, in at most 100 characters, what the graph shows
   (wall-clock, on-CPU, off-CPU or GPU time), the capture window and its
   date (UTC, from this machine's clock), from the stream headers. Folded input keeps inferno's `all` and the title `Flame Graph`.
 
