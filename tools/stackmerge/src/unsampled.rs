@@ -24,7 +24,8 @@ fn is_marked(t: &StackTable, frames: Option<u32>) -> bool {
 /// A frame the code ran in (not the kernel's blocking path, not a
 /// synthetic frame such as the state leaf or `[GIL]`).
 fn user_frame(f: &Frame) -> bool {
-    !f.kernel && !(f.func.starts_with('[') && f.func.ends_with(']'))
+    let synthetic = f.func.starts_with('[') && f.func.ends_with(']');
+    !(f.kernel || synthetic)
 }
 
 /// Each unsampled thread's on-CPU time (less its steal, which has its own
