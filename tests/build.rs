@@ -51,13 +51,10 @@ fn counted(stdout: &str, stderr: &str) -> BTreeMap<String, usize> {
     let mut n: BTreeMap<String, usize> = BTreeMap::new();
     n.insert("make".into(), 1);
     n.insert("gcc".into(), stdout.lines().filter(|l| l.starts_with("gcc -v")).count());
-    for l in stderr.lines() {
-        let Some(cmd) = l.strip_prefix(' ').or_else(|| l.starts_with("/usr/bin/ld ").then_some(l)) else { continue };
-        let prog = cmd.split(' ').next().unwrap_or("");
-        let base = prog.rsplit('/').next().unwrap_or("");
-        if ["cc1", "as", "collect2", "ld"].contains(&base) && (prog.starts_with('/') || prog == "as") {
-            *n.entry(base.to_string()).or_default() += 1;
-        }
+    // Two compilers write to one stderr at -j2: a line may follow another
+    // without its line break, so count each command where it appears.
+    for (name, says) in [("cc1", "/cc1 -quiet "), ("as", " as -v --64 "), ("collect2", "/collect2 -plugin "), ("ld", "/usr/bin/ld -plugin ")] {
+        n.insert(name.into(), stderr.matches(says).count());
     }
     n
 }
