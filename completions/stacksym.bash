@@ -23,7 +23,7 @@ _stacksym() {
 
     case "${cmd}" in
         stacksym)
-            opts="-o -q -h -V --output --no-inline --no-demangle --no-lines --no-live --force --strip --kallsyms --quiet --help --version"
+            opts="-o -q -h -V --output --no-inline --no-demangle --no-lines --no-live --force --strip --kallsyms --quiet --maps --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -38,6 +38,10 @@ _stacksym() {
                     return 0
                     ;;
                 --kallsyms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --maps)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -94,6 +94,55 @@ pub fn process_root(name: &str, pid: u32) -> String {
     format!("{name} ({pid})")
 }
 
+/// How a graph roots its processes: each its own `NAME (PID)`, or grouped
+/// by command name (`NAME`: every `cc1` of a build in one root, as the
+/// off-CPU article's system-wide graphs do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Roots {
+    /// Per pid up to [`PID_ROOTS_MAX`] processes, by command above.
+    #[default]
+    Auto,
+    Pid,
+    Command,
+}
+
+/// The most processes `Roots::Auto` shows as one root each: past a
+/// handful, hundreds of boxes a few pixels wide (a build's 129 processes)
+/// say less than one box per command.
+pub const PID_ROOTS_MAX: usize = 8;
+
+impl Roots {
+    /// Whether a graph of `processes` processes groups them by command.
+    pub fn by_command(self, processes: usize) -> bool {
+        match self {
+            Roots::Auto => processes > PID_ROOTS_MAX,
+            Roots::Pid => false,
+            Roots::Command => true,
+        }
+    }
+
+    /// The root of a process's stacks.
+    pub fn root(by_command: bool, name: &str, pid: u32) -> String {
+        match (by_command, name.is_empty()) {
+            (true, false) => name.to_string(),
+            (true, true) => "?".to_string(),
+            (false, _) => process_root(name, pid),
+        }
+    }
+}
+
+impl std::str::FromStr for Roots {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Roots::Auto),
+            "pid" => Ok(Roots::Pid),
+            "command" => Ok(Roots::Command),
+            _ => Err(format!("unknown roots {s:?}: use auto, pid or command")),
+        }
+    }
+}
+
 /// The folded text of one frame: its name escaped, then its annotation
 /// (no kind marker).
 pub fn frame_text(f: &Frame) -> String {

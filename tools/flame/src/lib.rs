@@ -47,8 +47,10 @@ COLOURS:
 ROOTS AND TITLE:
   Stream input: the root box names the process, NAME (PID) (its main
   thread's name, after exec); with several processes it says what the graph
-  covers and each process is a root below it. The default title names the
-  target (command or process names), its pid(s), what the graph shows
+  covers and each process is a root below it, or past 8 processes (a build,
+  a system-wide capture) each command name (--roots). The default title
+  names the target (command or process names), its pid(s) or the number of
+  processes, in at most 100 characters, what the graph shows
   (wall-clock, on-CPU, off-CPU or GPU time), the capture window and its
   date (UTC, from this machine's clock), from the stream headers. Folded input keeps inferno's `all` and the title `Flame Graph`.
 
@@ -104,6 +106,12 @@ pub struct Cli {
     /// else one from the thread name).
     #[arg(long, requires = "output")]
     pub per_thread: bool,
+    /// Process roots of stream input: `pid`, each process its own root
+    /// NAME (PID); `command`, processes grouped by command name (every cc1
+    /// of a build in one root NAME); `auto`, by pid up to 8 processes, by
+    /// command above.
+    #[arg(long, default_value = "auto", value_name = "auto|pid|command")]
+    pub roots: wallclock_stream::folded::Roots,
     /// Differential graph: shape of AFTER, red where time grew, blue where it shrank.
     #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["files", "per_thread"])]
     pub diff: Option<Vec<PathBuf>>,
@@ -132,7 +140,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
         let pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
         let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
         let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
-        let (fa, fb) = (flatten(&pa, scale, false), flatten(&pb, scale, false));
+        let (fa, fb) = (flatten(&pa, scale, false, false), flatten(&pb, scale, false, false));
         // One stack may come as several entries (two table stacks of the
         // same text): summed.
         for (k, mix) in &fa {
@@ -153,9 +161,11 @@ pub fn run(cli: &Cli) -> Result<i32> {
     let (unit, scale) = resolve_unit(&[&p], explicit_unit)?;
     let mut opts = render_options(cli, unit, &p);
     if !cli.per_thread {
-        opts.root = title::root_label(&p);
-        // One process: it is the root box; several: one root each below it.
-        let stacks = flatten(&p, scale, p.processes.len() > 1);
+        let by_command = cli.roots.by_command(p.processes.len());
+        opts.root = title::root_label(&p, by_command);
+        // One process: it is the root box; several: one root each below it
+        // (one per command name when grouped).
+        let stacks = flatten(&p, scale, p.processes.len() > 1, by_command);
         let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: 0 }).collect();
         write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
         // The process ends here: freeing every stack's text one at a time
@@ -208,10 +218,12 @@ fn resolve_unit(ps: &[&Profile], explicit: Option<Option<u64>>) -> Result<(Value
 }
 
 /// All stacks of a profile; folded values times `folded_scale`; with
-/// `roots`, each stream stack under its process's root `NAME (PID)`.
-fn flatten(p: &Profile, folded_scale: u64, roots: bool) -> Vec<(std::borrow::Cow<'_, str>, input::Mix)> {
+/// `roots`, each stream stack under its process's root `NAME (PID)`, or
+/// `NAME` with `by_command` (the processes of one name then share their
+/// stacks: summed).
+fn flatten(p: &Profile, folded_scale: u64, roots: bool, by_command: bool) -> Vec<(std::borrow::Cow<'_, str>, input::Mix)> {
     use std::borrow::Cow;
-    let names = if roots { title::process_roots(p) } else { Default::default() };
+    let names = if roots { title::process_roots(p, by_command) } else { Default::default() };
     let mut out: Vec<_> = p
         .stream
         .iter()
@@ -220,6 +232,18 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool) -> Vec<(std::borrow::Cow
             None => (Cow::Borrowed(p.text(*k)), *m),
         })
         .collect();
+    if by_command && roots {
+        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        out.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                for (k, l) in kept.1.iter_mut().zip(later.1) {
+                    *k += l;
+                }
+            }
+            same
+        });
+    }
     out.extend(p.folded_stacks().map(|(k, m)| (Cow::Borrowed(k), m.map(|v| v.saturating_mul(folded_scale)))));
     out
 }

@@ -31,19 +31,44 @@ pub fn merge_header(into: &mut Option<Header>, h: Header) {
     }
 }
 
-/// `NAME (PID)` of each process of the profile.
-pub fn process_roots(p: &Profile) -> BTreeMap<u32, String> {
-    p.processes.iter().map(|(&pid, name)| (pid, folded::process_root(name, pid))).collect()
+/// The root of each process of the profile: `NAME (PID)`, or `NAME` when
+/// grouped by command.
+pub fn process_roots(p: &Profile, by_command: bool) -> BTreeMap<u32, String> {
+    p.processes.iter().map(|(&pid, name)| (pid, folded::Roots::root(by_command, name, pid))).collect()
+}
+
+/// The distinct command names of the profile's processes and how many
+/// processes each has, in the order of their first pid (a tree's root,
+/// `make`, first).
+fn commands(p: &Profile) -> Vec<(String, usize)> {
+    let mut v: Vec<(String, usize)> = Vec::new();
+    for name in p.processes.values() {
+        let name = if name.is_empty() { "?" } else { name };
+        match v.iter_mut().find(|(c, _)| c == name) {
+            Some((_, n)) => *n += 1,
+            None => v.push((name.to_string(), 1)),
+        }
+    }
+    v
 }
 
 /// The root box's label: the process when there is one, else what the
-/// graph covers (the processes then each have their own root below it).
+/// graph covers (the processes then each have their own root below it,
+/// or one per command name when `by_command`).
 /// `None` (inferno's `all`) for input without processes (folded lines).
-pub fn root_label(p: &Profile) -> Option<String> {
-    let roots = process_roots(p);
+pub fn root_label(p: &Profile, by_command: bool) -> Option<String> {
+    let roots = process_roots(p, false);
     match roots.len() {
         0 => None,
         1 => roots.into_values().next(),
+        n if by_command => {
+            let cmds = commands(p);
+            let mut names: Vec<String> = cmds.iter().take(6).map(|(c, k)| format!("{c} x{k}")).collect();
+            if cmds.len() > 6 {
+                names.push("...".into());
+            }
+            Some(format!("all {n} processes, {} commands: {}", cmds.len(), names.join(", ")))
+        }
         n => {
             let mut names: Vec<&str> = roots.values().map(String::as_str).take(4).collect();
             if n > 4 {
@@ -54,37 +79,52 @@ pub fn root_label(p: &Profile) -> Option<String> {
     }
 }
 
+/// The longest default title in characters: at the default 1200 pixels,
+/// inferno's title font holds about 110 (a build's 129 pids ran off both
+/// edges). The processes and pids in full are in `wcreport`.
+pub const TITLE_MAX: usize = 100;
+
 /// `TARGET (pid N): WHAT IT SHOWS, WINDOW from START`, from the stream headers;
-/// [`GENERIC`] for input without a header.
+/// [`GENERIC`] for input without a header. Several processes: their number
+/// and their command names, as many as fit in [`TITLE_MAX`].
 pub fn default_title(p: &Profile) -> String {
     let Some(h) = &p.header else { return GENERIC.to_string() };
     let mut pids: Vec<u32> = if h.pids.is_empty() { p.processes.keys().copied().collect() } else { h.pids.clone() };
     pids.sort_unstable();
-    let target = match &h.command {
-        Some(c) if !c.is_empty() => shorten(&c.join(" "), 60),
-        _ => {
-            let names: Vec<&str> = pids.iter().filter_map(|pid| p.processes.get(pid).map(String::as_str)).collect();
-            if names.is_empty() {
-                "all processes".to_string()
-            } else {
-                shorten(&names.join(", "), 60)
+    pids.dedup();
+    let mut tail = format!(": {}", shows(&h.tool));
+    if let Some(w) = h.window_ns() {
+        tail.push_str(&format!(", {} window", human_ns(w)));
+    }
+    let date = h.start_ns.and_then(wall_date).map(|d| format!(" from {d}")).unwrap_or_default();
+    let who = match pids.len() {
+        0 => String::new(),
+        1 => format!(" (pid {})", pids[0]),
+        2..=3 => format!(" (pids {})", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        n => format!(" ({n} processes)"),
+    };
+    let command = h.command.as_ref().filter(|c| !c.is_empty()).map(|c| c.join(" "));
+    let fixed = who.chars().count() + tail.chars().count() + date.chars().count();
+    // Room for the target; the date goes first when there is too little.
+    let (room, date) = if fixed + 20 <= TITLE_MAX { (TITLE_MAX - fixed, date) } else { (TITLE_MAX.saturating_sub(fixed - date.chars().count()).max(20), String::new()) };
+    let target = match command {
+        Some(c) => shorten(&c, room.saturating_sub(3)),
+        None if p.processes.is_empty() => "all processes".to_string(),
+        None => {
+            // The command names, most frequent first, as many as fit.
+            let mut t = String::new();
+            for (i, (c, _)) in commands(p).iter().enumerate() {
+                let add = if i == 0 { c.clone() } else { format!(", {c}") };
+                if t.chars().count() + add.chars().count() + 5 > room {
+                    t.push_str(", ...");
+                    break;
+                }
+                t.push_str(&add);
             }
+            t
         }
     };
-    let mut t = target;
-    match pids.len() {
-        0 => {}
-        1 => t.push_str(&format!(" (pid {})", pids[0])),
-        _ => t.push_str(&format!(" (pids {})", shorten(&pids.iter().map(u32::to_string).collect::<Vec<_>>().join(","), 40))),
-    }
-    t.push_str(&format!(": {}", shows(&h.tool)));
-    if let Some(w) = h.window_ns() {
-        t.push_str(&format!(", {} window", human_ns(w)));
-    }
-    if let Some(date) = h.start_ns.and_then(wall_date) {
-        t.push_str(&format!(" from {date}"));
-    }
-    t
+    format!("{target}{who}{tail}{date}")
 }
 
 /// What the stream of `tool` (`a+b` when several were drawn together)

@@ -21,6 +21,7 @@ mod key;
 mod merge;
 mod output;
 mod symbolize;
+mod unsampled;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ use wallclock_stream::units::Unit;
 use wallclock_stream::Kind;
 
 pub use merge::{InputRole, Merged, Merger};
+pub use unsampled::NOT_SAMPLED_FRAME;
 
 const EXAMPLES: &str = "EXAMPLES:
     sudo offcputime -p 1234 10 | stacksym | stackmerge --on on.json | flame > wall.svg
@@ -97,6 +99,12 @@ pub struct Cli {
     /// process (NAME (PID)).
     #[arg(long)]
     pub per_thread: bool,
+    /// Folded roots: `pid`, each process its own root NAME (PID);
+    /// `command`, processes grouped by command name (NAME: every cc1 of a
+    /// build in one root); `auto`, by pid up to 8 processes, by command
+    /// above (a build, a system-wide capture).
+    #[arg(long, default_value = "auto", value_name = "auto|pid|command")]
+    pub roots: wallclock_stream::folded::Roots,
     /// Root GPU stacks at [gpu DEV stream S].
     #[arg(long)]
     pub gpu_roots: bool,
@@ -141,6 +149,7 @@ pub struct Options {
     pub unit: Unit,
     pub freq: u64,
     pub per_thread: bool,
+    pub roots: wallclock_stream::folded::Roots,
     pub gpu_roots: bool,
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
@@ -155,6 +164,7 @@ impl From<&Cli> for Options {
             unit: c.unit,
             freq: c.freq,
             per_thread: c.per_thread,
+            roots: c.roots,
             gpu_roots: c.gpu_roots,
             pids: c.pids.clone(),
             tids: c.tids.clone(),

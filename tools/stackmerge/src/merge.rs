@@ -196,6 +196,15 @@ impl Merger {
             let (key, v) = self.key_of(s, None, None, None);
             self.agg.entry(key).or_default().add(v);
         }
+        let opts = &self.opts;
+        crate::unsampled::add(
+            &mut self.agg,
+            &mut self.interned,
+            &mut self.comms,
+            &self.threads,
+            &self.thread_samples,
+            |s| keep(s, opts),
+        );
         let Merger {
             opts,
             mut header,
@@ -335,6 +344,7 @@ mod tests {
             unit: wallclock_stream::units::Unit::Ns,
             freq: 49,
             per_thread: false,
+            roots: Default::default(),
             gpu_roots: false,
             pids: vec![],
             tids: vec![],

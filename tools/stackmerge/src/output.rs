@@ -25,9 +25,10 @@ pub fn display_frames(s: &Stack) -> Cow<'_, [Frame]> {
 }
 
 /// The root frame of a folded line: the process, `NAME (PID)` (its main
-/// thread's name, which is the name after exec), or with --per-thread the
-/// thread, `comm-TID`.
-fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
+/// thread's name, which is the name after exec), or `NAME` when grouped by
+/// command (`by_command`, see `--roots`), or with --per-thread the thread,
+/// `comm-TID`.
+fn root_of(s: &Stack, m: &Merged, opts: &Options, by_command: bool) -> Option<String> {
     if opts.gpu_roots && s.kind == Kind::Gpu {
         let g = s.gpu.as_ref();
         let dev = g.and_then(|g| g.device).map_or("?".to_string(), |d| d.to_string());
@@ -46,7 +47,7 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options) -> Option<String> {
         // Folded input: no process known.
         return (!comm.is_empty()).then(|| comm.to_string());
     }
-    Some(folded::process_root(comm, s.pid))
+    Some(folded::Roots::root(by_command, comm, s.pid))
 }
 
 /// Frames of a waker's stack or block: named, else the addresses.
@@ -91,8 +92,10 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
     let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.stacks.len());
     // The text of each table stack, made once (threads share stacks).
     let mut texts: FastMap<u32, String> = FastMap::default();
+    let pids: std::collections::BTreeSet<u32> = m.stacks.iter().map(|s| s.pid).filter(|&p| p != 0).collect();
+    let by_command = opts.roots.by_command(pids.len());
     for s in &m.stacks {
-        let root = root_of(s, m, opts);
+        let root = root_of(s, m, opts, by_command);
         let mut text = match s.stack_id {
             Some(id) => {
                 let body = texts.entry(id).or_insert_with(|| folded::stack_text_of::<&str>(&[], m.table.frames_of(id)));

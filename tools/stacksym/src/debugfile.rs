@@ -7,7 +7,9 @@
 //! binary that has a build id but no debuglink: [`find`] tries every place,
 //! and says where it looked when nothing is there.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
@@ -25,6 +27,34 @@ pub fn find(binary: &Path) -> Result<PathBuf, Vec<PathBuf>> {
         Some(p) => Ok(p.clone()),
         None => Err(places),
     }
+}
+
+/// What [`symbolize_stripped`] needs of a binary: its debug file (or the
+/// places looked at) and its load segments.
+struct Known {
+    debug: Result<PathBuf, Vec<PathBuf>>,
+    loads: Vec<(u64, u64, u64)>,
+}
+
+/// [`Known`] of `binary`, found once per process: each of a build's 41
+/// cc1 processes asked again, and reading the 30 MB cc1 twice for each
+/// was most of stacksym's time after `wallclock -- make -j2`.
+fn lookup(binary: &Path) -> Arc<Known> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Known>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(k) = cache.lock().ok().and_then(|c| c.get(binary).cloned()) {
+        return k;
+    }
+    let debug = find(binary);
+    let loads = match &debug {
+        Ok(_) => std::fs::read(binary).ok().map(|b| load_segments(&b)).unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    let k = Arc::new(Known { debug, loads });
+    if let Ok(mut c) = cache.lock() {
+        c.insert(binary.to_path_buf(), k.clone());
+    }
+    k
 }
 
 /// Build-id path first, then the debuglink name beside the binary, in
@@ -103,8 +133,9 @@ pub fn symbolize_stripped(
     found: &[Result<Vec<Frame>, bool>],
 ) -> (Vec<Option<Vec<Frame>>>, String) {
     let mut frames = vec![None; offs.len()];
-    let debug = match find(binary) {
-        Ok(p) => p,
+    let known = lookup(binary);
+    let debug = match &known.debug {
+        Ok(p) => p.clone(),
         Err(looked) if looked.is_empty() => {
             return (frames, "no symbols (stripped), and no build id or debuglink to find a debug file by".into())
         }
@@ -119,7 +150,7 @@ pub fn symbolize_stripped(
     };
     // A debug file keeps the program headers but not the code: file offsets
     // of the binary become virtual addresses through the binary's own.
-    let loads = std::fs::read(binary).ok().map(|b| load_segments(&b)).unwrap_or_default();
+    let loads = &known.loads;
     let vaddr = |off: u64| loads.iter().find(|(o, _, n)| *o <= off && off < o + n).map(|(o, v, _)| off - o + v);
     let todo: Vec<(usize, u64)> =
         (0..offs.len()).filter(|&i| found[i] == Err(true)).filter_map(|i| Some((i, vaddr(offs[i])?))).collect();

@@ -133,7 +133,13 @@ impl Engine {
     pub fn add_maps(&mut self, m: &Maps) {
         let maps = m.maps.iter().map(|e| self.absolute(e));
         let maps: Vec<MapEntry> = maps.collect();
-        self.stream_maps.entry(m.pid).or_default().extend(maps);
+        // The same record may come from two streams (`--maps`).
+        let known = self.stream_maps.entry(m.pid).or_default();
+        for e in maps {
+            if !known.contains(&e) {
+                known.push(e);
+            }
+        }
         if !m.names.is_empty() {
             self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
         }

@@ -114,6 +114,12 @@ pub struct Cli {
     /// No warnings about unreadable files or symbols.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Also learn the maps records of FILE (another stream of the same
+    /// capture; its other records are not written): a process the
+    /// on-CPU capture sampled may have its maps only in the off-CPU
+    /// stream. Repeatable.
+    #[arg(long = "maps", value_name = "FILE")]
+    pub maps: Vec<PathBuf>,
 }
 
 impl Cli {
@@ -141,6 +147,14 @@ pub fn command() -> clap::Command {
 pub fn run(cli: &Cli) -> Result<i32> {
     let mut out = open_stream_output(cli.output.as_deref())?;
     let mut engine = Engine::new(cli.options());
+    for p in &cli.maps {
+        let (name, input) = open_input(p)?;
+        for rec in Reader::new(input, &name, ReaderOptions::default()) {
+            if let Record::Maps(m) = rec? {
+                engine.add_maps(&m);
+            }
+        }
+    }
     for p in inputs_or_stdin(&cli.files) {
         let (name, input) = open_input(&p)?;
         symbolize_into(&mut engine, input, &name, &mut out)?;

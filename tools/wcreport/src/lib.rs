@@ -32,6 +32,7 @@ pub mod names;
 mod process;
 pub mod report;
 pub mod text;
+mod text_commands;
 mod text_gpu;
 pub mod text_where;
 pub mod wakers;

@@ -126,6 +126,15 @@ fn thread_row(t: &ThreadReport) -> Vec<String> {
     ]
 }
 
+/// Several processes: one row per command name before their sections.
+fn push_commands(s: &mut String, r: &Report) {
+    let c = crate::text_commands::commands_section(r);
+    if !c.is_empty() {
+        s.push('\n');
+        s.push_str(&c);
+    }
+}
+
 /// A process's line and its thread table.
 fn process_table(r: &Report, pr: &ProcessReport) -> String {
     let mut s = process_line(pr);
@@ -138,6 +147,7 @@ fn process_table(r: &Report, pr: &ProcessReport) -> String {
 /// The thread table of the processes.
 pub fn overview(r: &Report) -> String {
     let mut s = summary(r);
+    push_commands(&mut s, r);
     for pr in &r.processes {
         s.push('\n');
         s.push_str(&process_table(r, pr));
@@ -271,6 +281,7 @@ fn waits_on(r: &Report) -> String {
 /// its thread table and its threads in detail, then the GPU section.
 pub fn full(r: &Report, max_parts: usize) -> String {
     let mut s = summary(r);
+    push_commands(&mut s, r);
     for pr in &r.processes {
         s.push('\n');
         s.push_str(&process_table(r, pr));
