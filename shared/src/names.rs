@@ -117,7 +117,10 @@ pub fn check_record(rec: &mut crate::Record) {
             }
         }
         Record::SliceStack(s) => s.frames.iter_mut().for_each(check_frame),
-        Record::Header(_) | Record::Maps(_) | Record::Stats(_) | Record::StackDef(_) => {}
+        // The frames named in a process (Python's), not its paths: those
+        // are files to open.
+        Record::Maps(m) => m.names.iter_mut().for_each(|n| check_frame(&mut n.frame)),
+        Record::Header(_) | Record::Stats(_) | Record::StackDef(_) => {}
     }
 }
 
