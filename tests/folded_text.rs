@@ -43,9 +43,9 @@ const AWKWARD: [&str; 7] = [
     "<core::ops::Range<u64> as core::iter::Iterator>::next",
     "say(\"hi; there\")",
     "it's 100% done",
-    " padded\t",
+    " padded ",
     "not_[k]",
-    "bad \u{fffd} byte",
+    "café ünïcode ☃",
 ];
 
 fn awkward_stack() -> Stack {
@@ -127,16 +127,17 @@ fn collect_strings(v: &serde_json::Value) -> Vec<String> {
 }
 
 /// Bytes that are not UTF-8 in a folded line are read as U+FFFD by every
-/// tool (the stream is UTF-8), never an error, and print alike.
+/// tool (the stream is UTF-8), never an error, and the name is marked as
+/// one that was not text (wallclock-stream(5), NAMES), alike everywhere.
 #[test]
 fn non_utf8_bytes_are_carried_not_fatal() {
     let mut line = b"app;caf".to_vec();
     line.extend_from_slice(&[0xe9, 0xff]);
     line.extend_from_slice(b";leaf 12\n");
     let merged = ok("stackmerge", &["--folded", "--unit", "ns"], &line);
-    assert_eq!(merged, "app;caf\u{fffd}\u{fffd};leaf_[o] 12000\n");
+    assert_eq!(merged, "app;[bad name] caf\\u{fffd}\\u{fffd};leaf_[o] 12000\n");
     let svg = ok("flame", &[], &line);
-    assert!(box_names(&svg).contains("caf\u{fffd}\u{fffd}"));
+    assert!(box_names(&svg).contains("[bad name] caf\\u{fffd}\\u{fffd}"));
 }
 
 /// Demangled name -> address, and the executable LOAD segment

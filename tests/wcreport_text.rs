@@ -293,3 +293,24 @@ fn unnamed_time_per_module_with_what_to_install() {
         "{txt}"
     );
 }
+
+/// A C extension whose frames have no name but are never the innermost
+/// (`_sqlite3` calling libsqlite3, under Python frames) is listed too,
+/// with the time of the stacks holding its frames.
+#[test]
+fn unnamed_frames_inside_stacks_are_listed() {
+    const EXT: &str = "/usr/lib/python3.11/lib-dynload/_sqlite3.cpython-311-x86_64-linux-gnu.so";
+    let base = EXT.rsplit('/').next().unwrap();
+    let mut recs = vec![header(vec![900]), thread(900, 900, "python3", (START, END), 1_900 * MS, StateNs::default())];
+    let mut m = Maps { pid: 900, maps: vec![], names: vec![] };
+    m.maps.push(MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: EXT.into(), build_id: None });
+    recs.push(Record::Maps(m));
+    let ext_frame = format!("{base}+0x7a10@{base}");
+    recs.push(stack(900, 900, Kind::On, None, &["main@python3", "py::run:/a.py", &ext_frame, "sqlite3_step@libsqlite3.so.0"], 1_900 * MS));
+    let txt = ok(TOOL, &[], jsonl(&recs).as_bytes());
+    let line = txt.lines().find(|l| l.trim_start().starts_with(&format!("{EXT}:"))).unwrap_or_else(|| panic!("{EXT} not listed:\n{txt}"));
+    assert!(line.contains("unnamed frames inside 1.90 s of stacks"), "{line}");
+    let v: Value = serde_json::from_str(&ok(TOOL, &["--json"], jsonl(&recs).as_bytes())).unwrap();
+    let u = v["unnamed"].as_array().unwrap().iter().find(|u| u["module"] == EXT).expect("in --json");
+    assert_eq!(u["inside_ns"].as_u64(), Some(1_900 * MS));
+}

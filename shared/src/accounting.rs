@@ -190,31 +190,88 @@ impl Behaviour {
 pub enum Wait {
     /// CPython's GIL (a `[GIL]` frame), whatever lock waits under it.
     Gil,
+    /// A lock another thread holds (a mutex, a monitor, a rwlock).
     Lock,
     Io,
     Sleep,
     Poll,
+    /// A condition: a futex, condition variable, semaphore or parker that
+    /// no lock frame calls: a pool's worker waiting for work, a thread
+    /// waiting for another to finish (classed idle, not lock-waiting).
+    Condition,
     Unknown,
 }
 
+/// Taking a lock: the callers that make a futex wait a lock wait. Matched
+/// in lower case, anywhere in the name.
 const LOCK: &[&str] = &[
-    "futex",
-    "pthread_mutex",
-    "pthread_cond",
-    "pthread_rwlock",
-    "pthread_barrier",
-    "pthread_join",
+    "pthread_mutex_lock",
+    "pthread_mutex_timedlock",
+    "pthread_mutex_clocklock",
+    "pthread_mutex_cond_lock",
     "__lll_lock",
     "lll_lock",
+    "pthread_rwlock_rdlock",
+    "pthread_rwlock_wrlock",
+    "pthread_rwlock_timed",
+    "pthread_rwlock_clock",
+    "pthread_spin_lock",
+    "futex_lock_pi",
+    // The kernel's: mutex_lock, rwsem_down_read_slowpath, rt_mutex_*.
+    "mutex_lock",
+    "rwsem_down",
+    "rt_mutex",
+    // HotSpot: a contended `synchronized`, its VM mutexes.
+    "complete_monitor_locking",
+    "objectmonitor::enter",
+    "objectsynchronizer::enter",
+    "monitor::lock",
+    // HotSpot's Mutex::lock, Rust std's futex Mutex::lock_contended,
+    // parking_lot's RawMutex::lock_slow, RwLock read/write.
+    "mutex::lock",
+    "rwlock::read",
+    "rwlock::write",
+    "rawrwlock::lock",
+    // Go's runtime locks (runtime.lock2 -> runtime.futexsleep).
+    "runtime.lock",
+    // CPython's threading.Lock.acquire (unless a waiting call above it:
+    // see PY_WAITS).
+    "pythread_acquire_lock",
+];
+/// Waiting for a condition, when no LOCK frame calls it.
+const CONDITION: &[&str] = &[
+    "futex",
+    "pthread_cond",
+    "pthread_barrier",
+    "pthread_join",
     "sem_wait",
     "sem_timedwait",
-    "mutex_lock",
-    "rwsem",
-    "parking_lot",
+    "sem_clockwait",
     "condvar",
-    "mutex::lock",
-    "std::sync",
-    "rt_mutex",
+    "parking_lot",
+    "parker::park",
+    "platformevent::park",
+    "platformparker",
+    "uv_cond_wait",
+    "uv_sem_wait",
+    // Go's scheduler: an M with nothing to run sleeps on its note.
+    "runtime.notesleep",
+    "runtime.notetsleep",
+    "runtime.stopm",
+];
+/// CPython calls that wait on a lock used as a signal, not as a lock:
+/// `Condition.wait`, `Event.wait`, `Queue.get` (a pool's idle worker),
+/// `Thread.join`.
+const PY_WAITS: &[&str] = &[
+    "py::condition.wait",
+    "py::event.wait",
+    "py::queue.get",
+    "py::simplequeue.get",
+    "py::thread.join",
+    "py::thread._wait_for_tstate_lock",
+    "py::barrier.wait",
+    "py::semaphore.acquire",
+    "py::_worker:",
 ];
 const IO: &[&str] = &[
     "fsync",
@@ -242,41 +299,61 @@ const IO: &[&str] = &[
     "__x64_sys_read",
     "__x64_sys_write",
 ];
-const SLEEP: &[&str] = &["nanosleep", "usleep", "sleep", "hrtimer_nanosleep", "do_nanosleep"];
+/// A sleep: the C library's and the kernel's, the JVM's `Thread.sleep`
+/// (JVM_Sleep, over a condition wait), Python's time.sleep (over clock_nanosleep).
+const SLEEP: &[&str] =
+    &["nanosleep", "usleep", "sleep", "hrtimer_nanosleep", "do_nanosleep", "jvm_sleep", "thread.sleep"];
 const POLL: &[&str] =
     &["epoll_wait", "epoll_pwait", "do_epoll", "poll", "select", "accept", "recv", "sigtimedwait", "pause"];
 
-/// Classify an off-CPU stack by its frames, leaf first (the innermost
-/// recognisable wait wins: `pthread_mutex_lock -> futex_wait` is a lock),
-/// a `[GIL]` frame before all.
+/// Classify an off-CPU stack by its frames. The rule, in order:
+///
+/// 1. a `[GIL]` frame: the interpreter's lock;
+/// 2. a LOCK frame anywhere (`pthread_mutex_lock -> __lll_lock_wait ->
+///    futex_wait`, `complete_monitor_locking_C -> ObjectMonitor::enter`,
+///    the kernel's `mutex_lock`): waiting for a lock another thread holds.
+///    CPython's `PyThread_acquire_lock` counts only without a PY_WAITS
+///    caller (an `Event.wait` or a `Queue.get` waits on a lock as a signal);
+/// 3. an I/O frame anywhere;
+/// 4. the innermost sleep or poll frame (`JVM_Sleep` over its condition
+///    wait is a sleep);
+/// 5. a condition (a futex, condition variable, semaphore, parker) with no
+///    caller above: a pool's worker idling (Go's `runtime.notesleep`,
+///    libuv's `uv_cond_wait`, a Rust or Java pool's park);
+/// 6. else unknown.
 pub fn wait_of(frames: &[Frame]) -> Wait {
     if frames.iter().any(|f| f.func == GIL_FRAME) {
         return Wait::Gil;
     }
-    let mut found = Wait::Unknown;
-    for f in frames.iter().rev() {
-        let n = f.func.to_ascii_lowercase();
-        let w = if LOCK.iter().any(|p| n.contains(p)) {
-            Wait::Lock
-        } else if IO.iter().any(|p| n.contains(p)) {
-            Wait::Io
-        } else if SLEEP.iter().any(|p| n.contains(p)) {
-            Wait::Sleep
-        } else if POLL.iter().any(|p| n.contains(p)) {
-            Wait::Poll
-        } else {
-            continue;
-        };
-        // A lock or I/O frame anywhere decides; sleep/poll only if nothing
-        // more specific sits in the stack.
-        match (found, w) {
-            (_, Wait::Lock) => return Wait::Lock,
-            (_, Wait::Io) => found = Wait::Io,
-            (Wait::Unknown, w) => found = w,
-            _ => {}
+    let names: Vec<String> = frames.iter().rev().map(|f| f.func.to_ascii_lowercase()).collect();
+    let any = |list: &[&str], n: &str| list.iter().any(|p| n.contains(p));
+    let py_signal = names.iter().any(|n| any(PY_WAITS, n));
+    let (mut io, mut sleep_or_poll, mut condition) = (false, None, false);
+    for n in &names {
+        if any(LOCK, n) {
+            if !(py_signal && n.contains("pythread_acquire_lock")) {
+                return Wait::Lock;
+            }
+            condition = true;
+        } else if any(CONDITION, n) {
+            condition = true;
+        } else if any(IO, n) {
+            io = true;
+        } else if any(SLEEP, n) {
+            sleep_or_poll = sleep_or_poll.or(Some(Wait::Sleep));
+        } else if any(POLL, n) {
+            sleep_or_poll = sleep_or_poll.or(Some(Wait::Poll));
         }
     }
-    found
+    if io {
+        Wait::Io
+    } else if let Some(w) = sleep_or_poll {
+        w
+    } else if condition {
+        Wait::Condition
+    } else {
+        Wait::Unknown
+    }
 }
 
 /// Behaviour of a thread from its exact split (`on_ns`, `off` by state)
@@ -284,7 +361,8 @@ pub fn wait_of(frames: &[Frame]) -> Wait {
 /// largest share wins: on-CPU -> cpu-bound, R -> runnable-starved,
 /// D and S-in-I/O -> io-bound, S-in-a-lock -> lock-waiting, S-under-[GIL]
 /// -> gil-waiting, S-in-sleep ->
-/// sleeping, S-in-poll and state other -> idle. A thread that used under 1%
+/// sleeping, S-in-poll, S-in-a-condition (see [`wait_of`]) and state other
+/// -> idle. A thread that used under 1%
 /// of `alive_ns` and waited only in poll or in unknown places is idle.
 pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]) -> Behaviour {
     let total = on_ns + off.total();
@@ -301,7 +379,7 @@ pub fn behaviour(on_ns: u64, off: &StateNs, alive_ns: u64, off_stacks: &[&Stack]
             Wait::Lock => 0,
             Wait::Io => 1,
             Wait::Sleep => 2,
-            Wait::Poll => 3,
+            Wait::Poll | Wait::Condition => 3,
             Wait::Unknown => 4,
             Wait::Gil => 5,
         };
@@ -400,5 +478,65 @@ mod tests {
         assert_eq!(behaviour(900, &StateNs { s: 100, ..Default::default() }, 1000, &[&lock]), Behaviour::CpuBound);
         assert_eq!(behaviour(0, &StateNs::default(), 1000, &[]), Behaviour::Idle);
         assert_eq!(behaviour(0, &StateNs { d: 10, s: 5, ..Default::default() }, 15, &[]), Behaviour::IoBound);
+    }
+
+    fn waits(frames: &str) -> Wait {
+        wait_of(&frames.split(';').map(Frame::named).collect::<Vec<_>>())
+    }
+
+    /// Stacks as the tools show them (root first), each class by the
+    /// callers of its futex wait.
+    #[test]
+    fn a_futex_is_a_lock_wait_only_under_a_lock() {
+        // glibc's contended mutex; HotSpot's contended `synchronized`.
+        assert_eq!(waits("clone3;start_thread;worker;pthread_mutex_lock;__lll_lock_wait;syscall;futex_wait;schedule"), Wait::Lock);
+        assert_eq!(
+            waits("clone3;start_thread;thread_native_entry;JavaThread::run;void Main.locker();complete_monitor_locking_C;ObjectMonitor::enter;ObjectMonitor::EnterI;PlatformEvent::park;__futex_abstimed_wait_common;futex_wait"),
+            Wait::Lock
+        );
+        assert_eq!(waits("clone3;start_thread;std::sys::sync::mutex::futex::Mutex::lock_contended;syscall;futex_wait"), Wait::Lock);
+        // The kernel's own mutex.
+        assert_eq!(waits("main;write;ksys_write;pipe_write;__mutex_lock.constprop.0;schedule"), Wait::Lock);
+        // Go's runtime threads with nothing to run, parked on their note.
+        assert_eq!(
+            waits("runtime.mstart;runtime.mstart0;runtime.mstart1;runtime.schedule;runtime.findRunnable;runtime.stopm;runtime.mPark;runtime.notesleep;runtime.futexsleep;runtime.futex;futex_wait"),
+            Wait::Condition
+        );
+        assert_eq!(waits("runtime.main;runtime.lock2;runtime.futexsleep;runtime.futex;futex_wait"), Wait::Lock);
+        // libuv's pool workers waiting for work, V8's platform workers and
+        // the inspector's thread, as captured from Debian's Node 20 here
+        // (offcputime | stacksym; all 11 threads were idle, none lock-waiting).
+        let k = "entry_SYSCALL_64_after_hwframe;do_syscall_64;__x64_sys_futex;do_futex;futex_wait;__futex_wait;futex_do_wait;schedule;__schedule";
+        for user in [
+            "clone3;start_thread;worker;uv_cond_wait;___pthread_cond_wait;__pthread_cond_wait_common;__futex_abstimed_wait_common;__futex_abstimed_wait_common64",
+            "clone3;start_thread;node::(anonymous namespace)::PlatformWorkerThread(void*);uv_cond_wait;___pthread_cond_wait;__pthread_cond_wait_common;__futex_abstimed_wait_common;__futex_abstimed_wait_common64",
+            "clone3;start_thread;node::inspector::(anonymous namespace)::StartIoThreadMain(void*);uv_sem_wait;uv__sem_wait;__new_sem_wait_slow64;__futex_abstimed_wait_common;__futex_abstimed_wait_common64",
+        ] {
+            assert_eq!(waits(&format!("{user};{k}")), Wait::Condition, "{user}");
+        }
+        // The JVM's Thread.sleep is a sleep, over a condition wait.
+        assert_eq!(
+            waits("clone3;start_thread;void Main.sleeper();JVM_Sleep;JavaThread::sleep_nanos;PlatformEvent::park_nanos;___pthread_cond_timedwait64;__futex_abstimed_wait_common;futex_wait"),
+            Wait::Sleep
+        );
+        // A Python pool's idle worker waits on a lock used as a signal.
+        assert_eq!(
+            waits("clone3;py::Thread._bootstrap:/usr/lib/python3.11/threading.py;py::_worker:/usr/lib/python3.11/concurrent/futures/thread.py;_queue_SimpleQueue_get_impl;PyThread_acquire_lock_timed;sem_clockwait;futex_wait"),
+            Wait::Condition
+        );
+        assert_eq!(waits("clone3;py::work:/a.py;lock_PyThread_acquire_lock;PyThread_acquire_lock_timed;sem_clockwait;futex_wait"), Wait::Lock);
+        assert_eq!(waits("main;pthread_join;__futex_abstimed_wait_common;futex_wait"), Wait::Condition);
+        assert_eq!(waits("main;uv_run;uv__io_poll;epoll_wait;do_epoll_wait"), Wait::Poll);
+    }
+
+    /// An idle pool worker is idle, not lock-waiting.
+    #[test]
+    fn idle_pool_worker_is_idle() {
+        let mut s = Stack::new(crate::Kind::Off, 1, 2, "libuv-worker");
+        s.state = Some(State::S);
+        s.frames = ["clone3", "start_thread", "worker", "uv_cond_wait", "pthread_cond_wait", "futex_wait"].map(Frame::named).to_vec();
+        s.ns = 1000;
+        let off = StateNs { s: 1000, ..Default::default() };
+        assert_eq!(behaviour(0, &off, 1000, &[&s]), Behaviour::Idle);
     }
 }

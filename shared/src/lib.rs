@@ -21,7 +21,8 @@
 //! this crate. Where each part of the format lives, one file each:
 //! folded text and its escaping rule [`folded`], what an input is
 //! [`sniff`], `/proc/PID/maps` [`procmaps`], the fast hash map
-//! [`fasthash`], maps keyed by the stream's ids [`idmap`].
+//! [`fasthash`], maps keyed by the stream's ids [`idmap`], names that are not text
+//! [`names`].
 
 pub mod accounting;
 mod addrs;
@@ -32,6 +33,7 @@ pub mod fasthash;
 pub mod folded;
 pub mod idmap;
 mod legacy;
+pub mod names;
 pub mod procmaps;
 pub mod reader;
 mod record;

@@ -146,7 +146,11 @@ impl<R: BufRead> Reader<R> {
     /// What a reader of this version can say about a record it read: a
     /// newer minor version (its new fields are skipped), a waker without
     /// an off-CPU block to belong to (dropped; the record's time stays).
+    /// Every name is checked ([`crate::names`]).
     fn vet(&mut self, mut rec: Record) -> Record {
+        // Names that are not printable text are marked here, once for
+        // every tool (a frame of the stack table: once per stream).
+        crate::names::check_record(&mut rec);
         match &mut rec {
             Record::Header(h) if !self.warned_newer && newer_minor(&h.version) => {
                 self.warned_newer = true;

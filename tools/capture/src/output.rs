@@ -61,8 +61,18 @@ pub fn write(
         }
     } else {
         let mut w = Writer::from_env(&mut *out)?;
+        // Names read from the targets that were not printable text (marked
+        // where they were read: wallclock_stream::names), in the trailer.
+        let bad = wallclock_stream::names::replaced();
         for r in records {
-            w.write(r)?;
+            match r {
+                Record::Stats(st) if bad > 0 => {
+                    let mut st = st.clone();
+                    *st.counts.entry(wallclock_stream::names::STATS_KEY.into()).or_insert(0) += bad;
+                    w.write(&Record::Stats(st))?;
+                }
+                r => w.write(r)?,
+            }
         }
         w.flush()?;
     }

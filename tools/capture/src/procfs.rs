@@ -57,7 +57,9 @@ pub fn tgid_of(tid: u32) -> Option<u32> {
 }
 
 pub fn comm(pid: u32, tid: u32) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok().map(|s| s.trim_end().to_string())
+    // Bytes, not text: a thread names itself with any bytes (PR_SET_NAME).
+    let b = fs::read(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+    Some(wallclock_stream::names::from_bytes(b.strip_suffix(b"\n").unwrap_or(&b)))
 }
 
 pub fn cmdline(pid: u32) -> Option<Vec<String>> {

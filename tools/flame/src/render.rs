@@ -89,12 +89,12 @@ pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: 
         return Ok(out.flush()?);
     }
     let mut iopt = flamegraph::Options::default();
-    iopt.title = opts.title.clone();
-    iopt.subtitle = opts.subtitle.clone();
+    iopt.title = svg::xml_text(&opts.title);
+    iopt.subtitle = opts.subtitle.as_deref().map(svg::xml_text);
     if !opts.diff && boxes.iter().any(|b| is_waker_frame(b.name) && dominant(&b.mix) == OFF) {
         // The legend of a graph with wakers.
         let legend = "off-CPU blue, on-CPU red; above --, who woke the block: purple (kernel pink), leaf to root";
-        iopt.subtitle = Some(match &opts.subtitle {
+        iopt.subtitle = Some(match &iopt.subtitle {
             Some(s) => format!("{s} | {legend}"),
             None => legend.to_string(),
         });
@@ -162,9 +162,15 @@ fn box_title(t: &mut String, b: &FrameBox<'_>, total: u64, opts: &RenderOptions)
 /// Frame name as shown: without its `_[k]`/`_[w]`/`_[i]`/`_[j]` annotation.
 /// A frame as a person reads it: no kind annotation, and the folded
 /// escapes (`%3B` for `;`, wallclock-stream(5)) turned back into the
-/// characters of the name.
+/// characters of the name; a name that is not printable text (plain
+/// folded input is read without the stream's reader) marked as
+/// [`wallclock_stream::names`] marks it.
 pub fn shown(f: &str) -> std::borrow::Cow<'_, str> {
-    wallclock_stream::folded::unescape(deannotate(f))
+    use std::borrow::Cow;
+    match wallclock_stream::folded::unescape(deannotate(f)) {
+        Cow::Borrowed(s) => wallclock_stream::names::check(s),
+        Cow::Owned(s) => Cow::Owned(wallclock_stream::names::check(&s).into_owned()),
+    }
 }
 
 pub fn deannotate(f: &str) -> &str {

@@ -189,7 +189,12 @@ impl FrameWriter {
     }
 }
 
-/// XML-escape text, as inferno (quick-xml) escapes it.
+/// XML-escape text, as inferno (quick-xml) escapes it; and, unlike it,
+/// never write a character XML 1.0 forbids (even as a reference: C0
+/// controls but tab, newline and return; U+FFFE, U+FFFF): those are
+/// written as `\xHH` / `\u{HHHH}` text. Names reach here already checked
+/// ([`wallclock_stream::names`]); this keeps every other text (a title
+/// from a header, a label) from making a document that is not XML.
 pub fn escape_into(out: &mut String, s: &str) {
     let mut last = 0;
     for (i, c) in s.bytes().enumerate() {
@@ -199,6 +204,20 @@ pub fn escape_into(out: &mut String, s: &str) {
             b'&' => "&amp;",
             b'"' => "&quot;",
             b'\'' => "&apos;",
+            b'\t' | b'\n' | b'\r' => continue,
+            0..0x20 => {
+                out.push_str(&s[last..i]);
+                let _ = write!(out, "\\x{c:02x}");
+                last = i + 1;
+                continue;
+            }
+            // U+FFFE and U+FFFF: EF BF BE, EF BF BF.
+            0xEF if matches!(s.as_bytes().get(i + 1..i + 3), Some([0xBF, 0xBE | 0xBF])) => {
+                out.push_str(&s[last..i]);
+                let _ = write!(out, "\\u{{{:04x}}}", s[i..].chars().next().map_or(0, |c| c as u32));
+                last = i + 3;
+                continue;
+            }
             _ => continue,
         };
         out.push_str(&s[last..i]);
@@ -206,6 +225,15 @@ pub fn escape_into(out: &mut String, s: &str) {
         last = i + 1;
     }
     out.push_str(&s[last..]);
+}
+
+/// Text for inferno's own writer (the title and subtitle): the characters
+/// XML forbids replaced as in [`escape_into`], the rest left for it to escape.
+pub fn xml_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    escape_into(&mut out, s);
+    // Undo the entity escapes: inferno escapes them again.
+    out.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
 }
 
 #[cfg(test)]

@@ -106,13 +106,16 @@ pub fn run(cli: &Cli) -> Result<i32> {
         bail!("the injection library {} is missing (build it: cargo build --release -p cupti-inject, or pass --inject)", inject.display());
     }
     let inject = inject.canonicalize().unwrap_or(inject);
-    let dir = std::env::temp_dir().join(format!("gputrace-{}-{}", std::process::id(), monotonic_ns()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let result = trace(cli, gpu, cpu, &inject, &dir);
-    if std::env::var_os("WALLCLOCK_GPUTRACE_KEEP").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        eprintln!("gputrace: raw files kept in {}", dir.display());
+    // A fresh private folder at a random name (a predictable one, made
+    // with create_dir_all, took whatever stood there: a link planted by
+    // another user); removed when this returns.
+    let dir = tempfile::Builder::new()
+        .prefix("gputrace-")
+        .tempdir()
+        .with_context(|| format!("cannot create a folder in {}", std::env::temp_dir().display()))?;
+    let result = trace(cli, gpu, cpu, &inject, dir.path());
+    if std::env::var_os("WALLCLOCK_GPUTRACE_KEEP").is_some() {
+        eprintln!("gputrace: raw files kept in {}", dir.keep().display());
     }
     result
 }

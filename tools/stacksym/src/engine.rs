@@ -85,6 +85,9 @@ pub struct Engine {
     pub(crate) why: HashMap<String, String>,
     /// Counts not yet written to a trailer: `unnamed_*:MODULE`.
     pub(crate) pending: BTreeMap<String, u64>,
+    /// Names marked as not text ([`wallclock_stream::names`]) already
+    /// counted in a trailer.
+    pub(crate) bad_names_told: u64,
     /// Time and events by module not yet in `pending`.
     pub(crate) unnamed_time: BTreeMap<Box<str>, (u64, u64)>,
     /// Stacks written before, by a hash of their addresses.
@@ -118,6 +121,7 @@ impl Engine {
             unnamed_keys: FastMap::default(),
             why: HashMap::new(),
             pending: BTreeMap::new(),
+            bad_names_told: 0,
             unnamed_time: BTreeMap::new(),
             known: FastMap::default(),
             warned_modules: HashSet::new(),

@@ -91,7 +91,7 @@ impl Engine {
                 continue;
             }
             if let Some(name) = perf_map.as_ref().and_then(|p| p.lookup(it.lookup)) {
-                out[it.idx] = Some(vec![Frame { jit: true, ..Frame::named(name) }]);
+                out[it.idx] = Some(vec![Frame { jit: true, ..Frame::named(wallclock_stream::names::check(name)) }]);
                 continue;
             }
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
@@ -240,7 +240,9 @@ fn unresolved_frame(entry: Option<&MapEntry>, addr: u64) -> Frame {
         Some(m) => {
             let module = if m.path.is_empty() { "[anon]" } else { m.path.as_str() };
             let off = addr.wrapping_sub(m.start).wrapping_add(m.offset);
-            Frame { module: Some(names::basename(module).to_string()), ..Frame::named(names::module_offset(module, off)) }
+            let mut f = Frame { module: Some(names::basename(module).to_string()), ..Frame::named(names::module_offset(module, off)) };
+            wallclock_stream::names::check_frame(&mut f);
+            f
         }
         None => Frame::named(names::unknown_addr(addr)),
     }
@@ -265,5 +267,8 @@ pub(crate) fn sym_frames(sym: &Sym, module: Option<&str>, opts: &Options, kernel
     for f in sym.inlined.iter() {
         out.push(frame(&f.name, f.code_info.as_ref(), true));
     }
+    // Names come from files the target may have written (a perf map, a
+    // JIT's ELF image): anything that is not printable text is marked.
+    out.iter_mut().for_each(wallclock_stream::names::check_frame);
     Some(out)
 }

@@ -53,12 +53,18 @@ impl Engine {
         add_time(&mut self.unnamed_time, mods, s);
     }
 
-    /// The `unnamed_*:MODULE` counts gathered since the last call, for the
-    /// stream's trailer.
+    /// The `unnamed_*:MODULE` and `bad_names` counts gathered since the
+    /// last call, for the stream's trailer.
     pub fn take_counts(&mut self) -> BTreeMap<String, u64> {
         for (m, (ns, count)) in std::mem::take(&mut self.unnamed_time) {
             *self.pending.entry(format!("{UNNAMED_NS}{m}")).or_insert(0) += ns;
             *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += count;
+        }
+        // Names marked since the last trailer, read or resolved here.
+        let bad = wallclock_stream::names::replaced();
+        if bad > self.bad_names_told {
+            *self.pending.entry(wallclock_stream::names::STATS_KEY.to_string()).or_insert(0) += bad - self.bad_names_told;
+            self.bad_names_told = bad;
         }
         std::mem::take(&mut self.pending)
     }

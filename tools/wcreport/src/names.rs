@@ -31,15 +31,25 @@ pub struct UnnamedModule {
     pub why: String,
     /// What to do, one line.
     pub hint: String,
+    /// Time of the stacks holding an unnamed frame of this module at any
+    /// depth (a C extension's frames under a named leaf), each stack once.
+    pub inside_ns: u64,
+    /// What else to do, when the hint alone may fail: the debug archive to
+    /// add to apt's sources, what to do where no `-dbgsym` package exists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub package: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub build_id: Option<String>,
 }
 
-/// Modules with unnamed time, most unnamed time first.
+/// Modules with unnamed time, most unnamed time first: those of the
+/// innermost user frames (`funcs`), and every module in `inside` (time of
+/// the stacks holding an unnamed frame of it anywhere: [`inside_time`]).
 pub fn unnamed_modules<'a>(
     funcs: impl Iterator<Item = &'a FunctionTime>,
+    inside: &BTreeMap<String, u64>,
     build_ids: &BTreeMap<String, String>,
 ) -> Vec<UnnamedModule> {
     let mut by: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -55,18 +65,47 @@ pub fn unnamed_modules<'a>(
             e.1 += f.ns;
         }
     }
+    for m in inside.keys() {
+        by.entry(m.clone()).or_default();
+    }
     let mut v: Vec<UnnamedModule> = by
         .into_iter()
-        .filter(|(_, (_, un))| *un > 0)
-        .map(|(module, (ns, unnamed_ns))| {
+        .map(|(module, (ns, unnamed_ns))| (inside.get(&module).copied().unwrap_or(0), module, ns, unnamed_ns))
+        .filter(|(inside_ns, _, _, un)| *un > 0 || *inside_ns > 0)
+        .map(|(inside_ns, module, ns, unnamed_ns)| {
             let build_id = build_ids.get(&module).cloned();
-            let (why, hint, package) = advice(&module, build_id.as_deref());
+            let (why, hint, package, steps) = advice(&module, build_id.as_deref());
             let pct = if ns > 0 { unnamed_ns as f64 * 100.0 / ns as f64 } else { 0.0 };
-            UnnamedModule { module, ns, unnamed_ns, pct, why, hint, package, build_id }
+            UnnamedModule { module, ns, unnamed_ns, pct, why, hint, inside_ns, steps, package, build_id }
         })
         .collect();
-    v.sort_by(|a, b| b.unnamed_ns.cmp(&a.unnamed_ns).then_with(|| a.module.cmp(&b.module)));
+    v.sort_by(|a, b| b.unnamed_ns.max(b.inside_ns).cmp(&a.unnamed_ns.max(a.inside_ns)).then_with(|| a.module.cmp(&b.module)));
     v
+}
+
+/// Per module, the time of the stacks holding at least one unnamed user
+/// frame of it, at any depth (each stack counted once per module): a
+/// module whose unnamed frames are never innermost (a C extension calling
+/// a named library) is listed too. `path` turns a frame's module into the
+/// file path the report shows (as for the innermost frames).
+pub fn inside_time<'a>(
+    stacks: impl Iterator<Item = &'a wallclock_stream::Stack>,
+    path: impl Fn(u32, &str) -> Option<String>,
+) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    let mut seen: Vec<String> = Vec::new();
+    for s in stacks {
+        seen.clear();
+        for f in s.frames.iter().filter(|f| !f.kernel && crate::frames::is_unnamed(f)) {
+            let Some(m) = crate::frames::module_of(f) else { continue };
+            let m = path(s.pid, &m).unwrap_or(m);
+            if !seen.contains(&m) {
+                *out.entry(m.clone()).or_default() += s.ns;
+                seen.push(m);
+            }
+        }
+    }
+    out
 }
 
 /// Where gdb, perf and blazesym look for the debug file of a build id.
@@ -75,15 +114,18 @@ pub fn build_id_path(id: &str) -> Option<String> {
         .then(|| format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]))
 }
 
-fn advice(module: &str, build_id: Option<&str>) -> (String, String, Option<String>) {
+type Advice = (String, String, Option<String>, Vec<String>);
+
+fn advice(module: &str, build_id: Option<&str>) -> Advice {
     if module == UNSYMBOLIZED {
-        return ("addresses only".into(), "the stream was not symbolized: pipe it through stacksym".into(), None);
+        return ("addresses only".into(), "the stream was not symbolized: pipe it through stacksym".into(), None, vec![]);
     }
     if !module.starts_with('/') {
         return (
             "outside every mapped file".into(),
             "JIT code without a perf map (perf-PID.map), or code of a process whose mappings were not read".into(),
             None,
+            vec![],
         );
     }
     let debug = build_id.and_then(build_id_path);
@@ -92,7 +134,7 @@ fn advice(module: &str, build_id: Option<&str>) -> (String, String, Option<Strin
         None => "place the debug file under /usr/lib/debug/.build-id/".to_string(),
     };
     if let Some(p) = debug.as_deref().filter(|p| Path::new(p).exists()) {
-        return ("debug file not used".into(), format!("{p} is installed: symbolize again with stacksym"), None);
+        return ("debug file not used".into(), format!("{p} is installed: symbolize again with stacksym"), None, vec![]);
     }
     let why = match has_symtab(Path::new(module)) {
         None => "not on this machine",
@@ -104,7 +146,63 @@ fn advice(module: &str, build_id: Option<&str>) -> (String, String, Option<Strin
         Some(pkg) => format!("install its debug symbols (apt install {}, or {place})", debug_package(pkg)),
         None => format!("build it with -g and keep its symbols, or {place}"),
     };
-    (why.into(), hint, package)
+    let steps = match &package {
+        Some(pkg) => dbgsym_steps(&debug_package(pkg), build_id, module, debug_archive_in_sources(Path::new("/etc/apt"))),
+        None => vec![],
+    };
+    (why.into(), hint, package, steps)
+}
+
+/// What to do when `apt install PKG` fails: Debian's `-dbgsym` packages
+/// are in a separate archive, not in a stock system's sources
+/// (`in_sources`: whether apt's sources name it; None: no apt here); and
+/// not every package builds one.
+fn dbgsym_steps(pkg: &str, build_id: Option<&str>, module: &str, in_sources: Option<bool>) -> Vec<String> {
+    let mut steps = Vec::new();
+    if in_sources == Some(false) {
+        let c = codename();
+        steps.push(format!(
+            "apt's sources lack Debian's debug archive, where {pkg} is: add `deb http://deb.debian.org/debian-debug/ {c}-debug main` \
+             and `deb http://deb.debian.org/debian-debug/ {c}-proposed-updates-debug main` to /etc/apt/sources.list.d/debug.list, \
+             then apt update (https://wiki.debian.org/HowToGetABacktrace)"
+        ));
+    }
+    let fetch = match build_id.and_then(|id| build_id_path(id).map(|p| (id, p))) {
+        Some((id, p)) => format!(
+            "DEBUGINFOD_URLS=https://debuginfod.debian.net debuginfod-find debuginfo {id} (apt install debuginfod) and copy the file it prints to {p}"
+        ),
+        None => format!(
+            "DEBUGINFOD_URLS=https://debuginfod.debian.net debuginfod-find debuginfo {module} (apt install debuginfod) and place the file it prints under /usr/lib/debug/.build-id/"
+        ),
+    };
+    let base = module.rsplit('/').next().unwrap_or(module);
+    steps.push(format!(
+        "where apt has no {pkg} (not every package builds one): {fetch}; or rebuild it with -g; else its frames stay {base}+0x..."
+    ));
+    steps
+}
+
+/// Does any of apt's sources under `apt_dir` name Debian's debug archive
+/// (`debian-debug`)? None when there are no sources (not apt).
+fn debug_archive_in_sources(apt_dir: &Path) -> Option<bool> {
+    let mut files = vec![apt_dir.join("sources.list")];
+    if let Ok(d) = std::fs::read_dir(apt_dir.join("sources.list.d")) {
+        files.extend(d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "list" || x == "sources")));
+    }
+    let texts: Vec<String> = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    if texts.is_empty() {
+        return None;
+    }
+    Some(texts.iter().flat_map(|t| t.lines()).any(|l| !l.trim_start().starts_with('#') && l.contains("debian-debug")))
+}
+
+/// This system's Debian codename (`bookworm`), from /etc/os-release.
+fn codename() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=").map(|v| v.trim_matches('"').to_string())))
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "bookworm".into())
 }
 
 /// Debian's detached debug symbols: `-dbgsym` packages, except a few.
@@ -172,5 +270,28 @@ mod tests {
         assert_eq!(has_symtab(Path::new("/nonexistent/x")), None);
         assert_eq!(build_id_path("abcdef").as_deref(), Some("/usr/lib/debug/.build-id/ab/cdef.debug"));
         assert_eq!(build_id_path("zz"), None);
+    }
+
+    /// The debug archive is named only when apt's sources lack it; where
+    /// no -dbgsym package exists, debuginfod, -g, or module+0x... .
+    #[test]
+    fn dbgsym_advice_says_what_apt_needs() {
+        let d = std::env::temp_dir().join(format!("wcreport-apt-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("sources.list.d")).unwrap();
+        std::fs::write(d.join("sources.list.d/debian.sources"), "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\n").unwrap();
+        std::fs::write(d.join("sources.list.d/old.list"), "# deb http://deb.debian.org/debian-debug/ bookworm-debug main\n").unwrap();
+        assert_eq!(debug_archive_in_sources(&d), Some(false));
+        std::fs::write(d.join("sources.list.d/debug.list"), "deb http://deb.debian.org/debian-debug/ bookworm-debug main\n").unwrap();
+        assert_eq!(debug_archive_in_sources(&d), Some(true));
+        std::fs::remove_dir_all(&d).unwrap();
+        assert_eq!(debug_archive_in_sources(Path::new("/nonexistent/apt")), None);
+
+        let steps = dbgsym_steps("nginx-dbgsym", Some("abcdef12"), "/usr/sbin/nginx", Some(false));
+        assert_eq!(steps.len(), 2, "{steps:?}");
+        assert!(steps[0].contains("deb http://deb.debian.org/debian-debug/ ") && steps[0].contains("-proposed-updates-debug main"), "{steps:?}");
+        assert!(steps[1].contains("where apt has no nginx-dbgsym"), "{steps:?}");
+        assert!(steps[1].contains("debuginfod-find debuginfo abcdef12") && steps[1].contains("/usr/lib/debug/.build-id/ab/cdef12.debug"));
+        assert!(steps[1].ends_with("else its frames stay nginx+0x..."), "{steps:?}");
+        assert_eq!(dbgsym_steps("x-dbgsym", None, "/usr/bin/x", Some(true)).len(), 1, "the archive is there: not told");
     }
 }

@@ -208,7 +208,8 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
         let ss: &[&Stack] = stacks.get(k).map(Vec::as_slice).unwrap_or(&[]);
         out_threads.push(thread_report(t, ss, &window, top_n, &modules));
     }
-    let unnamed = unnamed_modules(out_threads.iter().flat_map(|t| &t.functions), &modules.build_ids);
+    let inside = crate::names::inside_time(stacks.values().flatten().copied(), |pid, m| modules.path(pid, m).map(str::to_string));
+    let unnamed = unnamed_modules(out_threads.iter().flat_map(|t| &t.functions), &inside, &modules.build_ids);
     for t in &mut out_threads {
         let rest = t.functions.split_off(top_n.min(t.functions.len()));
         t.functions_rest = rest.len();

@@ -94,22 +94,31 @@ pub fn where_time_went(t: &ThreadReport, max_parts: usize) -> String {
 /// One line per module whose time has no name, with what to do about it.
 /// Modules with under 0.1% of `total_ns` unnamed are left to --json.
 pub fn unnamed_section(v: &[UnnamedModule], total_ns: u64) -> String {
-    let shown: Vec<&UnnamedModule> = v.iter().filter(|m| m.unnamed_ns as u128 * 1000 >= total_ns as u128).collect();
+    let shown: Vec<&UnnamedModule> =
+        v.iter().filter(|m| m.unnamed_ns.max(m.inside_ns) as u128 * 1000 >= total_ns as u128).collect();
     if shown.is_empty() {
         return String::new();
     }
-    let mut s = "time without a name (the innermost own frame has no symbol):\n".to_string();
+    let mut s = "time without a name (a frame of the module has no symbol):\n".to_string();
     for m in shown {
-        let _ = writeln!(
-            s,
-            "  {}: {:.0}% of its time unnamed ({} of {}; {}): {}",
-            m.module,
-            m.pct,
-            h(m.unnamed_ns),
-            h(m.ns),
-            m.why,
-            m.hint
-        );
+        if m.unnamed_ns > 0 {
+            let _ = writeln!(
+                s,
+                "  {}: {:.0}% of its time unnamed ({} of {}; {}): {}",
+                m.module,
+                m.pct,
+                h(m.unnamed_ns),
+                h(m.ns),
+                m.why,
+                m.hint
+            );
+        } else {
+            // Its unnamed frames are callers, never the innermost one.
+            let _ = writeln!(s, "  {}: unnamed frames inside {} of stacks ({}): {}", m.module, h(m.inside_ns), m.why, m.hint);
+        }
+        for step in &m.steps {
+            let _ = writeln!(s, "      {step}");
+        }
     }
     s
 }

@@ -247,7 +247,10 @@ impl Proc {
     /// The address that stands for code object `code` at `instr`.
     fn name(&mut self, code: u64, instr: u64) -> Option<u64> {
         let PyFrame { name, file, line } = self.it.frame_at(code, instr).ok()?;
-        let func = format!("py::{name}:{file}");
+        // Read from the target's memory, maybe while it was freed (seen:
+        // `py::\0\0\0\0:weakref.py`): what is not text is marked.
+        let func = wallclock_stream::names::check(&format!("py::{name}:{file}")).into_owned();
+        let file = wallclock_stream::names::check(&file).into_owned();
         if let Some(&a) = self.addr.get(&(func.clone(), line)) {
             return Some(a);
         }

@@ -60,7 +60,8 @@ impl Interpreter {
             return None;
         }
         let thread = self.u64(outer + o.frame_localsplus).ok()?;
-        self.str_attr(thread, "_name")
+        // The program's own string, read from its memory: checked.
+        self.str_attr(thread, "_name").map(|n| wallclock_stream::names::check(&n).into_owned())
     }
 
     /// The `str` attribute `name` of the instance `obj` of a class.
