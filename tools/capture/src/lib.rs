@@ -10,6 +10,7 @@ pub mod drain;
 pub mod elf;
 pub mod driver;
 pub mod event;
+pub mod jvm;
 mod skel_glue;
 pub mod launch;
 pub mod output;

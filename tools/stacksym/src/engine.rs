@@ -90,6 +90,15 @@ pub struct Engine {
     /// Stacks written before, by a hash of their addresses.
     pub(crate) known: FastMap<u64, crate::known::Known>,
     pub(crate) warned_modules: HashSet<String>,
+    /// The JIT runtime of each pid (crate::jit).
+    pub(crate) runtimes: HashMap<u32, crate::jit::Runtime>,
+    /// `table`'s ids of the cut-in-JIT-code markers (crate::jit).
+    pub(crate) cut_ids: [u32; 2],
+    /// Stacks (table ids) cut in JIT code, and per pid the time of its
+    /// cut stacks and of all its stacks, once one was cut (crate::jit).
+    pub(crate) cut_stacks: HashSet<u32, FastHash>,
+    pub(crate) cut_time: HashMap<u32, (u64, u64)>,
+    pub(crate) cut_warned: HashSet<u32>,
 }
 
 impl Engine {
@@ -101,7 +110,7 @@ impl Engine {
             .build();
         let mut table = StackTable::default();
         let gil_id = table.frame_id(&gil::frame());
-        Engine {
+        let mut e = Engine {
             symbolizer,
             opts,
             stream_maps: HashMap::new(),
@@ -121,7 +130,14 @@ impl Engine {
             unnamed_time: BTreeMap::new(),
             known: FastMap::default(),
             warned_modules: HashSet::new(),
-        }
+            runtimes: HashMap::new(),
+            cut_ids: [0; 2],
+            cut_stacks: HashSet::default(),
+            cut_time: HashMap::new(),
+            cut_warned: HashSet::new(),
+        };
+        e.intern_cut_markers();
+        e
     }
 
     pub fn options(&self) -> &Options {
@@ -198,6 +214,8 @@ impl Engine {
             self.known.clear();
             self.table.clear();
             self.gil_id = self.table.frame_id(&gil::frame());
+            self.intern_cut_markers();
+            self.cut_stacks.clear();
         }
     }
 
@@ -256,6 +274,10 @@ impl Engine {
                 let &f = self.cache.get(&(space, a, i + 1 < addrs.len()))?.first()?;
                 Some(self.table.frame(f))
             };
+            // A stack cut in JIT code says so at its root (crate::jit).
+            if let (Space::User(pid), Some(root)) = (space, first(0)) {
+                out.extend(self.cut_marker(pid, root));
+            }
             for (i, &a) in addrs.iter().enumerate() {
                 let Some(ids) = self.cache.get(&(space, a, i + 1 < addrs.len())) else { continue };
                 if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
@@ -272,7 +294,11 @@ impl Engine {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         self.frame_ids(s, &mut ids);
+        let cut = ids.first().is_some_and(|f| self.cut_ids.contains(f));
         let id = self.table.stack_id(&ids);
+        if cut {
+            self.cut_stacks.insert(id);
+        }
         self.scratch = ids;
         id
     }
