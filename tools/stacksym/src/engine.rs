@@ -274,11 +274,17 @@ impl Engine {
                 let &f = self.cache.get(&(space, a, i + 1 < addrs.len()))?.first()?;
                 Some(self.table.frame(f))
             };
-            // A stack cut in JIT code says so at its root (crate::jit).
-            if let (Space::User(pid), Some(root)) = (space, first(0)) {
-                out.extend(self.cut_marker(pid, root));
+            // A stack cut in JIT code says so at its root (crate::jit),
+            // instead of the capture's plainer `[truncated]`.
+            let mut skip = 0;
+            if let Space::User(pid) = space {
+                let truncated = first(0).is_some_and(crate::jit::is_truncated);
+                if let Some(m) = first(truncated as usize).and_then(|root| self.cut_marker(pid, root)) {
+                    out.push(m);
+                    skip = truncated as usize;
+                }
             }
-            for (i, &a) in addrs.iter().enumerate() {
+            for (i, &a) in addrs.iter().enumerate().skip(skip) {
                 let Some(ids) = self.cache.get(&(space, a, i + 1 < addrs.len())) else { continue };
                 if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
                     out.push(self.gil_id);

@@ -47,6 +47,11 @@ pub(crate) fn is_anonymous(f: &Frame) -> bool {
     f.jit || f.module.as_deref() == Some("[anon]") || (f.module.is_none() && f.func.starts_with("[unknown]+"))
 }
 
+/// The capture's root frame of a stack whose unwind stopped short.
+pub(crate) fn is_truncated(f: &Frame) -> bool {
+    f.func == "[truncated]" && f.module.is_none() && !f.jit
+}
+
 /// Why code in anonymous memory of `pid` has no name, and what gives one.
 pub(crate) fn why_unnamed(pid: u32, rt: Runtime, perf_map: Option<&str>) -> String {
     match (rt, perf_map) {
