@@ -15,6 +15,7 @@ use crate::util;
 /// One stack of the merged stream.
 pub struct Stack {
     pub kind: String,
+    pub pid: u64,
     pub tid: u64,
     pub frames: Vec<String>,
     pub ns: u64,
@@ -79,6 +80,7 @@ pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
         .filter(|r| r["type"] == "stack")
         .map(|r| Stack {
             kind: r["kind"].as_str().unwrap().to_string(),
+            pid: r["pid"].as_u64().unwrap(),
             tid: r["tid"].as_u64().unwrap(),
             frames: r["frames"].as_array().map_or(Vec::new(), |a| a.iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect()),
             ns: r["ns"].as_u64().unwrap(),
