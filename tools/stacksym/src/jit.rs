@@ -85,7 +85,10 @@ impl Engine {
     /// The marker frame for a stack of `pid` whose root frame is `root`,
     /// when the stack was cut in JIT code.
     pub(crate) fn cut_marker(&self, pid: u32, root: &Frame) -> Option<u32> {
-        if !is_anonymous(root) {
+        // `[unknown]+0x...` is outside every file only where the files
+        // of the process are known; else nothing is known of it at all.
+        let mapped = || self.stream_maps.contains_key(&pid) || self.snapshots.contains_key(&pid);
+        if !is_anonymous(root) || (!root.jit && root.module.is_none() && !mapped()) {
             return None;
         }
         Some(match self.runtimes.get(&pid) {
