@@ -48,7 +48,10 @@ impl PerfMap {
     /// its own /tmp under the pid it knows itself by.
     pub fn load(pid: u32) -> Option<PerfMap> {
         let path = perf_map_path(pid)?;
-        let text = std::fs::read_to_string(&path).ok()?;
+        // Bytes, not text: one name that is not UTF-8 (a JS function's
+        // name cut at a write's edge) must not lose the whole map.
+        let bytes = std::fs::read(&path).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
         let mut syms: Vec<(u64, u64, String)> = text
             .lines()
             .filter_map(|l| {
@@ -63,7 +66,7 @@ impl PerfMap {
         syms.reverse();
         syms.sort_by_key(|s| s.0);
         syms.dedup_by_key(|s| s.0);
-        Some(PerfMap { len: text.len() as u64, path, syms })
+        Some(PerfMap { len: bytes.len() as u64, path, syms })
     }
 
     /// Has the file grown or shrunk since it was read?
