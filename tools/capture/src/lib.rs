@@ -11,6 +11,7 @@ pub mod elf;
 pub mod driver;
 pub mod event;
 pub mod hidden;
+pub mod jvm;
 mod skel_glue;
 pub mod launch;
 pub mod output;

@@ -68,6 +68,8 @@ pub struct Session {
     /// [`crate::hidden`]).
     pub listed: BTreeMap<u32, crate::hidden::Listed>,
     ready_file: Option<std::path::PathBuf>,
+    /// JVM targets asked for their JIT symbol map (crate::jvm).
+    jvms: crate::jvm::Jvms,
 }
 
 impl Session {
@@ -117,6 +119,7 @@ impl Session {
             exit_code: None,
             listed: BTreeMap::new(),
             ready_file: args.ready_file.clone(),
+            jvms: crate::jvm::Jvms::default(),
         })
     }
 
@@ -247,6 +250,7 @@ impl Session {
         if self.follow {
             self.add_pids(tree);
         }
+        self.jvms.at_stop(&self.pids);
         if let Some(c) = &self.cgroup {
             let now = c.procs();
             self.add_pids(now);
@@ -337,6 +341,7 @@ impl Session {
     /// the tree: `tree` lists those the BPF side followed; a cgroup may be
     /// empty for a while and does not end the capture).
     pub fn should_stop(&mut self, tree: impl FnOnce() -> Vec<u32>) -> bool {
+        self.jvms.tick(&self.pids);
         if crate::signal::stopped() {
             return true;
         }
@@ -369,6 +374,8 @@ impl Session {
 
     /// The tool's exit code: the launched command's, else 0.
     pub fn finish(&mut self) -> i32 {
+        let tool = std::env::args().next().unwrap_or_default();
+        self.jvms.finish(tool.rsplit('/').next().unwrap_or("capture"));
         if let Some(c) = self.exit_code {
             return c;
         }

@@ -26,6 +26,13 @@ use crate::python::trampoline::Trampolines;
 const MIN_CODE_ADDR: u64 = 0x10000;
 const MAX_FRAMES: usize = 256;
 
+/// The root of a stack whose unwind stopped short of the stack's start
+/// (see [`TRUNCATED`]): an address in no mapping, named in the Maps record.
+pub const TRUNCATED_ADDR: u64 = wallclock_stream::NAMED_ADDR_BASE | 0x10;
+/// Its name: what lies rootward of it is unknown. Frames read otherwise
+/// (Python's) go rootward of it; the native frames leafward are exact.
+pub const TRUNCATED: &str = "[truncated]";
+
 /// Unwind data of one ELF file, shared by every process that maps it.
 struct FileInfo {
     build_id: Option<String>,
@@ -34,6 +41,8 @@ struct FileInfo {
     /// (p_offset, p_vaddr, p_filesz) of each PT_LOAD segment.
     segments: Vec<(u64, u64, u64)>,
     sections: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
+    /// (start, end) SVMAs of the functions a stack starts in (Go's).
+    roots: Vec<(u64, u64)>,
 }
 
 fn load_file(path: &str) -> Option<FileInfo> {
@@ -81,7 +90,11 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
     let (eh_frame_svma, eh_frame) = sect(".eh_frame");
     let (eh_frame_hdr_svma, eh_frame_hdr) = sect(".eh_frame_hdr");
     let (got_svma, _) = sect(".got");
-    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| s.data().ok()).map(Arc::from);
+    // Go binaries have no .eh_frame but a .debug_frame, compressed
+    // (SHF_COMPRESSED): handed over compressed, framehop found no table
+    // and walked frame pointers from the leaf, which loses every caller
+    // of code that uses rbp as a register (crypto/sha256.block).
+    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| section_bytes(&s)).map(Arc::from);
     let sections = Some(ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma,
@@ -94,7 +107,39 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
         debug_frame,
         ..Default::default()
     });
-    Some(FileInfo { build_id, len: data.len(), segments, sections })
+    let roots = if obj.section_by_name(".gopclntab").is_some() { go_roots(&obj) } else { Vec::new() };
+    Some(FileInfo { build_id, len: data.len(), segments, sections, roots })
+}
+
+/// Where Go's stacks begin, as Go's own traceback stops there: a
+/// goroutine's first frame returns to `runtime.goexit` (a return address
+/// planted on its fresh stack, with whatever lies above it), a thread's
+/// scheduler stack (g0) begins in `runtime.mstart` (called from
+/// `rt0_go` on the main thread, from `runtime.clone` or, with cgo, from
+/// C through `crosscall_amd64`: neither leaves a frame to unwind).
+fn go_roots(obj: &object::File) -> Vec<(u64, u64)> {
+    use object::ObjectSymbol;
+    const ROOTS: [&str; 3] = ["runtime.goexit", "runtime.mstart", "runtime.rt0_go"];
+    obj.symbols()
+        .filter(|s| s.name().is_ok_and(|n| ROOTS.contains(&n.strip_suffix(".abi0").unwrap_or(n))))
+        .map(|s| (s.address(), s.address() + s.size().max(1)))
+        .collect()
+}
+
+/// A section's bytes, inflated when zlib-compressed (SHF_COMPRESSED, as
+/// Go's linker writes its DWARF).
+fn section_bytes(s: &object::Section) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let c = s.compressed_data().ok()?;
+    match c.format {
+        object::CompressionFormat::None => Some(c.data.to_vec()),
+        object::CompressionFormat::Zlib => {
+            let mut out = Vec::with_capacity(c.uncompressed_size as usize);
+            flate2::read::ZlibDecoder::new(c.data).read_to_end(&mut out).ok()?;
+            Some(out)
+        }
+        _ => None,
+    }
 }
 
 struct Proc {
@@ -102,13 +147,15 @@ struct Proc {
     /// exec replaces every mapping, so the old ones must not linger.
     exe: Option<(u64, u64)>,
     maps: Vec<MapEntry>,
+    /// AVMA ranges of the functions a stack begins in (`go_roots`).
+    roots: Vec<(u64, u64)>,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
 }
 
 impl Proc {
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, maps: Vec::new(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, maps: Vec::new(), roots: Vec::new(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -129,6 +176,9 @@ pub struct Unwind {
     trampolines: Trampolines,
     /// CPython's own frames, read in BPF (python::frames).
     pub python: Python,
+    /// Processes with a stack cut short (their Maps record names
+    /// [`TRUNCATED_ADDR`]).
+    truncated: std::collections::HashSet<u32>,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -223,6 +273,8 @@ impl Unwind {
                     m.build_id = fi.build_id.clone();
                 }
                 if let Some(base_avma) = crate::elf::load_bias(&fi.segments, m.start, m.offset) {
+                    let root = fi.roots.iter().map(|&(a, b)| (a.wrapping_add(base_avma), b.wrapping_add(base_avma)));
+                    proc.roots.extend(root.filter(|&(a, _)| a >= m.start && a < m.end));
                     if let Some(sec) = fi.sections.clone() {
                         proc.unwinder.add_module(Module::new(m.path.clone(), m.start..m.end, base_avma, sec));
                     }
@@ -244,7 +296,7 @@ impl Unwind {
         if !self.covered(pid, ip) {
             self.reload(pid);
         }
-        let v = self.unwind_known(pid, ip, sp, bp, stack);
+        let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack);
         // A caller outside every known mapping: a library mapped since the
         // last read of the maps (libc itself, when they were read just
         // after exec, before the loader mapped it; or a dlopen). Read them
@@ -253,8 +305,14 @@ impl Unwind {
         // libc unknown while the process ran code of its own: every stack
         // then ended at the first libc frame (`__libc_start_call_main`,
         // `start_thread`) without `_start` or `clone3` above it.
-        if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) && self.reload(pid) {
-            return self.unwind_known(pid, ip, sp, bp, stack);
+        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) && self.reload(pid) {
+            self.unwind_known(pid, ip, sp, bp, stack)
+        } else {
+            (v, whole)
+        };
+        if !whole {
+            v.insert(0, TRUNCATED_ADDR);
+            self.truncated.insert(pid);
         }
         v
     }
@@ -288,14 +346,20 @@ impl Unwind {
         self.procs.get(&pid).is_some_and(|p| p.maps.len() > before)
     }
 
-    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
-        let Some(p) = self.procs.get_mut(&pid) else { return vec![ip] };
+    /// The stack root first, and whether it is whole: it ended where a
+    /// stack ends (an unwind table's end, `clone3` and `_start` say so; a
+    /// zero frame pointer or return address; a Go root function), not at a
+    /// frame it could not step past (the copy of the stack ran out, no
+    /// rule, an address in no mapping).
+    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
+        let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let read = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
             let b = stack.get(off..off + 8).ok_or(())?;
             Ok(u64::from_le_bytes(b.try_into().unwrap()))
         };
         let mut out = Vec::new();
+        let mut whole = false;
         let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
         let mut addr = FrameAddress::from_instruction_pointer(ip);
         loop {
@@ -304,33 +368,51 @@ impl Unwind {
             // address but the end of the stack (a thread stopped in _start
             // has argc where a caller's address would be).
             if a < MIN_CODE_ADDR {
+                whole = true;
                 break;
             }
             out.push(a);
             if out.len() >= MAX_FRAMES {
                 break;
             }
-            // Code outside every file mapping may be a CPython trampoline.
+            let lookup = addr.address_for_lookup();
+            if p.roots.iter().any(|&(s, e)| lookup >= s && lookup < e) {
+                whole = true;
+                break;
+            }
+            // Code outside every file mapping may be a CPython trampoline;
+            // other such code (a JIT's) is walked by its frame pointers,
+            // framehop's rule for an address in no module.
             let anon = !p.maps.iter().any(|m| a >= m.start && a < m.end);
             let leaf = !addr.is_return_address();
             let step = anon.then(|| self.trampolines.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
             let ret = match step {
                 Some(s) => {
                     regs.set_sp(s.sp);
-                    Some(s.ret)
+                    Ok(Some(s.ret))
                 }
-                None => p.unwinder.unwind_frame(addr, &mut regs, &mut p.cache, &mut { read }).ok().flatten(),
+                None => p.unwinder.unwind_frame(addr, &mut regs, &mut p.cache, &mut { read }),
             };
-            match ret.and_then(FrameAddress::from_return_address) {
-                Some(next) => addr = next,
-                None => break,
+            match ret {
+                Ok(Some(r)) => match FrameAddress::from_return_address(r) {
+                    Some(next) => addr = next,
+                    None => {
+                        whole = true;
+                        break;
+                    }
+                },
+                Ok(None) => {
+                    whole = true;
+                    break;
+                }
+                Err(_) => break,
             }
         }
         if out.is_empty() {
             out.push(ip);
         }
         out.reverse();
-        out
+        (out, whole)
     }
 
     /// The Maps record of a process, when its mappings were read.
@@ -344,7 +426,11 @@ impl Unwind {
             }
         }
         maps.sort_by_key(|m| m.start);
-        Some(Maps { pid, maps, names: self.python.names(pid) })
+        let mut names = self.python.names(pid);
+        if self.truncated.contains(&pid) {
+            names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
+        }
+        Some(Maps { pid, maps, names })
     }
 
     /// The Maps record of every process whose mappings were read, by pid.

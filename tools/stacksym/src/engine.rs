@@ -93,6 +93,15 @@ pub struct Engine {
     /// Stacks written before, by a hash of their addresses.
     pub(crate) known: FastMap<u64, crate::known::Known>,
     pub(crate) warned_modules: HashSet<String>,
+    /// The JIT runtime of each pid (crate::jit).
+    pub(crate) runtimes: HashMap<u32, crate::jit::Runtime>,
+    /// `table`'s ids of the cut-in-JIT-code markers (crate::jit).
+    pub(crate) cut_ids: [u32; 2],
+    /// Stacks (table ids) cut in JIT code, and per pid the time of its
+    /// cut stacks and of all its stacks, once one was cut (crate::jit).
+    pub(crate) cut_stacks: HashSet<u32, FastHash>,
+    pub(crate) cut_time: HashMap<u32, (u64, u64)>,
+    pub(crate) cut_warned: HashSet<u32>,
 }
 
 impl Engine {
@@ -104,7 +113,7 @@ impl Engine {
             .build();
         let mut table = StackTable::default();
         let gil_id = table.frame_id(&gil::frame());
-        Engine {
+        let mut e = Engine {
             symbolizer,
             opts,
             stream_maps: HashMap::new(),
@@ -125,7 +134,14 @@ impl Engine {
             unnamed_time: BTreeMap::new(),
             known: FastMap::default(),
             warned_modules: HashSet::new(),
-        }
+            runtimes: HashMap::new(),
+            cut_ids: [0; 2],
+            cut_stacks: HashSet::default(),
+            cut_time: HashMap::new(),
+            cut_warned: HashSet::new(),
+        };
+        e.intern_cut_markers();
+        e
     }
 
     pub fn options(&self) -> &Options {
@@ -208,6 +224,8 @@ impl Engine {
             self.known.clear();
             self.table.clear();
             self.gil_id = self.table.frame_id(&gil::frame());
+            self.intern_cut_markers();
+            self.cut_stacks.clear();
         }
     }
 
@@ -266,7 +284,17 @@ impl Engine {
                 let &f = self.cache.get(&(space, a, i + 1 < addrs.len()))?.first()?;
                 Some(self.table.frame(f))
             };
-            for (i, &a) in addrs.iter().enumerate() {
+            // A stack cut in JIT code says so at its root (crate::jit),
+            // instead of the capture's plainer `[truncated]`.
+            let mut skip = 0;
+            if let Space::User(pid) = space {
+                let truncated = first(0).is_some_and(crate::jit::is_truncated);
+                if let Some(m) = first(truncated as usize).and_then(|root| self.cut_marker(pid, root)) {
+                    out.push(m);
+                    skip = truncated as usize;
+                }
+            }
+            for (i, &a) in addrs.iter().enumerate().skip(skip) {
                 let Some(ids) = self.cache.get(&(space, a, i + 1 < addrs.len())) else { continue };
                 if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
                     out.push(self.gil_id);
@@ -282,7 +310,11 @@ impl Engine {
         let mut ids = std::mem::take(&mut self.scratch);
         ids.clear();
         self.frame_ids(s, &mut ids);
+        let cut = ids.first().is_some_and(|f| self.cut_ids.contains(f));
         let id = self.table.stack_id(&ids);
+        if cut {
+            self.cut_stacks.insert(id);
+        }
         self.scratch = ids;
         id
     }

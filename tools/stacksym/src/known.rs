@@ -52,7 +52,9 @@ impl Engine {
     pub fn symbolized_known(&mut self, s: &Stack) -> Option<u32> {
         let k = self.known.get(&hash(s)).filter(|k| k.is(s))?;
         crate::unnamed::add_time(&mut self.unnamed_time, &k.unnamed, s);
-        Some(k.id)
+        let id = k.id;
+        self.note_cut(s, id);
+        Some(id)
     }
 
     /// The table id of the stack of `s`'s frames, its time counted under
@@ -71,6 +73,7 @@ impl Engine {
         addrs.extend_from_slice(&s.kstack);
         let known = Known { addrs: addrs.into(), pid: s.pid, blocked: gil::blocked(s), id, unnamed };
         self.known.insert(hash(s), known);
+        self.note_cut(s, id);
         id
     }
 }

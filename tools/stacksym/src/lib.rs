@@ -34,6 +34,7 @@
 mod debugfile;
 mod engine;
 mod gil;
+mod jit;
 mod known;
 mod names;
 mod procmaps;
@@ -51,6 +52,7 @@ use wallclock_stream::cli::{inputs_or_stdin, open_input, open_stream_output};
 use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
+pub use jit::{CUT, CUT_JVM};
 pub use names::demangle;
 pub use wakers::name_wakers;
 

@@ -34,14 +34,24 @@ pub fn is_file(m: &MapEntry) -> bool {
 /// Symbols of a perf map file: `START SIZE NAME` per line, hex numbers.
 #[derive(Debug, Default)]
 pub struct PerfMap {
+    /// Where it was read.
+    pub path: String,
+    /// Its length then (it changed when this differs).
+    len: u64,
     /// (start, end, name), sorted by start.
     syms: Vec<(u64, u64, String)>,
 }
 
 impl PerfMap {
-    /// `/tmp/perf-PID.map`, if there is one.
+    /// `/tmp/perf-PID.map`, if there is one; for a live process in
+    /// another mount or pid namespace (a container), the map it wrote in
+    /// its own /tmp under the pid it knows itself by.
     pub fn load(pid: u32) -> Option<PerfMap> {
-        let text = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")).ok()?;
+        let path = perf_map_path(pid)?;
+        // Bytes, not text: one name that is not UTF-8 (a JS function's
+        // name cut at a write's edge) must not lose the whole map.
+        let bytes = std::fs::read(&path).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
         let mut syms: Vec<(u64, u64, String)> = text
             .lines()
             .filter_map(|l| {
@@ -56,7 +66,12 @@ impl PerfMap {
         syms.reverse();
         syms.sort_by_key(|s| s.0);
         syms.dedup_by_key(|s| s.0);
-        Some(PerfMap { syms })
+        Some(PerfMap { len: bytes.len() as u64, path, syms })
+    }
+
+    /// Has the file grown or shrunk since it was read?
+    pub fn changed(&self) -> bool {
+        std::fs::metadata(&self.path).is_ok_and(|m| m.len() != self.len)
     }
 
     pub fn lookup(&self, addr: u64) -> Option<&str> {
@@ -64,6 +79,17 @@ impl PerfMap {
         let (start, end, name) = self.syms.get(i.checked_sub(1)?)?;
         (*start <= addr && addr < *end).then_some(name.as_str())
     }
+}
+
+fn perf_map_path(pid: u32) -> Option<String> {
+    let here = format!("/tmp/perf-{pid}.map");
+    if Path::new(&here).exists() {
+        return Some(here);
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ns: u32 = status.lines().find(|l| l.starts_with("NSpid:"))?.split_whitespace().last()?.parse().ok()?;
+    let there = format!("/proc/{pid}/root/tmp/perf-{ns}.map");
+    Path::new(&there).exists().then_some(there)
 }
 
 fn hex(s: &str) -> Option<u64> {
@@ -82,7 +108,7 @@ mod tests {
 
     #[test]
     fn perf_map_lookup() {
-        let pm = PerfMap { syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())] };
+        let pm = PerfMap { path: String::new(), len: 0, syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())] };
         assert_eq!(pm.lookup(0x1000), Some("a"));
         assert_eq!(pm.lookup(0x100f), Some("a"));
         assert_eq!(pm.lookup(0x1010), None);

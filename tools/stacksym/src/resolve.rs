@@ -75,6 +75,7 @@ impl Engine {
         }
         let stream_maps = self.stream_maps.get(&pid).cloned().unwrap_or_default();
         let snapshot = self.snapshots.get(&pid).cloned().unwrap_or_default();
+        let runtime = self.runtime(pid);
 
         // 1. The stream's Maps record.
         self.resolve_in_files(&stream_maps, &items, &mut out);
@@ -85,7 +86,12 @@ impl Engine {
         // 3. A snapshot of a process that exited mid-stream.
         self.resolve_in_files(&snapshot, &items, &mut out);
         // 4. A JIT runtime's perf map, 5. module+offset.
+        // Read again when the file changed since (a runtime that writes it
+        // as it compiles): a name must not be missed for reading it early.
         let perf_map = self.perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
+        if perf_map.as_ref().is_none_or(PerfMap::changed) {
+            *perf_map = PerfMap::load(pid);
+        }
         for it in &items {
             if out[it.idx].is_some() {
                 continue;
@@ -95,10 +101,14 @@ impl Engine {
                 continue;
             }
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
+            // Outside every file the process mapped (its maps record lists
+            // files only): anonymous memory, JIT code where a runtime runs.
+            let perf_path = perf_map.as_ref().map(|p| p.path.as_str());
             let why = match entry {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
-                None => format!("pid {pid}: not running and no maps record in the stream for it"),
-                Some(m) if m.path.is_empty() => format!("pid {pid}: anonymous memory (JIT code?) and no /tmp/perf-{pid}.map"),
+                None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),
+                None => crate::jit::why_unnamed(pid, runtime, perf_path),
+                Some(m) if m.path.is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
                 Some(_) => "no symbol covers these addresses".into(),
             };
             let frame = unresolved_frame(entry, it.addr);

@@ -56,6 +56,7 @@ impl Engine {
     /// The `unnamed_*:MODULE` and `bad_names` counts gathered since the
     /// last call, for the stream's trailer.
     pub fn take_counts(&mut self) -> BTreeMap<String, u64> {
+        self.warn_cuts();
         for (m, (ns, count)) in std::mem::take(&mut self.unnamed_time) {
             *self.pending.entry(format!("{UNNAMED_NS}{m}")).or_insert(0) += ns;
             *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += count;

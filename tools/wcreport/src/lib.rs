@@ -31,6 +31,7 @@ pub mod modules;
 pub mod names;
 mod process;
 pub mod report;
+pub mod runtimes;
 pub mod text;
 mod text_commands;
 mod text_gpu;

@@ -32,6 +32,10 @@ pub struct Report {
     pub threads: Vec<ThreadReport>,
     /// Modules whose code ran without a name (see [`crate::names`]).
     pub unnamed: Vec<UnnamedModule>,
+    /// What JIT runtimes among the processes need for whole, named
+    /// stacks (see [`crate::runtimes`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<crate::runtimes::RuntimeAdvice>,
     /// Present whenever the input has GPU records or `gpu_*` counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
@@ -222,7 +226,8 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let all: Vec<&Stack> = stacks.values().flatten().copied().collect();
     let gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
     let waits_on = crate::wakers::waits_on(&all, &comms, top_n.max(10) * 2);
-    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, gpu, waits_on }
+    let runtimes = crate::runtimes::advice(all.iter().copied());
+    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, runtimes, gpu, waits_on }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

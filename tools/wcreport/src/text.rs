@@ -76,6 +76,7 @@ pub fn summary(r: &Report) -> String {
     let _ = writeln!(s, "{}", crate::text_where::LEGEND);
     let total: u64 = r.threads.iter().map(|t| t.on_ns + t.off_total_ns + t.other_ns).sum();
     s.push_str(&crate::text_where::unnamed_section(&r.unnamed, total));
+    s.push_str(&crate::runtimes::section(&r.runtimes));
     s
 }
 

@@ -216,14 +216,15 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
 /// innermost first, for the runs in order. Runs beyond the eval frames
 /// found (an unwind cut short) go above the outermost one found; without
 /// any, above `fallback` (the innermost frame of the interpreter's file),
-/// else on top.
+/// else at the root: a native stack cut short of the interpreter (it
+/// begins with `[truncated]`) holds only code the Python frames called,
+/// and a Python frame never goes leafward of a native frame it called.
 fn place(native: &[u64], evals: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
-    let fallback = evals.last().copied().or(fallback).unwrap_or(native.len().saturating_sub(1));
-    let mut at: HashMap<usize, Vec<u64>> = HashMap::new();
+    let mut at: HashMap<Option<usize>, Vec<u64>> = HashMap::new();
     let mut total = 0;
     for (k, run) in runs.into_iter().enumerate() {
         total += run.len();
-        let i = evals.get(k).copied().unwrap_or(fallback);
+        let i = evals.get(k).or(evals.last()).copied().or(fallback);
         // Outer runs (later) go rootward of inner ones at the same frame.
         let v = at.entry(i).or_default();
         let mut r: Vec<u64> = run.into_iter().rev().collect();
@@ -231,14 +232,12 @@ fn place(native: &[u64], evals: &[usize], fallback: Option<usize>, runs: Vec<Vec
         *v = r;
     }
     let mut out = Vec::with_capacity(native.len() + total);
+    out.extend(at.remove(&None).unwrap_or_default());
     for (i, a) in native.iter().enumerate() {
         out.push(*a);
-        if let Some(r) = at.remove(&i) {
+        if let Some(r) = at.remove(&Some(i)) {
             out.extend(r);
         }
-    }
-    if let Some(r) = at.remove(&0) {
-        out.extend(r); // no native frame at all
     }
     out
 }
@@ -336,9 +335,10 @@ mod tests {
         assert_eq!(place(&native, &[3, 1], None, runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14]);
         // One eval frame found: the outer run goes rootward of the inner.
         assert_eq!(place(&native, &[3], None, runs.clone()), vec![10, 11, 12, 13, 3, 2, 1, 14]);
-        // None: above the interpreter's innermost frame, else on top.
+        // None: above the interpreter's innermost frame, else at the
+        // root (a native stack cut short: [truncated], then BLAS frames).
         assert_eq!(place(&native, &[], Some(2), runs.clone()), vec![10, 11, 12, 3, 2, 1, 13, 14]);
-        assert_eq!(place(&native, &[], None, runs.clone()), vec![10, 11, 12, 13, 14, 3, 2, 1]);
+        assert_eq!(place(&native, &[], None, runs.clone()), vec![3, 2, 1, 10, 11, 12, 13, 14]);
         assert_eq!(place(&[], &[], None, runs), vec![3, 2, 1]);
     }
 }

@@ -1,0 +1,103 @@
+//! What tests/runtime_jvm.rs and tests/runtime_node.rs share: a program
+//! profiled end to end by `scripts/wallclock -- COMMAND`, its merged
+//! stream read back per thread, its report and stderr kept.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::util;
+
+/// One stack of the merged stream.
+pub struct Stack {
+    pub kind: String,
+    pub pid: u64,
+    pub tid: u64,
+    pub frames: Vec<String>,
+    pub ns: u64,
+}
+
+/// A profiled run: what the program printed, what wallclock said, the
+/// thread names by tid, the stacks and the report's text.
+pub struct Run {
+    pub stdout: String,
+    pub stderr: String,
+    pub comms: HashMap<u64, String>,
+    pub stacks: Vec<Stack>,
+    pub report: String,
+}
+
+impl Run {
+    /// The on-CPU stacks of the threads named `comm`.
+    pub fn on_cpu<'a>(&'a self, comm: &'a str) -> impl Iterator<Item = &'a Stack> + 'a {
+        self.stacks.iter().filter(move |s| s.kind == "on" && self.comms.get(&s.tid).map(String::as_str) == Some(comm))
+    }
+
+    /// Of the on-CPU time of the threads named `comm`, the percentage in
+    /// stacks for which `pred` holds.
+    pub fn on_cpu_pct(&self, comm: &str, pred: impl Fn(&Stack) -> bool) -> f64 {
+        let all: u64 = self.on_cpu(comm).map(|s| s.ns).sum();
+        let yes: u64 = self.on_cpu(comm).filter(|s| pred(s)).map(|s| s.ns).sum();
+        assert!(all > 0, "no on-CPU time for thread {comm}");
+        yes as f64 * 100.0 / all as f64
+    }
+
+    /// The heaviest on-CPU stacks of `comm`, for failure messages.
+    pub fn top(&self, comm: &str) -> String {
+        let mut v: Vec<&Stack> = self.on_cpu(comm).collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.ns));
+        v.iter().take(5).map(|s| format!("{} {}\n", s.ns, s.frames.join(";"))).collect()
+    }
+}
+
+/// Run `scripts/wallclock -f 199 -o DIR/p -- cmd...` and read its outputs.
+pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
+    let prefix = dir.join("p");
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-o"])
+        .arg(&prefix)
+        .arg("--")
+        .args(cmd)
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "wallclock -- {cmd:?} failed: {stderr}");
+    let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
+    let recs: Vec<Value> = stream.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let comms = recs
+        .iter()
+        .filter(|r| r["type"] == "thread")
+        .map(|r| (r["tid"].as_u64().unwrap(), r["comm"].as_str().unwrap_or("").to_string()))
+        .collect();
+    let stacks = recs
+        .iter()
+        .filter(|r| r["type"] == "stack")
+        .map(|r| Stack {
+            kind: r["kind"].as_str().unwrap().to_string(),
+            pid: r["pid"].as_u64().unwrap(),
+            tid: r["tid"].as_u64().unwrap(),
+            frames: r["frames"].as_array().map_or(Vec::new(), |a| a.iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect()),
+            ns: r["ns"].as_u64().unwrap(),
+        })
+        .collect();
+    let report = ["_thread_analysis.txt", "_single_thread_analysis.txt"]
+        .iter()
+        .find_map(|s| std::fs::read_to_string(dir.join(format!("p{s}"))).ok())
+        .expect("a report");
+    Run { stdout: String::from_utf8_lossy(&out.stdout).into_owned(), stderr, comms, stacks, report }
+}
+
+/// Is `prog` on PATH? Says SKIPPED when not.
+pub fn have(prog: &str, package: &str) -> bool {
+    let ok = Command::new("sh").args(["-c", &format!("command -v {prog}")]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: {prog} is not installed (scripts/setup --tests installs {package})");
+    }
+    ok
+}

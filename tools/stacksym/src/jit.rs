@@ -1,0 +1,165 @@
+//! Code that JIT runtimes generate in anonymous memory: which runtime a
+//! process is (the JVM, V8), why its code stayed unnamed, and the marker
+//! frame of a stack cut in such code.
+//!
+//! A thread's outermost frame is always in a file (`clone3`, `_start`); a
+//! stack whose outermost frame is JIT code was cut there: the unwinder
+//! follows frame pointers through code without an unwind table, and the
+//! JVM's compiled code keeps none unless started with
+//! `-XX:+PreserveFramePointer` (V8 always keeps them). Such a stack gets
+//! [`CUT`] (or [`CUT_JVM`], which names the flag) as its root frame.
+
+use wallclock_stream::{Frame, MapEntry, Stack};
+
+use crate::engine::Engine;
+
+/// Root frame of a stack cut in JIT code.
+pub const CUT: &str = "[stack cut in JIT code]";
+/// The same, in a JVM: the flag that gives whole stacks.
+pub const CUT_JVM: &str = "[stack cut in JIT code: java -XX:+PreserveFramePointer]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    Jvm,
+    V8,
+    Other,
+}
+
+/// The runtime whose files a process maps: HotSpot's libjvm.so, Node's
+/// binary or libnode.
+pub(crate) fn runtime_of(maps: &[MapEntry]) -> Runtime {
+    let base = |m: &MapEntry| m.path.rsplit('/').next().unwrap_or("").to_string();
+    if maps.iter().any(|m| base(m) == "libjvm.so") {
+        Runtime::Jvm
+    } else if maps.iter().any(|m| {
+        let b = base(m);
+        b == "node" || b == "nodejs" || b.starts_with("libnode.so")
+    }) {
+        Runtime::V8
+    } else {
+        Runtime::Other
+    }
+}
+
+/// Frames in code outside every file: JIT code (named by a perf map or
+/// not), or an address no mapping held.
+pub(crate) fn is_anonymous(f: &Frame) -> bool {
+    f.jit || f.module.as_deref() == Some("[anon]") || (f.module.is_none() && f.func.starts_with("[unknown]+"))
+}
+
+/// The capture's root frame of a stack whose unwind stopped short.
+pub(crate) fn is_truncated(f: &Frame) -> bool {
+    f.func == "[truncated]" && f.module.is_none() && !f.jit
+}
+
+/// Why code in anonymous memory of `pid` has no name, and what gives one.
+pub(crate) fn why_unnamed(pid: u32, rt: Runtime, perf_map: Option<&str>) -> String {
+    match (rt, perf_map) {
+        (Runtime::V8, None) => format!(
+            "pid {pid} (node/V8): JIT code and no /tmp/perf-{pid}.map: start node with --perf-basic-prof to name its JavaScript functions"
+        ),
+        (Runtime::Jvm, None) => format!(
+            "pid {pid} (JVM): JIT code and no /tmp/perf-{pid}.map: the capture asks a running JVM for it (jcmd {pid} Compiler.perfmap); it did not get one (see its warnings)"
+        ),
+        (_, None) => format!("pid {pid}: anonymous memory (JIT code?) and no /tmp/perf-{pid}.map"),
+        (_, Some(path)) => format!(
+            "pid {pid}: anonymous memory that {path} does not cover (code made after the map was written, or not code the runtime lists)"
+        ),
+    }
+}
+
+impl Engine {
+    /// The runtime of `pid`, from its maps (the stream's, else /proc's).
+    pub(crate) fn runtime(&mut self, pid: u32) -> Runtime {
+        if let Some(&rt) = self.runtimes.get(&pid) {
+            return rt;
+        }
+        let rt = match self.stream_maps.get(&pid).map(|m| runtime_of(m)) {
+            Some(rt) if rt != Runtime::Other => rt,
+            _ => self.snapshots.get(&pid).map_or(Runtime::Other, |m| runtime_of(m)),
+        };
+        self.runtimes.insert(pid, rt);
+        rt
+    }
+
+    /// The marker frame for a stack of `pid` whose root frame is `root`,
+    /// when the stack was cut in JIT code.
+    pub(crate) fn cut_marker(&self, pid: u32, root: &Frame) -> Option<u32> {
+        // `[unknown]+0x...` is outside every file only where the files
+        // of the process are known; else nothing is known of it at all.
+        let mapped = || self.stream_maps.contains_key(&pid) || self.snapshots.contains_key(&pid);
+        if !is_anonymous(root) || (!root.jit && root.module.is_none() && !mapped()) {
+            return None;
+        }
+        Some(match self.runtimes.get(&pid) {
+            Some(Runtime::Jvm) => self.cut_ids[1],
+            _ => self.cut_ids[0],
+        })
+    }
+
+    /// Count the time of `s` (table id `id`) as cut or whole, per pid,
+    /// once any stack was cut (no cost before).
+    pub(crate) fn note_cut(&mut self, s: &Stack, id: u32) {
+        if self.cut_stacks.is_empty() || s.ustack.is_empty() {
+            return;
+        }
+        // On-CPU samples before stackmerge carry counts, not time.
+        let w = if s.ns > 0 { s.ns } else { s.count };
+        let t = self.cut_time.entry(s.pid).or_default();
+        t.1 += w;
+        if self.cut_stacks.contains(&id) {
+            t.0 += w;
+        }
+    }
+
+    /// Say once per process whose stacks were cut in JIT code for at
+    /// least a tenth of its time, and how to get whole ones. (Stacks cut
+    /// for another reason, too deep for the copied stack, are rarer.)
+    pub(crate) fn warn_cuts(&mut self) {
+        let mut pids: Vec<(u32, u64, u64)> = self.cut_time.iter().map(|(&p, &(c, t))| (p, c, t)).collect();
+        pids.sort_unstable();
+        for (pid, cut, total) in pids {
+            if cut == 0 || cut * 10 < total || !self.cut_warned.insert(pid) {
+                continue;
+            }
+            let share = cut as f64 * 100.0 / total as f64;
+            let msg = match self.runtimes.get(&pid) {
+                Some(Runtime::Jvm) => format!(
+                    "pid {pid} (JVM): {share:.0}% of its stacks' time is in stacks cut in JIT code (its compiled code keeps no frame pointers; they start at {CUT_JVM}): start java with -XX:+PreserveFramePointer for whole stacks"
+                ),
+                _ => format!("pid {pid}: {share:.0}% of its stacks' time is in stacks cut in JIT code (code without frame pointers or unwind table; they start at {CUT})"),
+            };
+            self.warn(msg);
+        }
+    }
+
+    /// Table ids of the two markers (again after the table is emptied).
+    pub(crate) fn intern_cut_markers(&mut self) {
+        self.cut_ids = [self.table.frame_id(&Frame::named(CUT)), self.table.frame_id(&Frame::named(CUT_JVM))];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str) -> MapEntry {
+        MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: path.into(), build_id: None }
+    }
+
+    #[test]
+    fn runtimes_by_their_files() {
+        assert_eq!(runtime_of(&[entry("/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so")]), Runtime::Jvm);
+        assert_eq!(runtime_of(&[entry("/usr/bin/node")]), Runtime::V8);
+        assert_eq!(runtime_of(&[entry("/usr/lib/x86_64-linux-gnu/libnode.so.108")]), Runtime::V8);
+        assert_eq!(runtime_of(&[entry("/usr/bin/python3.11")]), Runtime::Other);
+    }
+
+    #[test]
+    fn anonymous_frames() {
+        assert!(is_anonymous(&Frame { jit: true, ..Frame::named("long Main.spin(long)") }));
+        assert!(is_anonymous(&Frame { module: Some("[anon]".into()), ..Frame::named("[anon]+0x10") }));
+        assert!(is_anonymous(&Frame::named("[unknown]+0x7f0000001000")));
+        assert!(!is_anonymous(&Frame { module: Some("libc.so.6".into()), ..Frame::named("clone3") }));
+    }
+}

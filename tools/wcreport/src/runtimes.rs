@@ -1,0 +1,174 @@
+//! What a JIT runtime needs for whole, named stacks, told per process from
+//! the stacks themselves (the runtime by the files its frames are in):
+//!
+//! - Node (V8): JavaScript frames left as addresses outside every file
+//!   mean no perf map: `--perf-basic-prof` writes one.
+//! - The JVM: stacks rooted at stacksym's `[stack cut in JIT code...]`
+//!   marker were cut in compiled code without frame pointers:
+//!   `-XX:+PreserveFramePointer` keeps them. Methods left unnamed mean the
+//!   capture got no perf map from the JVM.
+//!
+//! Each line says how much of the process's on-CPU time it concerns (and
+//! of all its time); a share under 1% of either is left out (a few stacks
+//! cut for another reason: deeper than the stack the capture copies).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use wallclock_stream::{Frame, Kind, Stack};
+
+/// Root frame stacksym gives a stack cut in JIT code (stacksym::jit).
+const CUT: &str = "[stack cut in JIT code";
+
+/// One piece of advice for one process.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeAdvice {
+    pub pid: u32,
+    /// `jvm` or `v8`.
+    pub runtime: &'static str,
+    /// The flag that fixes it.
+    pub flag: &'static str,
+    /// The process's time concerned, and all of it (ns).
+    pub ns: u64,
+    pub total_ns: u64,
+    pub text: String,
+}
+
+/// Time of a process: (all, on-CPU).
+#[derive(Default, Clone, Copy)]
+struct Ns(u64, u64);
+
+impl Ns {
+    fn add(&mut self, s: &Stack) {
+        self.0 += s.ns;
+        if s.kind == Kind::On {
+            self.1 += s.ns;
+        }
+    }
+}
+
+#[derive(Default)]
+struct Seen {
+    jvm: bool,
+    v8: bool,
+    total: Ns,
+    /// Stacks cut in JIT code.
+    cut: Ns,
+    /// Stacks with frames in anonymous memory that have no name.
+    unnamed_jit: Ns,
+}
+
+fn base(m: &str) -> &str {
+    m.rsplit('/').next().unwrap_or(m)
+}
+
+fn unnamed_anonymous(f: &Frame) -> bool {
+    !f.kernel && !f.jit && (f.func.starts_with("[unknown]+") || f.func.starts_with("[anon]+"))
+}
+
+/// The advice for the processes among `stacks` that need some.
+pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice> {
+    let mut by_pid: BTreeMap<u32, Seen> = BTreeMap::new();
+    for s in stacks {
+        let e = by_pid.entry(s.pid).or_default();
+        e.total.add(s);
+        for f in &s.frames {
+            match f.module.as_deref().map(base) {
+                Some("libjvm.so") => e.jvm = true,
+                Some(m) if m == "node" || m.starts_with("libnode.so") => e.v8 = true,
+                _ => {}
+            }
+        }
+        if s.frames.first().is_some_and(|f| f.func.starts_with(CUT)) {
+            e.cut.add(s);
+        }
+        if s.frames.iter().any(unnamed_anonymous) {
+            e.unnamed_jit.add(s);
+        }
+    }
+    let mut out = Vec::new();
+    for (pid, e) in by_pid {
+        let pct = |a: u64, b: u64| if b > 0 { a as f64 * 100.0 / b as f64 } else { 0.0 };
+        let total = e.total;
+        let mut add = |runtime, flag, part: Ns, what: &str, fix: &str| {
+            let (on, all) = (pct(part.1, total.1), pct(part.0, total.0));
+            if on < 1.0 && all < 1.0 {
+                return;
+            }
+            let text = format!("pid {pid}: {on:.0}% of its on-CPU time ({all:.0}% of all its time) {what}: {fix}");
+            out.push(RuntimeAdvice { pid, runtime, flag, ns: part.0, total_ns: total.0, text });
+        };
+        if e.v8 {
+            let what = format!("has JavaScript frames without names (node wrote no /tmp/perf-{pid}.map)");
+            add("v8", "--perf-basic-prof", e.unnamed_jit, &what, "start node with --perf-basic-prof");
+        }
+        if e.jvm {
+            let what = "is in stacks cut in JIT code (compiled Java code keeps no frame pointers)";
+            add("jvm", "-XX:+PreserveFramePointer", e.cut, what, "start java with -XX:+PreserveFramePointer for whole stacks");
+            let what = "has Java frames without names (the capture got no perf map from the JVM: see its warnings)";
+            let fix = "start java with -XX:+DumpPerfMapAtExit, or keep it running until the capture ends";
+            add("jvm", "-XX:+DumpPerfMapAtExit", e.unnamed_jit, what, fix);
+        }
+    }
+    out
+}
+
+/// The report's lines, after the unnamed-time section.
+pub fn section(v: &[RuntimeAdvice]) -> String {
+    if v.is_empty() {
+        return String::new();
+    }
+    let mut s = "runtimes (what gives whole, named stacks):\n".to_string();
+    for a in v {
+        s.push_str("  ");
+        s.push_str(&a.text);
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(pid: u32, ns: u64, frames: Vec<Frame>) -> Stack {
+        Stack { ns, count: 1, frames, ..Stack::new(Kind::On, pid, pid, "p") }
+    }
+
+    fn in_module(func: &str, module: &str) -> Frame {
+        Frame { module: Some(module.into()), ..Frame::named(func) }
+    }
+
+    #[test]
+    fn node_without_its_perf_map_is_told_the_flag() {
+        let s = [
+            stack(7, 300, vec![in_module("main", "node"), Frame::named("[unknown]+0x7f0000001000")]),
+            stack(7, 100, vec![in_module("main", "node"), in_module("uv_run", "node")]),
+        ];
+        let a = advice(s.iter());
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].flag, "--perf-basic-prof");
+        assert_eq!((a[0].ns, a[0].total_ns), (300, 400));
+        assert!(a[0].text.contains("75% of its on-CPU time"), "{}", a[0].text);
+    }
+
+    #[test]
+    fn a_jvm_with_cut_stacks_is_told_the_flag_and_named_jit_code_is_not_unnamed() {
+        let cut = Frame::named("[stack cut in JIT code: java -XX:+PreserveFramePointer]");
+        let spin = Frame { jit: true, ..Frame::named("long Main.spin(long)") };
+        let s = [
+            stack(9, 900, vec![cut, spin]),
+            stack(9, 100, vec![in_module("start_thread", "libc.so.6"), in_module("thread_native_entry(Thread*)", "libjvm.so")]),
+        ];
+        let a = advice(s.iter());
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].flag, "-XX:+PreserveFramePointer");
+        assert!(a[0].text.contains("90% of its on-CPU time"), "{}", a[0].text);
+    }
+
+    #[test]
+    fn other_programs_get_no_advice() {
+        let s = [stack(3, 10, vec![in_module("main", "prog"), Frame::named("[unknown]+0x10")])];
+        assert!(advice(s.iter()).is_empty());
+    }
+}
