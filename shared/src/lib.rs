@@ -32,6 +32,7 @@ pub mod fasthash;
 pub mod folded;
 pub mod idmap;
 mod legacy;
+pub mod perfscript;
 pub mod procmaps;
 pub mod reader;
 mod record;
