@@ -56,6 +56,9 @@ UNITS:
   Stream records carry ns. Folded values are --unit: by default us when the
   lines carry kind markers (stackmerge --folded), else samples. perf script
   of a cpu-clock or task-clock event is weighted by period, in ns.
+  Fractional counts are kept (to the thousandth). Two-count lines
+  (difffolded.pl's `stack BEFORE AFTER`) draw a differential graph, as
+  --diff does.
 
 EXAMPLES:
   stackmerge --on on.txt off.txt | flame > wall.svg
