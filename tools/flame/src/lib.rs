@@ -133,7 +133,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
     if let Some(diff) = &cli.diff {
         let mut pb = Profile::read(&diff[..1], false, stream_folded_ns)?;
         let mut pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
-        if pb.is_empty() && pa.is_empty() {
+        if [&pb, &pa].iter().all(|p| p.is_empty() && p.header.is_none() && p.threads.is_empty()) {
             bail!("no stacks in BEFORE or AFTER: nothing to draw");
         }
         // One unit for both: thousandths if either has fractional counts.
@@ -160,7 +160,9 @@ pub fn run(cli: &Cli) -> Result<i32> {
     }
 
     let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
-    if p.is_empty() {
+    // An empty input is refused, as flamegraph.pl and inferno refuse it;
+    // a stream (a capture) with no stacks still draws "no stacks".
+    if p.is_empty() && p.header.is_none() && p.threads.is_empty() {
         bail!("no stacks in the input: nothing to draw");
     }
     let (unit, scale) = resolve_unit(&[&p], explicit_unit)?;
