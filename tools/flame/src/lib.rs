@@ -12,6 +12,7 @@
 //! titles and colours ([`render`]), boxes written at inferno's coordinates
 //! inside its document and script ([`svg`]).
 
+pub mod folded_line;
 pub mod folded_read;
 pub mod input;
 pub mod layout;
