@@ -55,7 +55,8 @@ fn install_runs_the_card_line_and_uninstalls_cleanly() {
 
     // The card's line on a real process (with -d: a test cannot press Ctrl-C).
     let wl = util::build_demo(&dir);
-    let mut target = Command::new(&wl).arg("8").arg(dir.join("scratch.dat")).stdout(Stdio::null()).spawn().unwrap();
+    // Long enough for three captures on a loaded machine; killed after.
+    let mut target = Command::new(&wl).arg("40").arg(dir.join("scratch.dat")).stdout(Stdio::null()).spawn().unwrap();
     let pid = target.id();
     ok(&dir, &path, &format!("oncputime -p {pid} -d 2 > on.txt"));
     ok(&dir, &path, &format!("offcputime -p {pid} -m 1000 -d 2 | stacksym | stackmerge --on on.txt | flame > out.svg"));
