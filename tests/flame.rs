@@ -195,8 +195,15 @@ fn names_are_escaped() {
 /// second value column; `# ` starts a comment) are drawn as they are.
 #[test]
 fn names_inferno_would_misread() {
-    let fr = frames_of(&ok("flame", &[], "main;Interpreter 12 5\n".as_bytes()));
+    // A leaf ending in a number, with its kind marker (as our tools write
+    // it), is a name; without one, `stack BEFORE AFTER` is a two-count
+    // (difffolded) line, drawn as a differential graph as inferno does.
+    let fr = frames_of(&ok("flame", &[], "main;Interpreter 12_[c] 5\n".as_bytes()));
     assert_eq!(find(&fr, "Interpreter 12").w, 5);
+    let svg = ok("flame", &[], "main;Interpreter 12 5\n".as_bytes());
+    let fr = frames_of(&svg);
+    assert_eq!(find(&fr, "Interpreter").w, 5);
+    assert!(find(&fr, "Interpreter").title.contains("before 12"), "{}", find(&fr, "Interpreter").title);
     let rec = r##"{"type":"stack","kind":"on","frames":[{"func":"# not"},{"func":"a comment"}],"ns":2}"##;
     let fr = frames_of(&ok("flame", &[], rec.as_bytes()));
     assert_eq!(find(&fr, "# not").w, 2);
@@ -239,12 +246,18 @@ fn stdin_and_file_argument_agree() {
 
 #[test]
 fn empty_input_says_no_stacks() {
+    // Nothing to draw: refused with a message, as flamegraph.pl and inferno do.
     for input in ["", "\n# only a comment\n"] {
-        let svg = ok("flame", &[], input.as_bytes());
-        let (fr, texts) = parse(&svg);
-        assert!(fr.is_empty());
-        assert!(texts.iter().any(|t| t == "no stacks"), "{texts:?}");
+        let out = run("flame", &[], input.as_bytes());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.trim().lines().count() == 1 && err.contains("no stacks"), "{err}");
     }
+    // A capture with no stacks (a header, no stack record) is a graph that says so.
+    let header = r#"{"type":"header","format":"wallclock","version":"1.3","tool":"offcputime","tool_version":"0","clock":"monotonic"}"#;
+    let svg = ok("flame", &[], format!("{header}\n").as_bytes());
+    let (fr, texts) = parse(&svg);
+    assert!(fr.is_empty());
+    assert!(texts.iter().any(|t| t == "no stacks"), "{texts:?}");
 }
 
 #[test]

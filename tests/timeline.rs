@@ -1,10 +1,13 @@
 //! offcputime --timeline and wcexport --trace: the timeline of the
 //! ground-truth workload (tests/programs/capture/workload.c), written as
 //! Chrome trace-event JSON and read back by an independent reader
-//! (tests/timeline/check_trace.py: Python's json and the format's rules).
+//! (tests/timeline/check_trace.py: Python's json and the format's rules)
+//! and by the DevTools performance panel's trace engine (npm, tests/timeline/engine.rs).
 //! Loads real BPF programs: run as root (skipped, saying so, otherwise).
 
 mod util;
+#[path = "timeline/engine.rs"]
+mod engine;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -123,6 +126,7 @@ fn trace_tiles_each_thread_and_shows_the_sleeps() {
     let (recs, truth) = capture(&d, "3", &[]);
     let sum = trace(&d, &["mixer", "sleeper"]);
     check_tiling(&recs, &sum);
+    engine::check(&d.join("trace.json"), &recs);
     eprintln!("timeline: {}", sum["metadata"]);
 
     // The sleeper's one long_sleep is one sleeping slice: at least what it

@@ -67,6 +67,20 @@ fn demo_profile_agrees_with_ground_truth() {
     for f in ["demo.svg", "demo.folded", "demo.stream", "demo.pb.gz", "demo_thread_analysis.txt"] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
+    // go tool pprof reads the profile: wall per thread as the stream's
+    // on- and off-CPU stacks have it, to the ns, all of it under frames.
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for l in std::fs::read_to_string(dir.join("demo.stream")).unwrap().lines() {
+        let r: Value = serde_json::from_str(l).unwrap();
+        if r["type"] == "stack" && (r["kind"] == "on" || r["kind"] == "off") {
+            *want.entry(r["tid"].to_string()).or_default() += r["ns"].as_u64().unwrap();
+        }
+    }
+    want.retain(|_, v| *v > 0);
+    let pb = dir.join("demo.pb.gz");
+    assert_eq!(util::gopprof::total(&pb, "wall"), want.values().sum::<u64>(), "go tool pprof -top: wall");
+    let tags = util::gopprof::tags(&pb, "wall");
+    assert_eq!(tags["thread_id"], want, "go tool pprof -tags: wall per thread_id");
     assert!(!dir.join("demo_single_thread_analysis.txt").exists(), "6 threads are not single-threaded");
     // Every user frame is named: the vDSO, and the shell that held the
     // target before its exec, included.

@@ -50,7 +50,10 @@ pub fn split_line(line: &str) -> Result<(&str, u64), String> {
         .ok_or_else(|| "expected a folded line 'frame;frame;... VALUE'".to_string())?;
     let value = parse_value(value)
         .ok_or_else(|| format!("expected a number at the end of a folded line, found {value:?}"))?;
-    let stack = stack.trim_end();
+    // Blanks before the value are its separator, except a last frame
+    // that is nothing else (perf's symbol " ", kept as flamegraph.pl does).
+    let trimmed = stack.trim_end();
+    let stack = if trimmed.ends_with(';') && trimmed.len() < stack.len() { &stack[..trimmed.len() + 1] } else { trimmed };
     if stack.is_empty() {
         return Err("folded line has a value but no stack".to_string());
     }

@@ -34,6 +34,7 @@ pub mod folded;
 pub mod idmap;
 mod legacy;
 pub mod names;
+pub mod perfscript;
 pub mod procmaps;
 pub mod reader;
 mod record;

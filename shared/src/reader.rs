@@ -241,24 +241,22 @@ impl<R: BufRead> Reader<R> {
     }
 
     /// The first data line is neither JSON nor folded: is it `perf script`?
-    fn try_perf_script(&mut self, first: &[u8]) -> bool {
+    /// A sample that cannot be collapsed is an error naming its line.
+    fn try_perf_script(&mut self, first: &[u8]) -> Result<bool, ParseError> {
         let text = String::from_utf8_lossy(first);
         if !crate::sniff::is_perf_sample_header(&text) {
-            return false;
+            return Ok(false);
         }
         let mut all = first.to_vec();
-        if self.inner.read_to_end(&mut all).is_err() {
-            return false;
+        if let Err(e) = self.inner.read_to_end(&mut all) {
+            return Err(self.err(format!("read error: {e}")));
         }
-        let mut opts = inferno::collapse::perf::Options::default();
-        opts.annotate_kernel = true;
-        opts.annotate_jit = true;
-        let mut folder = inferno::collapse::perf::Folder::from(opts);
-        let mut out = Vec::new();
-        use inferno::collapse::Collapse;
-        if folder.collapse(&all[..], &mut out).is_err() || out.is_empty() {
-            return false;
-        }
+        let before = self.line_no - 1;
+        let out = crate::perfscript::collapse(&all).map_err(|b| {
+            self.line_no = before + b.line;
+            self.done = true;
+            self.err(b.msg)
+        })?;
         // Collapsed values are summed sample periods: ns for perf's
         // cpu-clock and task-clock events, not the folded default unit.
         self.opts.folded_unit_ns = 1;
@@ -266,7 +264,7 @@ impl<R: BufRead> Reader<R> {
         self.name = format!("{} (perf script, collapsed)", self.name);
         self.line_no = 0;
         self.collapsed = Some(Cursor::new(out));
-        true
+        Ok(true)
     }
 }
 
@@ -423,8 +421,10 @@ impl<R: BufRead> Reader<R> {
             }
             if res.is_err() && !self.seen_data && self.collapsed.is_none() {
                 let first = std::mem::take(&mut self.buf);
-                if self.try_perf_script(&first) {
-                    continue;
+                match self.try_perf_script(&first) {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => return Some(Err(e)),
                 }
             }
             self.seen_data = true;

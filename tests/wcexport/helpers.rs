@@ -54,7 +54,34 @@ pub fn decode(profile: &Path) -> Value {
         .output()
         .expect("run node (Node 20: apt-get install nodejs)");
     assert!(out.status.success(), "decoding {} failed: {}", profile.display(), String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
+    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    go_pprof_agrees(profile, &p);
+    p
+}
+
+/// `go tool pprof` reads the same figures: each sample type's total
+/// (`-top -sample_index=T`) and wall per thread_id and state label
+/// (`-tags`), to the ns of what the tests check against the stream.
+fn go_pprof_agrees(profile: &Path, p: &Value) {
+    let samples = p["sample"].as_array().unwrap();
+    for (i, t) in p["sampleType"].as_array().unwrap().iter().enumerate() {
+        let t = t["type"].as_str().unwrap();
+        let want: i64 = samples.iter().map(|s| s["value"][i].as_i64().unwrap()).sum();
+        assert_eq!(util::gopprof::total(profile, t), want as u64, "go tool pprof -sample_index={t} -top: total of {}", profile.display());
+    }
+    let tags = util::gopprof::tags(profile, "wall");
+    let nonzero = |m: BTreeMap<String, i64>| m.into_iter().filter(|(_, v)| *v != 0).map(|(k, v)| (k, v as u64)).collect::<BTreeMap<_, _>>();
+    let go_tids = tags.get("thread_id").cloned().unwrap_or_default().into_iter().filter(|(_, v)| *v != 0).collect::<BTreeMap<_, _>>();
+    let want_tids = nonzero(wall_by_tid(p).into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    assert_eq!(go_tids, want_tids, "go tool pprof -tags: wall per thread_id of {}", profile.display());
+    let mut states: BTreeMap<String, i64> = BTreeMap::new();
+    for s in samples {
+        if let Some(st) = labels(s).get("state") {
+            *states.entry(st.clone()).or_default() += s["value"][0].as_i64().unwrap();
+        }
+    }
+    let go_states = tags.get("state").cloned().unwrap_or_default().into_iter().filter(|(_, v)| *v != 0).collect::<BTreeMap<_, _>>();
+    assert_eq!(go_states, nonzero(states), "go tool pprof -tags: wall per state of {}", profile.display());
 }
 
 pub fn labels(sample: &Value) -> BTreeMap<String, String> {

@@ -10,7 +10,7 @@ use std::io::BufRead;
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::input::{parse_folded, OTHER};
+use crate::input::{parse_folded, Value, FRACTION_SCALE, OTHER};
 use crate::stack_table::{Pending, StackTable};
 
 const BLOCK: usize = 1 << 20;
@@ -19,10 +19,19 @@ const BLOCK: usize = 1 << 20;
 const BATCH: usize = 64;
 
 /// The stacks read, and whether a kind marker was seen.
-#[derive(Default)]
 pub struct Folded {
     pub table: StackTable,
     pub markers: bool,
+    /// Values in 1/scale units (see [`crate::input::FRACTION_SCALE`]).
+    pub scale: u64,
+    /// BEFORE counts of two-count (difffolded) lines.
+    pub before: std::collections::HashMap<String, u64, crate::input::FastHash>,
+}
+
+impl Default for Folded {
+    fn default() -> Self {
+        Folded { table: StackTable::default(), markers: false, scale: 1, before: Default::default() }
+    }
 }
 
 /// Read the rest of `r`, whose lines before it were `line_no`, into `into`.
@@ -52,8 +61,22 @@ pub fn read(mut r: impl BufRead, name: &str, line_no: usize, into: &mut Folded) 
         };
         let mut batch: Vec<Pending<'_>> = Vec::with_capacity(BATCH);
         for line in text.split('\n') {
-            if let Some(p) = parse_line(line).map_err(|m| anyhow!("{name}: line {next_line}: {m}"))? {
-                into.markers |= p.kind != OTHER;
+            if let Some((stack, value, kind)) = parse_line(line).map_err(|m| anyhow!("{name}: line {next_line}: {m}"))? {
+                into.markers |= kind != OTHER;
+                if value.fractional() && into.scale < FRACTION_SCALE {
+                    // Values so far to thousandths (the batch's first).
+                    into.table.add_batch(&batch);
+                    batch.clear();
+                    into.table.scale(FRACTION_SCALE / into.scale);
+                    for b in into.before.values_mut() {
+                        *b = b.saturating_mul(FRACTION_SCALE / into.scale);
+                    }
+                    into.scale = FRACTION_SCALE;
+                }
+                if let Some(b) = value.before_at(into.scale) {
+                    *into.before.entry(stack.to_string()).or_default() += b;
+                }
+                let p = Pending { stack, kind, value: value.at(into.scale) };
                 if p.value > 0 {
                     batch.push(p);
                 }
@@ -72,13 +95,14 @@ pub fn read(mut r: impl BufRead, name: &str, line_no: usize, into: &mut Folded) 
     }
 }
 
-fn parse_line(line: &str) -> std::result::Result<Option<Pending<'_>>, String> {
+type Parsed<'a> = (std::borrow::Cow<'a, str>, Value, usize);
+
+fn parse_line(line: &str) -> std::result::Result<Option<Parsed<'_>>, String> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
-    let (stack, value, kind) = parse_folded(line)?;
-    Ok(Some(Pending { stack, kind, value }))
+    parse_folded(line).map(Some)
 }
 
 /// Read into `data` up to [`BLOCK`] bytes; true at the end of the input.

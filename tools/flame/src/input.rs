@@ -5,7 +5,6 @@
 //! lines, a key allocated only for a new stack); everything else goes
 //! through the shared [`Reader`].
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Cursor, Read};
 use std::path::PathBuf;
@@ -32,6 +31,7 @@ pub fn kind_index(k: Kind) -> usize {
     }
 }
 
+pub use crate::folded_line::{parse_folded, Value, FRACTION_SCALE};
 pub use wallclock_stream::fasthash::{FastHash, FxHasher};
 
 /// What a thread is called in per-thread output.
@@ -70,6 +70,12 @@ pub struct Profile {
     pub plain: bool,
     /// `perf script` of a cpu-clock/task-clock event: periods are ns.
     pub perf_clock: bool,
+    /// Folded values are in 1/`fraction` units: [`FRACTION_SCALE`] once
+    /// a fractional count was read (0 or 1: whole units).
+    pub fraction: u64,
+    /// Two-count (difffolded) lines: each stack's BEFORE count (its AFTER
+    /// count is its value), in the same units.
+    pub before: HashMap<String, u64, FastHash>,
 }
 
 impl Profile {
@@ -90,6 +96,24 @@ impl Profile {
                 let id = self.new_text(text.clone());
                 self.text_ids.insert(text, id);
                 id
+            }
+        }
+    }
+
+    /// No stack at all was read.
+    pub fn is_empty(&self) -> bool {
+        self.stream.is_empty() && !self.has_folded()
+    }
+
+    /// Folded values to 1/`to` units (to: [`FRACTION_SCALE`] or 1), so
+    /// that two profiles (flame --diff) count alike.
+    pub fn set_fraction(&mut self, to: u64) {
+        if to > self.fraction.max(1) {
+            let by = to / self.fraction.max(1);
+            self.rescale(to);
+            self.folded_lines.scale(by);
+            for b in self.before.values_mut() {
+                *b = b.saturating_mul(by);
             }
         }
     }
@@ -155,7 +179,7 @@ impl Profile {
         for rec in Reader::new(Cursor::new(head).chain(r), name, opts) {
             if let Record::Stack(s) = rec? {
                 if s.count > 0 {
-                    self.folded.entry(stack_text(&s)).or_default()[kind_index(s.kind)] += s.count;
+                    self.folded.entry(stack_text(&s)).or_default()[kind_index(s.kind)] += s.count * self.fraction.max(1);
                 }
             }
         }
@@ -163,10 +187,28 @@ impl Profile {
     }
 
     fn add_folded(&mut self, r: impl BufRead, name: &str, line_no: usize) -> Result<()> {
-        let mut f = crate::folded_read::Folded { table: std::mem::take(&mut self.folded_lines), markers: self.markers };
+        let mut f = crate::folded_read::Folded {
+            table: std::mem::take(&mut self.folded_lines),
+            markers: self.markers,
+            scale: self.fraction.max(1),
+            before: std::mem::take(&mut self.before),
+        };
         let res = crate::folded_read::read(r, name, line_no, &mut f);
-        (self.folded_lines, self.markers) = (f.table, f.markers);
+        if f.scale != self.fraction.max(1) {
+            self.rescale(f.scale);
+        }
+        (self.folded_lines, self.markers, self.before) = (f.table, f.markers, f.before);
         res
+    }
+
+    /// A first fractional count: every folded value so far (the table's
+    /// are already done) to thousandths.
+    fn rescale(&mut self, to: u64) {
+        let by = to / self.fraction.max(1);
+        self.fraction = to;
+        for mix in self.folded.values_mut() {
+            *mix = mix.map(|v| v.saturating_mul(by));
+        }
     }
 
     fn add_folded_line(&mut self, line: &str, name: &str, line_no: usize) -> Result<()> {
@@ -175,6 +217,18 @@ impl Profile {
         if kind != OTHER {
             self.markers = true;
         }
+        if value.fractional() && self.fraction.max(1) < FRACTION_SCALE {
+            self.rescale(FRACTION_SCALE);
+            for b in self.before.values_mut() {
+                *b = b.saturating_mul(FRACTION_SCALE);
+            }
+            self.folded_lines.scale(FRACTION_SCALE);
+        }
+        let scale = self.fraction.max(1);
+        if let Some(b) = value.before_at(scale) {
+            *self.before.entry(stack.to_string()).or_default() += b;
+        }
+        let value = value.at(scale);
         if value > 0 {
             match self.folded.get_mut(stack.as_ref()) {
                 Some(mix) => mix[kind] += value,
@@ -270,60 +324,9 @@ fn with_state_leaf(s: &Stack, mut text: String, last: Option<&Frame>) -> String 
     text
 }
 
-const KIND_MARKERS: [(&str, usize); 3] = [("_[c]", ON), ("_[o]", OFF), ("_[g]", GPU)];
-
-/// One folded line -> (stack without kind marker, value, kind), borrowing
-/// the stack text whenever the marker is a plain suffix.
-pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, u64, usize), String> {
-    let (stack, value) = folded::split_line(line)?;
-    // One scan for `_[c]`, `_[o]`, `_[g]` anywhere (three scans were 8% of flame's run).
-    let b = stack.as_bytes();
-    let mut markers = stack
-        .match_indices('[')
-        .map(|(i, _)| i.wrapping_sub(1))
-        .filter(|&i| i < b.len() && b[i] == b'_' && matches!(b.get(i + 2..i + 4), Some([b'c' | b'o' | b'g', b']'])))
-        .map(|i| (i, ()));
-    match (markers.next(), markers.next()) {
-        (None, _) => return Ok((Cow::Borrowed(stack), value, OTHER)),
-        (Some((i, _)), None) if i + 4 == stack.len() => {
-            let k = KIND_MARKERS.iter().find(|(m, _)| stack.ends_with(m)).map_or(OTHER, |&(_, k)| k);
-            return Ok((Cow::Borrowed(&stack[..i]), value, k));
-        }
-        // A block and its waker (stackmerge --wakers): the block's leaf
-        // holds the marker; the waker's frames after `--` are `_[w]`.
-        (Some((i, _)), None) if stack[i..].starts_with("_[o];--;") => {
-            let mut text = String::with_capacity(stack.len());
-            text.push_str(&stack[..i]);
-            text.push_str(&stack[i + 4..]);
-            return Ok((Cow::Owned(text), value, OFF));
-        }
-        _ => {}
-    }
-    // A marker elsewhere (`leaf_[o]_[k]`, or not on the leaf): the shared parser decides.
-    let s = folded::parse_line(line, 1)?;
-    let text: Vec<String> = s.frames.iter().map(folded::frame_text).collect();
-    Ok((Cow::Owned(text.join(";")), value, kind_index(s.kind)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn markers_stripped_and_borrowed() {
-        let (s, v, k) = parse_folded("a;b;[sleep]_[o] 12").unwrap();
-        assert_eq!((s.as_ref(), v, k), ("a;b;[sleep]", 12, OFF));
-        assert!(matches!(s, Cow::Borrowed(_)));
-        let (s, _, k) = parse_folded("a;write_[o]_[k] 3").unwrap();
-        assert_eq!((s.as_ref(), k), ("a;write_[k]", OFF));
-        let (s, _, k) = parse_folded("a;b_[k] 3").unwrap();
-        assert_eq!((s.as_ref(), k), ("a;b_[k]", OTHER));
-        assert!(parse_folded("a;b").is_err());
-        assert!(parse_folded("a;b x").is_err());
-        // stackmerge --wakers: the block's marker before `--`, the waker after.
-        let (s, _, k) = parse_folded("a;read;[sleep]_[o];--;write_[w];main_[w];w (9)_[w] 5").unwrap();
-        assert_eq!((s.as_ref(), k), ("a;read;[sleep];--;write_[w];main_[w];w (9)_[w]", OFF));
-    }
 
     #[test]
     fn raw_addresses_and_state_leaf() {

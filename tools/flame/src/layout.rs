@@ -38,17 +38,20 @@ pub struct FrameBox<'a> {
 /// all stacks under one frame are adjacent and the frame is drawn once.
 /// Plain string order would split `a;b;c` from `a;b` by `a;b-x`.
 pub fn sort_entries(entries: &mut [Entry<'_>]) {
-    fn key(b: u8) -> u8 {
+    // `;` first, every other byte after it and apart (a NUL byte mapped
+    // to `;`'s key made two different stacks equal: no total order, and
+    // the sort panicked on a fuzzed input).
+    fn key(b: u8) -> u16 {
         if b == b';' {
             0
         } else {
-            b
+            u16::from(b) + 1
         }
     }
     entries.sort_unstable_by(|a, b| cmp_frames(a.stack, b.stack, key));
 }
 
-fn cmp_frames(a: &str, b: &str, key: fn(u8) -> u8) -> Ordering {
+fn cmp_frames(a: &str, b: &str, key: fn(u8) -> u16) -> Ordering {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let i = common_prefix(a, b);
     match (a.get(i), b.get(i)) {

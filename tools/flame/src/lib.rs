@@ -12,6 +12,7 @@
 //! titles and colours ([`render`]), boxes written at inferno's coordinates
 //! inside its document and script ([`svg`]).
 
+pub mod folded_line;
 pub mod folded_read;
 pub mod input;
 pub mod layout;
@@ -58,6 +59,9 @@ UNITS:
   Stream records carry ns. Folded values are --unit: by default us when the
   lines carry kind markers (stackmerge --folded), else samples. perf script
   of a cpu-clock or task-clock event is weighted by period, in ns.
+  Fractional counts are kept (to the thousandth). Two-count lines
+  (difffolded.pl's `stack BEFORE AFTER`) draw a differential graph, as
+  --diff does.
 
 EXAMPLES:
   stackmerge --on on.txt off.txt | flame > wall.svg
@@ -136,8 +140,15 @@ pub fn run(cli: &Cli) -> Result<i32> {
     });
     let stream_folded_ns = explicit_unit.flatten().unwrap_or(1_000);
     if let Some(diff) = &cli.diff {
-        let pb = Profile::read(&diff[..1], false, stream_folded_ns)?;
-        let pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
+        let mut pb = Profile::read(&diff[..1], false, stream_folded_ns)?;
+        let mut pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
+        if [&pb, &pa].iter().all(|p| p.is_empty() && p.header.is_none() && p.threads.is_empty()) {
+            bail!("no stacks in BEFORE or AFTER: nothing to draw");
+        }
+        // One unit for both: thousandths if either has fractional counts.
+        let f = pb.fraction.max(pa.fraction).max(1);
+        pb.set_fraction(f);
+        pa.set_fraction(f);
         let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
         let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
         let (fa, fb) = (flatten(&pa, scale, false, false), flatten(&pb, scale, false, false));
@@ -158,15 +169,23 @@ pub fn run(cli: &Cli) -> Result<i32> {
     }
 
     let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
+    // An empty input is refused, as flamegraph.pl and inferno refuse it;
+    // a stream (a capture) with no stacks still draws "no stacks".
+    if p.is_empty() && p.header.is_none() && p.threads.is_empty() {
+        bail!("no stacks in the input: nothing to draw");
+    }
     let (unit, scale) = resolve_unit(&[&p], explicit_unit)?;
     let mut opts = render_options(cli, unit, &p);
+    // Two-count (difffolded) lines: a differential graph, as inferno draws them.
+    opts.diff = !p.before.is_empty();
     if !cli.per_thread {
         let by_command = cli.roots.by_command(p.processes.len());
         opts.root = title::root_label(&p, by_command);
         // One process: it is the root box; several: one root each below it
         // (one per command name when grouped).
         let stacks = flatten(&p, scale, p.processes.len() > 1, by_command);
-        let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: 0 }).collect();
+        let before = |s: &str| p.before.get(s).map_or(0, |b| b.saturating_mul(scale));
+        let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: before(stack) }).collect();
         write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
         // The process ends here: freeing every stack's text one at a time
         // was 4% of its run on a stream of 200k stacks.
@@ -209,10 +228,14 @@ fn resolve_unit(ps: &[&Profile], explicit: Option<Option<u64>>) -> Result<(Value
         None if perf_clock_only => Some(1),
         None => None,
     };
+    // Fractional counts: folded values are thousandths of their unit.
+    let milli = ps.iter().any(|p| p.fraction > 1);
+    let per = |ns: u64| if milli { (ns / input::FRACTION_SCALE).max(1) } else { ns };
     match (any_stream, any_folded, folded_unit) {
         (true, true, None) => bail!("stream input (ns) mixed with folded samples: give the folded unit with --unit"),
-        (true, _, ns) => Ok((ValueUnit::Time(1), ns.unwrap_or(1))),
-        (false, _, Some(ns)) => Ok((ValueUnit::Time(ns), 1)),
+        (true, _, ns) => Ok((ValueUnit::Time(1), per(ns.unwrap_or(1)))),
+        (false, _, Some(ns)) => Ok((ValueUnit::Time(per(ns)), 1)),
+        (false, _, None) if milli => Ok((ValueUnit::SampleMillis, 1)),
         (false, _, None) => Ok((ValueUnit::Samples, 1)),
     }
 }

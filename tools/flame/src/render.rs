@@ -34,6 +34,8 @@ pub enum ValueUnit {
     Time(u64),
     /// Values are counts (samples).
     Samples,
+    /// Values are thousandths of samples (fractional counts in the input).
+    SampleMillis,
 }
 
 impl ValueUnit {
@@ -42,6 +44,12 @@ impl ValueUnit {
             ValueUnit::Time(ns) => human_ns(v.saturating_mul(ns)),
             ValueUnit::Samples if v == 1 => "1 sample".to_string(),
             ValueUnit::Samples => format!("{} samples", thousands(v)),
+            ValueUnit::SampleMillis => {
+                let frac = format!("{:03}", v % 1000);
+                let frac = frac.trim_end_matches('0');
+                let dot = if frac.is_empty() { "" } else { "." };
+                format!("{}{dot}{frac} samples", thousands(v / 1000))
+            }
         }
     }
 }
@@ -290,6 +298,8 @@ mod tests {
     fn human_units_and_escape() {
         assert_eq!(ValueUnit::Time(1_000).text(12_300), "12.3 ms");
         assert_eq!(ValueUnit::Samples.text(1_234_567), "1,234,567 samples");
+        assert_eq!(ValueUnit::SampleMillis.text(2_567), "2.567 samples");
+        assert_eq!(ValueUnit::SampleMillis.text(31_000), "31 samples");
         let mut v = String::new();
         svg::escape_into(&mut v, "a<b>&\"c'");
         assert_eq!(v, "a&lt;b&gt;&amp;&quot;c&apos;");

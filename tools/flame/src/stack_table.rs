@@ -117,6 +117,20 @@ impl StackTable {
         self.slots = slots;
     }
 
+    /// Multiply every value by `f` (fractional input seen: values from
+    /// here on are in 1/f units).
+    pub fn scale(&mut self, f: u64) {
+        let mut off = 0;
+        while off < self.arena.len() {
+            for k in 0..4 {
+                let at = off + 8 + 8 * k;
+                let v = u64::from_le_bytes(self.arena[at..at + 8].try_into().unwrap());
+                self.arena[at..at + 8].copy_from_slice(&v.saturating_mul(f).to_le_bytes());
+            }
+            off += HEAD + self.key_at(off).len();
+        }
+    }
+
     /// Every stack and its values, in the order first seen.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Mix)> + '_ {
         let mut off = 0;

@@ -67,7 +67,7 @@ pub struct Cli {
     /// On-CPU sampling frequency passed to oncputime.
     #[arg(short = 'F', long, default_value_t = 99, value_name = "HZ")]
     pub freq: u64,
-    /// The CUPTI injection library (default: libcupti_inject.so beside gputrace).
+    /// The CUPTI injection library (default: libcupti_inject.so beside gputrace, else in ../lib/wallclock/).
     #[arg(long, value_name = "PATH")]
     pub inject: Option<PathBuf>,
     /// libcupti to load (sets WALLCLOCK_CUPTI_PATH for the program).
@@ -88,9 +88,14 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// A companion file: beside this binary (the build tree), else in
+/// `../lib/wallclock/` from it (where scripts/install puts it).
 fn beside_me(name: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.join(name))
+    let dir = exe.parent()?;
+    let installed = dir.parent()?.join("lib/wallclock").join(name);
+    let beside = dir.join(name);
+    Some(if !beside.exists() && installed.exists() { installed } else { beside })
 }
 
 /// Runs the program; returns its exit code (128 + signal when killed).

@@ -235,6 +235,13 @@ impl<'a> Converter<'a> {
                 ids.push(self.profile.location(m, a, Vec::new(), false));
             }
             ids.reverse();
+            if ids.is_empty() {
+                // Time with no frame and no address still needs a
+                // location: pprof's views (top, tags, flame) leave out a
+                // sample without one, and its time with it.
+                let f = self.profile.function("[no frames]", "");
+                ids.push(self.profile.location(0, 0, vec![(f, 0)], false));
+            }
             return ids;
         }
         let groups = group(&s.frames);
