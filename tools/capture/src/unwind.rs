@@ -167,8 +167,10 @@ struct Proc {
     cache: CacheX86_64,
 }
 
-/// Words above sp the scan for a leaf's caller looks through.
-const SCAN_WORDS: usize = 1024;
+/// Words above sp the scan for a leaf's caller looks through: the whole
+/// copy. OpenBLAS's dgemm_kernel_HASWELL aligns rsp down to a page and
+/// keeps a buffer there: its return address lies over 8K above sp.
+const SCAN_WORDS: usize = crate::event::USTACK_MAX / 8;
 
 impl Proc {
     /// The .text holding `a`, and `a`'s offset in it.
@@ -246,7 +248,7 @@ fn parse_maps(pid: u32) -> Vec<MapEntry> {
 
 /// Frames from `addr` with `regs` (leaf first), and whether the walk
 /// reached the stack's start (see `Unwind::unwind_known`).
-fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, mut regs: UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
+fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
     let read = |a: u64| -> Result<u64, ()> {
         let off = a.checked_sub(sp).ok_or(())? as usize;
         let b = stack.get(off..off + 8).ok_or(())?;
@@ -280,7 +282,7 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, mu
                 regs.set_sp(s.sp);
                 Ok(Some(s.ret))
             }
-            None => p.unwinder.unwind_frame(addr, &mut regs, &mut p.cache, &mut { read }),
+            None => p.unwinder.unwind_frame(addr, regs, &mut p.cache, &mut { read }),
         };
         match ret {
             Ok(Some(r)) => match FrameAddress::from_return_address(r) {
@@ -450,7 +452,7 @@ impl Unwind {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let tr = &mut self.trampolines;
         let first = FrameAddress::from_instruction_pointer(ip);
-        let (mut out, whole) = walk(p, tr, pid, first, UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
+        let (mut out, whole) = walk(p, tr, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
         // A leaf in a file whose table does not cover it (hand-written
         // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
         // thread) gets a guessed rule that reads a data word as its
@@ -458,12 +460,16 @@ impl Unwind {
         // does, above sp: a word that returns just past a call
         // instruction, taken only when the walk from it reaches the
         // stack's start (stale return addresses of earlier calls lie in
-        // the leaf's frame too).
+        // the leaf's frame too) through code in files.
         if (!whole || out.len() == 1) && p.code_at(ip).is_some() {
             for (slot, r) in p.scan(sp, stack) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
-                let (callers, w) = walk(p, tr, pid, next, UnwindRegsX86_64::new(r, slot + 8, bp), sp, stack);
-                if w {
+                let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
+                let (callers, w) = walk(p, tr, pid, next, &mut regs, sp, stack);
+                // Whole, and through files only: a stale word can lead
+                // into anonymous memory, where a zero frame pointer ends
+                // any walk.
+                if w && callers.iter().all(|&a| p.maps.iter().any(|m| a >= m.start && a < m.end)) {
                     out = callers;
                     out.insert(0, ip);
                     out.reverse();
