@@ -54,7 +54,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);
+	__uint(max_entries, 16 << 20); /* 256 events of a 64K stack copy */
 } events SEC(".maps");
 
 struct {
@@ -270,7 +270,7 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
 
 /* Fill and submit a stack event for `current` (skipping `kskip` kernel
  * frames: the BPF dispatch above __schedule in a tracepoint): kernel stack, user
- * registers and a copy of the user stack (16K, falling back to smaller
+ * registers and a copy of the user stack (32K, falling back to smaller
  * copies because one unmapped byte fails the whole read). */
 static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
 				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
@@ -300,23 +300,30 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e->ip = BPF_CORE_READ(regs, ip);
 		e->sp = sp;
 		e->bp = BPF_CORE_READ(regs, bp);
-		/* 16K, or all that is left up to the end of the stack's
-		 * mapping (page-aligned): a thread within 16K of its stack's
+		/* 32K, or all that is left up to the end of the stack's
+		 * mapping (page-aligned): a thread within 32K of its stack's
 		 * top (a shallow one, or its outermost frames) keeps every
 		 * frame. Halving instead lost up to half of it: the unwind
 		 * stopped short of clone3 in 6% of a Python thread's samples. */
-		if (!bpf_probe_read_user(e->ustack, 16384, (void *)sp)) {
-			e->ustack_bytes = 16384;
+		if (!bpf_probe_read_user(e->ustack, WC_USTACK_MAX, (void *)sp)) {
+			e->ustack_bytes = WC_USTACK_MAX;
 		} else {
+			/* Page by page: a page the thread never touched (inside a
+			 * large frame: OpenBLAS's 12K dgemm_thread_nn) is not
+			 * present and fails the whole read, and so does the end
+			 * of the stack's mapping. A failed page reads as zeros
+			 * (the helper clears it) and the copy goes on: the words
+			 * an unwinder reads (return addresses, saved registers)
+			 * were written, so their pages are present. */
 			__u32 head = 4096 - (sp & 4095);
-			for (int k = 3; k >= 0; k--) {
-				__u32 n = head + k * 4096;
-				if (n > 16384)
-					continue;
-				if (!bpf_probe_read_user(e->ustack, n, (void *)sp)) {
-					e->ustack_bytes = n;
+			__u32 off = 0, len = head;
+			for (int k = 0; k < WC_USTACK_MAX / 4096; k++) {
+				if (off > WC_USTACK_MAX - 4096 || len > 4096)
 					break;
-				}
+				if (!bpf_probe_read_user(e->ustack + off, len, (void *)(sp + off)))
+					e->ustack_bytes = off + len;
+				off += len;
+				len = 4096;
 			}
 			if (!e->ustack_bytes)
 				stat_add(WC_STAT_USTACK_FAULTS, 1);

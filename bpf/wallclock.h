@@ -6,7 +6,11 @@
 
 #define WC_COMM_LEN 16
 #define WC_KSTACK_MAX 127
-#define WC_USTACK_MAX 16384
+/* User stack copied per stack event, from sp. 64K: OpenBLAS's
+ * dgemm_thread_nn and inner_thread have 12K frames each, and with numpy's
+ * and a Python thread's frames under them a 16K copy ended short of the
+ * interpreter in most of a matmul thread's samples (README, "Runtimes"). */
+#define WC_USTACK_MAX 65536
 #define WC_NSTATES 5
 #define WC_PY_MAX 64 /* Python frames read per stack (python.bpf.h) */
 #define WC_PY_SCAN 64 /* thread states looked through for a new thread */

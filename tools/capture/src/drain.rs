@@ -1,6 +1,6 @@
 //! The ring buffer of new stacks, drained by a thread of its own whose
 //! callback only copies each event out (the part of the user stack that
-//! was read, not the whole 16K slot). The buffer then empties as fast as
+//! was read, not the whole 32K slot). The buffer then empties as fast as
 //! memory is copied, while the unwinding, slower, runs on the main thread
 //! from the queue: a burst of first stacks (thousands of threads waking at
 //! once, or arriving while the threads blocked at the start are read from

@@ -85,10 +85,11 @@ pub fn syscall_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
     Some((hex(f[7])?, hex(f[8])?))
 }
 
-/// Up to 16K of a thread's user stack from `sp`, shrinking on failure.
+/// Up to 32K (as the BPF side copies) of a thread's user stack from
+/// `sp`, shrinking on failure.
 pub fn read_stack(pid: u32, sp: u64) -> Vec<u8> {
     let Ok(mut f) = fs::File::open(format!("/proc/{pid}/mem")) else { return Vec::new() };
-    for len in [16384usize, 8192, 4096, 2048, 512] {
+    for len in [crate::event::USTACK_MAX, 16384, 8192, 4096, 2048, 512] {
         let mut buf = vec![0u8; len];
         if f.seek(SeekFrom::Start(sp)).is_ok() && f.read_exact(&mut buf).is_ok() {
             return buf;

@@ -26,6 +26,11 @@ use crate::python::trampoline::Trampolines;
 const MIN_CODE_ADDR: u64 = 0x10000;
 const MAX_FRAMES: usize = 256;
 
+/// Bytes of an entry point that count as its function: `_start` calls
+/// the loader's or libc's first function within its first few
+/// instructions.
+const ENTRY_LEN: u64 = 64;
+
 /// The root of a stack whose unwind stopped short of the stack's start
 /// (see [`TRUNCATED`]): an address in no mapping, named in the Maps record.
 pub const TRUNCATED_ADDR: u64 = wallclock_stream::NAMED_ADDR_BASE | 0x10;
@@ -41,7 +46,8 @@ struct FileInfo {
     /// (p_offset, p_vaddr, p_filesz) of each PT_LOAD segment.
     segments: Vec<(u64, u64, u64)>,
     sections: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
-    /// (start, end) SVMAs of the functions a stack starts in (Go's).
+    /// (start, end) SVMAs of the functions a stack starts in (Go's, and
+    /// the entry point).
     roots: Vec<(u64, u64)>,
 }
 
@@ -107,7 +113,13 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
         debug_frame,
         ..Default::default()
     });
-    let roots = if obj.section_by_name(".gopclntab").is_some() { go_roots(&obj) } else { Vec::new() };
+    let mut roots = if obj.section_by_name(".gopclntab").is_some() { go_roots(&obj) } else { Vec::new() };
+    // The entry point (`_start`) begins the main thread's stack. Needed
+    // for the loader's: its `_start` has no unwind rule and no symbol,
+    // and a sample in the loader at startup would otherwise be cut short.
+    if obj.entry() != 0 {
+        roots.push((obj.entry(), obj.entry() + ENTRY_LEN));
+    }
     Some(FileInfo { build_id, len: data.len(), segments, sections, roots })
 }
 
@@ -149,13 +161,43 @@ struct Proc {
     maps: Vec<MapEntry>,
     /// AVMA ranges of the functions a stack begins in (`go_roots`).
     roots: Vec<(u64, u64)>,
+    /// Each file's .text: its first AVMA and bytes (the scan's check).
+    code: Vec<(u64, Arc<[u8]>)>,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
 }
 
+/// Words above sp the scan for a leaf's caller looks through: the whole
+/// copy. OpenBLAS's dgemm_kernel_HASWELL aligns rsp down to a page and
+/// keeps a buffer there: its return address lies over 8K above sp.
+const SCAN_WORDS: usize = crate::event::USTACK_MAX / 8;
+
 impl Proc {
+    /// The .text holding `a`, and `a`'s offset in it.
+    fn code_at(&self, a: u64) -> Option<(&[u8], usize)> {
+        self.code.iter().find_map(|(s, t)| (a >= *s && a - s < t.len() as u64).then(|| (&t[..], (a - s) as usize)))
+    }
+
+    /// Whether `r` returns just past a call: `call rel32`, or `call` through
+    /// a register or memory (opcode 0xff, /2), with or without a prefix.
+    fn after_call(&self, r: u64) -> bool {
+        let Some((t, i)) = self.code_at(r) else { return false };
+        let at = |back: usize| i.checked_sub(back).map(|j| t[j]);
+        if at(5) == Some(0xe8) {
+            return true;
+        }
+        [2, 3, 6, 7].iter().any(|&n| at(n) == Some(0xff) && at(n - 1).is_some_and(|m| (m >> 3) & 7 == 2))
+    }
+
+    /// The words above `sp` (within [`SCAN_WORDS`]) that return just
+    /// past a call: slot and value, nearest first.
+    fn scan(&self, sp: u64, stack: &[u8]) -> Vec<(u64, u64)> {
+        let words = stack.chunks_exact(8).take(SCAN_WORDS).map(|w| u64::from_le_bytes(w.try_into().unwrap()));
+        words.enumerate().filter(|&(_, r)| self.after_call(r)).map(|(k, r)| (sp + 8 * k as u64, r)).collect()
+    }
+
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, maps: Vec::new(), roots: Vec::new(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, maps: Vec::new(), roots: Vec::new(), code: Vec::new(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -202,6 +244,55 @@ fn parse_maps(pid: u32) -> Vec<MapEntry> {
             e
         })
         .collect()
+}
+
+/// Frames from `addr` with `regs` (leaf first), and whether the walk
+/// reached the stack's start (see `Unwind::unwind_known`).
+fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
+    let read = |a: u64| -> Result<u64, ()> {
+        let off = a.checked_sub(sp).ok_or(())? as usize;
+        let b = stack.get(off..off + 8).ok_or(())?;
+        Ok(u64::from_le_bytes(b.try_into().unwrap()))
+    };
+    let mut out = Vec::new();
+    loop {
+        let a = addr.address();
+        // Below vm.mmap_min_addr no code can be mapped: not a return
+        // address but a data word read as one (argc, when _start had no
+        // rule: now it ends the stack as the entry point).
+        if a < MIN_CODE_ADDR {
+            return (out, false);
+        }
+        out.push(a);
+        if out.len() >= MAX_FRAMES {
+            return (out, false);
+        }
+        let lookup = addr.address_for_lookup();
+        if p.roots.iter().any(|&(s, e)| lookup >= s && lookup < e) {
+            return (out, true);
+        }
+        // Code outside every file mapping may be a CPython trampoline;
+        // other such code (a JIT's) is walked by its frame pointers,
+        // framehop's rule for an address in no module.
+        let anon = !p.maps.iter().any(|m| a >= m.start && a < m.end);
+        let leaf = !addr.is_return_address();
+        let step = anon.then(|| tr.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
+        let ret = match step {
+            Some(s) => {
+                regs.set_sp(s.sp);
+                Ok(Some(s.ret))
+            }
+            None => p.unwinder.unwind_frame(addr, regs, &mut p.cache, &mut { read }),
+        };
+        match ret {
+            Ok(Some(r)) => match FrameAddress::from_return_address(r) {
+                Some(next) => addr = next,
+                None => return (out, true),
+            },
+            Ok(None) => return (out, true),
+            Err(_) => return (out, false),
+        }
+    }
 }
 
 impl Unwind {
@@ -275,6 +366,12 @@ impl Unwind {
                 if let Some(base_avma) = crate::elf::load_bias(&fi.segments, m.start, m.offset) {
                     let root = fi.roots.iter().map(|&(a, b)| (a.wrapping_add(base_avma), b.wrapping_add(base_avma)));
                     proc.roots.extend(root.filter(|&(a, _)| a >= m.start && a < m.end));
+                    if let Some((Some(t), Some(svma))) = fi.sections.as_ref().map(|s| (s.text.clone(), s.text_svma.clone())) {
+                        let start = svma.start.wrapping_add(base_avma);
+                        if start >= m.start && start < m.end {
+                            proc.code.push((start, t));
+                        }
+                    }
                     if let Some(sec) = fi.sections.clone() {
                         proc.unwinder.add_module(Module::new(m.path.clone(), m.start..m.end, base_avma, sec));
                     }
@@ -348,68 +445,37 @@ impl Unwind {
 
     /// The stack root first, and whether it is whole: it ended where a
     /// stack ends (an unwind table's end, `clone3` and `_start` say so; a
-    /// zero frame pointer or return address; a Go root function), not at a
-    /// frame it could not step past (the copy of the stack ran out, no
-    /// rule, an address in no mapping).
+    /// zero frame pointer or return address; a Go root function, an entry
+    /// point), not at a frame it could not step past (the copy of the
+    /// stack ran out, no rule, an address in no mapping).
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
-        let read = |addr: u64| -> Result<u64, ()> {
-            let off = addr.checked_sub(sp).ok_or(())? as usize;
-            let b = stack.get(off..off + 8).ok_or(())?;
-            Ok(u64::from_le_bytes(b.try_into().unwrap()))
-        };
-        let mut out = Vec::new();
-        let mut whole = false;
-        let mut regs = UnwindRegsX86_64::new(ip, sp, bp);
-        let mut addr = FrameAddress::from_instruction_pointer(ip);
-        loop {
-            let a = addr.address();
-            // Below vm.mmap_min_addr no code can be mapped: not a return
-            // address but the end of the stack (a thread stopped in _start
-            // has argc where a caller's address would be).
-            if a < MIN_CODE_ADDR {
-                whole = true;
-                break;
-            }
-            out.push(a);
-            if out.len() >= MAX_FRAMES {
-                break;
-            }
-            let lookup = addr.address_for_lookup();
-            if p.roots.iter().any(|&(s, e)| lookup >= s && lookup < e) {
-                whole = true;
-                break;
-            }
-            // Code outside every file mapping may be a CPython trampoline;
-            // other such code (a JIT's) is walked by its frame pointers,
-            // framehop's rule for an address in no module.
-            let anon = !p.maps.iter().any(|m| a >= m.start && a < m.end);
-            let leaf = !addr.is_return_address();
-            let step = anon.then(|| self.trampolines.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
-            let ret = match step {
-                Some(s) => {
-                    regs.set_sp(s.sp);
-                    Ok(Some(s.ret))
+        let tr = &mut self.trampolines;
+        let first = FrameAddress::from_instruction_pointer(ip);
+        let (mut out, whole) = walk(p, tr, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
+        // A leaf in a file whose table does not cover it (hand-written
+        // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
+        // thread) gets a guessed rule that reads a data word as its
+        // caller. Its caller is then looked for as Breakpad's stack walker
+        // does, above sp: a word that returns just past a call
+        // instruction, taken only when the walk from it reaches the
+        // stack's start (stale return addresses of earlier calls lie in
+        // the leaf's frame too) through code in files.
+        if (!whole || out.len() == 1) && p.code_at(ip).is_some() {
+            for (slot, r) in p.scan(sp, stack) {
+                let Some(next) = FrameAddress::from_return_address(r) else { continue };
+                let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
+                let (callers, w) = walk(p, tr, pid, next, &mut regs, sp, stack);
+                // Whole, and through files only: a stale word can lead
+                // into anonymous memory, where a zero frame pointer ends
+                // any walk.
+                if w && callers.iter().all(|&a| p.maps.iter().any(|m| a >= m.start && a < m.end)) {
+                    out = callers;
+                    out.insert(0, ip);
+                    out.reverse();
+                    return (out, true);
                 }
-                None => p.unwinder.unwind_frame(addr, &mut regs, &mut p.cache, &mut { read }),
-            };
-            match ret {
-                Ok(Some(r)) => match FrameAddress::from_return_address(r) {
-                    Some(next) => addr = next,
-                    None => {
-                        whole = true;
-                        break;
-                    }
-                },
-                Ok(None) => {
-                    whole = true;
-                    break;
-                }
-                Err(_) => break,
             }
-        }
-        if out.is_empty() {
-            out.push(ip);
         }
         out.reverse();
         (out, whole)
