@@ -37,6 +37,7 @@ pub(crate) fn init() {
     let _ = writeln!(w, "V {version} {clock}");
     let state = State {
         cupti,
+        version,
         pid: std::process::id(),
         clock_offset,
         stacks,
@@ -142,7 +143,8 @@ fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String>
         let r = unsafe { (cupti.activity_enable)(kind) };
         if r != CUPTI_SUCCESS {
             if kind == KIND_CONCURRENT_KERNEL {
-                return Err(format!("cannot enable CUPTI kernel activity: {}", cupti.error(r)));
+                let why = if r == CUPTI_ERROR_NOT_INITIALIZED { " (no NVIDIA driver or GPU usable here)" } else { "" };
+                return Err(format!("cannot enable CUPTI kernel activity: {}{why}", cupti.error(r)));
             }
             notes.push(format!("cannot enable {name} activity: {}", cupti.error(r)));
         }

@@ -54,6 +54,8 @@ use out::Out;
 /// a successful [`init`](init::init).
 struct State {
     cupti: Cupti,
+    /// CUPTI's API version: which record versions it delivers.
+    version: u32,
     pid: u32,
     /// Subtracted from CUPTI timestamps (0 with the timestamp callback).
     clock_offset: i64,

@@ -24,11 +24,13 @@ pub(crate) fn open() -> Option<File> {
     std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
 }
 
-/// Why CUPTI is unusable: a `W` line for gputrace, the same on stderr.
+/// Why CUPTI is unusable: a `W` line, which gputrace prints once as its
+/// own warning (the program's stderr stays the program's); on stderr
+/// only when the line cannot be written.
 pub(crate) fn give_up(w: &mut BufWriter<File>, msg: &str) {
-    let _ = writeln!(w, "W {msg}");
-    let _ = w.flush();
-    warn(msg);
+    if writeln!(w, "W {msg}").and_then(|_| w.flush()).is_err() {
+        warn(msg);
+    }
 }
 
 impl Out {

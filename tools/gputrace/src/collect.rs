@@ -18,8 +18,10 @@ pub struct Collected {
     pub records: Vec<Record>,
     /// Totals and losses, for the Stats trailer (`gpu_*` names).
     pub counts: BTreeMap<String, u64>,
-    /// The injection library's warnings and notes, deduplicated.
+    /// The injection library's notes, deduplicated.
     pub notes: Vec<String>,
+    /// Why CUPTI was unusable (`W` lines), deduplicated.
+    pub warnings: Vec<String>,
     /// CUPTI's last clock-end mark seen (`X` line), ns.
     pub end_ns: Option<u64>,
     /// Each activity with its times: `slice_stack` and `slice` records
@@ -127,7 +129,9 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                 true
             }
             "W" => {
-                note(c, rest);
+                if !c.warnings.iter().any(|n| n == rest) {
+                    c.warnings.push(rest.to_string());
+                }
                 add(&mut c.counts, "gpu_cupti_unavailable", 1);
                 true
             }

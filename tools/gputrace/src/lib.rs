@@ -169,9 +169,7 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     }
     files.sort();
     let c = if gpu { collect::collect(&files) } else { collect::Collected::default() };
-    for n in c.notes.iter().filter(|n| !n.starts_with("no usable libcupti") && !n.starts_with("libcupti not found")) {
-        eprintln!("gputrace: note: {n}");
-    }
+    report_notes(&c);
 
     let mut header = Header::new("gputrace", env!("CARGO_PKG_VERSION"));
     header.pids = vec![pid];
@@ -203,6 +201,17 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     w.write(&Record::Stats(Stats { end_ns: Some(end_ns), counts }))?;
     w.flush()?;
     Ok(code)
+}
+
+/// The injection library's notes, and once, in one line, why no GPU
+/// activity was recorded when CUPTI was unusable.
+fn report_notes(c: &collect::Collected) {
+    for n in &c.notes {
+        eprintln!("gputrace: note: {n}");
+    }
+    if let Some(w) = c.warnings.first() {
+        eprintln!("gputrace: warning: no GPU activity recorded: {w}; the program ran unprofiled");
+    }
 }
 
 struct OnCpu {
