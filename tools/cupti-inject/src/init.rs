@@ -20,10 +20,23 @@ pub(crate) fn init() {
         warn("WALLCLOCK_GPUTRACE_DIR is not set or not writable (run the program under gputrace)");
         return;
     };
+    if start(file).is_some() {
+        // SAFETY: `finish` is an extern "C" fn without arguments.
+        unsafe { libc::atexit(out::finish) };
+        start_flusher();
+    }
+}
+
+/// Loads CUPTI, enables activity and the API callbacks, writes the `V`
+/// line and the notes to `file`; the state, or None after a `W` line.
+pub(crate) fn start(file: std::fs::File) -> Option<&'static State> {
     let mut w = BufWriter::with_capacity(1 << 16, file);
     let (cupti, version) = match load_cupti() {
         Ok(x) => x,
-        Err(msg) => return give_up(&mut w, &msg),
+        Err(msg) => {
+            give_up(&mut w, &msg);
+            return None;
+        }
     };
     let mut notes = Vec::new();
     if version > MAX_KNOWN_VERSION {
@@ -31,7 +44,8 @@ pub(crate) fn init() {
     }
     let (clock, clock_offset) = choose_clock(&cupti);
     if let Err(msg) = enable_activity(&cupti, &mut notes) {
-        return give_up(&mut w, &msg);
+        give_up(&mut w, &msg);
+        return None;
     }
     let stacks = std::env::var("WALLCLOCK_GPU_STACKS").map(|v| v != "0").unwrap_or(true);
     let _ = writeln!(w, "V {version} {clock}");
@@ -43,6 +57,7 @@ pub(crate) fn init() {
         stacks,
         out: Mutex::new(Out::new(w)),
         done: AtomicBool::new(false),
+        subscriber: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
     };
     let st = STATE.get_or_init(|| state);
     subscribe(st, &mut notes);
@@ -52,9 +67,7 @@ pub(crate) fn init() {
         }
         let _ = o.w.flush();
     }
-    // SAFETY: `finish` is an extern "C" fn without arguments.
-    unsafe { libc::atexit(out::finish) };
-    start_flusher();
+    Some(st)
 }
 
 /// dlopens the first usable libcupti; the warning text otherwise.
@@ -122,6 +135,17 @@ fn choose_clock(cupti: &Cupti) -> (&'static str, i64) {
     }
 }
 
+/// The activity kinds recorded.
+pub(crate) const KINDS: &[(u32, &str)] = &[
+    (KIND_CONCURRENT_KERNEL, "kernel"),
+    (KIND_MEMCPY, "memcpy"),
+    (KIND_MEMSET, "memset"),
+    (KIND_SYNCHRONIZATION, "synchronization"),
+    (KIND_RUNTIME, "runtime API"),
+    (KIND_DRIVER, "driver API"),
+    (KIND_OVERHEAD, "overhead"),
+];
+
 /// The buffer callbacks and the activity kinds. Kernels are required (the
 /// warning text otherwise); any other kind that fails becomes a note.
 fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String> {
@@ -130,16 +154,7 @@ fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String>
     if r != CUPTI_SUCCESS {
         return Err(format!("cuptiActivityRegisterCallbacks failed: {}", cupti.error(r)));
     }
-    let kinds = [
-        (KIND_CONCURRENT_KERNEL, "kernel"),
-        (KIND_MEMCPY, "memcpy"),
-        (KIND_MEMSET, "memset"),
-        (KIND_SYNCHRONIZATION, "synchronization"),
-        (KIND_RUNTIME, "runtime API"),
-        (KIND_DRIVER, "driver API"),
-        (KIND_OVERHEAD, "overhead"),
-    ];
-    for (kind, name) in kinds {
+    for &(kind, name) in KINDS {
         let r = unsafe { (cupti.activity_enable)(kind) };
         if r != CUPTI_SUCCESS {
             if kind == KIND_CONCURRENT_KERNEL {
@@ -162,6 +177,7 @@ fn subscribe(st: &State, notes: &mut Vec<String>) {
         notes.push(format!("cuptiSubscribe failed ({}): no launch stacks", st.cupti.error(r)));
         return;
     }
+    st.subscriber.store(sub, Ordering::SeqCst);
     for d in [DOMAIN_RUNTIME_API, DOMAIN_DRIVER_API] {
         let r = unsafe { (st.cupti.enable_domain)(1, sub, d) };
         if r != CUPTI_SUCCESS {

@@ -32,11 +32,18 @@
 //! O KIND START END                     CUPTI overhead
 //! D N                                  N activity records dropped by CUPTI
 //! M START END OFFSET PATH              an executable mapping (at exit)
-//! X END                                clean end
+//! R START                              attached: the window starts (gputrace -p)
+//! X END                                clean end (at exit, or at the end of an attach)
 //! ```
+//!
+//! Attach (`gputrace -p PID`, [`attach`]): gputrace `dlopen`s this library
+//! into the running process through ptrace and calls the exported
+//! `wallclock_gpu_attach`, which starts a thread doing the same as above,
+//! controlled through files in `/tmp/wallclock-gputrace-PID/`.
 
 pub mod abi;
 mod activity;
+mod attach;
 mod callback;
 pub mod find;
 mod init;
@@ -62,6 +69,8 @@ struct State {
     stacks: bool,
     out: Mutex<Out>,
     done: AtomicBool,
+    /// CUPTI's subscriber handle, to unsubscribe at the end of an attach.
+    subscriber: std::sync::atomic::AtomicPtr<std::ffi::c_void>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();

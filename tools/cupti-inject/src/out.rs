@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::Ordering;
 
 use crate::abi::FLUSH_FORCED;
-use crate::{monotonic_ns, warn, STATE};
+use crate::{monotonic_ns, warn, State, STATE};
 
 pub(crate) struct Out {
     pub w: BufWriter<File>,
@@ -70,6 +70,11 @@ pub(crate) extern "C" fn finish() {
     }
     // SAFETY: a documented CUPTI call; no lock of ours is held.
     unsafe { (st.cupti.flush_all)(FLUSH_FORCED) };
+    write_tail(st);
+}
+
+/// The executable mappings and the end mark, flushed.
+pub(crate) fn write_tail(st: &State) {
     let maps = wallclock_stream::procmaps::read(std::process::id()).unwrap_or_default();
     let Ok(mut o) = st.out.lock() else { return };
     for m in maps.iter().filter(|m| m.executable() && m.entry.path.starts_with('/')) {

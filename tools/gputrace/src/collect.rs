@@ -24,6 +24,8 @@ pub struct Collected {
     pub warnings: Vec<String>,
     /// CUPTI's last clock-end mark seen (`X` line), ns.
     pub end_ns: Option<u64>,
+    /// An attach window's start (`R` line), ns.
+    pub start_ns: Option<u64>,
     /// Each activity with its times: `slice_stack` and `slice` records
     /// (written with --timeline).
     pub timeline: Vec<Record>,
@@ -248,6 +250,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                     _ => false,
                 }
             }
+            "R" => n(0).map(|t| c.start_ns = Some(c.start_ns.map_or(t, |x| x.min(t)))).is_some(),
             "X" => {
                 if let Some(e) = n(0) {
                     c.end_ns = Some(c.end_ns.map_or(e, |x| x.max(e)));
