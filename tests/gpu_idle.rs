@@ -76,4 +76,13 @@ fn idle_breakdown_matches_the_programs_own_timings() {
     assert!((on - cpu).abs() <= 3.0, "on-CPU: report {on}%, program {cpu:.1}%\n{section}");
     assert!(head.contains("(collate)") && head.contains("(load_batch → clock_nanosleep"), "the summary names them: {head}");
     assert!(section.contains("stream 7: busy"), "per stream too:\n{section}");
+
+    // The timeline shows the gaps on the GPU's track: one between each
+    // two kernels, adding up to the idle time.
+    let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(work.join("idle.trace.json")).unwrap()).unwrap();
+    let gaps: Vec<&serde_json::Value> = trace["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "[GPU idle]").collect();
+    assert_eq!(gaps.len(), 39, "40 kernels, 39 gaps between them");
+    let gap_ns: u64 = gaps.iter().map(|e| e["args"]["idle_ns"].as_u64().unwrap()).sum();
+    let gap_pct = gap_ns as f64 * 100.0 / (gap_ns as f64 + 40.0 * 20e6);
+    assert!((gap_pct - got_idle).abs() < 0.2, "the trace's gaps {gap_pct:.2}% vs the report's idle {got_idle}%");
 }
