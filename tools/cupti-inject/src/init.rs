@@ -52,7 +52,7 @@ pub(crate) fn start(file: std::fs::File) -> Option<&'static State> {
     let state = State {
         cupti,
         version,
-        pid: std::process::id(),
+        pid: crate::pid(),
         clock_offset,
         stacks,
         out: Mutex::new(Out::new(w)),
@@ -135,14 +135,15 @@ fn choose_clock(cupti: &Cupti) -> (&'static str, i64) {
     }
 }
 
-/// The activity kinds recorded.
+/// The activity kinds recorded: what the outputs use. Not the runtime and
+/// driver API kinds: they record every API call of the process (the cost
+/// that makes tracing many small kernels slow), and the launch delay
+/// they gave comes from the callback's own timestamp (`L` lines).
 pub(crate) const KINDS: &[(u32, &str)] = &[
     (KIND_CONCURRENT_KERNEL, "kernel"),
     (KIND_MEMCPY, "memcpy"),
     (KIND_MEMSET, "memset"),
     (KIND_SYNCHRONIZATION, "synchronization"),
-    (KIND_RUNTIME, "runtime API"),
-    (KIND_DRIVER, "driver API"),
     (KIND_OVERHEAD, "overhead"),
 ];
 

@@ -23,8 +23,8 @@
 //! W TEXT                               the warning printed when CUPTI is unusable
 //! T TID COMM                           a thread's name
 //! S SID ADDR,ADDR,...                  an interned launch stack (may be empty)
-//! L TID CORR SID DOMAIN CBID NAME      API call CORR on TID was issued under stack SID
-//! A DOMAIN CBID PID TID CORR START END an API activity record
+//! L TID CORR SID START                 API call CORR on TID, entered at START, under stack SID
+//! A DOMAIN CBID PID TID CORR START END an API activity record (older files; no longer enabled)
 //! K CORR START END DEV STREAM GRAPH NAME  a kernel (mangled name last)
 //! C CORR START END DEV STREAM COPYKIND BYTES  a memcpy
 //! E CORR START END DEV STREAM BYTES    a memset
@@ -78,6 +78,25 @@ static INIT: std::sync::Once = std::sync::Once::new();
 
 fn warn(msg: &str) {
     eprintln!("wallclock-gpu: warning: {msg}; the program runs unprofiled");
+}
+
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn forked() {
+    PID.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This process's id, cached (getpid is a system call, and the launch
+/// path asks at every API call); a fork updates it.
+fn pid() -> u32 {
+    let p = PID.load(std::sync::atomic::Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: registers a handler without arguments, run in the child.
+    unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    forked();
+    PID.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn monotonic_ns() -> u64 {
