@@ -118,6 +118,9 @@ pub fn run(cli: &Cli) -> Result<i32> {
         bail!("the injection library {} is missing (build it: cargo build --release -p cupti-inject, or pass --inject)", inject.display());
     }
     let inject = inject.canonicalize().unwrap_or(inject);
+    if cli.duration.is_some() && cli.pid.is_none() {
+        bail!("-d goes with -p PID (a COMMAND is traced until it exits)");
+    }
     if let Some(pid) = cli.pid {
         return run_attached(cli, pid, &inject).map(|_| 0);
     }
