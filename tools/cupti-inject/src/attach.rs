@@ -1,22 +1,28 @@
 //! Attach to a running process (`gputrace -p PID`). gputrace stops the
 //! process with ptrace, calls `dlopen` on this library in it, then
-//! [`wallclock_gpu_attach`], and resumes it. The capture is controlled
-//! through files in a folder named after the pid, with no environment
-//! (the process's is fixed by now):
+//! [`wallclock_gputrace_attach`] with the capture folder's name, and
+//! resumes it. The capture is controlled through files in that folder,
+//! with no environment (the process's is fixed by now). gputrace makes
+//! the folder fresh at a random name in the process's /tmp (mode 0700,
+//! given to the process's user) and passes its name only through the
+//! call: a folder at a name made of the pid could be planted beforehand
+//! by another user as a link, and root would write through it.
 //!
 //! ```text
-//! /tmp/wallclock-gputrace-PID/attach      written by gputrace before it injects
-//! /tmp/wallclock-gputrace-PID/gpu-PID.txt the stream (crate docs), `R` at the start
-//! /tmp/wallclock-gputrace-PID/ready       the window has started (CUPTI enabled)
-//! /tmp/wallclock-gputrace-PID/stop        written by gputrace: end the window
-//! /tmp/wallclock-gputrace-PID/done        the window is closed, the file complete
+//! DIR/attach      written by gputrace before it injects
+//! DIR/gpu-PID.txt the stream (crate docs), `R` at the start
+//! DIR/ready       the window has started (CUPTI enabled)
+//! DIR/stop        written by gputrace: end the window
+//! DIR/done        the window is closed, the file complete
 //! ```
 //!
 //! At the stop the activity kinds are disabled, the API callbacks
 //! unsubscribed, the buffers flushed: from then on the process runs as
 //! before, with this library mapped and one idle file descriptor.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -25,19 +31,26 @@ use std::time::{Duration, Instant};
 use crate::abi::FLUSH_FORCED;
 use crate::{init, monotonic_ns, out, State, STATE};
 
-/// The control folder of this process.
-pub fn control_dir(pid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/wallclock-gputrace-{pid}"))
-}
-
-/// Called by gputrace in the stopped process: starts the capture thread
-/// and returns at once. 0: started; 1: no control folder; 2: this library
-/// already traces this process (started under gputrace, or attached
-/// before); 3: the thread could not start.
+/// Called by gputrace in the stopped process with the control folder's
+/// path (a C string): starts the capture thread and returns at once. 0:
+/// started; 1: no such control folder (or not a folder of this user's);
+/// 2: this library already traces this process (started under gputrace,
+/// or attached before); 3: the thread could not start.
+///
+/// # Safety
+/// `dir` is null or a NUL-terminated string.
 #[no_mangle]
-pub extern "C" fn wallclock_gpu_attach() -> c_int {
-    let dir = control_dir(std::process::id());
-    if !dir.join("attach").exists() {
+pub unsafe extern "C" fn wallclock_gputrace_attach(dir: *const c_char) -> c_int {
+    if dir.is_null() {
+        return 1;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(unsafe { CStr::from_ptr(dir) }.to_bytes()));
+    // A real folder (not a link) of this process's user, as gputrace made it.
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let ok = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == me);
+    if !ok || !dir.join("attach").exists() {
         return 1;
     }
     if STATE.get().is_some() {

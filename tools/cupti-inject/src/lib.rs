@@ -38,8 +38,9 @@
 //!
 //! Attach (`gputrace -p PID`, [`attach`]): gputrace `dlopen`s this library
 //! into the running process through ptrace and calls the exported
-//! `wallclock_gpu_attach`, which starts a thread doing the same as above,
-//! controlled through files in `/tmp/wallclock-gputrace-PID/`.
+//! `wallclock_gputrace_attach(DIR)`, which starts a thread doing the same
+//! as above, controlled through files in DIR, a private folder gputrace
+//! made at a random name in the process's /tmp.
 
 pub mod abi;
 mod activity;

@@ -174,9 +174,10 @@ impl Drop for Stopped {
     }
 }
 
-/// `dlopen(path, RTLD_NOW)` in `pid`, then `init()` of the library; the
-/// value `init` returned.
-pub fn load_and_call(pid: u32, lib: &std::path::Path, init: &str) -> Result<i32> {
+/// `dlopen(path, RTLD_NOW)` in `pid`, then `init(arg)` of the library,
+/// `arg` (a C string with its NUL) copied into the process; the value
+/// `init` returned.
+pub fn load_and_call(pid: u32, lib: &std::path::Path, init: &str, arg: &[u8]) -> Result<i32> {
     let is_libc = |f: &str| f.starts_with("libc.so") || (f.starts_with("libc-") && f.ends_with(".so"));
     let dlopen = symbol_in(pid, &is_libc, "dlopen")
         .or_else(|_| symbol_in(pid, &is_libc, "__libc_dlopen_mode"))
@@ -189,7 +190,7 @@ pub fn load_and_call(pid: u32, lib: &std::path::Path, init: &str) -> Result<i32>
     }
     let name = lib.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let f = symbol_in(pid, &|f: &str| f == name, init)?;
-    let rc = stopped.call(f, [0, 0], &[])?;
+    let rc = stopped.call(f, [DATA, 0], arg)?;
     drop(stopped);
     Ok(rc as u32 as i32)
 }
