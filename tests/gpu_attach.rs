@@ -65,9 +65,28 @@ fn attach_records_the_windows_kernels_under_their_launch_stacks_and_lets_go() {
     let mut app = start(&["loop", "450", "10"], Some(&truth));
     let twin = start(&["loop", "450", "10"], None);
     std::thread::sleep(Duration::from_secs(1));
+    // A link planted at the folder's old predictable name, pointing at a
+    // file of ours: root must neither delete it nor write through it.
+    let planted = PathBuf::from(format!("/tmp/wallclock-gputrace-{}", app.id()));
+    let owned = work.join("owned.txt");
+    std::fs::write(&owned, "mine\n").unwrap();
+    let _ = std::fs::remove_file(&planted);
+    std::os::unix::fs::symlink(&owned, &planted).unwrap();
     let out_path = work.join("out.jsonl");
     let out = gputrace(app.id(), &["-d", "2"], &out_path);
+    let link = std::fs::read_link(&planted);
+    let _ = std::fs::remove_file(&planted);
     assert!(out.status.success(), "gputrace -p: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(link.ok().as_ref(), Some(&owned), "the planted link is left as it was");
+    assert_eq!(std::fs::read_to_string(&owned).unwrap(), "mine\n", "its target is unchanged");
+    // Nothing of this capture is left in /tmp (its folder's name has the pid).
+    let pid = app.id().to_string();
+    let left: Vec<String> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| (n.starts_with("wallclock-gputrace") || n.starts_with("gputrace-")) && n.contains(&pid))
+        .collect();
+    assert!(left.is_empty(), "left in /tmp after the capture: {left:?}");
     assert!(app.try_wait().unwrap().is_none(), "the program runs on after the capture");
     let app_out = app.wait_with_output().unwrap();
     let twin_out = twin.wait_with_output().unwrap();
