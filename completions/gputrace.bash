@@ -23,7 +23,7 @@ _gputrace() {
 
     case "${cmd}" in
         gputrace)
-            opts="-o -F -h -V --output --gpu-only --cpu-only --merge --freq --inject --cupti --timeline --help --version"
+            opts="-o -F -p -d -h -V --output --gpu-only --cpu-only --merge --freq --inject --cupti --timeline --pid --duration --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -50,6 +50,22 @@ _gputrace() {
                     return 0
                     ;;
                 --cupti)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --duration)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -d)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,7 +23,7 @@ _wcreport() {
 
     case "${cmd}" in
         wcreport)
-            opts="-o -h -V --json --top --split-dir --prefix --output --help --version"
+            opts="-o -h -V --json --top --split-dir --prefix --timeline --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -38,6 +38,10 @@ _wcreport() {
                     return 0
                     ;;
                 --prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeline)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

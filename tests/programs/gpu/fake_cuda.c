@@ -39,12 +39,22 @@ static void init(void) {
     if (fn) fn();
 }
 
-static uint64_t now(void) {
-    if (hooks) return hooks->now();
+static uint64_t clock_ns(clockid_t c) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(c, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
+
+/* The client's clock (CUPTI's: CLOCK_REALTIME unless a timestamp callback is set). */
+static uint64_t now(void) {
+    if (hooks) return hooks->now();
+    return clock_ns(CLOCK_REALTIME);
+}
+
+/* The virtual GPU keeps its timeline on CLOCK_MONOTONIC, so that a client
+ * hooking in later (with another clock) finds it consistent; times are
+ * shifted to the client's clock when reported. */
+static uint64_t to_client(uint64_t mono_t) { return mono_t + (now() - clock_ns(CLOCK_MONOTONIC)); }
 
 uint32_t fake_api_enter(int domain, int cbid, const char *name, uint64_t *t0) {
     pthread_once(&init_once, init);
@@ -66,14 +76,16 @@ void fake_api_exit(int domain, int cbid, const char *name, uint32_t corr, uint64
 /* Schedules `dur` ns of work on the one virtual GPU and reports it. */
 static void gpu_op(struct fake_gpu_op *op, uint64_t dur, const char *truth_fmt_name) {
     pthread_mutex_lock(&gpu_lock);
-    uint64_t t = now() + 1500;
-    op->start = t > gpu_free_at ? t : gpu_free_at;
+    uint64_t issued = clock_ns(CLOCK_MONOTONIC);
+    uint64_t t = issued + 1500;
+    uint64_t start = t > gpu_free_at ? t : gpu_free_at;
+    gpu_free_at = start + dur;
+    op->start = to_client(start);
     op->end = op->start + dur;
-    gpu_free_at = op->end;
     op->corr = outer_corr; /* like CUPTI: the launch call's correlation id */
     if (truth) {
-        fprintf(truth, "%s %u %s %llu\n", truth_fmt_name, op->corr, op->name ? op->name : "-",
-                (unsigned long long)dur);
+        fprintf(truth, "%s %u %s %llu %llu\n", truth_fmt_name, op->corr, op->name ? op->name : "-",
+                (unsigned long long)dur, (unsigned long long)issued);
         fflush(truth);
     }
     pthread_mutex_unlock(&gpu_lock);
@@ -101,8 +113,10 @@ void fake_gpu_memset(size_t bytes) {
 void fake_gpu_sync(void) {
     pthread_mutex_lock(&gpu_lock);
     struct fake_gpu_op op = {.kind = KIND_SYNCHRONIZATION, .sub = SYNC_CONTEXT, .stream = 0, .corr = outer_corr};
-    op.start = now();
-    op.end = gpu_free_at > op.start ? gpu_free_at : op.start;
+    uint64_t t = clock_ns(CLOCK_MONOTONIC);
+    uint64_t end = gpu_free_at > t ? gpu_free_at : t;
+    op.start = to_client(t);
+    op.end = op.start + (end - t);
     if (truth) {
         fprintf(truth, "sync %u - %llu\n", op.corr, (unsigned long long)(op.end - op.start));
         fflush(truth);

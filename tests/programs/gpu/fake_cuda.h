@@ -5,7 +5,10 @@
  * gridX * 1000 + blockX ns, a copy 1 ns per byte, a memset 1 ns per 2
  * bytes; each one starts 1500 ns after its launch call at the earliest.
  * Everything the fake "ran" is logged to $FAKECUDA_TRUTH, one line each:
- *   kernel CORR MANGLED_NAME NS | memcpy CORR KIND NS | memset CORR NS | sync CORR NS */
+ *   kernel CORR MANGLED_NAME NS T | memcpy CORR KIND NS T | memset CORR - NS T | sync CORR - NS
+ * (T: CLOCK_MONOTONIC ns when it was issued). Without a client hooked
+ * in, GPU times are on CLOCK_REALTIME, as CUPTI's are by default; a
+ * libcupti may hook in at any time (an attach to a running program). */
 #ifndef WALLCLOCK_FAKE_CUDA_H
 #define WALLCLOCK_FAKE_CUDA_H
 #include <stddef.h>

@@ -3,10 +3,15 @@
  * test knows which function must own each kernel. Built -O2 without frame
  * pointers, so only .eh_frame unwinding finds these functions.
  *   gpu_app [ITERS]      prints a checksum, exits 3
- *   gpu_app bench N      times N launches, prints "launch_ns X" on stderr */
+ *   gpu_app bench N      times N launches, prints "launch_ns X" on stderr
+ *   gpu_app loop N MS    N rounds of gemm + relu, MS ms apart (to be attached to)
+ *   gpu_app idle N       N rounds of: a 20 ms kernel, waiting for it, then with the
+ *                        GPU idle, load_batch sleeps 15 ms and collate computes
+ *                        10 ms; prints its own timings within the GPU's idle time */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <time.h>
 
 #include "fake_cuda.h"
@@ -98,7 +103,92 @@ static double mono(void) {
     return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
+/* Sleeps until CLOCK_MONOTONIC `t` ns, through signals (an attach
+ * interrupts the sleep it stops the thread in). */
+#define SLEEP_UNTIL(t)                                                                             \
+    do {                                                                                           \
+        struct timespec ts_ = {(time_t)((t) / 1e9), (long)((t) - (double)(time_t)((t) / 1e9) * 1e9)}; \
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts_, NULL) == EINTR) {              \
+        }                                                                                          \
+    } while (0)
+/* A macro, not a function: each phase is then the innermost frame of its own sleep. */
+
+NOINLINE void pause_between(int ms) { SLEEP_UNTIL(mono() + ms * 1e6); }
+
+static int loop(int n, int ms) {
+    CUmodule mod;
+    CUfunction relu;
+    cuModuleLoadData(&mod, "fake-cubin");
+    cuModuleGetFunction(&relu, mod, "_Z4reluPfi");
+    for (int i = 0; i < n; i++) {
+        launch_gemm(i);
+        launch_relu(relu, i);
+        pause_between(ms);
+    }
+    printf("loop %d sink %d\n", n, sink);
+    return 3;
+}
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+NOINLINE double launch_big(unsigned grid) {
+    dim3 g = {grid, 1, 1}, b = {0, 1, 1};
+    void *args[1] = {0};
+    double t = mono();
+    sink += cudaLaunchKernel((const void *)gemm_stub, g, b, args, 0, 0);
+    return t;
+}
+NOINLINE void wait_kernel(double until) { SLEEP_UNTIL(until); }
+NOINLINE void load_batch(int ms) { SLEEP_UNTIL(mono() + ms * 1e6); }
+static volatile unsigned long spin;
+/* Reads the clock itself (vDSO), so that its time is its own frame's. */
+NOINLINE void collate(int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double end = ts.tv_sec * 1e9 + ts.tv_nsec + ms * 1e6;
+    do {
+        spin++;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+    } while (ts.tv_sec * 1e9 + ts.tv_nsec < end);
+}
+
+/* The GPU is idle from a kernel's end (its launch + 1500 ns + its
+ * length, as the fake runs it) to the next launch: the time of each
+ * phase inside that is this program's own truth. */
+static int idle(int n) {
+    const unsigned grid = 20000; /* a 20 ms kernel */
+    const double len = grid * 1000.0;
+    double idle_ns = 0, sleep_ns = 0, cpu_ns = 0, collate_ns = 0, over_ns = 0, prev_end = 0;
+    for (int i = 0; i < n; i++) {
+        double t = launch_big(grid);
+        if (i > 0) idle_ns += t - prev_end;
+        prev_end = t + 1500 + len;
+        wait_kernel(prev_end);
+        if (i == n - 1) break; /* the GPU's last activity has ended */
+        double a = mono();
+        load_batch(15);
+        double b = mono(), c0 = thread_cpu();
+        collate(10);
+        double c = mono();
+        /* Only the part after the kernel's end is idle time: a late
+         * wake-up of wait_kernel is its own. */
+        sleep_ns += b - a;
+        if (a > prev_end) over_ns += a - prev_end;
+        collate_ns += c - b;
+        cpu_ns += thread_cpu() - c0;
+    }
+    printf("idle_ns %.0f load_batch_ns %.0f collate_ns %.0f collate_cpu_ns %.0f wait_kernel_late_ns %.0f\n", idle_ns,
+           sleep_ns, collate_ns, cpu_ns, over_ns);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 3 && strcmp(argv[1], "loop") == 0) return loop(atoi(argv[2]), atoi(argv[3]));
+    if (argc > 2 && strcmp(argv[1], "idle") == 0) return idle(atoi(argv[2]));
     if (argc > 2 && strcmp(argv[1], "bench") == 0) {
         int n = atoi(argv[2]);
         launch_gemm(0);

@@ -6,15 +6,21 @@
 //! here sit at the same offsets in Kernel4..Kernel9, Memcpy3..Memcpy6,
 //! Memset2..Memset4, Synchronization/Synchronization2 and
 //! Overhead/Overhead2/Overhead3, i.e. every CUPTI since CUDA 10 (API
-//! version 12). Records are walked with `cuptiActivityGetNextRecord`, so
-//! their full sizes never matter here. The fake libcupti of the tests
-//! asserts the same offsets in C (`tests/programs/gpu/cupti_abi.h`).
+//! version 12), except `graphId`, which Kernel4 (CUDA 10) does not have.
+//! Records are walked with `cuptiActivityGetNextRecord`, so their full
+//! sizes never matter here. [`READS`] lists every field read, per record
+//! version; `tests/abi_headers.rs` compiles NVIDIA's own headers (the
+//! PyPI wheels `scripts/setup --tests` installs under `target/cuda`) and
+//! checks each offset and size against them. The fake libcupti of the
+//! tests uses the same offsets (`tests/programs/gpu/cupti_abi.h`).
 
 use std::ffi::{c_char, c_void};
 use std::mem::{offset_of, size_of};
 
 pub type CuptiResult = i32;
 pub const CUPTI_SUCCESS: CuptiResult = 0;
+/// What CUPTI answers on a machine without a usable driver.
+pub const CUPTI_ERROR_NOT_INITIALIZED: CuptiResult = 15;
 
 pub const KIND_MEMCPY: u32 = 1;
 pub const KIND_MEMSET: u32 = 2;
@@ -199,6 +205,112 @@ check!(CallbackData, context_uid, 48);
 check!(CallbackData, correlation_id, 64);
 const _: () = assert!(size_of::<CallbackData>() == 72);
 
+/// One field this library reads from a CUPTI struct: the C struct
+/// versions it reads it from (every version it accepts that has the
+/// field), the field's C name, and where it reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldRead {
+    pub structs: &'static [&'static str],
+    pub field: &'static str,
+    pub offset: usize,
+    pub size: usize,
+}
+
+/// Kernel record versions CUPTI API versions 12 (CUDA 10) and up deliver.
+pub const KERNEL_STRUCTS: &[&str] = &[
+    "CUpti_ActivityKernel4",
+    "CUpti_ActivityKernel5",
+    "CUpti_ActivityKernel6",
+    "CUpti_ActivityKernel7",
+    "CUpti_ActivityKernel8",
+    "CUpti_ActivityKernel9",
+];
+/// The kernel versions that have `graphId` (Kernel5, CUDA 11.0, on):
+/// Kernel4 is 144 bytes long, so offset 156 is past its end.
+pub const GRAPH_ID_STRUCTS: &[&str] = &[
+    "CUpti_ActivityKernel5",
+    "CUpti_ActivityKernel6",
+    "CUpti_ActivityKernel7",
+    "CUpti_ActivityKernel8",
+    "CUpti_ActivityKernel9",
+];
+pub const GRAPH_ID_OFFSET: usize = 156;
+/// The CUPTI API version of CUDA 11.0, the first to deliver Kernel5.
+pub const GRAPH_ID_MIN_VERSION: u32 = 13;
+pub const MEMCPY_STRUCTS: &[&str] =
+    &["CUpti_ActivityMemcpy3", "CUpti_ActivityMemcpy4", "CUpti_ActivityMemcpy5", "CUpti_ActivityMemcpy6"];
+pub const MEMSET_STRUCTS: &[&str] = &["CUpti_ActivityMemset2", "CUpti_ActivityMemset3", "CUpti_ActivityMemset4"];
+pub const API_STRUCTS: &[&str] = &["CUpti_ActivityAPI"];
+pub const SYNC_STRUCTS: &[&str] = &["CUpti_ActivitySynchronization", "CUpti_ActivitySynchronization2"];
+pub const OVERHEAD_STRUCTS: &[&str] = &["CUpti_ActivityOverhead", "CUpti_ActivityOverhead2", "CUpti_ActivityOverhead3"];
+pub const CALLBACK_STRUCTS: &[&str] = &["CUpti_CallbackData"];
+
+/// Each record kind's Rust prefix read whole (`read_unaligned`): its C
+/// versions must all be at least this long.
+pub const PREFIXES: &[(&[&str], usize)] = &[
+    (KERNEL_STRUCTS, size_of::<Kernel>()),
+    (MEMCPY_STRUCTS, size_of::<Memcpy>()),
+    (MEMSET_STRUCTS, size_of::<Memset>()),
+    (API_STRUCTS, size_of::<Api>()),
+    (SYNC_STRUCTS, size_of::<Sync>()),
+    (OVERHEAD_STRUCTS, size_of::<Overhead>()),
+    (CALLBACK_STRUCTS, size_of::<CallbackData>()),
+];
+
+macro_rules! read {
+    ($structs:expr, $t:ty, $f:ident: $ft:ty, $c:literal) => {
+        FieldRead { structs: $structs, field: $c, offset: offset_of!($t, $f), size: size_of::<$ft>() }
+    };
+}
+
+/// Every field the library uses, with the offsets its Rust structs give
+/// them; checked against NVIDIA's headers by `tests/abi_headers.rs`.
+pub const READS: &[FieldRead] = &[
+    read!(KERNEL_STRUCTS, Kernel, kind: u32, "kind"),
+    read!(KERNEL_STRUCTS, Kernel, start: u64, "start"),
+    read!(KERNEL_STRUCTS, Kernel, end: u64, "end"),
+    read!(KERNEL_STRUCTS, Kernel, device_id: u32, "deviceId"),
+    read!(KERNEL_STRUCTS, Kernel, stream_id: u32, "streamId"),
+    read!(KERNEL_STRUCTS, Kernel, correlation_id: u32, "correlationId"),
+    read!(KERNEL_STRUCTS, Kernel, name: *const c_char, "name"),
+    FieldRead { structs: GRAPH_ID_STRUCTS, field: "graphId", offset: GRAPH_ID_OFFSET, size: 4 },
+    read!(MEMCPY_STRUCTS, Memcpy, kind: u32, "kind"),
+    read!(MEMCPY_STRUCTS, Memcpy, copy_kind: u8, "copyKind"),
+    read!(MEMCPY_STRUCTS, Memcpy, bytes: u64, "bytes"),
+    read!(MEMCPY_STRUCTS, Memcpy, start: u64, "start"),
+    read!(MEMCPY_STRUCTS, Memcpy, end: u64, "end"),
+    read!(MEMCPY_STRUCTS, Memcpy, device_id: u32, "deviceId"),
+    read!(MEMCPY_STRUCTS, Memcpy, stream_id: u32, "streamId"),
+    read!(MEMCPY_STRUCTS, Memcpy, correlation_id: u32, "correlationId"),
+    read!(MEMSET_STRUCTS, Memset, kind: u32, "kind"),
+    read!(MEMSET_STRUCTS, Memset, bytes: u64, "bytes"),
+    read!(MEMSET_STRUCTS, Memset, start: u64, "start"),
+    read!(MEMSET_STRUCTS, Memset, end: u64, "end"),
+    read!(MEMSET_STRUCTS, Memset, device_id: u32, "deviceId"),
+    read!(MEMSET_STRUCTS, Memset, stream_id: u32, "streamId"),
+    read!(MEMSET_STRUCTS, Memset, correlation_id: u32, "correlationId"),
+    read!(API_STRUCTS, Api, kind: u32, "kind"),
+    read!(API_STRUCTS, Api, cbid: u32, "cbid"),
+    read!(API_STRUCTS, Api, start: u64, "start"),
+    read!(API_STRUCTS, Api, end: u64, "end"),
+    read!(API_STRUCTS, Api, process_id: u32, "processId"),
+    read!(API_STRUCTS, Api, thread_id: u32, "threadId"),
+    read!(API_STRUCTS, Api, correlation_id: u32, "correlationId"),
+    read!(SYNC_STRUCTS, Sync, kind: u32, "kind"),
+    read!(SYNC_STRUCTS, Sync, sync_type: u32, "type"),
+    read!(SYNC_STRUCTS, Sync, start: u64, "start"),
+    read!(SYNC_STRUCTS, Sync, end: u64, "end"),
+    read!(SYNC_STRUCTS, Sync, correlation_id: u32, "correlationId"),
+    read!(SYNC_STRUCTS, Sync, stream_id: u32, "streamId"),
+    read!(OVERHEAD_STRUCTS, Overhead, kind: u32, "kind"),
+    read!(OVERHEAD_STRUCTS, Overhead, overhead_kind: u32, "overheadKind"),
+    read!(OVERHEAD_STRUCTS, Overhead, start: u64, "start"),
+    read!(OVERHEAD_STRUCTS, Overhead, end: u64, "end"),
+    read!(CALLBACK_STRUCTS, CallbackData, callback_site: u32, "callbackSite"),
+    read!(CALLBACK_STRUCTS, CallbackData, function_name: *const c_char, "functionName"),
+    read!(CALLBACK_STRUCTS, CallbackData, correlation_id: u32, "correlationId"),
+];
+
 pub type CallbackFn = unsafe extern "C" fn(*mut c_void, u32, u32, *const c_void);
 pub type BufRequestedFn = unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize);
 pub type BufCompletedFn = unsafe extern "C" fn(*mut c_void, u32, *mut u8, usize, usize);
@@ -209,6 +321,8 @@ pub struct Cupti {
     pub get_version: unsafe extern "C" fn(*mut u32) -> CuptiResult,
     pub get_result_string: Option<unsafe extern "C" fn(CuptiResult, *mut *const c_char) -> CuptiResult>,
     pub subscribe: unsafe extern "C" fn(*mut *mut c_void, CallbackFn, *mut c_void) -> CuptiResult,
+    pub unsubscribe: Option<unsafe extern "C" fn(*mut c_void) -> CuptiResult>,
+    pub activity_disable: Option<unsafe extern "C" fn(u32) -> CuptiResult>,
     pub enable_domain: unsafe extern "C" fn(u32, *mut c_void, u32) -> CuptiResult,
     pub activity_enable: unsafe extern "C" fn(u32) -> CuptiResult,
     pub register_callbacks: unsafe extern "C" fn(BufRequestedFn, BufCompletedFn) -> CuptiResult,
@@ -247,6 +361,8 @@ impl Cupti {
             get_version: req!("cuptiGetVersion"),
             get_result_string: sym!("cuptiGetResultString"),
             subscribe: req!("cuptiSubscribe"),
+            unsubscribe: sym!("cuptiUnsubscribe"),
+            activity_disable: sym!("cuptiActivityDisable"),
             enable_domain: req!("cuptiEnableDomain"),
             activity_enable: req!("cuptiActivityEnable"),
             register_callbacks: req!("cuptiActivityRegisterCallbacks"),

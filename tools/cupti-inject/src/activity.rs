@@ -69,9 +69,13 @@ unsafe fn format_record(st: &State, rec: *mut u32, out: &mut String) {
             } else {
                 unsafe { CStr::from_ptr(k.name as *const c_char) }.to_string_lossy()
             };
-            // Graph id sits at offset 156 in Kernel5..Kernel9 (Kernel4 is
-            // 144 bytes long, CUDA < 11: no graph id).
-            let graph = unsafe { (rec as *const u8).add(156).cast::<u32>().read_unaligned() };
+            // Only Kernel5..Kernel9 have a graph id; a CUPTI older than
+            // CUDA 11 delivers Kernel4, 144 bytes long: 0 (no graph) then.
+            let graph = if st.version >= GRAPH_ID_MIN_VERSION {
+                unsafe { (rec as *const u8).add(GRAPH_ID_OFFSET).cast::<u32>().read_unaligned() }
+            } else {
+                0
+            };
             let _ = writeln!(
                 out,
                 "K {} {} {} {} {} {graph} {name}",

@@ -72,7 +72,7 @@ pub(crate) unsafe extern "C" fn on_api(_ud: *mut c_void, domain: u32, cbid: u32,
         if depth == 0 {
             CUR.set(0);
         }
-        if std::process::id() != st.pid || st.done.load(Ordering::Relaxed) {
+        if crate::pid() != st.pid || st.done.load(Ordering::Relaxed) {
             return;
         }
         let name: &[u8] = if d.function_name.is_null() {
@@ -93,12 +93,15 @@ pub(crate) unsafe extern "C" fn on_api(_ud: *mut c_void, domain: u32, cbid: u32,
             }
         }
         let t = tid();
+        // The call's start: the launch delay of what it issues (CUPTI's
+        // API activity records would say the same at a cost per API call).
+        let at = crate::monotonic_ns();
         let Ok(mut o) = st.out.lock() else { return };
         if sid == 0 {
             sid = o.intern(&frames[..n]);
             CUR.set(sid);
         }
         o.thread(t);
-        let _ = writeln!(o.w, "L {t} {} {sid} {domain} {cbid} {}", d.correlation_id, String::from_utf8_lossy(name));
+        let _ = writeln!(o.w, "L {t} {} {sid} {at}", d.correlation_id);
     });
 }

@@ -9,11 +9,16 @@
 
 use std::path::{Path, PathBuf};
 
+/// What `gputrace -p --cupti` (or its WALLCLOCK_CUPTI_PATH) names, for a
+/// process attached to: first, as `$WALLCLOCK_CUPTI_PATH` would be.
+pub static OVERRIDE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 /// Candidate files, best first, without duplicates.
 pub fn candidates() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     let mut files: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("WALLCLOCK_CUPTI_PATH").filter(|p| !p.is_empty()) {
+    let explicit = OVERRIDE.get().map(|p| p.clone().into_os_string()).or_else(|| std::env::var_os("WALLCLOCK_CUPTI_PATH"));
+    if let Some(p) = explicit.filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         if p.is_dir() {
             dirs.push(p);

@@ -20,10 +20,23 @@ pub(crate) fn init() {
         warn("WALLCLOCK_GPUTRACE_DIR is not set or not writable (run the program under gputrace)");
         return;
     };
+    if start(file).is_some() {
+        // SAFETY: `finish` is an extern "C" fn without arguments.
+        unsafe { libc::atexit(out::finish) };
+        start_flusher();
+    }
+}
+
+/// Loads CUPTI, enables activity and the API callbacks, writes the `V`
+/// line and the notes to `file`; the state, or None after a `W` line.
+pub(crate) fn start(file: std::fs::File) -> Option<&'static State> {
     let mut w = BufWriter::with_capacity(1 << 16, file);
     let (cupti, version) = match load_cupti() {
         Ok(x) => x,
-        Err(msg) => return give_up(&mut w, &msg),
+        Err(msg) => {
+            give_up(&mut w, &msg);
+            return None;
+        }
     };
     let mut notes = Vec::new();
     if version > MAX_KNOWN_VERSION {
@@ -31,17 +44,20 @@ pub(crate) fn init() {
     }
     let (clock, clock_offset) = choose_clock(&cupti);
     if let Err(msg) = enable_activity(&cupti, &mut notes) {
-        return give_up(&mut w, &msg);
+        give_up(&mut w, &msg);
+        return None;
     }
     let stacks = std::env::var("WALLCLOCK_GPU_STACKS").map(|v| v != "0").unwrap_or(true);
     let _ = writeln!(w, "V {version} {clock}");
     let state = State {
         cupti,
-        pid: std::process::id(),
+        version,
+        pid: crate::pid(),
         clock_offset,
         stacks,
         out: Mutex::new(Out::new(w)),
         done: AtomicBool::new(false),
+        subscriber: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
     };
     let st = STATE.get_or_init(|| state);
     subscribe(st, &mut notes);
@@ -51,9 +67,7 @@ pub(crate) fn init() {
         }
         let _ = o.w.flush();
     }
-    // SAFETY: `finish` is an extern "C" fn without arguments.
-    unsafe { libc::atexit(out::finish) };
-    start_flusher();
+    Some(st)
 }
 
 /// dlopens the first usable libcupti; the warning text otherwise.
@@ -121,6 +135,18 @@ fn choose_clock(cupti: &Cupti) -> (&'static str, i64) {
     }
 }
 
+/// The activity kinds recorded: what the outputs use. Not the runtime and
+/// driver API kinds: they record every API call of the process (the cost
+/// that makes tracing many small kernels slow), and the launch delay
+/// they gave comes from the callback's own timestamp (`L` lines).
+pub(crate) const KINDS: &[(u32, &str)] = &[
+    (KIND_CONCURRENT_KERNEL, "kernel"),
+    (KIND_MEMCPY, "memcpy"),
+    (KIND_MEMSET, "memset"),
+    (KIND_SYNCHRONIZATION, "synchronization"),
+    (KIND_OVERHEAD, "overhead"),
+];
+
 /// The buffer callbacks and the activity kinds. Kernels are required (the
 /// warning text otherwise); any other kind that fails becomes a note.
 fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String> {
@@ -129,20 +155,12 @@ fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String>
     if r != CUPTI_SUCCESS {
         return Err(format!("cuptiActivityRegisterCallbacks failed: {}", cupti.error(r)));
     }
-    let kinds = [
-        (KIND_CONCURRENT_KERNEL, "kernel"),
-        (KIND_MEMCPY, "memcpy"),
-        (KIND_MEMSET, "memset"),
-        (KIND_SYNCHRONIZATION, "synchronization"),
-        (KIND_RUNTIME, "runtime API"),
-        (KIND_DRIVER, "driver API"),
-        (KIND_OVERHEAD, "overhead"),
-    ];
-    for (kind, name) in kinds {
+    for &(kind, name) in KINDS {
         let r = unsafe { (cupti.activity_enable)(kind) };
         if r != CUPTI_SUCCESS {
             if kind == KIND_CONCURRENT_KERNEL {
-                return Err(format!("cannot enable CUPTI kernel activity: {}", cupti.error(r)));
+                let why = if r == CUPTI_ERROR_NOT_INITIALIZED { " (no NVIDIA driver or GPU usable here)" } else { "" };
+                return Err(format!("cannot enable CUPTI kernel activity: {}{why}", cupti.error(r)));
             }
             notes.push(format!("cannot enable {name} activity: {}", cupti.error(r)));
         }
@@ -160,6 +178,7 @@ fn subscribe(st: &State, notes: &mut Vec<String>) {
         notes.push(format!("cuptiSubscribe failed ({}): no launch stacks", st.cupti.error(r)));
         return;
     }
+    st.subscriber.store(sub, Ordering::SeqCst);
     for d in [DOMAIN_RUNTIME_API, DOMAIN_DRIVER_API] {
         let r = unsafe { (st.cupti.enable_domain)(1, sub, d) };
         if r != CUPTI_SUCCESS {

@@ -23,8 +23,8 @@
 //! W TEXT                               the warning printed when CUPTI is unusable
 //! T TID COMM                           a thread's name
 //! S SID ADDR,ADDR,...                  an interned launch stack (may be empty)
-//! L TID CORR SID DOMAIN CBID NAME      API call CORR on TID was issued under stack SID
-//! A DOMAIN CBID PID TID CORR START END an API activity record
+//! L TID CORR SID START                 API call CORR on TID, entered at START, under stack SID
+//! A DOMAIN CBID PID TID CORR START END an API activity record (older files; no longer enabled)
 //! K CORR START END DEV STREAM GRAPH NAME  a kernel (mangled name last)
 //! C CORR START END DEV STREAM COPYKIND BYTES  a memcpy
 //! E CORR START END DEV STREAM BYTES    a memset
@@ -32,11 +32,19 @@
 //! O KIND START END                     CUPTI overhead
 //! D N                                  N activity records dropped by CUPTI
 //! M START END OFFSET PATH              an executable mapping (at exit)
-//! X END                                clean end
+//! R START                              attached: the window starts (gputrace -p)
+//! X END                                clean end (at exit, or at the end of an attach)
 //! ```
+//!
+//! Attach (`gputrace -p PID`, [`attach`]): gputrace `dlopen`s this library
+//! into the running process through ptrace and calls the exported
+//! `wallclock_gputrace_attach(DIR)`, which starts a thread doing the same
+//! as above, controlled through files in DIR, a private folder gputrace
+//! made at a random name in the process's /tmp.
 
 pub mod abi;
 mod activity;
+mod attach;
 mod callback;
 pub mod find;
 mod init;
@@ -54,12 +62,16 @@ use out::Out;
 /// a successful [`init`](init::init).
 struct State {
     cupti: Cupti,
+    /// CUPTI's API version: which record versions it delivers.
+    version: u32,
     pid: u32,
     /// Subtracted from CUPTI timestamps (0 with the timestamp callback).
     clock_offset: i64,
     stacks: bool,
     out: Mutex<Out>,
     done: AtomicBool,
+    /// CUPTI's subscriber handle, to unsubscribe at the end of an attach.
+    subscriber: std::sync::atomic::AtomicPtr<std::ffi::c_void>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -67,6 +79,25 @@ static INIT: std::sync::Once = std::sync::Once::new();
 
 fn warn(msg: &str) {
     eprintln!("wallclock-gpu: warning: {msg}; the program runs unprofiled");
+}
+
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn forked() {
+    PID.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// This process's id, cached (getpid is a system call, and the launch
+/// path asks at every API call); a fork updates it.
+fn pid() -> u32 {
+    let p = PID.load(std::sync::atomic::Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: registers a handler without arguments, run in the child.
+    unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    forked();
+    PID.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn monotonic_ns() -> u64 {

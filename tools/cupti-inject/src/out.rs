@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::Ordering;
 
 use crate::abi::FLUSH_FORCED;
-use crate::{monotonic_ns, warn, STATE};
+use crate::{monotonic_ns, warn, State, STATE};
 
 pub(crate) struct Out {
     pub w: BufWriter<File>,
@@ -24,11 +24,13 @@ pub(crate) fn open() -> Option<File> {
     std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
 }
 
-/// Why CUPTI is unusable: a `W` line for gputrace, the same on stderr.
+/// Why CUPTI is unusable: a `W` line, which gputrace prints once as its
+/// own warning (the program's stderr stays the program's); on stderr
+/// only when the line cannot be written.
 pub(crate) fn give_up(w: &mut BufWriter<File>, msg: &str) {
-    let _ = writeln!(w, "W {msg}");
-    let _ = w.flush();
-    warn(msg);
+    if writeln!(w, "W {msg}").and_then(|_| w.flush()).is_err() {
+        warn(msg);
+    }
 }
 
 impl Out {
@@ -68,6 +70,11 @@ pub(crate) extern "C" fn finish() {
     }
     // SAFETY: a documented CUPTI call; no lock of ours is held.
     unsafe { (st.cupti.flush_all)(FLUSH_FORCED) };
+    write_tail(st);
+}
+
+/// The executable mappings and the end mark, flushed.
+pub(crate) fn write_tail(st: &State) {
     let maps = wallclock_stream::procmaps::read(std::process::id()).unwrap_or_default();
     let Ok(mut o) = st.out.lock() else { return };
     for m in maps.iter().filter(|m| m.executable() && m.entry.path.starts_with('/')) {

@@ -18,10 +18,14 @@ pub struct Collected {
     pub records: Vec<Record>,
     /// Totals and losses, for the Stats trailer (`gpu_*` names).
     pub counts: BTreeMap<String, u64>,
-    /// The injection library's warnings and notes, deduplicated.
+    /// The injection library's notes, deduplicated.
     pub notes: Vec<String>,
+    /// Why CUPTI was unusable (`W` lines), deduplicated.
+    pub warnings: Vec<String>,
     /// CUPTI's last clock-end mark seen (`X` line), ns.
     pub end_ns: Option<u64>,
+    /// An attach window's start (`R` line), ns.
+    pub start_ns: Option<u64>,
     /// Each activity with its times: `slice_stack` and `slice` records
     /// (written with --timeline).
     pub timeline: Vec<Record>,
@@ -107,6 +111,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
     let mut stacks: HashMap<u32, Vec<u64>> = HashMap::new();
     let mut launches: HashMap<u32, (u32, u32)> = HashMap::new();
     let mut api: HashMap<u32, (u32, u64)> = HashMap::new();
+    let mut entered: HashMap<u32, (u32, u64)> = HashMap::new();
     let mut comms: HashMap<u32, String> = HashMap::new();
     let mut acts: Vec<Act> = Vec::new();
     let mut maps: Vec<MapEntry> = Vec::new();
@@ -127,7 +132,9 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                 true
             }
             "W" => {
-                note(c, rest);
+                if !c.warnings.iter().any(|n| n == rest) {
+                    c.warnings.push(rest.to_string());
+                }
                 add(&mut c.counts, "gpu_cupti_unavailable", 1);
                 true
             }
@@ -152,6 +159,10 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
             "L" => match (n(0), n(1), n(2)) {
                 (Some(tid), Some(corr), Some(sid)) => {
                     launches.entry(corr as u32).or_insert((tid as u32, sid as u32));
+                    // `L TID CORR SID START`: the call's start, for the launch delay.
+                    if let (Some(start), None) = (n(3), f.get(4)) {
+                        entered.entry(corr as u32).or_insert((tid as u32, start));
+                    }
                     true
                 }
                 _ => false,
@@ -244,6 +255,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                     _ => false,
                 }
             }
+            "R" => n(0).map(|t| c.start_ns = Some(c.start_ns.map_or(t, |x| x.min(t)))).is_some(),
             "X" => {
                 if let Some(e) = n(0) {
                     c.end_ns = Some(c.end_ns.map_or(e, |x| x.max(e)));
@@ -273,7 +285,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
         let ns = a.end.saturating_sub(a.start);
         add(&mut c.counts, &format!("gpu_{}_count", a.activity), 1);
         add(&mut c.counts, &format!("gpu_{}_ns", a.activity), ns);
-        let call = api.get(&a.corr).copied();
+        let call = api.get(&a.corr).or_else(|| entered.get(&a.corr)).copied();
         let (tid, sid) = match launches.get(&a.corr) {
             Some(&(tid, sid)) => {
                 if call.is_some_and(|(t, _)| t != tid) {
@@ -360,5 +372,15 @@ mod tests {
         assert_eq!(c.counts["gpu_unmatched"], 1);
         assert_eq!(c.counts["gpu_records_dropped"], 3);
         assert_eq!(c.counts["gpu_kernel_ns"], 140);
+    }
+
+    #[test]
+    fn launch_delay_from_the_calls_own_start() {
+        let text = "V 28 monotonic\nT 5 app\nS 1 10,20\nL 5 11 1 100\nL 5 12 1 150\nK 11 310 390 0 7 0 k\n";
+        let c = collect(&[(7, text.to_string())]);
+        let s = c.records.iter().find_map(|r| if let Record::Stack(s) = r { Some(s) } else { None }).unwrap();
+        assert_eq!(s.gpu.as_ref().unwrap().launch_delay_ns, Some(210));
+        assert_eq!(s.ustack, vec![0x10, 0x20]);
+        assert_eq!(c.counts.get("gpu_unmatched"), None);
     }
 }

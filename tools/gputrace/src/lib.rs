@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! gputrace [-o FILE] [--gpu-only | --cpu-only | --merge] -- COMMAND [ARGS...]
+//! gputrace [-o FILE] -p PID [-d SECONDS]
 //! {"type":"header","format":"wallclock",...,"tool":"gputrace","pids":[4242],...}
 //! {"type":"maps","pid":4242,"maps":[...]}
 //! {"type":"stack","kind":"gpu","pid":4242,"tid":4242,"comm":"python","ustack":[...],"ns":5120000,"count":80,
@@ -16,7 +17,9 @@
 //! issued it; `gpu.name` is the GPU leaf (demangled kernel name). Run the
 //! stream through `stacksym` to name the CPU frames.
 
+pub mod attach;
 pub mod collect;
+pub mod inject;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -34,6 +37,7 @@ const EXAMPLES: &str = "EXAMPLES:
     gputrace -o gpu.jsonl -- python train.py      GPU kernels under their launch stacks
     gputrace -- ./app | stacksym | flame > gpu.svg
     gputrace --merge -o all.jsonl -- ./app        plus on-CPU samples (oncputime, needs root)
+    gputrace -p 4242 -d 10 -o gpu.jsonl           10 s of a running CUDA process (ptrace, x86-64)
     WALLCLOCK_CUPTI_PATH=/opt/cuda/extras/CUPTI/lib64/libcupti.so gputrace -- ./app
 
 ENVIRONMENT:
@@ -78,8 +82,16 @@ pub struct Cli {
     /// for `wcexport --trace`.
     #[arg(long)]
     pub timeline: bool,
+    /// Attach to this running CUDA process instead of starting one: the
+    /// injection library is loaded into it through ptrace (x86-64), CUPTI
+    /// records for the window, then lets go; the process runs on.
+    #[arg(short, long, value_name = "PID", conflicts_with_all = ["command", "cpu_only", "merge"])]
+    pub pid: Option<u32>,
+    /// With -p: the window in seconds (default: until Ctrl-C).
+    #[arg(short, long, value_name = "SECONDS", requires = "pid")]
+    pub duration: Option<f64>,
     /// The program and its arguments.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "pid", value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -111,6 +123,12 @@ pub fn run(cli: &Cli) -> Result<i32> {
         bail!("the injection library {} is missing (build it: cargo build --release -p cupti-inject, or pass --inject)", inject.display());
     }
     let inject = inject.canonicalize().unwrap_or(inject);
+    if cli.duration.is_some() && cli.pid.is_none() {
+        bail!("-d goes with -p PID (a COMMAND is traced until it exits)");
+    }
+    if let Some(pid) = cli.pid {
+        return run_attached(cli, pid, &inject).map(|_| 0);
+    }
     // A fresh private folder at a random name (a predictable one, made
     // with create_dir_all, took whatever stood there: a link planted by
     // another user); removed when this returns.
@@ -177,9 +195,7 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     }
     files.sort();
     let c = if gpu { collect::collect(&files) } else { collect::Collected::default() };
-    for n in c.notes.iter().filter(|n| !n.starts_with("no usable libcupti") && !n.starts_with("libcupti not found")) {
-        eprintln!("gputrace: note: {n}");
-    }
+    report_notes(&c);
 
     let mut header = Header::new("gputrace", env!("CARGO_PKG_VERSION"));
     header.pids = vec![pid];
@@ -211,6 +227,54 @@ fn trace(cli: &Cli, gpu: bool, cpu: bool, inject: &Path, dir: &Path) -> Result<i
     w.write(&Record::Stats(Stats { end_ns: Some(end_ns), counts }))?;
     w.flush()?;
     Ok(code)
+}
+
+/// `-p PID`: the window's records as a stream. A process that exits
+/// during the window still has its records written, then the error.
+fn run_attached(cli: &Cli, pid: u32, inject: &Path) -> Result<()> {
+    if cli.duration.is_some_and(|d| !(d > 0.0 && d.is_finite())) {
+        bail!("-d must be a positive number of seconds");
+    }
+    let out = wallclock_stream::cli::open_output(cli.output.as_deref())?;
+    let cap = attach::capture(cli, pid, inject)?;
+    let c = collect::collect(&[(pid, cap.text)]);
+    report_notes(&c);
+    let mut header = Header::new("gputrace", env!("CARGO_PKG_VERSION"));
+    header.pids = vec![pid];
+    header.start_ns = c.start_ns;
+    header.end_ns = c.end_ns;
+    for k in ["gpu_records_dropped", "gpu_unmatched", "gpu_cupti_unavailable"] {
+        if let Some(&v) = c.counts.get(k).filter(|&&v| v > 0) {
+            header.lost.insert(k.to_string(), v);
+        }
+    }
+    let mut w = Writer::from_env(out)?;
+    w.write(&Record::Header(header))?;
+    for r in &c.records {
+        w.write(r)?;
+    }
+    if cli.timeline {
+        for r in &c.timeline {
+            w.write(r)?;
+        }
+    }
+    w.write(&Record::Stats(Stats { end_ns: c.end_ns, counts: c.counts.clone() }))?;
+    w.flush()?;
+    if cap.exited {
+        bail!("process {pid} exited during the capture (its records up to the exit are written)");
+    }
+    Ok(())
+}
+
+/// The injection library's notes, and once, in one line, why no GPU
+/// activity was recorded when CUPTI was unusable.
+fn report_notes(c: &collect::Collected) {
+    for n in &c.notes {
+        eprintln!("gputrace: note: {n}");
+    }
+    if let Some(w) = c.warnings.first() {
+        eprintln!("gputrace: warning: no GPU activity recorded: {w}; the program ran unprofiled");
+    }
 }
 
 struct OnCpu {

@@ -20,6 +20,7 @@ mod profile;
 pub mod proto;
 pub mod push;
 pub mod trace;
+mod trace_gpu;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

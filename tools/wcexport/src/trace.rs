@@ -60,7 +60,7 @@ fn cname(s: &Slice) -> &'static str {
 }
 
 /// ns as µs with three decimals, exact.
-fn us(ns: u64) -> Value {
+pub(crate) fn us(ns: u64) -> Value {
     let text = format!("{}.{:03}", ns / 1000, ns % 1000);
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
@@ -214,6 +214,11 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         }));
         events.append(&mut flow);
     }
+    let gpu_track = |s: &Slice| {
+        let (d, st) = s.gpu.as_ref().map_or((0, 0), |g| (g.device.unwrap_or(0), g.stream.unwrap_or(0)));
+        GPU_TID_BASE + ((d as u64) << 24) + st as u64
+    };
+    events.extend(crate::trace_gpu::idle_gaps(&inp.slices, t0, &gpu_track));
     let mut meta: Vec<Value> = Vec::new();
     let pids: std::collections::BTreeSet<u32> = tracks.keys().map(|(p, _)| *p).collect();
     for pid in pids {

@@ -42,6 +42,9 @@ pub struct GpuReport {
     pub cupti_unavailable: u64,
     pub tid_mismatch: u64,
     pub bad_lines: u64,
+    /// Why the GPU sat idle, per device (needs the timelines: [`crate::gpu_idle`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub idle: Vec<crate::gpu_idle::DeviceIdle>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -27,6 +27,7 @@
 pub mod frames;
 pub mod functions;
 pub mod gpu;
+pub mod gpu_idle;
 pub mod modules;
 pub mod names;
 mod process;
@@ -99,6 +100,12 @@ pub struct Cli {
     /// Path prefix of the overview files of --split-dir (default DIR/wallclock).
     #[arg(long, value_name = "PREFIX", requires = "split_dir")]
     pub prefix: Option<PathBuf>,
+    /// Timelines (`offcputime --timeline`, `gputrace --timeline` streams)
+    /// whose slices give the GPU idle view: each device's idle time, and
+    /// what its launching threads did meanwhile. Only their slice,
+    /// slice_stack and maps records are read (the sums come from FILE).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Vec<PathBuf>,
     /// Output file (stdout by default).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -112,7 +119,15 @@ pub fn command() -> clap::Command {
 /// Read, build, write. A bad line stops the reading: the report of what
 /// came before it is still written, then the error is returned.
 pub fn run(cli: &Cli) -> Result<()> {
-    let (records, err) = read_all_lenient(&cli.files, ReaderOptions::default());
+    let (mut records, err) = read_all_lenient(&cli.files, ReaderOptions::default());
+    if !cli.timeline.is_empty() {
+        let (tl, tl_err) = read_all_lenient(&cli.timeline, ReaderOptions::default());
+        if let Some(e) = tl_err {
+            return Err(e.context("reading --timeline"));
+        }
+        use wallclock_stream::Record;
+        records.extend(tl.into_iter().filter(|r| matches!(r, Record::Slice(_) | Record::SliceStack(_) | Record::Maps(_))));
+    }
     let rep = build(&records, cli.top);
     let mut out = open_output(cli.output.as_deref())?;
     if let Some(dir) = &cli.split_dir {

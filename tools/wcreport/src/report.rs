@@ -224,7 +224,10 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let lost_stack_ns = out_threads.iter().map(|t| t.lost_stack_ns).sum();
     let comms: BTreeMap<(u32, u32), String> = threads.iter().map(|(k, t)| (*k, t.comm.clone())).collect();
     let all: Vec<&Stack> = stacks.values().flatten().copied().collect();
-    let gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
+    let mut gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
+    if let Some(g) = gpu.as_mut() {
+        g.idle = crate::gpu_idle::build(records, &window, &out_threads);
+    }
     let waits_on = crate::wakers::waits_on(&all, &comms, top_n.max(10) * 2);
     let runtimes = crate::runtimes::advice(all.iter().copied());
     Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, runtimes, gpu, waits_on }

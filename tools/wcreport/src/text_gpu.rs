@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::gpu::{GpuKernel, GpuReport};
+use crate::gpu_idle::{DeviceIdle, RULE};
 use crate::text::{h, hopt, name, table};
 
 fn kernel_rows(title: &str, v: &[GpuKernel]) -> String {
@@ -108,5 +109,78 @@ pub fn gpu_section(g: &GpuReport) -> String {
         g.bad_lines,
         h(g.cupti_overhead_ns)
     );
+    for d in &g.idle {
+        s.push_str(&idle_section(d));
+    }
+    s
+}
+
+fn pc(ns: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.1}%", ns as f64 * 100.0 / whole as f64)
+}
+
+/// `GPU 0 idle 37% of 10 s: train was on-CPU 12% (collate), sleeping 61% (...)`,
+/// then each launching thread's idle time by state and place.
+pub fn idle_section(d: &DeviceIdle) -> String {
+    let dev = d.device.map_or("-".to_string(), |x| x.to_string());
+    let mut s = format!(
+        "GPU {dev} idle {} of {} (its first to last activity; busy {}, concurrent activities once):",
+        pc(d.idle_ns, d.window_ns),
+        h(d.window_ns),
+        h(d.busy_ns)
+    );
+    let mut heads = Vec::new();
+    for t in &d.threads {
+        let mut parts = vec![format!("on-CPU {}{}", pc(t.on_ns, d.idle_ns), match t.on_functions.first() {
+            Some((f, _)) => format!(" ({f})"),
+            None => String::new(),
+        })];
+        if let Some(w) = t.off.first() {
+            parts.push(format!("{} {} ({})", w.state.map_or("off-CPU".into(), |x| x.label().to_string()), pc(w.ns, d.idle_ns), w.place));
+        }
+        if t.gil_ns > 0 {
+            parts.push(format!("GIL {}", pc(t.gil_ns, d.idle_ns)));
+        }
+        heads.push(format!("{} was {}", name(&t.comm), parts.join(", ")));
+    }
+    s.push_str(&format!(" {}\n", heads.join("; ")));
+    for st in &d.streams {
+        let _ = writeln!(
+            s,
+            "  stream {}: busy {}, idle {}",
+            st.stream.map_or("-".to_string(), |x| x.to_string()),
+            h(st.busy_ns),
+            pc(st.idle_ns, d.window_ns)
+        );
+    }
+    let _ = writeln!(s, "  while it was idle ({} = 100%; launching {RULE}):", h(d.idle_ns));
+    for t in &d.threads {
+        let _ = writeln!(s, "    {} ({}), {} launch(es):", name(&t.comm), t.tid, t.launches);
+        let funcs: Vec<String> = t.on_functions.iter().map(|(f, p)| format!("{f} {p:.0}%")).collect();
+        let mut rows = vec![vec![
+            pc(t.on_ns, d.idle_ns),
+            h(t.on_ns),
+            format!("[on-CPU] (its on-CPU functions over the whole window: {})", if funcs.is_empty() { "none sampled".into() } else { funcs.join(", ") }),
+        ]];
+        // Every place with 0.1% of the idle time or more; the rest summed.
+        let shown = |ns: u64| ns as u128 * 1000 >= d.idle_ns as u128;
+        rows.extend(t.off.iter().filter(|w| shown(w.ns)).map(|w| vec![pc(w.ns, d.idle_ns), h(w.ns), w.place.clone()]));
+        let rest: Vec<u64> = t.off.iter().filter(|w| !shown(w.ns)).map(|w| w.ns).collect();
+        if !rest.is_empty() {
+            let ns = rest.iter().sum();
+            rows.push(vec![pc(ns, d.idle_ns), h(ns), format!("({} more place(s), each under 0.1%)", rest.len())]);
+        }
+        if t.uncovered_ns > 0 {
+            rows.push(vec![pc(t.uncovered_ns, d.idle_ns), h(t.uncovered_ns), "(not in its timeline: not alive, or dropped)".into()]);
+        }
+        let w0 = rows.iter().map(|r| r[0].len()).max().unwrap_or(0);
+        let w1 = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
+        for r in rows {
+            let _ = writeln!(s, "      {:>w0$}  {:>w1$}  {}", r[0], r[1], r[2]);
+        }
+    }
     s
 }
