@@ -270,8 +270,8 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
 
 /* Fill and submit a stack event for `current` (skipping `kskip` kernel
  * frames: the BPF dispatch above __schedule in a tracepoint): kernel stack, user
- * registers and a copy of the user stack (32K, falling back to smaller
- * copies because one unmapped byte fails the whole read). */
+ * registers and a copy of the user stack (WC_USTACK_MAX, 64K, read page by
+ * page when the one read fails, because one unmapped byte fails it). */
 static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
 				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
 {
@@ -300,11 +300,11 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e->ip = BPF_CORE_READ(regs, ip);
 		e->sp = sp;
 		e->bp = BPF_CORE_READ(regs, bp);
-		/* 32K, or all that is left up to the end of the stack's
-		 * mapping (page-aligned): a thread within 32K of its stack's
-		 * top (a shallow one, or its outermost frames) keeps every
-		 * frame. Halving instead lost up to half of it: the unwind
-		 * stopped short of clone3 in 6% of a Python thread's samples. */
+		/* 64K, or, page by page, all that is left up to the end of
+		 * the stack's mapping: a thread within 64K of its stack's top
+		 * (a shallow one, or its outermost frames) keeps every frame.
+		 * Halving instead lost up to half of it: the unwind stopped
+		 * short of clone3 in 6% of a Python thread's samples. */
 		if (!bpf_probe_read_user(e->ustack, WC_USTACK_MAX, (void *)sp)) {
 			e->ustack_bytes = WC_USTACK_MAX;
 		} else {

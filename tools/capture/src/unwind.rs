@@ -393,7 +393,7 @@ impl Unwind {
         if !self.covered(pid, ip) {
             self.reload(pid);
         }
-        let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack);
+        let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack, false);
         // A caller outside every known mapping: a library mapped since the
         // last read of the maps (libc itself, when they were read just
         // after exec, before the loader mapped it; or a dlopen). Read them
@@ -402,8 +402,11 @@ impl Unwind {
         // libc unknown while the process ran code of its own: every stack
         // then ended at the first libc frame (`__libc_start_call_main`,
         // `start_thread`) without `_start` or `clone3` above it.
-        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) && self.reload(pid) {
-            self.unwind_known(pid, ip, sp, bp, stack)
+        // The maps are then current, and the leaf's caller may be looked
+        // for by a scan (`unwind_known`) even past such a frame.
+        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) {
+            self.reload(pid);
+            self.unwind_known(pid, ip, sp, bp, stack, true)
         } else {
             (v, whole)
         };
@@ -448,7 +451,14 @@ impl Unwind {
     /// zero frame pointer or return address; a Go root function, an entry
     /// point), not at a frame it could not step past (the copy of the
     /// stack ran out, no rule, an address in no mapping).
-    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
+    ///
+    /// The scan for a leaf's caller runs only once the maps are known to
+    /// be current (`maps_current`), or when the walk met no address
+    /// outside them: a library the loader mapped after the maps were read
+    /// (libc, right after exec) fails the walk too, and a scan then took
+    /// the one known return address, `_start`'s, as the leaf's caller
+    /// (`_start;clock_gettime` for a third of a program's samples).
+    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let tr = &mut self.trampolines;
         let first = FrameAddress::from_instruction_pointer(ip);
@@ -461,7 +471,8 @@ impl Unwind {
         // instruction, taken only when the walk from it reaches the
         // stack's start (stale return addresses of earlier calls lie in
         // the leaf's frame too) through code in files.
-        if (!whole || out.len() == 1) && p.code_at(ip).is_some() {
+        let in_maps = |p: &Proc, a: u64| p.maps.iter().any(|m| a >= m.start && a < m.end);
+        if (!whole || out.len() == 1) && p.code_at(ip).is_some() && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
             for (slot, r) in p.scan(sp, stack) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
@@ -469,7 +480,7 @@ impl Unwind {
                 // Whole, and through files only: a stale word can lead
                 // into anonymous memory, where a zero frame pointer ends
                 // any walk.
-                if w && callers.iter().all(|&a| p.maps.iter().any(|m| a >= m.start && a < m.end)) {
+                if w && callers.iter().all(|&a| in_maps(p, a)) {
                     out = callers;
                     out.insert(0, ip);
                     out.reverse();
