@@ -9,26 +9,15 @@ mod util;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use wallclock_stream::{Reader, ReaderOptions, Record, Stack};
 
-/// Builds the fakes and the program once: (dir, program path).
 fn fakes() -> &'static (PathBuf, PathBuf) {
-    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = util::scratch("gpu-fakes");
-        let app = util::build_gpu_fakes(&dir);
-        (dir, app)
-    })
+    util::gpu_fakes("gpu-fakes")
 }
 
-/// A command with no route to any real libcupti or CUDA.
-fn clean(mut cmd: Command) -> Command {
-    for v in ["LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "WALLCLOCK_CUPTI_PATH", "CUDA_INJECTION64_PATH"] {
-        cmd.env_remove(v);
-    }
-    cmd
+fn clean(cmd: Command) -> Command {
+    util::without_cuda_env(cmd)
 }
 
 /// gputrace -o OUT -- gpu_app ARGS with the fake libcupti; (output, stream, truth).

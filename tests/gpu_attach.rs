@@ -9,25 +9,16 @@ mod util;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use wallclock_stream::{Reader, ReaderOptions, Record};
 
 fn fakes() -> &'static (PathBuf, PathBuf) {
-    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = util::scratch("gpu-attach-fakes");
-        let app = util::build_gpu_fakes(&dir);
-        (dir, app)
-    })
+    util::gpu_fakes("gpu-attach-fakes")
 }
 
-fn clean(mut cmd: Command) -> Command {
-    for v in ["LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "WALLCLOCK_CUPTI_PATH", "CUDA_INJECTION64_PATH"] {
-        cmd.env_remove(v);
-    }
-    cmd
+fn clean(cmd: Command) -> Command {
+    util::without_cuda_env(cmd)
 }
 
 /// The program, started plainly (no injection, no CUPTI).

@@ -146,6 +146,25 @@ pub fn build_gpu_fakes(dir: &Path) -> PathBuf {
     dir.join("gpu_app")
 }
 
+/// The fake CUDA stack built once per test binary, into
+/// target/test-tmp/`name` (the first call's): (dir, gpu_app's path).
+pub fn gpu_fakes(name: &str) -> &'static (PathBuf, PathBuf) {
+    static BUILT: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = scratch(name);
+        let app = build_gpu_fakes(&dir);
+        (dir, app)
+    })
+}
+
+/// `cmd` with no route to any real libcupti or CUDA.
+pub fn without_cuda_env(mut cmd: Command) -> Command {
+    for v in ["LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "WALLCLOCK_CUPTI_PATH", "CUDA_INJECTION64_PATH"] {
+        cmd.env_remove(v);
+    }
+    cmd
+}
+
 /// A fresh scratch directory under target/test-tmp.
 pub fn scratch(name: &str) -> PathBuf {
     let d = root().join("target/test-tmp").join(name);

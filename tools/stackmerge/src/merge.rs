@@ -335,10 +335,10 @@ fn keep(s: &Stack, opts: &Options) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn opts() -> Options {
+    pub(crate) fn opts() -> Options {
         Options {
             folded: true,
             unit: wallclock_stream::units::Unit::Ns,

@@ -94,18 +94,7 @@ mod tests {
 
     #[test]
     fn unsampled_time_goes_under_the_blocked_stack_marked() {
-        let opts = Options {
-            folded: true,
-            unit: wallclock_stream::units::Unit::Ns,
-            freq: 49,
-            per_thread: false,
-            roots: Default::default(),
-            gpu_roots: false,
-            pids: vec![],
-            tids: vec![],
-            kinds: vec![],
-            wakers: false,
-        };
+        let opts = crate::merge::tests::opts();
         let stream = br#"{"type":"header","format":"wallclock","version":"1.3","tool":"offcputime","tool_version":"0","clock":"monotonic"}
 {"type":"thread","pid":7,"tid":7,"comm":"as","on_ns":2000,"steal_ns":500,"off_ns":{"R":0,"S":900,"D":0,"other":0}}
 {"type":"stack","kind":"off","state":"S","pid":7,"tid":7,"comm":"as","frames":[{"func":"main"},{"func":"read"},{"func":"schedule","kernel":true}],"ns":600,"count":3}
