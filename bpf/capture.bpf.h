@@ -31,6 +31,14 @@ const volatile __u32 cgroup_level = 0;
 volatile __u64 start_ns = 0;
 volatile __u64 end_ns = 0;
 
+/* A process held by a wrapper until it execs its command (`-- COMMAND`,
+ * --from-exec): not a target before then, so that the wrapper's gate is
+ * not the command's time. Its exec (tree.bpf.h) begins its accounting,
+ * clears held_tgid and stamps exec_ns, which user space then takes as the
+ * start of the capture's window. */
+volatile __u32 held_tgid = 0;
+volatile __u64 exec_ns = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -128,6 +136,8 @@ static __always_inline bool is_target_x(struct task_struct *t, bool btf)
 	__u32 tid = RD(btf, t, pid);
 	if (!tid)
 		return false; /* idle */
+	if (tgid == held_tgid)
+		return false; /* before its exec */
 	if (thread_kind) {
 		bool k = RD(btf, t, flags) & PF_KTHREAD;
 		if ((thread_kind == 1) == k)

@@ -64,8 +64,36 @@ int BPF_PROG(fork_raw, struct task_struct *parent, struct task_struct *child)
 	return on_fork(parent, child, false);
 }
 
+/* The held process (capture.bpf.h) execs its command: from now on it is a
+ * target, running (this tracepoint fires in the exec'ing task), its first
+ * slice measured from here. Any later exec is an ordinary one. */
+static __always_inline void held_exec(struct task_struct *p, __u64 now, bool btf)
+{
+	struct wc_thread z = {};
+	__u32 tid = RD(btf, p, pid);
+	z.pid = RD(btf, p, tgid);
+	z.begin_ns = now;
+	z.last_ts = now;
+	z.running = 1;
+	z.kthread = 0;
+	BPF_CORE_READ_STR_INTO(&z.comm, p, comm);
+	z.exec_base = RD(btf, p, se.sum_exec_runtime);
+	z.exec_known = 1;
+	if (bpf_map_update_elem(&threads, &tid, &z, BPF_ANY))
+		stat_add(WC_STAT_MAP_FULL, 1);
+	exec_ns = now;
+	held_tgid = 0;
+}
+
 static __always_inline int on_exec(struct task_struct *p, struct linux_binprm *bprm, bool btf)
 {
+	__u32 held = held_tgid;
+	if (held && RD(btf, p, tgid) == held) {
+		__u64 now = bpf_ktime_get_ns();
+		if (!window_open(now))
+			return 0;
+		held_exec(p, now, btf);
+	}
 	if (!is_target_x(p, btf))
 		return 0;
 	__u64 ino = BPF_CORE_READ(bprm, file, f_inode, i_ino);

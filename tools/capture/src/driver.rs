@@ -69,6 +69,10 @@ pub trait CaptureSkel {
     fn tree_prog(&self, which: TreeProg, btf: bool) -> &ProgramMut<'static>;
     /// Write .bss: the window's start and end, and `tree_grown`.
     fn set_bss(&mut self, start_ns: Option<u64>, end_ns: Option<u64>, tree_grown: bool);
+    /// This process is held until its exec: no target before then.
+    fn hold(&mut self, tgid: u32);
+    /// When the held process exec'd (0: not yet).
+    fn exec_ns(&self) -> u64;
 }
 
 /// What differs between the capture tools.
@@ -257,6 +261,11 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         ringbuf_bytes: args.ringbuf_mb.unwrap_or(if sess.system_wide() { 16 } else { 4 }) << 20,
     };
     let (mut skel, btf) = load(tool, &common)?;
+    // The command is its own from its exec: the wrapper's time before it
+    // (our fork's copy of this process, a script's gate) is not captured.
+    if let Some(pid) = sess.held_pid() {
+        skel.hold(pid);
+    }
     bpf::put_u32_set(skel.maps().tgids, &sess.pids)?;
     bpf::put_u32_set(skel.maps().tids, &args.tids)?;
     let links = tool.attach(&skel, btf)?;
@@ -265,14 +274,6 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let late = sess.late_children();
     bpf::put_u32_set(skel.maps().tgids, &late)?;
     let mut unwind = Unwind::new();
-    // Until its exec a held command is a copy of this process: a stack it
-    // is preempted in before the exec (a page fault of the fork's
-    // copy-on-write) unwinds against these maps, which its exec event then
-    // keeps for symbolization. Read before the window opens: loading their
-    // unwind tables takes a while, and the command waits in the meantime.
-    if let Some(pid) = sess.held_pid() {
-        unwind.refresh(pid);
-    }
     let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
@@ -329,6 +330,12 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     }
     let end = monotonic_ns();
     skel.set_bss(None, Some(end), false);
+    // The window opens at the held command's exec (when it came).
+    let start = match skel.exec_ns() {
+        0 => start,
+        e => e.min(end),
+    };
+    sess.start_ns = start;
     sess.stopped(bpf::u32_keys(skel.maps().tgids));
     std::thread::sleep(Duration::from_millis(5));
     drain.finish(|e| event(tool, e, &mut unwind));

@@ -53,6 +53,8 @@ pub struct Session {
     tree_checked: Option<Instant>,
     pub command: Option<Vec<String>>,
     pub launched: Option<Launched>,
+    /// `-p PID --from-exec`: captured from its next exec.
+    from_exec: Option<u32>,
     pub duration: Option<f64>,
     pub start_ns: u64,
     started: Option<Instant>,
@@ -109,6 +111,7 @@ impl Session {
             tree_checked: None,
             command: (!command.is_empty()).then(|| command.to_vec()),
             launched,
+            from_exec: args.from_exec.then(|| args.pids[0]),
             duration,
             start_ns: 0,
             started: None,
@@ -128,9 +131,10 @@ impl Session {
         self.pids.is_empty() && self.cgroup.is_none() && self.command.is_none()
     }
 
-    /// The pid of the command launched with `-- COMMAND`.
+    /// The process captured only from its exec: the command launched with
+    /// `-- COMMAND`, or `-p PID --from-exec`.
     pub fn held_pid(&self) -> Option<u32> {
-        self.launched.as_ref().map(|l| l.pid())
+        self.launched.as_ref().map(|l| l.pid()).or(self.from_exec)
     }
 
     /// The capture is attached from `start_ns`: note the threads that are
@@ -148,7 +152,7 @@ impl Session {
         // attach no longer waits for (see settle).
         let mut named: Vec<(u32, Vec<procfs::NamedFrame>)> = Vec::new();
         for &pid in &self.pids {
-            if self.launched.as_ref().is_some_and(|l| l.pid() == pid) {
+            if self.held_pid() == Some(pid) {
                 continue;
             }
             unwind.refresh(pid);

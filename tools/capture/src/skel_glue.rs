@@ -75,6 +75,18 @@ macro_rules! capture_skel {
                 }
             }
 
+            fn hold(&mut self, tgid: u32) {
+                let bss = self.maps.bss_data.as_deref_mut().expect("bss");
+                // SAFETY: as in set_bss.
+                unsafe { ::std::ptr::write_volatile(&mut bss.held_tgid, tgid) };
+            }
+
+            fn exec_ns(&self) -> u64 {
+                let bss = self.maps.bss_data.as_deref().expect("bss");
+                // SAFETY: the BPF side writes it: read it volatile.
+                unsafe { ::std::ptr::read_volatile(&bss.exec_ns) }
+            }
+
             fn set_bss(&mut self, start_ns: Option<u64>, end_ns: Option<u64>, tree_grown: bool) {
                 let bss = self.maps.bss_data.as_deref_mut().expect("bss");
                 // SAFETY: bss is the program's mmapped .bss; the BPF side

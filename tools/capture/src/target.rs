@@ -18,6 +18,13 @@ pub struct TargetArgs {
     /// (through fork, clone and exec, as `-- COMMAND` always does).
     #[arg(short = 'C', long = "children", requires = "pids")]
     pub children: bool,
+    /// With -p PID: the process waits in a wrapper to exec the command to
+    /// profile (a script's start gate, as scripts/wallclock's): it is
+    /// captured from its next exec, which opens the window, so that the
+    /// wait before it is not counted as the command's time (what
+    /// `-- COMMAND` always does).
+    #[arg(long = "from-exec", requires = "pids")]
+    pub from_exec: bool,
     /// Trace every process in this cgroup v2 directory and the cgroups below
     /// it (a container, a systemd service: /sys/fs/cgroup/system.slice/X.service),
     /// including processes that start in it or move into it during the capture.
@@ -86,6 +93,9 @@ impl TargetArgs {
             if procfs::tgid_of(t).is_none() {
                 bail!("no such thread: {t}");
             }
+        }
+        if self.from_exec && self.pids.len() != 1 {
+            bail!("--from-exec takes one process (-p PID), got {}", self.pids.len());
         }
         if self.every.is_some_and(|e| !(e >= 0.1 && e.is_finite())) {
             bail!("--every must be at least 0.1 seconds");
