@@ -10,7 +10,7 @@
 mod util;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -167,6 +167,8 @@ fn make_j2_under_wallclock() {
     }
     let title = svg.split("id=\"title\"").nth(1).and_then(|t| t.split('>').nth(1)).and_then(|t| t.split('<').next()).unwrap();
     assert!(title.chars().count() <= 100 && title.contains(&format!("{} processes", got.values().sum::<usize>())), "{title}");
+    // A real browser draws it: frames on the screen, the title whole.
+    util::browser::screenshot(&PathBuf::from(format!("{}.svg", prefix.display())), &dir).assert_readable("build graph", 0.05);
     // The report's per-command summary comes before the process sections.
     let text = std::fs::read_to_string(format!("{}_thread_analysis.txt", prefix.display())).unwrap();
     let (c, p) = (text.find("COMMANDS: ").unwrap(), text.find("PROCESS ").unwrap());

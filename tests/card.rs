@@ -87,41 +87,10 @@ fn card_line_typed_literally_names_both_kinds() {
     assert!(title.contains(&format!("(pid {pid})")) && title.contains("window"), "title: {title}");
 
     // A real browser: the graph's script runs and both colours reach the screen.
-    let png = dir.join("out.png");
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--window-size=1200,720",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", dir.join("out.svg").display()))
-        .output()
-        .expect("chromium is not installed: run `sudo scripts/setup --tests` (scripts/test does)");
-    assert!(png.is_file(), "chromium wrote no screenshot: {}", String::from_utf8_lossy(&out.stderr));
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).unwrap()));
-    let mut reader = decoder.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let px = match info.color_type {
-        png::ColorType::Rgb => 3,
-        png::ColorType::Rgba => 4,
-        c => panic!("unexpected PNG colour type {c:?}"),
-    };
-    let (mut n_warm, mut n_blue) = (0usize, 0usize);
-    for p in buf[..info.buffer_size()].chunks(px) {
-        let c = (p[0], p[1], p[2]);
-        n_warm += warm(c) as usize;
-        n_blue += blue(c) as usize;
-    }
-    let total = (info.width * info.height) as usize;
-    eprintln!("screenshot {}: {:.1}% warm, {:.1}% blue pixels", png.display(), 100.0 * n_warm as f64 / total as f64, 100.0 * n_blue as f64 / total as f64);
+    let shot = util::browser::screenshot(&dir.join("out.svg"), &dir);
+    let total = shot.width * shot.height;
+    let (n_warm, n_blue) = (shot.count(warm), shot.count(blue));
+    eprintln!("screenshot: {:.1}% warm, {:.1}% blue pixels", 100.0 * n_warm as f64 / total as f64, 100.0 * n_blue as f64 / total as f64);
     // On-CPU boxes are narrow when the machine is loaded (the workload's
     // compute waits runnable, in blue): a few thousand warm pixels still
     // say the browser draws them in their colour.

@@ -125,7 +125,14 @@ fn idle_machine_example() {
 
     // [lost stack]: under 0.5% of the thread-time.
     let lost: u64 = stacks.iter().filter(|s| frames_text(s).contains("[lost stack]")).map(|s| u(&s["ns"])).sum();
-    assert!(lost * 200 < alive, "[lost stack] {lost} ns of {alive} ns thread-time");
+    let stats = recs.iter().find(|r| r["type"] == "stats");
+    let worst: Vec<String> = stacks
+        .iter()
+        .filter(|s| frames_text(s).contains("[lost stack]"))
+        .map(|s| format!("{} {} {} {} ns", s["comm"], s["tid"], s["state"], s["ns"]))
+        .take(8)
+        .collect();
+    assert!(lost * 200 < alive, "[lost stack] {lost} ns of {alive} ns thread-time: {worst:?}; {stats:?}");
 
     let thread = |pid: u64| *threads.iter().find(|t| u(&t["tid"]) == pid).unwrap_or_else(|| panic!("no thread {pid}"));
     let under_timer = |pid: u64| -> u64 {
@@ -168,6 +175,10 @@ fn idle_machine_example() {
     }
     assert!(names.keys().any(|n| n.starts_with("vmstat")), "no vmstat box in the graph");
     assert!(names.keys().any(|n| n.contains("nanosleep")), "no nanosleep box in the graph");
+    // And a real browser draws it: frames on the screen, the title whole.
+    let svg_path = dir.join("machine.svg");
+    std::fs::write(&svg_path, &svg).unwrap();
+    util::browser::screenshot(&svg_path, &dir).assert_readable("system-wide graph", 0.05);
 }
 
 /// A capture whose stack map fills says so at its end, on stderr, with
