@@ -110,17 +110,11 @@ pub fn records(
     let (offcpu, offwake) = (maps.offcpu, maps.offwake);
     let (start, end) = (cfg.start, cfg.end);
     let mut acc = Acc::default();
-    // The launched command waits (sleeping) for its release before exec.
-    let launched = sess.launched.as_ref().map(|l| l.pid());
     let init_state = |tid: u32| match sess.initial.get(&tid) {
         Some(i) => state_from_letter(i.state),
-        None if launched == Some(tid) => State::S,
         None => State::Other,
     };
     let init_where = |tid: u32, ns: u64, count: u64| {
-        if launched == Some(tid) {
-            return Where::Synthetic("[before exec]");
-        }
         if let Some(f) = cfg.filtered(init_state(tid), ns / count.max(1)) {
             return Where::Synthetic(f);
         }

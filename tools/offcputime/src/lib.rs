@@ -22,8 +22,8 @@
 //! every copy found the ring buffer full and the thread was no longer
 //! blocked there at the stop, the map was full, or a switch was missed;
 //! counted in `Stats`), `[filtered: over -M]`, `[filtered: --state]`,
-//! `[thread start]` (a new thread waiting for its first run), `[before
-//! exec]` (a launched command held until the capture was attached).
+//! `[thread start]` (a new thread waiting for its first run). A launched
+//! command is captured from its exec: its wait before it is not its time.
 //!
 //! Cost per context switch: no stack walk. A fingerprint of the user
 //! registers, the top of the user stack and the syscall number names where a

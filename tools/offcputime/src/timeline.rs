@@ -98,10 +98,6 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn launched(&self, tid: u32) -> bool {
-        self.inp.sess.launched.as_ref().is_some_and(|l| l.pid() == tid)
-    }
-
     /// The state and place of a block, as collect.rs resolves them for
     /// the summed view (the same stack, the same filters).
     fn resolve(&self, tid: u32, st: u32, fp: u64, ns: u64) -> (State, Where) {
@@ -109,12 +105,8 @@ impl Builder<'_> {
         if st == event::ST_INIT {
             let s = match self.inp.sess.initial.get(&tid) {
                 Some(i) => state_from_letter(i.state),
-                None if self.launched(tid) => State::S,
                 None => State::Other,
             };
-            if self.launched(tid) {
-                return (s, Where::Synthetic("[before exec]"));
-            }
             if ns > cfg.max_block_ns {
                 return (s, Where::Synthetic(collect::OVER_MAX));
             }
