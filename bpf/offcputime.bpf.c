@@ -277,6 +277,14 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 		if (th->begin_ns > start_ns) {
 			st = WC_ST_R;
 			fp = WC_FP_NEWTHREAD;
+		} else if (snap_stacks && btf) {
+			/* System-wide, switched in before the task iterator came
+			 * to it (a few ms of a busy machine's threads): nothing
+			 * will read its stack at the start, but its kernel stack
+			 * and registers are still those it waited in. Its state
+			 * then is unknown. It was [lost stack]. */
+			st = WC_ST_OTHER;
+			fp = unseen_stack(next, tid);
 		} else {
 			st = WC_ST_INIT;
 			fp = WC_FP_INIT;
