@@ -279,7 +279,8 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
 }
 
 /* A stack event is sent with only WC_USTACK_TIGHT bytes of its user-stack
- * copy when the ring buffer is more than half full: a burst of new stacks
+ * copy when the ring buffer is more than half full, WC_USTACK_TIGHTER when
+ * more than three quarters (the leaf and a few callers): a burst of new stacks
  * (a browser starting: a few thousand in half a second) while the
  * consumer waits for a CPU on a loaded machine. A reservation holds the
  * whole struct, 64K of ring whatever the copy used, so 16 MiB held a few
@@ -291,6 +292,7 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
  * timer interrupt (oncputime's samples), so none interrupts another on
  * its CPU while it builds one. */
 #define WC_USTACK_TIGHT 16384
+#define WC_USTACK_TIGHTER 4096
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -299,9 +301,17 @@ struct {
 	__type(value, struct wc_event);
 } ev_scratch SEC(".maps");
 
-static __always_inline bool ring_tight(void)
+/* How much of a user-stack copy the ring buffer has room for: all of it
+ * (WC_USTACK_MAX) when it is at most half full. */
+static __always_inline __u32 ring_room(void)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) * 2 > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	__u64 used = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	if (used * 4 > size * 3)
+		return WC_USTACK_TIGHTER;
+	if (used * 2 > size)
+		return WC_USTACK_TIGHT;
+	return WC_USTACK_MAX;
 }
 
 /* Fill a stack event for `current` (skipping `kskip` kernel frames: the
@@ -366,7 +376,8 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
 {
 	struct wc_event *e;
-	if (ring_tight()) {
+	__u32 room = ring_room();
+	if (room < WC_USTACK_MAX) {
 		__u32 cpu = bpf_get_smp_processor_id();
 		e = bpf_map_lookup_elem(&ev_scratch, &cpu);
 		if (!e)
@@ -379,8 +390,10 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e->state = state;
 		fill_stack(ctx, cur, regs, e, kskip);
 		__u32 n = e->ustack_bytes;
-		if (n > WC_USTACK_TIGHT) {
-			n = WC_USTACK_TIGHT;
+		if (room > WC_USTACK_TIGHT)
+			room = WC_USTACK_TIGHT; /* a bound the verifier sees */
+		if (n > room) {
+			n = room;
 			e->ustack_bytes = n;
 			stat_add(WC_STAT_USTACK_CUT, 1);
 		}
