@@ -420,6 +420,7 @@ drop:
 	return -1;
 }
 
+#include "dethread.bpf.h"
 #include "tree.bpf.h"
 #include "snapshot.bpf.h"
 
