@@ -278,24 +278,51 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
 	th->exec_known = 1;
 }
 
-/* Fill and submit a stack event for `current` (skipping `kskip` kernel
- * frames: the BPF dispatch above __schedule in a tracepoint): kernel stack, user
- * registers and a copy of the user stack (WC_USTACK_MAX, 64K, read page by
- * page when the one read fails, because one unmapped byte fails it). */
-static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
-				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
+/* A stack event is sent with only WC_USTACK_TIGHT bytes of its user-stack
+ * copy when the ring buffer is more than half full, WC_USTACK_TIGHTER when
+ * more than three quarters (the leaf and a few callers): a burst of new stacks
+ * (a browser starting: a few thousand in half a second) while the
+ * consumer waits for a CPU on a loaded machine. A reservation holds the
+ * whole struct, 64K of ring whatever the copy used, so 16 MiB held a few
+ * hundred and the rest were dropped: [lost stack] for every thread that
+ * blocked once there and exited (most of a browser's). A stack cut short
+ * ends in [truncated] where its copy ends. Such an event is built in
+ * ev_scratch, one entry per CPU (set at load): the programs that send
+ * stacks run with interrupts off (sched_switch, sched_waking) or in the
+ * timer interrupt (oncputime's samples), so none interrupts another on
+ * its CPU while it builds one. */
+#define WC_USTACK_TIGHT 16384
+#define WC_USTACK_TIGHTER 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wc_event);
+} ev_scratch SEC(".maps");
+
+/* How much of a user-stack copy the ring buffer has room for: all of it
+ * (WC_USTACK_MAX) when it is at most half full. */
+static __always_inline __u32 ring_room(void)
 {
-	struct wc_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		stat_add(WC_STAT_RINGBUF_DROPS, 1);
-		return -1;
-	}
-	e->fp = fp;
-	e->ts = now;
-	e->pid = BPF_CORE_READ(cur, tgid);
-	e->tid = BPF_CORE_READ(cur, pid);
-	e->kind = kind;
-	e->state = state;
+	__u64 used = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	if (used * 4 > size * 3)
+		return WC_USTACK_TIGHTER;
+	if (used * 2 > size)
+		return WC_USTACK_TIGHT;
+	return WC_USTACK_MAX;
+}
+
+/* Fill a stack event for `current` (skipping `kskip` kernel frames: the
+ * BPF dispatch above __schedule in a tracepoint): kernel stack, user
+ * registers and a copy of the user stack (WC_USTACK_MAX, 64K, read page by
+ * page when the one read fails, because one unmapped byte fails it). A
+ * function of its own, called for a reserved event or a scratch one. */
+static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs, struct wc_event *e, __u32 kskip)
+{
+	if (!e)
+		return 0;
 	e->ip = e->sp = e->bp = 0;
 	e->kstack_bytes = 0;
 	e->ustack_bytes = 0;
@@ -340,11 +367,60 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		}
 		py_walk(e->pid, e->tid, e);
 	}
-	bpf_ringbuf_submit(e, 0);
-	stat_add(WC_STAT_NEW_STACKS, 1);
 	return 0;
 }
 
+/* Fill and send a stack event for `current` (see fill_stack): 0, or -1
+ * when the ring buffer had no room (counted). */
+static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
+				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
+{
+	struct wc_event *e;
+	__u32 room = ring_room();
+	if (room < WC_USTACK_MAX) {
+		__u32 cpu = bpf_get_smp_processor_id();
+		e = bpf_map_lookup_elem(&ev_scratch, &cpu);
+		if (!e)
+			goto drop;
+		e->fp = fp;
+		e->ts = now;
+		e->pid = BPF_CORE_READ(cur, tgid);
+		e->tid = BPF_CORE_READ(cur, pid);
+		e->kind = kind;
+		e->state = state;
+		fill_stack(ctx, cur, regs, e, kskip);
+		__u32 n = e->ustack_bytes;
+		if (room > WC_USTACK_TIGHT)
+			room = WC_USTACK_TIGHT; /* a bound the verifier sees */
+		if (n > room) {
+			n = room;
+			e->ustack_bytes = n;
+			stat_add(WC_STAT_USTACK_CUT, 1);
+		}
+		if (bpf_ringbuf_output(&events, e, offsetof(struct wc_event, ustack) + n, 0))
+			goto drop;
+		stat_add(WC_STAT_NEW_STACKS, 1);
+		return 0;
+	}
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		goto drop;
+	e->fp = fp;
+	e->ts = now;
+	e->pid = BPF_CORE_READ(cur, tgid);
+	e->tid = BPF_CORE_READ(cur, pid);
+	e->kind = kind;
+	e->state = state;
+	fill_stack(ctx, cur, regs, e, kskip);
+	bpf_ringbuf_submit(e, 0);
+	stat_add(WC_STAT_NEW_STACKS, 1);
+	return 0;
+drop:
+	stat_add(WC_STAT_RINGBUF_DROPS, 1);
+	return -1;
+}
+
+#include "dethread.bpf.h"
 #include "tree.bpf.h"
 #include "snapshot.bpf.h"
 

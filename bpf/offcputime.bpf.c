@@ -142,7 +142,7 @@ static __always_inline void off_taken_back(struct wc_thread *th, __u64 ns)
 static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsigned int pstate, __u64 now, bool btf)
 {
 	__u32 tid = RD(btf, prev, pid);
-	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	struct wc_thread *th = dethread_entry(bpf_map_lookup_elem(&threads, &tid), &tid);
 	if (!th) {
 		th = thread_new(prev, now);
 		if (!th)
@@ -160,6 +160,10 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	th->running = 0;
 	if (pstate & 0x80 /* TASK_DEAD */) {
 		th->exit_ns = now;
+		if (tid != RD(btf, prev, pid)) {
+			__u32 now_tid = RD(btf, prev, pid);
+			bpf_map_delete_elem(&renamed, &now_tid);
+		}
 		BPF_CORE_READ_STR_INTO(&th->comm, prev, comm); /* its final name */
 		return;
 	}
@@ -265,7 +269,7 @@ static __always_inline __u64 unseen_stack(struct task_struct *t, __u32 tid)
 static __always_inline void switch_in(struct task_struct *next, __u64 now, bool btf)
 {
 	__u32 tid = RD(btf, next, pid);
-	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+	struct wc_thread *th = dethread_entry(bpf_map_lookup_elem(&threads, &tid), &tid);
 	__u64 fp;
 	__u32 st;
 	if (!th) {
@@ -277,6 +281,14 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 		if (th->begin_ns > start_ns) {
 			st = WC_ST_R;
 			fp = WC_FP_NEWTHREAD;
+		} else if (snap_stacks && btf) {
+			/* System-wide, switched in before the task iterator came
+			 * to it (a few ms of a busy machine's threads): nothing
+			 * will read its stack at the start, but its kernel stack
+			 * and registers are still those it waited in. Its state
+			 * then is unknown. It was [lost stack]. */
+			st = WC_ST_OTHER;
+			fp = unseen_stack(next, tid);
 		} else {
 			st = WC_ST_INIT;
 			fp = WC_FP_INIT;

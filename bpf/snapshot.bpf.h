@@ -115,6 +115,14 @@ int snapshot(struct bpf_iter__task *ctx)
 		 * seen (steal::open_slice). */
 		z.running = 1;
 		z.exec_base = exec;
+	} else if (t->__state & 0x80 /* TASK_DEAD */) {
+		/* A zombie (its parent has not reaped it yet): it left the CPU
+		 * for the last time before the start, and its kernel stack and
+		 * memory are gone. Its life in the window is none: it ends where
+		 * the window begins. Taken for blocked, it was a whole window
+		 * of [lost stack] (a build's or a browser's unreaped children). */
+		z.exit_ns = s;
+		z.out_exec = exec;
 	} else {
 		z.out_exec = exec;
 		z.cur_state = WC_ST_INIT;

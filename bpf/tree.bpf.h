@@ -85,7 +85,7 @@ static __always_inline void held_exec(struct task_struct *p, __u64 now, bool btf
 	held_tgid = 0;
 }
 
-static __always_inline int on_exec(struct task_struct *p, struct linux_binprm *bprm, bool btf)
+static __always_inline int on_exec(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm, bool btf)
 {
 	__u32 held = held_tgid;
 	if (held && RD(btf, p, tgid) == held) {
@@ -96,6 +96,7 @@ static __always_inline int on_exec(struct task_struct *p, struct linux_binprm *b
 	}
 	if (!is_target_x(p, btf))
 		return 0;
+	note_dethread(RD(btf, p, pid), old_pid);
 	__u64 ino = BPF_CORE_READ(bprm, file, f_inode, i_ino);
 	emit_marker(WC_KIND_EXEC, RD(btf, p, tgid), RD(btf, p, pid), ino);
 	return 0;
@@ -104,13 +105,13 @@ static __always_inline int on_exec(struct task_struct *p, struct linux_binprm *b
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(exec_btf, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	return on_exec(p, bprm, true);
+	return on_exec(p, old_pid, bprm, true);
 }
 
 SEC("raw_tp/sched_process_exec")
 int BPF_PROG(exec_raw, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	return on_exec(p, bprm, false);
+	return on_exec(p, old_pid, bprm, false);
 }
 
 #endif

@@ -36,6 +36,7 @@ enum wc_stat {
 	WC_STAT_SAMPLES,
 	WC_STAT_OVER_MAX, /* unused: offcputime counts the [filtered: ...] blocks */
 	WC_STAT_MISSED, /* a switch-in or -out not seen, repaired from the CPU clock */
+	WC_STAT_USTACK_CUT, /* a user-stack copy sent cut short: the ring buffer was filling */
 	WC_STAT_MAX,
 };
 

@@ -1,6 +1,8 @@
 //! System-wide capture, as the off-CPU article runs it on an idle
 //! machine: `offcputime -d 5` with no target, a `sleep 3` and a `vmstat 1`
-//! started before it. Checked against /proc (every process alive through
+//! started before it, a zombie held through it and a headless Chromium
+//! started in it (a burst of short-lived threads and new stacks).
+//! Checked against /proc (every process alive through
 //! the window is in the stream; each checked thread's on-CPU time against
 //! its own CPU clock from schedstat) and against the processes' own
 //! timers (the sleep under its nanosleep stack). Root only (skips saying
@@ -28,6 +30,16 @@ fn pids() -> BTreeSet<u64> {
 fn clock(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat")).unwrap();
     s.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// A child of `parent` that has exited and not been reaped (state Z).
+fn zombie_of(parent: u32) -> Option<u64> {
+    pids().into_iter().find(|p| {
+        let st = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: the comm may hold spaces.
+        let mut f = st.rsplit_once(") ").map_or("", |(_, r)| r).split_whitespace();
+        f.next() == Some("Z") && f.next() == Some(&parent.to_string())
+    })
 }
 
 fn spawn(cmd: &str) -> Child {
@@ -63,7 +75,13 @@ fn idle_machine_example() {
     // their timers when it begins.
     let mut sleep = Command::new("sleep").arg("3").spawn().unwrap();
     let vmstat = Command::new("vmstat").arg("1").stdout(Stdio::null()).spawn().unwrap();
+    // An exited child never reaped (its parent execs a sleep): a zombie
+    // through the window, as a build's or a browser's children are for a
+    // moment. It has no stack and no time left; taken for a thread blocked
+    // all window, it was a whole window of [lost stack].
+    let mut reaper = spawn("true & exec sleep 30");
     std::thread::sleep(Duration::from_millis(200));
+    let zombie = zombie_of(reaper.id()).expect("no zombie child of `true & exec sleep 30`");
     let cap = Command::new(util::bin("offcputime"))
         .args(["-d", "5", "--ready-file"])
         .arg(&ready)
@@ -74,6 +92,16 @@ fn idle_machine_example() {
         .unwrap();
     wait_for(&ready);
     let before = pids();
+    // A real browser starting in the window: dozens of processes and
+    // threads born, most blocking once in a new place and exiting, a few
+    // thousand new stacks in half a second. On a loaded machine their
+    // copies filled the ring buffer and were dropped: 3% of the
+    // thread-time under [lost stack].
+    let page = dir.join("page.svg");
+    std::fs::write(&page, r#"<svg xmlns="http://www.w3.org/2000/svg" width="300" height="200"><rect width="150" height="100" fill="red"/></svg>"#).unwrap();
+    let browser_dir = dir.join("in-window");
+    std::fs::create_dir_all(&browser_dir).unwrap();
+    let browser = std::thread::spawn(move || util::browser::screenshot(&page, &browser_dir));
     let vm_before = clock(vmstat.id());
     // A thread that works in the window (about 0.2 s of CPU, all in the
     // shell itself), then sleeps until the capture is over: its clock is
@@ -86,6 +114,10 @@ fn idle_machine_example() {
     let (vm_after, busy_after) = (clock(vmstat.id()), clock(busy.id()));
     let (sleep_pid, vm_pid, busy_pid) = (sleep.id() as u64, vmstat.id() as u64, busy.id() as u64);
     let _ = sleep.wait();
+    let shot = browser.join().expect("the browser in the window failed");
+    assert!(shot.count(|(r, g, b)| r > 200 && g < 60 && b < 60) > 0, "the browser drew nothing");
+    let _ = reaper.kill();
+    let _ = reaper.wait();
     for mut c in [vmstat, busy] {
         let _ = c.kill();
         let _ = c.wait();
@@ -107,6 +139,13 @@ fn idle_machine_example() {
     let seen: BTreeSet<u64> = threads.iter().map(|t| u(&t["pid"])).collect();
     let missing: Vec<u64> = before.intersection(&after).filter(|p| !seen.contains(p)).copied().collect();
     assert!(missing.is_empty(), "processes alive through the window but not in the stream: {missing:?}");
+
+    // The browser ran in the window and was captured.
+    let hstart = u(&hdr["start_ns"]);
+    assert!(
+        threads.iter().any(|t| t["comm"] == "chromium" && u(&t["start_ns"]) > hstart),
+        "no chromium process born in the window"
+    );
 
     // Each thread's time adds up to its time alive; nothing runs more than
     // the CPUs could give (the part of on-CPU time no task clock counted,
@@ -132,7 +171,17 @@ fn idle_machine_example() {
         .map(|s| format!("{} {} {} {} ns", s["comm"], s["tid"], s["state"], s["ns"]))
         .take(8)
         .collect();
+    let count = |k: &str| stats.map_or(0, |s| u(&s["counts"][k]));
+    eprintln!(
+        "[lost stack] {lost} ns of {alive} ns thread-time; ringbuf_drops {}, ustack_cut {}, missed_switches {}",
+        count("ringbuf_drops"),
+        count("ustack_cut"),
+        count("missed_switches")
+    );
     assert!(lost * 200 < alive, "[lost stack] {lost} ns of {alive} ns thread-time: {worst:?}; {stats:?}");
+    // The zombie: in the stream, with no time in the window.
+    let z = threads.iter().find(|t| u(&t["tid"]) == zombie).unwrap_or_else(|| panic!("zombie {zombie} not in the stream"));
+    assert_eq!(u(&z["end_ns"]), u(&z["start_ns"]), "a zombie has no life in the window: {z}");
 
     let thread = |pid: u64| *threads.iter().find(|t| u(&t["tid"]) == pid).unwrap_or_else(|| panic!("no thread {pid}"));
     let under_timer = |pid: u64| -> u64 {

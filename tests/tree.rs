@@ -330,3 +330,45 @@ fn wallclock_follows_a_shell_child() {
         assert!(files.iter().any(|f| f.starts_with(&format!("thread_{child}_")) && f.ends_with(ext)), "{}: no {ext} in {files:?}", pdir.display());
     }
 }
+
+/// `offcputime -- dethread`: a second thread spins, then execs `sleep 1`
+/// and so takes the leader's tid (de_thread). That thread is one thread
+/// in the stream, under the tid it was born with: its on-CPU time is what
+/// its own clock counted (its entry used to stay "running" to the stop:
+/// a second of on-CPU time too many), and its time after the exec is its
+/// own, most of it in sleep's timer wait.
+#[test]
+fn a_thread_that_execs_keeps_its_time() {
+    if skip() {
+        return;
+    }
+    let dir = util::scratch("tree-dethread");
+    let bin = util::build_c("tests/programs/tree/dethread.c", &dir, "dethread");
+    let out_file = dir.join("off.jsonl");
+    let out = Command::new(util::bin("offcputime")).arg("-o").arg(&out_file).arg("--").arg(&bin).arg("300").output().unwrap();
+    assert!(out.status.success(), "offcputime failed: {}", String::from_utf8_lossy(&out.stderr));
+    let truth: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&out.stdout)));
+    let (leader, tid, cpu) = (u(&truth["leader"]), u(&truth["tid"]), u(&truth["cpu_ns"]));
+
+    let recs = symbolized(&out_file);
+    let thread = |t: u64| recs.iter().find(|r| r["type"] == "thread" && u(&r["tid"]) == t).unwrap_or_else(|| panic!("no thread {t}"));
+    let (th, lt) = (thread(tid), thread(leader));
+    let ran = u(&th["on_ns"]).saturating_sub(u(&th["steal_ns"]));
+    eprintln!("thread {tid}: {:.1} ms on-CPU, its clock {:.1} ms at its exec", ran as f64 / 1e6, cpu as f64 / 1e6);
+    // After the exec, sleep runs for a millisecond or two.
+    assert!(ran + 50_000_000 > cpu && ran < cpu + 100_000_000, "thread {tid}: {ran} ns on-CPU, its clock {cpu} ns: {th}");
+    let life = u(&th["end_ns"]) - u(&th["start_ns"]);
+    let off: u64 = th["off_ns"].as_object().unwrap().values().map(u).sum();
+    assert_eq!(u(&th["on_ns"]) + off, life, "thread {tid} does not add up: {th}");
+    // Its second after the exec is its own, under sleep's timer wait.
+    let asleep: u64 = recs
+        .iter()
+        .filter(|r| r["type"] == "stack" && u(&r["tid"]) == tid && r["kind"] == "off")
+        .filter(|r| r["frames"].as_array().into_iter().flatten().any(|f| f["func"].as_str().is_some_and(|n| n.contains("nanosleep"))))
+        .map(|r| u(&r["ns"]))
+        .sum();
+    assert!(asleep > 900_000_000, "thread {tid}: {asleep} ns under nanosleep after its exec");
+    // The leader died at the exec, before the thread that took its tid.
+    assert!(u(&lt["end_ns"]) < u(&th["end_ns"]) - 900_000_000, "the leader outlived the exec: {lt}");
+    assert!(recs.iter().all(|r| !(r["type"] == "stack" && r["frames"].to_string().contains("[lost stack]") && u(&r["pid"]) == leader)));
+}

@@ -9,7 +9,7 @@ fn main() {
         .clang_args([format!("-I{}", bpf.display()), "-Wno-compare-distinct-pointer-types".into()])
         .build_and_generate(&out)
         .expect("building bpf/oncputime.bpf.c (needs clang)");
-    for f in ["oncputime.bpf.c", "capture.bpf.h", "python.bpf.h", "tree.bpf.h", "wallclock.h"] {
+    for f in ["oncputime.bpf.c", "capture.bpf.h", "python.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "wallclock.h"] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }
 }

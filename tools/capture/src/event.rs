@@ -61,6 +61,7 @@ const fn stat_names() -> [&'static str; NSTATS] {
     a[c::WC_STAT_SAMPLES as usize] = "samples";
     a[c::WC_STAT_OVER_MAX as usize] = "over_max_blocks";
     a[c::WC_STAT_MISSED as usize] = "missed_switches";
+    a[c::WC_STAT_USTACK_CUT as usize] = "ustack_cut";
     // A slot added to the enum without a name here fails the build.
     let mut i = 0;
     while i < NSTATS {

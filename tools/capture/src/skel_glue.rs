@@ -36,6 +36,9 @@ macro_rules! capture_skel {
                 // Processes of a tree, at most as many as threads.
                 self.maps.tgids.set_max_entries(c.max_threads.max(1024))?;
                 self.maps.events.set_max_entries(c.ringbuf_bytes)?;
+                // One scratch event per CPU (see ring_room in capture.bpf.h).
+                let cpus = $crate::libbpf_rs::num_possible_cpus()?;
+                self.maps.ev_scratch.set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))?;
                 self.progs.fork_btf.set_autoload(f.follow && btf);
                 self.progs.fork_raw.set_autoload(f.follow && !btf);
                 self.progs.exec_btf.set_autoload(btf);
