@@ -476,8 +476,15 @@ fn assert_rooted(stream: &Path, min: f64) {
         if first.starts_with("[steal]") {
             continue;
         }
+        // The process tearing down its memory at exit: there is no user
+        // stack left to read, only the leaf its registers name.
+        if first == "[truncated]" && stack.contains("exit_mmap_[k]") {
+            continue;
+        }
         all += ns;
-        if matches!(first, "_start" | "clone3") {
+        // (_dl_start_user: the loader's own entry, before the program's
+        // _start, running the libraries' constructors.)
+        if matches!(first, "_start" | "clone3" | "_dl_start_user") {
             rooted += ns;
         } else if ns > worst.0 {
             worst = (ns, stack.to_string());
