@@ -129,8 +129,16 @@ impl Code {
         if at(6) == Some(0xff) && at(5) == Some(0x15) {
             return Some(Call::Slot(r.wrapping_add(rel(4)? as i64 as u64)));
         }
+        self.indirect_before(r).then_some(Call::Unknown)
+    }
+
+    /// Whether `r` follows a `call` through a register or memory (0xff /2,
+    /// with or without a prefix or displacement).
+    fn indirect_before(&self, r: u64) -> bool {
+        let Some((c, _, i)) = self.text_at(r) else { return false };
+        let at = |back: usize| i.checked_sub(back).map(|j| c.text[j]);
         let modrm_is_call = |m: Option<u8>| m.is_some_and(|m| (m >> 3) & 7 == 2);
-        [2, 3, 6, 7].iter().any(|&n| at(n) == Some(0xff) && modrm_is_call(at(n - 1))).then_some(Call::Unknown)
+        [2, 3, 6, 7].iter().any(|&n| at(n) == Some(0xff) && modrm_is_call(at(n - 1)))
     }
 
     /// The start of the function holding `ip` as far as the symbols tell:
@@ -167,7 +175,11 @@ impl Code {
                 Some(slot) => self.slot_value(pid, slot),
                 None => Some(t),
             },
-            Some(Call::Slot(slot)) => self.slot_value(pid, slot),
+            Some(Call::Slot(slot)) => match self.slot_value(pid, slot) {
+                Some(t) => Some(t),
+                // No such memory: the bytes end a shorter indirect call.
+                None => return self.indirect_before(r),
+            },
         };
         match (target, self.function_floor(ip)) {
             (Some(t), Some(floor)) => t >= floor && t <= ip,
@@ -237,6 +249,9 @@ mod tests {
         rip_call(&mut text, 0x1230, &SLOT_A);
         rip_call(&mut text, 0x1240, &SLOT_B);
         call(&mut text, 0x1250, 0x3000);
+        // `call *%rax` after bytes that read as `call *disp(%rip)` with a
+        // slot 790 MB below, where nothing is mapped.
+        text[0x260..0x266].copy_from_slice(&[0xff, 0x15, 0x00, 0x00, 0xff, 0xd0]);
         // .plt.sec's entry: endbr64; bnd jmp *disp(%rip).
         let mut plt = vec![0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0, 0, 0, 0, 0x90, 0x90, 0x90, 0x90, 0x90];
         let disp = &PLT_GOT as *const AtomicU64 as i64 - avma(0x3000 + 11) as i64;
@@ -249,16 +264,16 @@ mod tests {
         code.add(bias, Arc::new(file));
 
         // Return addresses: to A's caller, B's, through %rax, through a
-        // slot holding A, one holding B, A's PLT entry; and a word after
-        // no call.
-        let words = [0x1205, 0x1215, 0x1222, 0x1236, 0x1246, 0x1255, 0x1001].map(avma);
+        // slot holding A, one holding B, A's PLT entry, through %rax
+        // again; and a word after no call.
+        let words = [0x1205, 0x1215, 0x1222, 0x1236, 0x1246, 0x1255, 0x1266, 0x1001].map(avma);
         let stack: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let sp = 0x7ff0_0000_0000;
         let kept: Vec<u64> = code.scan(std::process::id(), avma(0x1010), sp, &stack).into_iter().map(|(_, r)| r - bias).collect();
-        assert_eq!(kept, [0x1205, 0x1222, 0x1236, 0x1255]);
+        assert_eq!(kept, [0x1205, 0x1222, 0x1236, 0x1255, 0x1266]);
         // A leaf in B: only B's direct caller, the register call and the
         // slot holding B.
         let kept: Vec<u64> = code.scan(std::process::id(), avma(0x1180), sp, &stack).into_iter().map(|(_, r)| r - bias).collect();
-        assert_eq!(kept, [0x1215, 0x1222, 0x1246]);
+        assert_eq!(kept, [0x1215, 0x1222, 0x1246, 0x1266]);
     }
 }
