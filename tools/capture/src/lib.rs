@@ -12,6 +12,7 @@ pub mod driver;
 pub mod event;
 pub mod hidden;
 pub mod jvm;
+mod leafscan;
 mod skel_glue;
 pub mod launch;
 pub mod output;

@@ -19,6 +19,7 @@ use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
 
 use crate::event::WcEvent;
+use crate::leafscan::{Code, FileCode};
 use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
 
@@ -49,6 +50,8 @@ struct FileInfo {
     /// (start, end) SVMAs of the functions a stack starts in (Go's, and
     /// the entry point).
     roots: Vec<(u64, u64)>,
+    /// What the leaf scan checks (leafscan).
+    code: Option<Arc<FileCode>>,
 }
 
 fn load_file(path: &str) -> Option<FileInfo> {
@@ -120,7 +123,8 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
     if obj.entry() != 0 {
         roots.push((obj.entry(), obj.entry() + ENTRY_LEN));
     }
-    Some(FileInfo { build_id, len: data.len(), segments, sections, roots })
+    let code = FileCode::parse(&obj).map(Arc::new);
+    Some(FileInfo { build_id, len: data.len(), segments, sections, roots, code })
 }
 
 /// Where Go's stacks begin, as Go's own traceback stops there: a
@@ -161,43 +165,15 @@ struct Proc {
     maps: Vec<MapEntry>,
     /// AVMA ranges of the functions a stack begins in (`go_roots`).
     roots: Vec<(u64, u64)>,
-    /// Each file's .text: its first AVMA and bytes (the scan's check).
-    code: Vec<(u64, Arc<[u8]>)>,
+    /// Each file's code, for the leaf scan's checks.
+    code: Code,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
 }
 
-/// Words above sp the scan for a leaf's caller looks through: the whole
-/// copy. OpenBLAS's dgemm_kernel_HASWELL aligns rsp down to a page and
-/// keeps a buffer there: its return address lies over 8K above sp.
-const SCAN_WORDS: usize = crate::event::USTACK_MAX / 8;
-
 impl Proc {
-    /// The .text holding `a`, and `a`'s offset in it.
-    fn code_at(&self, a: u64) -> Option<(&[u8], usize)> {
-        self.code.iter().find_map(|(s, t)| (a >= *s && a - s < t.len() as u64).then(|| (&t[..], (a - s) as usize)))
-    }
-
-    /// Whether `r` returns just past a call: `call rel32`, or `call` through
-    /// a register or memory (opcode 0xff, /2), with or without a prefix.
-    fn after_call(&self, r: u64) -> bool {
-        let Some((t, i)) = self.code_at(r) else { return false };
-        let at = |back: usize| i.checked_sub(back).map(|j| t[j]);
-        if at(5) == Some(0xe8) {
-            return true;
-        }
-        [2, 3, 6, 7].iter().any(|&n| at(n) == Some(0xff) && at(n - 1).is_some_and(|m| (m >> 3) & 7 == 2))
-    }
-
-    /// The words above `sp` (within [`SCAN_WORDS`]) that return just
-    /// past a call: slot and value, nearest first.
-    fn scan(&self, sp: u64, stack: &[u8]) -> Vec<(u64, u64)> {
-        let words = stack.chunks_exact(8).take(SCAN_WORDS).map(|w| u64::from_le_bytes(w.try_into().unwrap()));
-        words.enumerate().filter(|&(_, r)| self.after_call(r)).map(|(k, r)| (sp + 8 * k as u64, r)).collect()
-    }
-
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, maps: Vec::new(), roots: Vec::new(), code: Vec::new(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -366,10 +342,10 @@ impl Unwind {
                 if let Some(base_avma) = crate::elf::load_bias(&fi.segments, m.start, m.offset) {
                     let root = fi.roots.iter().map(|&(a, b)| (a.wrapping_add(base_avma), b.wrapping_add(base_avma)));
                     proc.roots.extend(root.filter(|&(a, _)| a >= m.start && a < m.end));
-                    if let Some((Some(t), Some(svma))) = fi.sections.as_ref().map(|s| (s.text.clone(), s.text_svma.clone())) {
-                        let start = svma.start.wrapping_add(base_avma);
+                    if let Some(c) = fi.code.clone() {
+                        let start = c.text_svma().wrapping_add(base_avma);
                         if start >= m.start && start < m.end {
-                            proc.code.push((start, t));
+                            proc.code.add(base_avma, c);
                         }
                     }
                     if let Some(sec) = fi.sections.clone() {
@@ -463,17 +439,15 @@ impl Unwind {
         let tr = &mut self.trampolines;
         let first = FrameAddress::from_instruction_pointer(ip);
         let (mut out, whole) = walk(p, tr, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
-        // A leaf in a file whose table does not cover it (hand-written
-        // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
-        // thread) gets a guessed rule that reads a data word as its
-        // caller. Its caller is then looked for as Breakpad's stack walker
-        // does, above sp: a word that returns just past a call
-        // instruction, taken only when the walk from it reaches the
-        // stack's start (stale return addresses of earlier calls lie in
-        // the leaf's frame too) through code in files.
+        // A leaf in a file whose table does not cover it gets a guessed
+        // rule that reads a data word as its caller. Its caller is then
+        // looked for above sp (leafscan): the nearest word that returns
+        // past a call that may have entered the leaf's function, taken
+        // only when the walk from it reaches the stack's start through
+        // code in files.
         let in_maps = |p: &Proc, a: u64| p.maps.iter().any(|m| a >= m.start && a < m.end);
-        if (!whole || out.len() == 1) && p.code_at(ip).is_some() && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
-            for (slot, r) in p.scan(sp, stack) {
+        if (!whole || out.len() == 1) && p.code.in_text(ip) && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
+            for (slot, r) in p.code.scan(pid, ip, sp, stack) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
                 let (callers, w) = walk(p, tr, pid, next, &mut regs, sp, stack);
