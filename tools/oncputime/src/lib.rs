@@ -27,7 +27,7 @@ use wallclock_capture::driver::{self, Common, OpenCapture, Request};
 use wallclock_capture::event::{self, WcEvent, WcThread};
 use wallclock_capture::target::TargetArgs;
 use wallclock_capture::{bpf, procfs, session::Session, unwind::Unwind};
-use wallclock_stream::{accounting, Kind, Record, Stack, Stats, Thread};
+use wallclock_stream::{accounting, Kind, ProbeEvent, Record, SliceStack, Stack, Stats, Thread};
 
 wallclock_capture::capture_skel!(
     skel::OpenOncputimeSkel<'static>,
@@ -60,6 +60,11 @@ pub struct Cli {
     /// does); without it, each sample stands for 1/HZ seconds.
     #[arg(long = "exact")]
     pub exact: bool,
+    /// Also write every sample with its time, as a `probe` record named
+    /// `[on-CPU sample]` whose stack is a `slice_stack` record: what
+    /// `wcreport --spans` divides a span's on-CPU time by (wallclock --span).
+    #[arg(long = "sample-events")]
+    pub sample_events: bool,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
@@ -82,12 +87,20 @@ struct Samples {
     /// (tid, ustack, kstack) -> samples
     stacks: BTreeMap<(u32, Vec<u64>, Vec<u64>), u64>,
     per_thread: HashMap<u32, (u32, u64, String)>,
+    /// --sample-events: (pid, tid, time, stack id) per sample, and the ids.
+    timed: Option<Vec<(u32, u32, u64, u64)>>,
+    ids: HashMap<(u32, Vec<u64>, Vec<u64>), u64>,
 }
 
 impl Samples {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         let Some(e) = WcEvent::parse(data) else { return };
         let ustack = unwind.event_stack(&e);
+        if let Some(timed) = self.timed.as_mut() {
+            let n = self.ids.len() as u64;
+            let id = *self.ids.entry((e.pid, ustack.clone(), e.kstack_root_first())).or_insert(n);
+            timed.push((e.pid, e.tid, e.ts, id));
+        }
         *self.stacks.entry((e.tid, ustack, e.kstack_root_first())).or_default() += 1;
         let t = self.per_thread.entry(e.tid).or_insert((e.pid, 0, String::new()));
         t.1 += 1;
@@ -140,7 +153,11 @@ pub fn run(cli: Cli) -> Result<i32> {
     if cli.freq == 0 {
         anyhow::bail!("-F must be at least 1 Hz");
     }
-    let mut on = On { cli: &cli, samples: Samples::default() };
+    let mut samples = Samples::default();
+    if cli.sample_events {
+        samples.timed = Some(Vec::new());
+    }
+    let mut on = On { cli: &cli, samples };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false };
     let cap = driver::capture(&mut on, req)?;
     let records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
@@ -244,6 +261,30 @@ fn records(
         };
         recs.push(Record::Stack(s));
     }
+    if let Some(timed) = &samples.timed {
+        recs.extend(sample_events(timed, &samples.ids));
+    }
     recs.push(Record::Stats(stats));
     recs
 }
+
+/// `--sample-events`: the stacks, then each sample in time order.
+fn sample_events(timed: &[(u32, u32, u64, u64)], ids: &HashMap<(u32, Vec<u64>, Vec<u64>), u64>) -> Vec<Record> {
+    let mut stacks: Vec<_> = ids.iter().collect();
+    stacks.sort_by_key(|(_, id)| **id);
+    let mut out: Vec<Record> = stacks
+        .into_iter()
+        .map(|((pid, u, k), id)| {
+            Record::SliceStack(SliceStack { id: *id, pid: *pid, ustack: u.clone(), kstack: k.clone(), frames: Vec::new() })
+        })
+        .collect();
+    let mut timed = timed.to_vec();
+    timed.sort_by_key(|t| (t.2, t.1));
+    out.extend(timed.into_iter().map(|(pid, tid, ts_ns, id)| {
+        Record::Probe(ProbeEvent { probe: SAMPLE_EVENT.into(), pid, tid, ts_ns, args: Default::default(), stack: Some(id) })
+    }));
+    out
+}
+
+/// The name of `--sample-events`' records.
+pub const SAMPLE_EVENT: &str = "[on-CPU sample]";
