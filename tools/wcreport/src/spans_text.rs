@@ -15,6 +15,12 @@ fn share(ns: u64, of: u64) -> String {
     format!("{:.1}%", ns as f64 * 100.0 / of as f64)
 }
 
+/// Latencies to the microsecond, whatever their size (human_ns keeps
+/// three digits: 123 ms would hide half a millisecond).
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 / 1e6)
+}
+
 /// The SPANS section.
 pub fn section(reports: &[SpanReport], max_parts: usize) -> String {
     let mut s = String::new();
@@ -23,10 +29,10 @@ pub fn section(reports: &[SpanReport], max_parts: usize) -> String {
         let _ = writeln!(
             s,
             "  latency p50 {}  p90 {}  p99 {}  max {}",
-            human_ns(r.p50_ns),
-            human_ns(r.p90_ns),
-            human_ns(r.p99_ns),
-            human_ns(r.max_ns)
+            ms(r.p50_ns),
+            ms(r.p90_ns),
+            ms(r.p99_ns),
+            ms(r.max_ns)
         );
         let which = match r.threshold_ns {
             Some(t) => format!("slower than {}", human_ns(t)),
