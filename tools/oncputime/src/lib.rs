@@ -50,6 +50,8 @@ const EXAMPLES: &str = "EXAMPLES:
 pub struct Cli {
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub probe: wallclock_capture::probe::ProbeArgs,
     /// Sampling frequency per CPU, Hz.
     #[arg(short = 'F', long = "frequency", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
@@ -113,6 +115,9 @@ impl Samples {
 struct On<'a> {
     cli: &'a Cli,
     samples: Samples,
+    /// --probe: the specs (events only), and their ring buffer's consumer.
+    probes: wallclock_capture::probe::Probes,
+    probe_drain: std::cell::RefCell<Option<wallclock_capture::probe::Drain>>,
 }
 
 impl driver::Tool for On<'_> {
@@ -124,11 +129,30 @@ impl driver::Tool for On<'_> {
         open.common(common, btf)?;
         open.progs.switch_btf.set_autoload(self.cli.exact && btf);
         open.progs.switch_raw.set_autoload(self.cli.exact && !btf);
+        let probes = self.probes.any();
+        let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
+        ro.probes_on = probes;
+        open.progs.wc_uprobe.set_autoload(probes);
+        open.progs.wc_uretprobe.set_autoload(probes);
+        open.progs.wc_usdt.set_autoload(probes);
+        if probes {
+            open.maps.probe_events.set_max_entries(4 << 20)?;
+        }
         open.load()
     }
 
     fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {
         let mut links = Vec::new();
+        if self.probes.any() {
+            let map = libbpf_rs::MapHandle::try_from(&skel.maps.probe_events)?;
+            *self.probe_drain.borrow_mut() = Some(wallclock_capture::probe::Drain::start(map)?);
+            let progs = wallclock_capture::probe::Progs {
+                uprobe: &skel.progs.wc_uprobe,
+                uretprobe: &skel.progs.wc_uretprobe,
+                usdt: &skel.progs.wc_usdt,
+            };
+            links.extend(wallclock_capture::probe::attach(&self.probes, &progs)?);
+        }
         if self.cli.exact {
             let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
             links.push(switch.attach().context("attaching to sched_switch")?);
@@ -157,10 +181,24 @@ pub fn run(cli: Cli) -> Result<i32> {
     if cli.sample_events {
         samples.timed = Some(Vec::new());
     }
-    let mut on = On { cli: &cli, samples };
+    let probes = wallclock_capture::probe::Probes::new(&cli.probe, &cli.command, &cli.target.pids)?;
+    if let Some(s) = probes.specs.iter().find(|s| s.is_span()) {
+        anyhow::bail!("--probe '{}': spans are offcputime's (their off-CPU time is measured at its switch hook); oncputime records events", s.text);
+    }
+    let mut on = On { cli: &cli, samples, probes, probe_drain: Default::default() };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false };
     let cap = driver::capture(&mut on, req)?;
-    let records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
+        let counts = bpf::percpu_sums(&cap.skel.maps.probe_stats, event::PROBE_STAT_NAMES.len() as u32);
+        let (recs, pcounts) = wallclock_capture::probe::records(&on.probes, events, &counts);
+        let trailer = records.pop();
+        records.extend(recs);
+        if let Some(Record::Stats(mut s)) = trailer {
+            s.counts.extend(pcounts);
+            records.push(Record::Stats(s));
+        }
+    }
     cap.write(&cli.target, &records, |s| s.count)
 }
 

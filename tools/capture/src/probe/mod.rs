@@ -51,6 +51,9 @@ impl Probes {
     /// Parse the flags; `command` and `pids` give the default file.
     pub fn new(args: &ProbeArgs, command: &[String], pids: &[u32]) -> Result<Probes> {
         let specs = spec::expand(&args.probes).map_err(anyhow::Error::msg)?;
+        if let Some(s) = specs.iter().find(|s| s.begin.stack || s.end.as_ref().is_some_and(|e| e.stack)) {
+            anyhow::bail!("--probe '{}': `stack` is not supported by this version (the event is recorded without it)", s.text);
+        }
         let binary = args.binary.clone().or_else(|| default_binary(command, pids));
         Ok(Probes { specs, binary })
     }
