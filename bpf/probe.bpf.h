@@ -155,7 +155,10 @@ static __always_inline void probe_fire(struct pt_regs *ctx, __u64 cookie, __u64 
 	e->pid = id >> 32;
 	e->tid = tid;
 	e->role = role;
-	bpf_ringbuf_submit(e, 0);
+	/* No wake-up: the reader polls every 20 ms. A wake-up per record
+	 * cost a switch of the reader per hit: 29 us a hit on a function
+	 * called back to back (scripts/bench probes), against ~5 without. */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	percpu_add(&probe_stats, WC_PR_EVENTS, 1);
 }
 

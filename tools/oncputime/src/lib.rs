@@ -145,7 +145,7 @@ impl driver::Tool for On<'_> {
         let mut links = Vec::new();
         if self.probes.any() {
             let map = libbpf_rs::MapHandle::try_from(&skel.maps.probe_events)?;
-            *self.probe_drain.borrow_mut() = Some(wallclock_capture::probe::Drain::start(map)?);
+            *self.probe_drain.borrow_mut() = Some(wallclock_capture::probe::Drain::start(map, "oncputime", &self.probes.specs)?);
             let progs = wallclock_capture::probe::Progs {
                 uprobe: &skel.progs.wc_uprobe,
                 uretprobe: &skel.progs.wc_uretprobe,

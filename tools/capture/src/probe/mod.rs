@@ -128,6 +128,24 @@ fn attach_point(p: &Point, cookie: u64, binary: Option<&Path>, progs: &Progs<'_>
         .map_err(|e| anyhow::anyhow!("no function {func} to probe in {} ({e})", path.display()))
 }
 
+/// Firings a second past which the capture warns: a uprobe hit costs at
+/// least 5 us (the trap into the kernel and back; `scripts/bench probes`
+/// measured 30 us on a loaded 2-CPU VM, as much as bpftrace's empty
+/// uprobe there), so 20,000 a second take a tenth of a CPU or more.
+pub const WARN_RATE: u64 = 20_000;
+
+/// The warning for a probe that fired `n` times in `secs` seconds, if over
+/// [`WARN_RATE`].
+pub fn rate_warning(spec: &str, n: u64, secs: f64) -> Option<String> {
+    let rate = n as f64 / secs.max(1e-3);
+    (rate > WARN_RATE as f64).then(|| {
+        format!(
+            "--probe '{spec}' fires {rate:.0} times a second (over {WARN_RATE}): at 5 us a hit or more, that is at least {:.0}% of a CPU taken from the target; probe a less frequent function",
+            rate * 5e-6 * 100.0
+        )
+    })
+}
+
 /// The probe ring buffer's consumer.
 pub struct Drain {
     events: Arc<Mutex<Vec<WcProbeEvent>>>,
@@ -136,12 +154,33 @@ pub struct Drain {
 }
 
 impl Drain {
-    pub fn start(map: MapHandle) -> Result<Drain> {
+    /// `tool` and `specs` name a probe in the rate warning, said once per
+    /// probe in the capture's first second (a span's entry and exit are
+    /// two hits per record).
+    pub fn start(map: MapHandle, tool: &'static str, specs: &[Spec]) -> Result<Drain> {
         let events = Arc::new(Mutex::new(Vec::new()));
         let sink = events.clone();
+        let names: Vec<(String, u64)> = specs.iter().map(|s| (s.text.clone(), if s.is_span() { 2 } else { 1 })).collect();
+        let mut hits = vec![0u64; names.len()];
+        let mut first: Option<u64> = None;
+        let mut warned = false;
         let mut b = RingBufferBuilder::new();
         b.add(&map, move |data: &[u8]| {
             if let Some(e) = event::from_bytes::<WcProbeEvent>(data) {
+                let i = (e.cookie & 0xffff) as usize;
+                if let (false, Some(h), Some((_, per))) = (warned, hits.get_mut(i), names.get(i)) {
+                    *h += per;
+                    let t0 = *first.get_or_insert(e.ts);
+                    if e.ts - t0 >= 1_000_000_000 {
+                        warned = true;
+                        let secs = (e.ts - t0) as f64 / 1e9;
+                        for ((spec, _), n) in names.iter().zip(&hits) {
+                            if let Some(w) = rate_warning(spec, *n, secs) {
+                                eprintln!("{tool}: warning: {w}");
+                            }
+                        }
+                    }
+                }
                 sink.lock().unwrap().push(e);
             }
             0
@@ -152,8 +191,11 @@ impl Drain {
         let thread = std::thread::Builder::new()
             .name("probes".into())
             .spawn(move || {
+                // The BPF side submits without waking us: read every 20 ms
+                // (4 MiB hold 30k records, 0.7 s at the warning's rate).
                 while !stopping.load(Ordering::Relaxed) {
-                    let _ = rb.poll(Duration::from_millis(20));
+                    let _ = rb.consume();
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 let _ = rb.consume();
                 drop(map);
@@ -182,6 +224,16 @@ fn args_of(wanted: &[Arg], e: &WcProbeEvent, into: &mut BTreeMap<String, i64>) {
 
 /// The records of the probes' events, in time order, and the counts for
 /// the trailer (`probe_events`, `probe_drops`, ...).
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn warns_past_the_rate() {
+        assert!(super::rate_warning("u:f", 10_000, 1.0).is_none());
+        let w = super::rate_warning("u:f", 50_000, 1.0).unwrap();
+        assert!(w.contains("u:f") && w.contains("50000 times a second") && w.contains("at least 25% of a CPU"), "{w}");
+    }
+}
+
 pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, counts: &[u64]) -> (Vec<Record>, Vec<(String, u64)>) {
     events.sort_by_key(|e| (e.ts, e.tid));
     let mut out = Vec::with_capacity(events.len());
