@@ -149,6 +149,14 @@ static __always_inline void probe_fire(struct pt_regs *ctx, __u64 cookie, __u64 
 	}
 	if (!e)
 		return;
+	e->stack = 0;
+	if ((cookie & WC_PROBE_STACK) && role == WC_ROLE_EVENT) {
+		/* Unique per event: the time and the thread. The stack goes
+		 * through the stack ring buffer, unwound there as any other. */
+		__u64 fp = mix(now, tid) | 1;
+		if (!emit_stack(ctx, cur, ctx, fp, WC_KIND_PROBE, 0, now, 0))
+			e->stack = fp;
+	}
 	e->ts = now;
 	e->ret = ret;
 	e->cookie = cookie;

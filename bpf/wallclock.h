@@ -251,6 +251,8 @@ enum wc_tl_stat {
  * an event, a span's entry, a span's exit) and the span's index (bits
  * 32-47). */
 #define WC_PROBE_ARGS 6
+#define WC_KIND_PROBE 9 /* a probe's stack (`stack`): fp is its event's `stack` */
+#define WC_PROBE_STACK (1ULL << 18) /* cookie bit: send the stack */
 #define WC_SPAN_DEPTH 8
 enum wc_probe_role { WC_ROLE_EVENT = 0, WC_ROLE_BEGIN = 1, WC_ROLE_END = 2 };
 
@@ -265,6 +267,9 @@ struct wc_probe_event {
 	__u64 args[WC_PROBE_ARGS];
 	__u64 ret;
 	__u64 cookie;
+	/* With `stack`: the fp of the WC_KIND_PROBE stack event sent before
+	 * this record (0: none, or it found the ring buffer full). */
+	__u64 stack;
 	__u32 pid;
 	__u32 tid;
 	__u32 depth;

@@ -59,7 +59,7 @@ fn slow_spans_agree_with_the_program() {
     let prefix = dir.join("run");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "499", "--timeline", "--probe", "u:nap (arg:0)", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "-o"])
+        .args(["-f", "499", "--timeline", "--probe", "u:nap (arg:0, stack)", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "-o"])
         .arg(&prefix)
         .arg("--")
         .arg(&prog)
@@ -105,7 +105,11 @@ fn slow_spans_agree_with_the_program() {
     eprintln!("slow calls: {} of 80, on-CPU {on:.1}% (program {true_on:.1}%), off-CPU {off:.1}%", slow.len());
     assert!((on - true_on).abs() <= 3.0, "on-CPU {on}% vs the program's {true_on:.1}%: {split}");
     assert!((off - (100.0 - true_on)).abs() <= 3.0, "off-CPU {off}% vs the program's {:.1}%", 100.0 - true_on);
-    assert!(pct("sleeping") >= 50.0, "the slow calls mostly sleep: {split}");
+    // Each slow-kind call asked nanosleep for 10 ms: at least that much of
+    // its time sleeps (S ends at the wake-up, after the timer fired).
+    let naps = slow.iter().filter(|c| c.1 == "slow").count() as f64;
+    let sleeping = value_after(split, "sleeping");
+    assert!(sleeping >= naps * 10e6 * 0.99, "sleeping {sleeping} ns for {naps} naps of 10 ms: {split}");
     assert!(sec.iter().any(|l| l.trim_end().ends_with("  nap")), "nap named among the slow spans' functions:\n{}", sec.join("\n"));
 
     // PREFIX.spans.folded: the same split, under the span's root.
@@ -133,6 +137,13 @@ fn slow_spans_agree_with_the_program() {
     let naps: Vec<i64> = ev.iter().filter(|e| e["cat"] == "probe" && e["ph"] == "i").map(|e| e["args"]["arg0"].as_i64().unwrap()).collect();
     let n = |ns: i64| naps.iter().filter(|&&a| a == ns).count();
     assert_eq!((n(10_000_000), n(5_000_000)), (20, 20), "nap instants: the slow calls' and the lock holder's");
+    // `stack`: each instant has its caller, handle for the slow calls'
+    // naps, holder for the lock holder's.
+    for e in ev.iter().filter(|e| e["cat"] == "probe") {
+        let caller = e["args"]["stack"][1].as_str().unwrap_or_else(|| panic!("no stack: {e}"));
+        let want = if e["args"]["arg0"] == 10_000_000 { "handle" } else { "holder" };
+        assert_eq!(caller, want, "{e}");
+    }
 }
 
 #[test]

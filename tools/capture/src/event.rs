@@ -16,6 +16,9 @@ pub use c::{wc_wake as WcWake, wc_wkey as WcWkey};
 
 /// A waker's stack event (`WcEvent::kind`); its `state` is the context.
 pub const KIND_WAKER: u32 = c::WC_KIND_WAKER;
+/// A probe's stack (`--probe '... (stack)'`); fp is its event's `stack`.
+pub const KIND_PROBE: u32 = c::WC_KIND_PROBE;
+pub const PROBE_STACK: u64 = c::WC_PROBE_STACK as u64;
 pub const WCTX_THREAD: u32 = c::WC_WCTX_THREAD;
 pub const WCTX_HARDIRQ: u32 = c::WC_WCTX_HARDIRQ;
 pub const WCTX_SOFTIRQ: u32 = c::WC_WCTX_SOFTIRQ;

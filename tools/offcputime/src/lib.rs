@@ -175,6 +175,7 @@ struct Off<'a> {
     /// --probe: the specs, and their ring buffer's consumer.
     probes: wallclock_capture::probe::Probes,
     probe_drain: std::cell::RefCell<Option<wallclock_capture::probe::Drain>>,
+    probe_stacks: wallclock_capture::probe::Stacks,
 }
 
 impl driver::Tool for Off<'_> {
@@ -255,6 +256,9 @@ impl driver::Tool for Off<'_> {
     }
 
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
+        if self.probe_stacks.event(data, unwind) {
+            return;
+        }
         self.stacks.event(data, unwind);
     }
 
@@ -345,6 +349,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         timeline: Default::default(),
         probes,
         probe_drain: Default::default(),
+        probe_stacks: Default::default(),
     };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true };
     let mut cap = driver::capture(&mut off, req)?;
@@ -401,7 +406,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             &cap.skel.maps.probe_stats,
             wallclock_capture::event::PROBE_STAT_NAMES.len() as u32,
         );
-        let (recs, pcounts) = wallclock_capture::probe::records(&off.probes, events, &counts);
+        let (recs, pcounts) = wallclock_capture::probe::records(&off.probes, events, &off.probe_stacks, &counts);
         let trailer = records.pop();
         records.extend(recs);
         if let Some(Record::Stats(mut s)) = trailer {

@@ -118,6 +118,7 @@ struct On<'a> {
     /// --probe: the specs (events only), and their ring buffer's consumer.
     probes: wallclock_capture::probe::Probes,
     probe_drain: std::cell::RefCell<Option<wallclock_capture::probe::Drain>>,
+    probe_stacks: wallclock_capture::probe::Stacks,
 }
 
 impl driver::Tool for On<'_> {
@@ -165,6 +166,9 @@ impl driver::Tool for On<'_> {
     }
 
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
+        if self.probe_stacks.event(data, unwind) {
+            return;
+        }
         self.samples.event(data, unwind);
     }
 
@@ -185,13 +189,13 @@ pub fn run(cli: Cli) -> Result<i32> {
     if let Some(s) = probes.specs.iter().find(|s| s.is_span()) {
         anyhow::bail!("--probe '{}': spans are offcputime's (their off-CPU time is measured at its switch hook); oncputime records events", s.text);
     }
-    let mut on = On { cli: &cli, samples, probes, probe_drain: Default::default() };
+    let mut on = On { cli: &cli, samples, probes, probe_drain: Default::default(), probe_stacks: Default::default() };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false };
     let cap = driver::capture(&mut on, req)?;
     let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
     if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
         let counts = bpf::percpu_sums(&cap.skel.maps.probe_stats, event::PROBE_STAT_NAMES.len() as u32);
-        let (recs, pcounts) = wallclock_capture::probe::records(&on.probes, events, &counts);
+        let (recs, pcounts) = wallclock_capture::probe::records(&on.probes, events, &on.probe_stacks, &counts);
         let trailer = records.pop();
         records.extend(recs);
         if let Some(Record::Stats(mut s)) = trailer {

@@ -21,6 +21,7 @@
 //!   (`GPU D stream S`), named by the kernel, with the launching thread
 //!   and stack in `args`;
 //! - with `--probe`, each probe firing an instant on its thread's track
+//!   (with `stack` in its spec, its frames in `args.stack`)
 //!   and each span a slice on a track of its own below the thread's
 //!   (`COMM TID spans`), with its arguments and its time by state;
 //! - `ts` and `dur` in µs (three decimals: the stream's ns) from the
@@ -226,7 +227,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         GPU_TID_BASE + ((d as u64) << 24) + st as u64
     };
     events.extend(crate::trace_gpu::idle_gaps(&inp.slices, t0, &gpu_track));
-    probe_events(inp, t0, &comms, &mut tracks, &mut events);
+    probe_events(inp, t0, &comms, &frames, &mut tracks, &mut events);
     let mut meta: Vec<Value> = Vec::new();
     let pids: std::collections::BTreeSet<u32> = tracks.keys().map(|(p, _)| *p).collect();
     for pid in pids {
@@ -272,15 +273,24 @@ fn probe_events(
     inp: &Input,
     t0: u64,
     comms: &HashMap<u32, &str>,
+    frames: &HashMap<u64, Vec<Frame>>,
     tracks: &mut BTreeMap<(u32, u64), String>,
     events: &mut Vec<Value>,
 ) {
     for e in inp.probes.iter().filter(|e| !e.probe.starts_with('[')) {
         let comm = comms.get(&e.tid).copied().unwrap_or("?");
         tracks.entry((e.pid, e.tid as u64)).or_insert_with(|| format!("{comm} {}", e.tid));
+        let mut args = serde_json::Map::new();
+        for (k, v) in &e.args {
+            args.insert(k.clone(), json!(v));
+        }
+        // `stack` in the spec: its frames, leaf first, as an off-CPU slice's.
+        if let Some(f) = e.stack.and_then(|id| frames.get(&id)) {
+            args.insert("stack".into(), json!(f.iter().map(frame_text).collect::<Vec<_>>()));
+        }
         events.push(json!({
             "ph": "i", "s": "t", "name": e.probe, "cat": "probe", "pid": e.pid, "tid": e.tid,
-            "ts": us(e.ts_ns.saturating_sub(t0)), "args": e.args,
+            "ts": us(e.ts_ns.saturating_sub(t0)), "args": Value::Object(args),
         }));
     }
     for sp in &inp.spans {

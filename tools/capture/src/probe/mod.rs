@@ -31,7 +31,7 @@ pub struct ProbeArgs {
     /// comments): u:FUNC[+OFF], uret:FUNC, usdt:PROVIDER:NAME, uspan:FUNC
     /// (a span from entry to return), or `A ~~ B` (a span from A to the
     /// next B on the same thread); parameters in parentheses (arg:N,
-    /// arg:ret, path:FILE, pid:PID) and settings between bars (| name:"X" |).
+    /// arg:ret, stack, path:FILE, pid:PID) and settings between bars (| name:"X" |).
     /// See wallclock-stream(5) for the records.
     #[arg(long = "probe", value_name = "SPEC")]
     pub probes: Vec<String>,
@@ -51,8 +51,8 @@ impl Probes {
     /// Parse the flags; `command` and `pids` give the default file.
     pub fn new(args: &ProbeArgs, command: &[String], pids: &[u32]) -> Result<Probes> {
         let specs = spec::expand(&args.probes).map_err(anyhow::Error::msg)?;
-        if let Some(s) = specs.iter().find(|s| s.begin.stack || s.end.as_ref().is_some_and(|e| e.stack)) {
-            anyhow::bail!("--probe '{}': `stack` is not supported by this version (the event is recorded without it)", s.text);
+        if let Some(s) = specs.iter().find(|s| s.is_span() && s.begin.stack) {
+            anyhow::bail!("--probe '{}': `stack` is for events (a span's stacks are the capture's own, inside it)", s.text);
         }
         let binary = args.binary.clone().or_else(|| default_binary(command, pids));
         Ok(Probes { specs, binary })
@@ -99,7 +99,8 @@ pub fn attach(probes: &Probes, progs: &Progs<'_>) -> Result<Vec<Link>> {
             Some(e) => vec![(&s.begin, ROLE_BEGIN), (e, ROLE_END)],
         };
         for (p, role) in points {
-            let cookie = i | (role << 16) | if role != 0 { i << 32 } else { 0 };
+            let stack = if p.stack && role == 0 { event::PROBE_STACK } else { 0 };
+            let cookie = i | (role << 16) | stack | if role != 0 { i << 32 } else { 0 };
             links.push(attach_point(p, cookie, probes.binary.as_deref(), progs).with_context(|| format!("--probe '{}'", s.text))?);
         }
     }
@@ -222,21 +223,44 @@ fn args_of(wanted: &[Arg], e: &WcProbeEvent, into: &mut BTreeMap<String, i64>) {
     }
 }
 
-/// The records of the probes' events, in time order, and the counts for
-/// the trailer (`probe_events`, `probe_drops`, ...).
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn warns_past_the_rate() {
-        assert!(super::rate_warning("u:f", 10_000, 1.0).is_none());
-        let w = super::rate_warning("u:f", 50_000, 1.0).unwrap();
-        assert!(w.contains("u:f") && w.contains("50000 times a second") && w.contains("at least 25% of a CPU"), "{w}");
+
+/// The stacks of probes with `stack`, by their events' `stack` (raw
+/// user addresses, root first, unwound as any stack of the capture).
+#[derive(Default)]
+pub struct Stacks(std::collections::HashMap<u64, (u32, Vec<u64>)>);
+
+impl Stacks {
+    /// Keep `data` if it is a probe's stack event (then true).
+    pub fn event(&mut self, data: &[u8], unwind: &mut crate::unwind::Unwind) -> bool {
+        let at = std::mem::offset_of!(event::WcEvent, kind);
+        let kind = data.get(at..at + 4).map(|b| u32::from_ne_bytes(b.try_into().unwrap()));
+        if kind != Some(event::KIND_PROBE) {
+            return false;
+        }
+        if let Some(e) = event::WcEvent::parse(data) {
+            // Its kernel stack is the breakpoint's handling: not the program's.
+            self.0.insert(e.fp, (e.pid, unwind.event_stack(&e)));
+        }
+        true
     }
 }
 
-pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, counts: &[u64]) -> (Vec<Record>, Vec<(String, u64)>) {
+/// `slice_stack` ids of probe stacks: apart from the timeline's (low) and
+/// gputrace's (top bit) in one trace.
+const STACK_ID_BASE: u64 = 1 << 62;
+
+/// The records of the probes' events, in time order (with `stack`, the
+/// `slice_stack` records of their stacks first), and the counts for the
+/// trailer (`probe_events`, `probe_drops`, ...).
+pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, stacks: &Stacks, counts: &[u64]) -> (Vec<Record>, Vec<(String, u64)>) {
     events.sort_by_key(|e| (e.ts, e.tid));
     let mut out = Vec::with_capacity(events.len());
+    let mut ids: BTreeMap<(u32, Vec<u64>), u64> = BTreeMap::new();
+    let mut stack_of = |fp: u64| -> Option<u64> {
+        let (pid, u) = stacks.0.get(&fp)?;
+        let n = STACK_ID_BASE + ids.len() as u64;
+        Some(*ids.entry((*pid, u.clone())).or_insert(n))
+    };
     for e in &events {
         let Some(s) = probes.specs.get((e.cookie & 0xffff) as usize) else { continue };
         let mut args = BTreeMap::new();
@@ -258,10 +282,25 @@ pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, counts: &[u64]) -
             }));
         } else {
             args_of(&s.begin.args, e, &mut args);
-            out.push(Record::Probe(ProbeEvent { probe: s.name.clone(), pid: e.pid, tid: e.tid, ts_ns: e.ts, args, stack: None }));
+            let stack = (e.stack != 0).then(|| stack_of(e.stack)).flatten();
+            out.push(Record::Probe(ProbeEvent { probe: s.name.clone(), pid: e.pid, tid: e.tid, ts_ns: e.ts, args, stack }));
         }
     }
+    let defs = ids.into_iter().map(|((pid, ustack), id)| {
+        Record::SliceStack(wallclock_stream::SliceStack { id, pid, ustack, kstack: Vec::new(), frames: Vec::new() })
+    });
+    let out: Vec<Record> = defs.chain(out).collect();
     let names = event::PROBE_STAT_NAMES;
     let counts = names.iter().zip(counts).map(|(n, v)| (n.to_string(), *v)).collect();
     (out, counts)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn warns_past_the_rate() {
+        assert!(super::rate_warning("u:f", 10_000, 1.0).is_none());
+        let w = super::rate_warning("u:f", 50_000, 1.0).unwrap();
+        assert!(w.contains("u:f") && w.contains("50000 times a second") && w.contains("at least 25% of a CPU"), "{w}");
+    }
 }
