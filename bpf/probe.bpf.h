@@ -62,7 +62,8 @@ static __always_inline void probe_off(__u32 tid, __u32 st, __u64 d)
 	}
 }
 
-static __always_inline void probe_fire(struct pt_regs *ctx, __u64 cookie, __u64 *args, __u64 ret)
+/* ctx: the program's; regs: the user registers (the stack of `stack`). */
+static __always_inline void probe_fire(void *ctx, struct pt_regs *regs, __u64 cookie, __u64 *args, __u64 ret)
 {
 	__u64 now = bpf_ktime_get_ns();
 	if (!window_open(now))
@@ -154,7 +155,7 @@ static __always_inline void probe_fire(struct pt_regs *ctx, __u64 cookie, __u64 
 		/* Unique per event: the time and the thread. The stack goes
 		 * through the stack ring buffer, unwound there as any other. */
 		__u64 fp = mix(now, tid) | 1;
-		if (!emit_stack(ctx, cur, ctx, fp, WC_KIND_PROBE, 0, now, 0))
+		if (!emit_stack(ctx, cur, regs, fp, WC_KIND_PROBE, 0, now, 0))
 			e->stack = fp;
 	}
 	e->ts = now;
@@ -177,7 +178,7 @@ int wc_uprobe(struct pt_regs *ctx)
 		return 0;
 	__u64 a[WC_PROBE_ARGS] = { PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), PT_REGS_PARM3(ctx),
 				   PT_REGS_PARM4(ctx), PT_REGS_PARM5(ctx), PT_REGS_PARM6(ctx) };
-	probe_fire(ctx, bpf_get_attach_cookie(ctx), a, 0);
+	probe_fire(ctx, ctx, bpf_get_attach_cookie(ctx), a, 0);
 	return 0;
 }
 
@@ -187,7 +188,7 @@ int wc_uretprobe(struct pt_regs *ctx)
 	if (!probes_on)
 		return 0;
 	__u64 a[WC_PROBE_ARGS] = {};
-	probe_fire(ctx, bpf_get_attach_cookie(ctx), a, PT_REGS_RC(ctx));
+	probe_fire(ctx, ctx, bpf_get_attach_cookie(ctx), a, PT_REGS_RC(ctx));
 	return 0;
 }
 
@@ -203,7 +204,22 @@ int wc_usdt(struct pt_regs *ctx)
 		if (i < n && !bpf_usdt_arg(ctx, i, &v))
 			a[i] = v;
 	}
-	probe_fire(ctx, bpf_usdt_cookie(ctx), a, a[0]);
+	probe_fire(ctx, ctx, bpf_usdt_cookie(ctx), a, 0);
+	return 0;
+}
+
+/* raw_tp:NAME: the tracepoint's arguments as they are, read rather than
+ * loaded (a load past its own argument count fails the attach; a read of
+ * a few words past them only reads the kernel stack they sit on). */
+SEC("raw_tp")
+int wc_raw_tp(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!probes_on)
+		return 0;
+	__u64 a[WC_PROBE_ARGS] = {};
+	bpf_probe_read_kernel(a, sizeof(a), (void *)ctx);
+	struct task_struct *cur = bpf_get_current_task_btf();
+	probe_fire(ctx, (struct pt_regs *)bpf_task_pt_regs(cur), bpf_get_attach_cookie(ctx), a, 0);
 	return 0;
 }
 

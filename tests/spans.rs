@@ -154,11 +154,43 @@ fn a_probe_that_cannot_attach_fails_before_the_capture() {
     let dir = util::scratch("spans-noattach");
     let prog = util::build_c("tests/programs/spans/spans.c", &dir, "spans");
     for (spec, says) in [("u:no_such_fn", "no function no_such_fn"), ("usdt:nope:none", "no USDT probe nope:none")] {
+        // The command's own output goes to stderr while the stream is on
+        // stdout: none of it may come.
         let out = Command::new(util::bin("offcputime")).args(["--probe", spec, "--"]).arg(&prog).arg("4").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{spec}: attached?");
-        assert_eq!(err.trim().lines().count(), 1, "{spec}: one line: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{spec}: one line (and the program never ran): {err}");
         assert!(err.contains(says) && err.contains(spec), "{spec}: {err}");
-        assert!(!String::from_utf8_lossy(&out.stdout).contains("call "), "{spec}: the program ran");
     }
+}
+
+/// `raw_tp:`: a kernel tracepoint on the target's threads, with its raw
+/// arguments: sys_enter's second is the system call's number, and the
+/// program's naps are clock_nanosleep (230 on x86_64) calls.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn raw_tracepoint_events_carry_their_arguments() {
+    if util::skip_without_root("spans") {
+        return;
+    }
+    let dir = util::scratch("spans-rawtp");
+    let prog = util::build_c("tests/programs/spans/spans.c", &dir, "spans");
+    let stream = dir.join("off.json");
+    let out = Command::new(util::bin("offcputime"))
+        .args(["--probe", "raw_tp:sys_enter (arg:1)", "-o"])
+        .arg(&stream)
+        .arg("--")
+        .arg(&prog)
+        .arg("8")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let calls = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("call ")).count();
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let events: Vec<Value> = text.lines().filter(|l| l.starts_with("{\"type\":\"probe\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let pid = events.first().map(|e| e["pid"].clone()).expect("no sys_enter event");
+    assert!(events.iter().all(|e| e["pid"] == pid), "events of other processes");
+    let naps = events.iter().filter(|e| e["args"]["arg1"] == 230).count();
+    // 8 calls: 2 slow ones nap, and the lock holder naps for the 2 mutex ones.
+    assert_eq!((calls, naps), (8, 4), "clock_nanosleep entries");
 }

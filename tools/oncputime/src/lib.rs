@@ -136,6 +136,7 @@ impl driver::Tool for On<'_> {
         open.progs.wc_uprobe.set_autoload(probes);
         open.progs.wc_uretprobe.set_autoload(probes);
         open.progs.wc_usdt.set_autoload(probes);
+        open.progs.wc_raw_tp.set_autoload(probes);
         if probes {
             open.maps.probe_events.set_max_entries(4 << 20)?;
         }
@@ -151,6 +152,7 @@ impl driver::Tool for On<'_> {
                 uprobe: &skel.progs.wc_uprobe,
                 uretprobe: &skel.progs.wc_uretprobe,
                 usdt: &skel.progs.wc_usdt,
+                raw_tp: &skel.progs.wc_raw_tp,
             };
             links.extend(wallclock_capture::probe::attach(&self.probes, &progs)?);
         }

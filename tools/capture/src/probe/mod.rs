@@ -28,7 +28,8 @@ pub use spec::{Arg, Point, Site, Spec};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ProbeArgs {
     /// A probe of the program's own (repeatable; @FILE: one per line, #
-    /// comments): u:FUNC[+OFF], uret:FUNC, usdt:PROVIDER:NAME, uspan:FUNC
+    /// comments): u:FUNC[+OFF], uret:FUNC, usdt:PROVIDER:NAME, uspan:FUNC,
+    /// raw_tp:NAME (a kernel tracepoint on a target thread)
     /// (a span from entry to return), or `A ~~ B` (a span from A to the
     /// next B on the same thread); parameters in parentheses (arg:N,
     /// arg:ret, stack, path:FILE, pid:PID) and settings between bars (| name:"X" |).
@@ -84,6 +85,7 @@ pub struct Progs<'a> {
     pub uprobe: &'a ProgramMut<'static>,
     pub uretprobe: &'a ProgramMut<'static>,
     pub usdt: &'a ProgramMut<'static>,
+    pub raw_tp: &'a ProgramMut<'static>,
 }
 
 const ROLE_BEGIN: u64 = 1;
@@ -108,6 +110,10 @@ pub fn attach(probes: &Probes, progs: &Progs<'_>) -> Result<Vec<Link>> {
 }
 
 fn attach_point(p: &Point, cookie: u64, binary: Option<&Path>, progs: &Progs<'_>) -> Result<Link> {
+    if let Site::RawTp { name } = &p.site {
+        let opts = libbpf_rs::RawTracepointOpts { cookie, ..Default::default() };
+        return progs.raw_tp.attach_raw_tracepoint_with_opts(name, opts).map_err(|e| anyhow::anyhow!("no raw tracepoint {name} ({e})"));
+    }
     let path = p.path.as_deref().or(binary).context("no file to probe: give path:FILE (or --probe-binary)")?;
     if !path.is_file() {
         anyhow::bail!("{}: no such file", path.display());
@@ -116,6 +122,7 @@ fn attach_point(p: &Point, cookie: u64, binary: Option<&Path>, progs: &Progs<'_>
     let (func, off, retprobe) = match &p.site {
         Site::Entry { func, off } => (func, *off, false),
         Site::Return { func } => (func, 0, true),
+        Site::RawTp { .. } => unreachable!("attached above"),
         Site::Usdt { provider, name } => {
             return progs
                 .usdt

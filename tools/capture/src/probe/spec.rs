@@ -3,14 +3,17 @@
 //! ```text
 //! SPEC   := POINT [ '~~' POINT ] [ '|' SETTING {',' SETTING} '|' ]
 //! POINT  := u:FUNC[+OFF] | uret:FUNC | usdt:PROVIDER:NAME | uspan:FUNC
+//!           | raw_tp:NAME
 //!           [ '(' PARAM {',' PARAM} ')' ]
 //! PARAM  := arg:N | arg:ret | stack | path:PATH | pid:PID
 //! SETTING:= id:ID | name:"TEXT"
 //! ```
 //!
 //! `uspan:FUNC` is `u:FUNC ~~ uret:FUNC`; `A ~~ B` is a span from A to the
-//! next B on the same thread. `tp:` and `raw_tp:` are named but refused
-//! with a one-line error: no such event here yet. Parsing needs no root
+//! next B on the same thread. `raw_tp:NAME` is a kernel tracepoint as BPF
+//! sees it raw (`arg:N`: its N-th argument, a pointer or an integer),
+//! firing on a target thread. `tp:` (named fields, read from tracefs) is
+//! refused with a one-line error: not here yet. Parsing needs no root
 //! and no target: errors name the spec and the part that is wrong.
 
 use std::path::PathBuf;
@@ -24,6 +27,8 @@ pub enum Site {
     Return { func: String },
     /// A USDT probe.
     Usdt { provider: String, name: String },
+    /// A kernel tracepoint, raw.
+    RawTp { name: String },
 }
 
 /// One attach point and what to read there.
@@ -168,7 +173,7 @@ fn point(s: &str) -> Result<(Point, Option<Point>), String> {
         }
         None => (s, None),
     };
-    let (kind, target) = head.split_once(':').ok_or_else(|| format!("'{head}' is not KIND:TARGET (u, uret, usdt, uspan)"))?;
+    let (kind, target) = head.split_once(':').ok_or_else(|| format!("'{head}' is not KIND:TARGET (u, uret, usdt, uspan, raw_tp)"))?;
     let nonempty = |x: &str, what: &str| {
         if x.is_empty() || x.contains(char::is_whitespace) {
             Err(format!("'{head}': {what} is missing or has spaces"))
@@ -192,10 +197,11 @@ fn point(s: &str) -> Result<(Point, Option<Point>), String> {
             let (p, n) = target.split_once(':').ok_or_else(|| format!("'{head}': usdt needs PROVIDER:NAME"))?;
             Site::Usdt { provider: nonempty(p, "the provider")?, name: nonempty(n, "the name")? }
         }
-        "tp" | "raw_tp" | "k" | "kret" | "kspan" => {
-            return Err(format!("'{kind}:' probes are not supported by this version (user probes only: u, uret, usdt, uspan)"))
+        "raw_tp" => Site::RawTp { name: nonempty(target, "the tracepoint")? },
+        "tp" | "k" | "kret" | "kspan" => {
+            return Err(format!("'{kind}:' probes are not supported by this version (u, uret, usdt, uspan, raw_tp)"))
         }
-        other => return Err(format!("unknown probe kind '{other}:' (u, uret, usdt, uspan)")),
+        other => return Err(format!("unknown probe kind '{other}:' (u, uret, usdt, uspan, raw_tp)")),
     };
     let mut p = Point { site, path: None, pid: None, args: Vec::new(), stack: false };
     for item in params.map(|p| split_top(p, ',')).unwrap_or_default() {
@@ -283,6 +289,7 @@ mod tests {
         assert!(s.is_span());
         assert_eq!(s.begin.site, Site::Usdt { provider: "postgresql".into(), name: "query__start".into() });
         assert!(parse("u:f+0x10 (path:/bin/true, pid:12)").is_ok());
+        assert_eq!(parse("raw_tp:sched_wakeup (arg:0)").unwrap().begin.site, Site::RawTp { name: "sched_wakeup".into() });
         for bad in ["x:f", "u:", "usdt:p", "u:f (arg:9)", "u:f (arg:ret)", "tp:sched:x", "u:f | name:x", "u:f (bogus)"] {
             let e = parse(bad).unwrap_err();
             assert!(e.starts_with(&format!("--probe '{bad}'")), "{e}");
