@@ -93,9 +93,16 @@ fn postgres_query_spans_under_pgbench() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    // The client's backend, not the one pgbench opens first to read the
+    // scale and closes (a capture of that one ends with it): the one
+    // running the transaction's statements.
     let mut backend = String::new();
     for _ in 0..100 {
-        backend = sql(&dir, "select pid from pg_stat_activity where application_name = 'pgbench'");
+        backend = sql(
+            &dir,
+            "select pid from pg_stat_activity where application_name = 'pgbench' \
+             and query ~ '^(BEGIN|END|UPDATE|INSERT|SELECT abalance)' order by backend_start desc limit 1",
+        );
         if !backend.is_empty() {
             break;
         }
