@@ -10,6 +10,7 @@
 #include <bpf/bpf_core_read.h>
 #include "capture.bpf.h"
 #include "timeline.bpf.h"
+#include "probe.bpf.h"
 
 const volatile __u64 min_block_ns = 1000; /* a "short block" in the stats */
 const volatile __u64 max_block_ns = (__u64)-1;
@@ -120,6 +121,7 @@ static __noinline __u64 close_off(struct wc_thread *th, __u32 tid, __u32 st, __u
 	if (want_wakers && timeline_on)
 		w = bpf_map_lookup_elem(&wakes, &tid);
 	tl_block(th, tid, st, fp, now - d, now, w);
+	probe_off(tid, st, d);
 	add_off(tid, fp, st, d, th);
 	return fp; /* the stack the time went to */
 }

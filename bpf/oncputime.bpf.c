@@ -10,6 +10,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "capture.bpf.h"
+#include "probe.bpf.h" /* --probe: events only (spans are offcputime's) */
 
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)

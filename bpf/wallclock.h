@@ -246,4 +246,58 @@ enum wc_tl_stat {
 	WC_TL_STAT_MAX,
 };
 
+
+/* --probe (probe.bpf.h). The attach cookie of a probe program: the
+ * probe's index in the tool's list (bits 0-15), its role (bits 16-17:
+ * an event, a span's entry, a span's exit) and the span's index (bits
+ * 32-47). */
+#define WC_PROBE_ARGS 6
+#define WC_KIND_PROBE 9 /* a probe's stack (`stack`): fp is its event's `stack` */
+#define WC_PROBE_STACK (1ULL << 18) /* cookie bit: send the stack */
+#define WC_SPAN_DEPTH 8
+enum wc_probe_role { WC_ROLE_EVENT = 0, WC_ROLE_BEGIN = 1, WC_ROLE_END = 2 };
+
+/* One firing of an event probe, or one span closed by its exit (then
+ * start, off and depth are set: off by state, of the blocks the thread
+ * closed between entry and exit). args: the entry's; ret: the exit's
+ * return value (a uretprobe's) or arguments' first. */
+struct wc_probe_event {
+	__u64 ts;
+	__u64 start;
+	__u64 off[4];
+	__u64 args[WC_PROBE_ARGS];
+	__u64 ret;
+	__u64 cookie;
+	/* With `stack`: the fp of the WC_KIND_PROBE stack event sent before
+	 * this record (0: none, or it found the ring buffer full). */
+	__u64 stack;
+	__u32 pid;
+	__u32 tid;
+	__u32 depth;
+	__u32 role;
+};
+
+/* A thread's open spans, innermost last. */
+struct wc_span_level {
+	__u64 start;
+	__u64 off[4];
+	__u64 args[WC_PROBE_ARGS];
+	__u64 span;
+};
+
+struct wc_span_stack {
+	struct wc_span_level lv[WC_SPAN_DEPTH];
+	__u32 n;
+	__u32 pad;
+};
+
+enum wc_probe_stat {
+	WC_PR_EVENTS = 0,
+	WC_PR_DROPS,     /* ring buffer full */
+	WC_PR_TOO_DEEP,  /* an entry past WC_SPAN_DEPTH open spans: not a span */
+	WC_PR_UNMATCHED, /* an exit with no entry open (the span began before the capture) */
+	WC_PR_MAP_FULL,
+	WC_PR_STAT_MAX,
+};
+
 #endif

@@ -23,7 +23,7 @@ _wcreport() {
 
     case "${cmd}" in
         wcreport)
-            opts="-o -h -V --json --top --split-dir --prefix --timeline --output --help --version"
+            opts="-o -h -V --json --top --split-dir --prefix --timeline --spans --slower-than --spans-folded --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -42,6 +42,18 @@ _wcreport() {
                     return 0
                     ;;
                 --timeline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spans)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slower-than)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spans-folded)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -29,7 +29,10 @@ use crate::record::Record;
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`].
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
+/// The framing before 1.4's `probe` and `span` records: the same encoding
+/// less those two variants (appended), so it decodes as [`VERSION`].
+const VERSION_1_3: u8 = 3;
 /// Largest record accepted (and written), in bytes.
 pub const MAX_RECORD: usize = 1 << 28;
 
@@ -98,7 +101,7 @@ fn check_magic(m: &[u8]) -> Result<u8, String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION && v != crate::legacy::VERSION => Err(format!(
+        Some(&v) if v != VERSION && v != VERSION_1_3 && v != crate::legacy::VERSION => Err(format!(
             "binary framing version {v}, this reader understands {} and {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
             crate::legacy::VERSION
         )),

@@ -38,6 +38,7 @@ pub mod perfscript;
 pub mod procmaps;
 pub mod reader;
 mod record;
+pub mod probe;
 pub mod sniff;
 pub mod table;
 pub mod units;
@@ -45,5 +46,6 @@ pub mod writer;
 
 pub use reader::{ParseError, Reader, ReaderOptions};
 pub use record::*;
+pub use probe::{ProbeEvent, Span};
 pub use table::{Defs, StackTable};
 pub use writer::{Format, Writer};

@@ -120,6 +120,9 @@ pub fn check_record(rec: &mut crate::Record) {
         // The frames named in a process (Python's), not its paths: those
         // are files to open.
         Record::Maps(m) => m.names.iter_mut().for_each(|n| check_frame(&mut n.frame)),
+        // Names the user gave in a spec, checked as comms are.
+        Record::Probe(p) => check_in_place(&mut p.probe),
+        Record::Span(s) => check_in_place(&mut s.name),
         Record::Header(_) | Record::Stats(_) | Record::StackDef(_) => {}
     }
 }

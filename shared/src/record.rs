@@ -13,7 +13,7 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 3;
+pub const VERSION_MINOR: u32 = 4;
 
 /// Count-name prefixes of what a symbolizer could not name, per module:
 /// distinct addresses, time (ns) and events of the stacks holding at least
@@ -41,6 +41,10 @@ pub enum Record {
     /// 1.3: a stack the `slice` records name by id (see [`SliceStack`]).
     #[serde(rename = "slice_stack")]
     SliceStack(SliceStack),
+    /// 1.4, with `--probe`: one firing of a user probe (see [`crate::ProbeEvent`]).
+    Probe(crate::probe::ProbeEvent),
+    /// 1.4, with span probes: an entry and its exit on one thread (see [`crate::Span`]).
+    Span(crate::probe::Span),
 }
 
 /// First record: makes the stream self-describing.

@@ -6,10 +6,16 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("offcputime.skel.rs");
     libbpf_cargo::SkeletonBuilder::new()
         .source(&src)
-        .clang_args([format!("-I{}", bpf.display()), "-Wno-compare-distinct-pointer-types".into()])
+        .clang_args([
+            format!("-I{}", bpf.display()),
+            // libbpf's usdt.bpf.h includes <linux/errno.h>, whose
+            // <asm/errno.h> Debian keeps under the multiarch directory.
+            format!("-I/usr/include/{}-linux-gnu", std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into())),
+            "-Wno-compare-distinct-pointer-types".into(),
+        ])
         .build_and_generate(&out)
         .expect("building bpf/offcputime.bpf.c (needs clang)");
-    for f in ["offcputime.bpf.c", "capture.bpf.h", "python.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "waker.bpf.h", "timeline.bpf.h", "wallclock.h"] {
+    for f in ["offcputime.bpf.c", "capture.bpf.h", "python.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "waker.bpf.h", "timeline.bpf.h", "probe.bpf.h", "wallclock.h"] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }
 }

@@ -16,12 +16,22 @@ pub use c::{wc_wake as WcWake, wc_wkey as WcWkey};
 
 /// A waker's stack event (`WcEvent::kind`); its `state` is the context.
 pub const KIND_WAKER: u32 = c::WC_KIND_WAKER;
+/// A probe's stack (`--probe '... (stack)'`); fp is its event's `stack`.
+pub const KIND_PROBE: u32 = c::WC_KIND_PROBE;
+pub const PROBE_STACK: u64 = c::WC_PROBE_STACK as u64;
 pub const WCTX_THREAD: u32 = c::WC_WCTX_THREAD;
 pub const WCTX_HARDIRQ: u32 = c::WC_WCTX_HARDIRQ;
 pub const WCTX_SOFTIRQ: u32 = c::WC_WCTX_SOFTIRQ;
 pub const WCTX_NMI: u32 = c::WC_WCTX_NMI;
 
 pub use c::{wc_tl_event as WcTlEvent, wc_tl_thread as WcTlThread};
+
+pub use c::{wc_probe_event as WcProbeEvent, wc_span_stack as WcSpanStack};
+
+/// Names of the `probe_stats` slots (`enum wc_probe_stat`) in the trailer.
+pub const PROBE_STAT_NAMES: [&str; c::WC_PR_STAT_MAX as usize] =
+    ["probe_events", "probe_drops", "probe_spans_too_deep", "probe_unmatched_exits", "probe_map_full"];
+const _: () = assert!(c::WC_PR_EVENTS == 0 && c::WC_PR_DROPS == 1 && c::WC_PR_TOO_DEEP == 2 && c::WC_PR_UNMATCHED == 3);
 
 /// Names of the timeline's `tl_stats` slots (`enum wc_tl_stat`), as the
 /// stream's trailer counts them.

@@ -17,6 +17,7 @@ mod skel_glue;
 pub mod launch;
 pub mod output;
 pub mod privs;
+pub mod probe;
 pub mod session;
 pub mod procfs;
 pub mod python;

@@ -170,7 +170,7 @@ pub fn delta(prev: &[Record], cur: &[Record], start: u64, end: u64) -> Vec<Recor
             }
             // (Captures write no stack table; definitions pass as they are.)
             Record::Maps(_) | Record::Frame(_) | Record::StackDef(_) => out.push(r.clone()),
-            Record::Slice(_) | Record::SliceStack(_) => {}
+            Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
         }
     }
     out

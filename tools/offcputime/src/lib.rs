@@ -100,6 +100,8 @@ DIFFERENCES FROM bcc's offcputime:
 pub struct Cli {
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub probe: wallclock_capture::probe::ProbeArgs,
     /// Blocks shorter than this (µs) are counted as short in the stats
     /// (count and time per state); they keep their stacks like any other
     /// block (bcc drops them).
@@ -170,6 +172,10 @@ struct Off<'a> {
     stacks: collect::Stacks,
     /// --timeline's ring buffer consumer, from the attach to the stop.
     timeline: std::cell::RefCell<Option<timeline::Drain>>,
+    /// --probe: the specs, and their ring buffer's consumer.
+    probes: wallclock_capture::probe::Probes,
+    probe_drain: std::cell::RefCell<Option<wallclock_capture::probe::Drain>>,
+    probe_stacks: wallclock_capture::probe::Stacks,
 }
 
 impl driver::Tool for Off<'_> {
@@ -196,6 +202,19 @@ impl driver::Tool for Off<'_> {
         }
         open.progs.switch_btf.set_autoload(btf);
         open.progs.switch_raw.set_autoload(!btf);
+        let probes = self.probes.any();
+        ro.probes_on = probes;
+        ro.spans_on = self.probes.spans();
+        open.progs.wc_uprobe.set_autoload(probes);
+        open.progs.wc_uretprobe.set_autoload(probes);
+        open.progs.wc_usdt.set_autoload(probes);
+        open.progs.wc_raw_tp.set_autoload(probes);
+        if probes {
+            open.maps.probe_events.set_max_entries(4 << 20)?;
+        }
+        if self.probes.spans() {
+            open.maps.span_stacks.set_max_entries(cli.max_threads.max(64))?;
+        }
         ro.want_wakers = cli.wakers;
         if cli.wakers {
             ro.preempt_from_rq = wakers::preempt_from_rq().unwrap_or(0);
@@ -219,14 +238,29 @@ impl driver::Tool for Off<'_> {
             let map = libbpf_rs::MapHandle::try_from(&skel.maps.timeline)?;
             *self.timeline.borrow_mut() = Some(timeline::Drain::start(map)?);
         }
+        let mut links = Vec::new();
+        if self.probes.any() {
+            let map = libbpf_rs::MapHandle::try_from(&skel.maps.probe_events)?;
+            *self.probe_drain.borrow_mut() = Some(wallclock_capture::probe::Drain::start(map, "offcputime", &self.probes.specs)?);
+            let progs = wallclock_capture::probe::Progs {
+                uprobe: &skel.progs.wc_uprobe,
+                uretprobe: &skel.progs.wc_uretprobe,
+                usdt: &skel.progs.wc_usdt,
+                raw_tp: &skel.progs.wc_raw_tp,
+            };
+            links.extend(wallclock_capture::probe::attach(&self.probes, &progs)?);
+        }
         let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
-        let mut links = vec![switch.attach().context("attaching to sched_switch")?];
+        links.push(switch.attach().context("attaching to sched_switch")?);
         let waking = if btf { &skel.progs.waking_btf } else { &skel.progs.waking_raw };
         links.push(waking.attach().context("attaching to sched_waking")?);
         Ok(links)
     }
 
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
+        if self.probe_stacks.event(data, unwind) {
+            return;
+        }
         self.stacks.event(data, unwind);
     }
 
@@ -309,10 +343,20 @@ pub fn run(cli: Cli) -> Result<i32> {
     if cli.timeline && (!cli.timeline_mb.is_power_of_two() || cli.timeline_mb > 1024) {
         anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
     }
-    let mut off = Off { cli: &cli, retired: Vec::new(), stacks: collect::Stacks::default(), timeline: Default::default() };
+    let probes = wallclock_capture::probe::Probes::new(&cli.probe, &cli.command, &cli.target.pids)?;
+    let mut off = Off {
+        cli: &cli,
+        retired: Vec::new(),
+        stacks: collect::Stacks::default(),
+        timeline: Default::default(),
+        probes,
+        probe_drain: Default::default(),
+        probe_stacks: Default::default(),
+    };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true };
     let mut cap = driver::capture(&mut off, req)?;
     let tl_events = off.timeline.take().map(timeline::Drain::finish);
+    let probe_events = off.probe_drain.take().map(wallclock_capture::probe::Drain::finish);
     let mut stacks = off.stacks;
     let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
     let (mut offcpu, offwake) = dump_off(&cap.skel, cli.wakers);
@@ -356,6 +400,19 @@ pub fn run(cli: Cli) -> Result<i32> {
         records.extend(tl);
         if let Some(Record::Stats(mut s)) = trailer {
             s.counts.extend(tl_counts);
+            records.push(Record::Stats(s));
+        }
+    }
+    if let Some(events) = probe_events {
+        let counts = wallclock_capture::bpf::percpu_sums(
+            &cap.skel.maps.probe_stats,
+            wallclock_capture::event::PROBE_STAT_NAMES.len() as u32,
+        );
+        let (recs, pcounts) = wallclock_capture::probe::records(&off.probes, events, &off.probe_stacks, &counts);
+        let trailer = records.pop();
+        records.extend(recs);
+        if let Some(Record::Stats(mut s)) = trailer {
+            s.counts.extend(pcounts);
             records.push(Record::Stats(s));
         }
     }

@@ -27,7 +27,7 @@ use wallclock_capture::driver::{self, Common, OpenCapture, Request};
 use wallclock_capture::event::{self, WcEvent, WcThread};
 use wallclock_capture::target::TargetArgs;
 use wallclock_capture::{bpf, procfs, session::Session, unwind::Unwind};
-use wallclock_stream::{accounting, Kind, Record, Stack, Stats, Thread};
+use wallclock_stream::{accounting, Kind, ProbeEvent, Record, SliceStack, Stack, Stats, Thread};
 
 wallclock_capture::capture_skel!(
     skel::OpenOncputimeSkel<'static>,
@@ -50,6 +50,8 @@ const EXAMPLES: &str = "EXAMPLES:
 pub struct Cli {
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub probe: wallclock_capture::probe::ProbeArgs,
     /// Sampling frequency per CPU, Hz.
     #[arg(short = 'F', long = "frequency", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
@@ -60,6 +62,11 @@ pub struct Cli {
     /// does); without it, each sample stands for 1/HZ seconds.
     #[arg(long = "exact")]
     pub exact: bool,
+    /// Also write every sample with its time, as a `probe` record named
+    /// `[on-CPU sample]` whose stack is a `slice_stack` record: what
+    /// `wcreport --spans` divides a span's on-CPU time by (wallclock --span).
+    #[arg(long = "sample-events")]
+    pub sample_events: bool,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
@@ -82,12 +89,20 @@ struct Samples {
     /// (tid, ustack, kstack) -> samples
     stacks: BTreeMap<(u32, Vec<u64>, Vec<u64>), u64>,
     per_thread: HashMap<u32, (u32, u64, String)>,
+    /// --sample-events: (pid, tid, time, stack id) per sample, and the ids.
+    timed: Option<Vec<(u32, u32, u64, u64)>>,
+    ids: HashMap<(u32, Vec<u64>, Vec<u64>), u64>,
 }
 
 impl Samples {
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
         let Some(e) = WcEvent::parse(data) else { return };
         let ustack = unwind.event_stack(&e);
+        if let Some(timed) = self.timed.as_mut() {
+            let n = self.ids.len() as u64;
+            let id = *self.ids.entry((e.pid, ustack.clone(), e.kstack_root_first())).or_insert(n);
+            timed.push((e.pid, e.tid, e.ts, id));
+        }
         *self.stacks.entry((e.tid, ustack, e.kstack_root_first())).or_default() += 1;
         let t = self.per_thread.entry(e.tid).or_insert((e.pid, 0, String::new()));
         t.1 += 1;
@@ -100,6 +115,10 @@ impl Samples {
 struct On<'a> {
     cli: &'a Cli,
     samples: Samples,
+    /// --probe: the specs (events only), and their ring buffer's consumer.
+    probes: wallclock_capture::probe::Probes,
+    probe_drain: std::cell::RefCell<Option<wallclock_capture::probe::Drain>>,
+    probe_stacks: wallclock_capture::probe::Stacks,
 }
 
 impl driver::Tool for On<'_> {
@@ -111,11 +130,32 @@ impl driver::Tool for On<'_> {
         open.common(common, btf)?;
         open.progs.switch_btf.set_autoload(self.cli.exact && btf);
         open.progs.switch_raw.set_autoload(self.cli.exact && !btf);
+        let probes = self.probes.any();
+        let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
+        ro.probes_on = probes;
+        open.progs.wc_uprobe.set_autoload(probes);
+        open.progs.wc_uretprobe.set_autoload(probes);
+        open.progs.wc_usdt.set_autoload(probes);
+        open.progs.wc_raw_tp.set_autoload(probes);
+        if probes {
+            open.maps.probe_events.set_max_entries(4 << 20)?;
+        }
         open.load()
     }
 
     fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {
         let mut links = Vec::new();
+        if self.probes.any() {
+            let map = libbpf_rs::MapHandle::try_from(&skel.maps.probe_events)?;
+            *self.probe_drain.borrow_mut() = Some(wallclock_capture::probe::Drain::start(map, "oncputime", &self.probes.specs)?);
+            let progs = wallclock_capture::probe::Progs {
+                uprobe: &skel.progs.wc_uprobe,
+                uretprobe: &skel.progs.wc_uretprobe,
+                usdt: &skel.progs.wc_usdt,
+                raw_tp: &skel.progs.wc_raw_tp,
+            };
+            links.extend(wallclock_capture::probe::attach(&self.probes, &progs)?);
+        }
         if self.cli.exact {
             let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
             links.push(switch.attach().context("attaching to sched_switch")?);
@@ -128,6 +168,9 @@ impl driver::Tool for On<'_> {
     }
 
     fn event(&mut self, data: &[u8], unwind: &mut Unwind) {
+        if self.probe_stacks.event(data, unwind) {
+            return;
+        }
         self.samples.event(data, unwind);
     }
 
@@ -140,10 +183,28 @@ pub fn run(cli: Cli) -> Result<i32> {
     if cli.freq == 0 {
         anyhow::bail!("-F must be at least 1 Hz");
     }
-    let mut on = On { cli: &cli, samples: Samples::default() };
+    let mut samples = Samples::default();
+    if cli.sample_events {
+        samples.timed = Some(Vec::new());
+    }
+    let probes = wallclock_capture::probe::Probes::new(&cli.probe, &cli.command, &cli.target.pids)?;
+    if let Some(s) = probes.specs.iter().find(|s| s.is_span()) {
+        anyhow::bail!("--probe '{}': spans are offcputime's (their off-CPU time is measured at its switch hook); oncputime records events", s.text);
+    }
+    let mut on = On { cli: &cli, samples, probes, probe_drain: Default::default(), probe_stacks: Default::default() };
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false };
     let cap = driver::capture(&mut on, req)?;
-    let records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
+        let counts = bpf::percpu_sums(&cap.skel.maps.probe_stats, event::PROBE_STAT_NAMES.len() as u32);
+        let (recs, pcounts) = wallclock_capture::probe::records(&on.probes, events, &on.probe_stacks, &counts);
+        let trailer = records.pop();
+        records.extend(recs);
+        if let Some(Record::Stats(mut s)) = trailer {
+            s.counts.extend(pcounts);
+            records.push(Record::Stats(s));
+        }
+    }
     cap.write(&cli.target, &records, |s| s.count)
 }
 
@@ -244,6 +305,30 @@ fn records(
         };
         recs.push(Record::Stack(s));
     }
+    if let Some(timed) = &samples.timed {
+        recs.extend(sample_events(timed, &samples.ids));
+    }
     recs.push(Record::Stats(stats));
     recs
 }
+
+/// `--sample-events`: the stacks, then each sample in time order.
+fn sample_events(timed: &[(u32, u32, u64, u64)], ids: &HashMap<(u32, Vec<u64>, Vec<u64>), u64>) -> Vec<Record> {
+    let mut stacks: Vec<_> = ids.iter().collect();
+    stacks.sort_by_key(|(_, id)| **id);
+    let mut out: Vec<Record> = stacks
+        .into_iter()
+        .map(|((pid, u, k), id)| {
+            Record::SliceStack(SliceStack { id: *id, pid: *pid, ustack: u.clone(), kstack: k.clone(), frames: Vec::new() })
+        })
+        .collect();
+    let mut timed = timed.to_vec();
+    timed.sort_by_key(|t| (t.2, t.1));
+    out.extend(timed.into_iter().map(|(pid, tid, ts_ns, id)| {
+        Record::Probe(ProbeEvent { probe: SAMPLE_EVENT.into(), pid, tid, ts_ns, args: Default::default(), stack: Some(id) })
+    }));
+    out
+}
+
+/// The name of `--sample-events`' records.
+pub const SAMPLE_EVENT: &str = "[on-CPU sample]";

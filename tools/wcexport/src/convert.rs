@@ -46,6 +46,9 @@ pub struct Input {
     /// The timeline (`--timeline` captures).
     pub slices: Vec<Slice>,
     pub slice_stacks: Vec<SliceStack>,
+    /// The program's own events and spans (`--probe`, 1.4).
+    pub probes: Vec<wallclock_stream::ProbeEvent>,
+    pub spans: Vec<wallclock_stream::Span>,
 }
 
 impl Input {
@@ -64,6 +67,8 @@ impl Input {
                 Record::Stack(s) => inp.stacks.push(s),
                 Record::Slice(s) => inp.slices.push(s),
                 Record::SliceStack(s) => inp.slice_stacks.push(s),
+                Record::Probe(p) => inp.probes.push(p),
+                Record::Span(s) => inp.spans.push(s),
                 Record::Stats(s) => inp.stats = Some(s),
                 // The reader resolves the stack table into each stack's frames.
                 Record::Frame(_) | Record::StackDef(_) => {}

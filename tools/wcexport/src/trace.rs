@@ -20,6 +20,10 @@
 //! - GPU activities on tracks of their own in the launching process
 //!   (`GPU D stream S`), named by the kernel, with the launching thread
 //!   and stack in `args`;
+//! - with `--probe`, each probe firing an instant on its thread's track
+//!   (with `stack` in its spec, its frames in `args.stack`)
+//!   and each span a slice on a track of its own below the thread's
+//!   (`COMM TID spans`), with its arguments and its time by state;
 //! - `ts` and `dur` in µs (three decimals: the stream's ns) from the
 //!   capture window's start; `metadata.wallclock` gives the window and
 //!   what the timeline dropped (each drop is a gap in its thread's track).
@@ -36,6 +40,10 @@ use crate::convert::Input;
 
 /// Synthetic tids of GPU tracks: above any pid_max.
 const GPU_TID_BASE: u64 = 1 << 32;
+/// Synthetic tids of span tracks (one per thread with spans, beside it):
+/// a span starts and ends inside the thread's running slices, so on the
+/// thread's own track the two would not nest.
+const SPAN_TID_BASE: u64 = 1 << 33;
 
 /// The slice's name: its state (one colour per state), or the GPU activity.
 fn name_of(s: &Slice) -> String {
@@ -219,6 +227,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         GPU_TID_BASE + ((d as u64) << 24) + st as u64
     };
     events.extend(crate::trace_gpu::idle_gaps(&inp.slices, t0, &gpu_track));
+    probe_events(inp, t0, &comms, &frames, &mut tracks, &mut events);
     let mut meta: Vec<Value> = Vec::new();
     let pids: std::collections::BTreeSet<u32> = tracks.keys().map(|(p, _)| *p).collect();
     for pid in pids {
@@ -226,8 +235,10 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         meta.push(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": format!("{name} ({pid})")}}));
     }
     for ((pid, tid), name) in &tracks {
+        // A span track right below its thread's.
+        let sort = if *tid >= SPAN_TID_BASE && *tid < GPU_TID_BASE * 4 { (*tid - SPAN_TID_BASE) * 2 + 1 } else { tid * 2 };
         meta.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}));
-        meta.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}));
+        meta.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": sort}}));
     }
     let mut info = serde_json::Map::new();
     info.insert("clock".into(), json!("monotonic"));
@@ -251,4 +262,53 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
     out.write_all(b"]}\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// The program's own events (`--probe`): each probe firing an instant
+/// (`"ph":"i"`, thread scope) on its thread's track with its arguments;
+/// each span a complete event on the thread's span track (`COMM TID
+/// spans`), with its arguments, its on-CPU time and its off-CPU time by
+/// state. `oncputime --sample-events`' samples are not drawn.
+fn probe_events(
+    inp: &Input,
+    t0: u64,
+    comms: &HashMap<u32, &str>,
+    frames: &HashMap<u64, Vec<Frame>>,
+    tracks: &mut BTreeMap<(u32, u64), String>,
+    events: &mut Vec<Value>,
+) {
+    for e in inp.probes.iter().filter(|e| !e.probe.starts_with('[')) {
+        let comm = comms.get(&e.tid).copied().unwrap_or("?");
+        tracks.entry((e.pid, e.tid as u64)).or_insert_with(|| format!("{comm} {}", e.tid));
+        let mut args = serde_json::Map::new();
+        for (k, v) in &e.args {
+            args.insert(k.clone(), json!(v));
+        }
+        // `stack` in the spec: its frames, leaf first, as an off-CPU slice's.
+        if let Some(f) = e.stack.and_then(|id| frames.get(&id)) {
+            args.insert("stack".into(), json!(f.iter().map(frame_text).collect::<Vec<_>>()));
+        }
+        events.push(json!({
+            "ph": "i", "s": "t", "name": e.probe, "cat": "probe", "pid": e.pid, "tid": e.tid,
+            "ts": us(e.ts_ns.saturating_sub(t0)), "args": Value::Object(args),
+        }));
+    }
+    for sp in &inp.spans {
+        let comm = comms.get(&sp.tid).copied().unwrap_or("?");
+        let track = SPAN_TID_BASE + sp.tid as u64;
+        tracks.entry((sp.pid, track)).or_insert_with(|| format!("{comm} {} spans", sp.tid));
+        let mut args = serde_json::Map::new();
+        for (k, v) in &sp.args {
+            args.insert(k.clone(), json!(v));
+        }
+        args.insert("tid".into(), json!(sp.tid));
+        args.insert("on_cpu_us".into(), us(sp.on_ns()));
+        for st in State::ALL {
+            args.insert(format!("{}_us", st.label()), us(sp.off_ns.get(st)));
+        }
+        events.push(json!({
+            "ph": "X", "name": sp.name, "cat": "span", "pid": sp.pid, "tid": track,
+            "ts": us(sp.start_ns.saturating_sub(t0)), "dur": us(sp.wall_ns()), "args": Value::Object(args),
+        }));
+    }
 }

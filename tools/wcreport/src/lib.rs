@@ -33,6 +33,8 @@ pub mod names;
 mod process;
 pub mod report;
 pub mod runtimes;
+pub mod spans;
+mod spans_text;
 pub mod text;
 mod text_commands;
 mod text_gpu;
@@ -106,9 +108,65 @@ pub struct Cli {
     /// slice_stack and maps records are read (the sums come from FILE).
     #[arg(long, value_name = "FILE")]
     pub timeline: Vec<PathBuf>,
+    /// Streams holding the program's spans (`offcputime --probe` with a
+    /// span, best with --timeline) and the samples that divide their
+    /// on-CPU time (`oncputime --sample-events`): the report gets a SPANS
+    /// section per span name (count, latency p50/p90/p99/max, and where
+    /// the slow ones' time went by state and by own function). Without
+    /// FILE, only that section is written.
+    #[arg(long, value_name = "FILE")]
+    pub spans: Vec<PathBuf>,
+    /// With --spans: the slow spans are those longer than this (`5ms`,
+    /// `250us`, `1.5s`); every span counts without it.
+    #[arg(long = "slower-than", value_name = "DURATION", requires = "spans", value_parser = parse_duration)]
+    pub slower_than: Option<u64>,
+    /// With --spans: write the slow spans' time as folded lines, each stack
+    /// under a root naming its span (µs; leaf _[c] on-CPU, _[o] off-CPU).
+    #[arg(long = "spans-folded", value_name = "FILE", requires = "spans")]
+    pub spans_folded: Option<PathBuf>,
     /// Output file (stdout by default).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// `5ms`, `250us`, `1.5s`, `800ns` (a bare number is seconds) as ns.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("'{s}' is not a duration (5ms, 250us, 1.5s)"))?;
+    let mult = match unit.trim() {
+        "" | "s" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        u => return Err(format!("'{s}': unknown unit '{u}' (s, ms, us, ns)")),
+    };
+    Ok((v * mult).round() as u64)
+}
+
+/// The SPANS section of `--spans` (empty without), and its folded file.
+fn spans_section(cli: &Cli) -> Result<String> {
+    if cli.spans.is_empty() {
+        return Ok(String::new());
+    }
+    let mut inp = spans::Input::default();
+    for f in &cli.spans {
+        let (recs, err) = read_all_lenient(std::slice::from_ref(f), ReaderOptions::default());
+        if let Some(e) = err {
+            return Err(e.context(format!("reading --spans {}", f.display())));
+        }
+        inp.add(recs);
+    }
+    let (reports, stacks) = spans::build(&inp, cli.slower_than);
+    if let Some(p) = &cli.spans_folded {
+        std::fs::write(p, spans::folded(&stacks)).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if inp.is_empty() {
+        // Said, not an error: a window in which no span ended is a finding.
+        return Ok("SPANS: none ended in the window (no span record in the input)\n".into());
+    }
+    Ok(spans_text::section(&reports, cli.top))
 }
 
 /// The clap command (for the man page generator).
@@ -119,6 +177,13 @@ pub fn command() -> clap::Command {
 /// Read, build, write. A bad line stops the reading: the report of what
 /// came before it is still written, then the error is returned.
 pub fn run(cli: &Cli) -> Result<()> {
+    let spans = spans_section(cli)?;
+    if !cli.spans.is_empty() && cli.files.is_empty() {
+        let mut out = open_output(cli.output.as_deref())?;
+        out.write_all(spans.as_bytes())?;
+        out.flush()?;
+        return Ok(());
+    }
     let (mut records, err) = read_all_lenient(&cli.files, ReaderOptions::default());
     if !cli.timeline.is_empty() {
         let (tl, tl_err) = read_all_lenient(&cli.timeline, ReaderOptions::default());
@@ -137,6 +202,7 @@ pub fn run(cli: &Cli) -> Result<()> {
         write_json(&rep, &mut out)?;
     } else {
         out.write_all(text::full(&rep, cli.top).as_bytes())?;
+        out.write_all(spans.as_bytes())?;
     }
     out.flush()?;
     match err {

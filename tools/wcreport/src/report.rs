@@ -187,7 +187,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
             Record::Maps(m) => modules.add(m),
             // The reader resolves the stack table into each stack's frames.
             Record::Frame(_) | Record::StackDef(_) => {}
-            Record::Slice(_) | Record::SliceStack(_) => {}
+            Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
         }
     }
     for h in &headers {

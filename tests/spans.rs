@@ -1,0 +1,196 @@
+//! Probes and spans against ground truth, as root: tests/programs/spans
+//! calls handle(int id) with a known mix (spin ~1 ms, spin 2 ms then sleep
+//! 10 ms, wait ~5 ms on a mutex another thread holds, spin 0.2 ms) and
+//! prints each call's own wall and CPU time. `wallclock --span 'uspan:handle
+//! (arg:0)' --slower-than 8ms` must count its calls, give its latency
+//! percentiles, and split the slow calls' time as the program measured it,
+//! in the report and in PREFIX.spans.folded; the trace must show the
+//! probes and the spans.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// (id, kind, wall ns, cpu ns) per call, from the program's stdout.
+fn calls(stdout: &str) -> Vec<(u64, String, u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 5 && f[0] == "call").then(|| (f[1].parse().unwrap(), f[2].to_string(), f[3].parse().unwrap(), f[4].parse().unwrap()))
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// `1.53 ms`, `816 us`, `12.0 s`, `950 ns` as ns.
+fn human(v: &str, unit: &str) -> f64 {
+    let v: f64 = v.parse().unwrap_or_else(|_| panic!("bad number {v}"));
+    v * match unit {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "us" => 1e3,
+        "ns" => 1.0,
+        u => panic!("bad unit {u}"),
+    }
+}
+
+/// The words after `key` in `line`: its value as ns.
+fn value_after(line: &str, key: &str) -> f64 {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let i = w.iter().position(|x| *x == key).unwrap_or_else(|| panic!("no {key} in {line}"));
+    human(w[i + 1], w[i + 2].trim_end_matches(','))
+}
+
+#[test]
+fn slow_spans_agree_with_the_program() {
+    if util::skip_without_root("spans") {
+        return;
+    }
+    let dir = util::scratch("spans");
+    let prog = util::build_c("tests/programs/spans/spans.c", &dir, "spans");
+    let prefix = dir.join("run");
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "499", "--timeline", "--probe", "u:nap (arg:0, stack)", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "-o"])
+        .arg(&prefix)
+        .arg("--")
+        .arg(&prog)
+        .arg("80")
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "wallclock failed: {stderr}");
+    let truth = calls(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(truth.len(), 80, "the program's own lines: {}", String::from_utf8_lossy(&out.stdout));
+
+    // The report: count and percentiles.
+    let report = std::fs::read_to_string(dir.join("run_thread_analysis.txt")).unwrap();
+    let sec: Vec<&str> = report.lines().skip_while(|l| !l.starts_with("SPANS uspan:handle")).collect();
+    assert!(!sec.is_empty(), "no SPANS section in the report:\n{report}");
+    assert_eq!(sec[0], "SPANS uspan:handle: 80 spans", "span count");
+    let mut walls: Vec<u64> = truth.iter().map(|c| c.2).collect();
+    walls.sort_unstable();
+    let lat = sec[1];
+    for (key, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)] {
+        let want = percentile(&walls, q) as f64;
+        let got = value_after(lat, key);
+        eprintln!("{key}: report {:.3} ms, program {:.3} ms", got / 1e6, want / 1e6);
+        assert!((got - want).abs() <= 0.5e6, "{key}: report {got} ns, program {want} ns ({lat})");
+    }
+
+    // The slow calls' split: on-CPU is what the program's CPU clock
+    // counted, off-CPU the rest of its wall time.
+    let slow: Vec<_> = truth.iter().filter(|c| c.2 > 8_000_000).collect();
+    let (wall, cpu): (u64, u64) = slow.iter().fold((0, 0), |a, c| (a.0 + c.2, a.1 + c.3));
+    let true_on = cpu as f64 * 100.0 / wall as f64;
+    let split = sec[3];
+    let pct = |key: &str| -> f64 {
+        let i = split.find(key).unwrap_or_else(|| panic!("no {key} in {split}"));
+        let rest = &split[i..];
+        let open = rest.find('(').unwrap();
+        let close = rest.find("%)").unwrap();
+        rest[open + 1..close].parse().unwrap()
+    };
+    let on = pct("on-CPU");
+    let off = pct("runnable") + pct("sleeping") + pct("uninterruptible") + pct("other");
+    eprintln!("slow calls: {} of 80, on-CPU {on:.1}% (program {true_on:.1}%), off-CPU {off:.1}%", slow.len());
+    assert!((on - true_on).abs() <= 3.0, "on-CPU {on}% vs the program's {true_on:.1}%: {split}");
+    assert!((off - (100.0 - true_on)).abs() <= 3.0, "off-CPU {off}% vs the program's {:.1}%", 100.0 - true_on);
+    // Each slow-kind call asked nanosleep for 10 ms: at least that much of
+    // its time sleeps (S ends at the wake-up, after the timer fired).
+    let naps = slow.iter().filter(|c| c.1 == "slow").count() as f64;
+    let sleeping = value_after(split, "sleeping");
+    assert!(sleeping >= naps * 10e6 * 0.99, "sleeping {sleeping} ns for {naps} naps of 10 ms: {split}");
+    assert!(sec.iter().any(|l| l.trim_end().ends_with("  nap")), "nap named among the slow spans' functions:\n{}", sec.join("\n"));
+
+    // PREFIX.spans.folded: the same split, under the span's root.
+    let folded = std::fs::read_to_string(dir.join("run.spans.folded")).unwrap();
+    let mut by_kind: BTreeMap<&str, f64> = BTreeMap::new();
+    for l in folded.lines() {
+        let (stack, v) = l.rsplit_once(' ').unwrap();
+        assert!(stack.starts_with("uspan:handle;"), "root names the span: {l}");
+        let kind = if stack.ends_with("_[c]") { "on" } else { "off" };
+        *by_kind.entry(kind).or_default() += v.parse::<f64>().unwrap();
+    }
+    let total = by_kind.values().sum::<f64>();
+    let f_on = by_kind.get("on").copied().unwrap_or(0.0) * 100.0 / total;
+    eprintln!("spans.folded: {:.1} ms, on-CPU {f_on:.1}%", total / 1e3);
+    assert!((f_on - true_on).abs() <= 3.0, "folded on-CPU {f_on:.1}% vs the program's {true_on:.1}%");
+    assert!((total * 1e3 - wall as f64).abs() <= 0.03 * wall as f64 + 1e6, "folded total {total} us vs the slow calls' {wall} ns");
+    assert!(dir.join("run.spans.svg").is_file());
+
+    // The trace: the spans with their arguments, the probe's instants.
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("run.trace.json")).unwrap()).unwrap();
+    let ev = trace["traceEvents"].as_array().unwrap();
+    let mut ids: Vec<i64> = ev.iter().filter(|e| e["cat"] == "span").map(|e| e["args"]["arg0"].as_i64().unwrap()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..80).collect::<Vec<i64>>(), "one span slice per call, with its id");
+    let naps: Vec<i64> = ev.iter().filter(|e| e["cat"] == "probe" && e["ph"] == "i").map(|e| e["args"]["arg0"].as_i64().unwrap()).collect();
+    let n = |ns: i64| naps.iter().filter(|&&a| a == ns).count();
+    assert_eq!((n(10_000_000), n(5_000_000)), (20, 20), "nap instants: the slow calls' and the lock holder's");
+    // `stack`: each instant has its caller, handle for the slow calls'
+    // naps, holder for the lock holder's.
+    for e in ev.iter().filter(|e| e["cat"] == "probe") {
+        let caller = e["args"]["stack"][1].as_str().unwrap_or_else(|| panic!("no stack: {e}"));
+        let want = if e["args"]["arg0"] == 10_000_000 { "handle" } else { "holder" };
+        assert_eq!(caller, want, "{e}");
+    }
+}
+
+#[test]
+fn a_probe_that_cannot_attach_fails_before_the_capture() {
+    if util::skip_without_root("spans") {
+        return;
+    }
+    let dir = util::scratch("spans-noattach");
+    let prog = util::build_c("tests/programs/spans/spans.c", &dir, "spans");
+    for (spec, says) in [("u:no_such_fn", "no function no_such_fn"), ("usdt:nope:none", "no USDT probe nope:none")] {
+        // The command's own output goes to stderr while the stream is on
+        // stdout: none of it may come.
+        let out = Command::new(util::bin("offcputime")).args(["--probe", spec, "--"]).arg(&prog).arg("4").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec}: attached?");
+        assert_eq!(err.trim().lines().count(), 1, "{spec}: one line (and the program never ran): {err}");
+        assert!(err.contains(says) && err.contains(spec), "{spec}: {err}");
+    }
+}
+
+/// `raw_tp:`: a kernel tracepoint on the target's threads, with its raw
+/// arguments: sys_enter's second is the system call's number, and the
+/// program's naps are clock_nanosleep (230 on x86_64) calls.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn raw_tracepoint_events_carry_their_arguments() {
+    if util::skip_without_root("spans") {
+        return;
+    }
+    let dir = util::scratch("spans-rawtp");
+    let prog = util::build_c("tests/programs/spans/spans.c", &dir, "spans");
+    let stream = dir.join("off.json");
+    let out = Command::new(util::bin("offcputime"))
+        .args(["--probe", "raw_tp:sys_enter (arg:1)", "-o"])
+        .arg(&stream)
+        .arg("--")
+        .arg(&prog)
+        .arg("8")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let calls = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("call ")).count();
+    let text = std::fs::read_to_string(&stream).unwrap();
+    let events: Vec<Value> = text.lines().filter(|l| l.starts_with("{\"type\":\"probe\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let pid = events.first().map(|e| e["pid"].clone()).expect("no sys_enter event");
+    assert!(events.iter().all(|e| e["pid"] == pid), "events of other processes");
+    let naps = events.iter().filter(|e| e["args"]["arg1"] == 230).count();
+    // 8 calls: 2 slow ones nap, and the lock holder naps for the 2 mutex ones.
+    assert_eq!((calls, naps), (8, 4), "clock_nanosleep entries");
+}
