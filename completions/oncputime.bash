@@ -23,7 +23,7 @@ _oncputime() {
 
     case "${cmd}" in
         oncputime)
-            opts="-p -C -G -t -u -k -U -K -d -o -f -F -h -V --pid --children --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --every --every-follow --output --folded --ringbuf-mb --ready-file --frequency --exact --max-threads --help --version"
+            opts="-p -C -G -t -u -k -U -K -d -o -f -F -h -V --pid --children --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --every --every-follow --output --folded --ringbuf-mb --ready-file --prepare --activate --launched-at --frequency --exact --max-threads --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -82,6 +82,18 @@ _oncputime() {
                     return 0
                     ;;
                 --ready-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prepare)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --activate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --launched-at)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -241,10 +241,15 @@ fn snapshot(skel: &impl CaptureSkel) -> Result<()> {
 
 /// Run a capture from the checks to the stop.
 pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>> {
-    privs::check(T::NAME)?;
     let args = req.target;
-    let mut sess = Session::prepare(args, req.duration, req.command)?;
+    // Resolved before anything is set up: a time in the past fails now.
+    let schedule = args.when.schedule()?;
+    privs::check(T::NAME)?;
     signal::install();
+    if !crate::when::wait_until(T::NAME, "preparation", schedule.prepare_at) {
+        anyhow::bail!("interrupted while waiting for preparation: nothing captured");
+    }
+    let mut sess = Session::prepare(args, req.duration, req.command)?;
     bpf::capture_log();
     let common = Common {
         filter: sess.filter(),
@@ -292,6 +297,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
+    crate::when::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
     snapshot(&skel)?;

@@ -24,6 +24,7 @@ pub mod steal;
 pub mod target;
 pub mod tree;
 pub mod unwind;
+pub mod when;
 pub mod window;
 
 /// For [`capture_skel!`] in the tools' crates.
