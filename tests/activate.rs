@@ -123,3 +123,29 @@ fn bad_schedules_fail_before_set_up() {
         }
     }
 }
+
+/// scripts/wallclock gives both captures its own launch: its merged
+/// stream's window opens 2 s after the script started and lasts -d.
+#[test]
+fn wallclock_script_activates_both_captures() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    let dir = util::scratch("activate-script");
+    let prefix = dir.join("p");
+    let t0 = monotonic_ns();
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["--activate", "+2s", "-d", "1", "-o", prefix.to_str().unwrap(), "--", "sleep", "3"])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = header(&dir.join("p.stream"));
+    let (start, end) = (h["start_ns"].as_u64().unwrap(), h["end_ns"].as_u64().unwrap());
+    let late = start as i64 - t0 as i64 - 2000 * MS;
+    eprintln!("merged window opened {:.2} ms after launch + 2 s, lasted {:.2} ms", late as f64 / 1e6, (end - start) as f64 / 1e6);
+    assert!((0..20 * MS).contains(&late), "window opened {late} ns off launch + 2 s");
+    assert!(((end - start) as i64) < 1100 * MS, "-d 1 from the activation: {} ns", end - start);
+    assert_eq!(h["activate"], "+2s");
+}

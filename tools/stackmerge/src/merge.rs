@@ -317,6 +317,16 @@ fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
     for (k, v) in &h.lost {
         *into.lost.entry(k.clone()).or_insert(0) += v;
     }
+    // The window's schedule and realtime: of the first capture that has
+    // them (the captures of one run share them).
+    into.prepare = into.prepare.take().or_else(|| h.prepare.clone());
+    into.activate = into.activate.take().or_else(|| h.activate.clone());
+    into.start_realtime_ns = match (into.start_realtime_ns, h.start_realtime_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    into.event = into.event.take().or_else(|| h.event.clone());
+    into.event_period = into.event_period.or(h.event_period);
 }
 
 fn kind_in(s: &Stack, role: InputRole) -> Kind {
