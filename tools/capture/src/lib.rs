@@ -10,6 +10,7 @@ pub mod drain;
 pub mod elf;
 pub mod driver;
 pub mod event;
+pub mod events;
 pub mod hidden;
 pub mod jvm;
 mod skel_glue;
