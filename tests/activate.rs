@@ -90,7 +90,7 @@ fn nothing_before_activation() {
     let recs: Vec<Value> = s.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let h = &recs[0];
     assert!(h["start_ns"].as_u64().unwrap() >= t0 + 2_000_000_000);
-    let th = recs.iter().find(|r| r["type"] == "thread" && r["tid"].to_string() == pid).expect("the spinning thread");
+    let th = recs.iter().find(|r| r["type"] == "thread" && r["tid"].as_u64() == pid.parse().ok()).expect("the spinning thread");
     let (on, samples) = (th["on_ns"].as_u64().unwrap(), th["samples"].as_u64().unwrap());
     eprintln!("on_ns {on}, samples {samples}; stderr: {}", String::from_utf8_lossy(&out.stderr));
     assert!(on <= 1_020_000_000, "on-CPU time of the activated second only: {on}");

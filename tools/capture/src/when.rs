@@ -125,7 +125,7 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
 }
 
 fn secs_to_ns(secs: f64) -> Option<u64> {
-    (secs.is_finite() && secs >= 0.0 && secs < 1e9).then(|| (secs * 1e9).round() as u64)
+    (0.0..1e9).contains(&secs).then(|| (secs * 1e9).round() as u64)
 }
 
 /// `HH:MM[:SS[.FFF]]` as ns after midnight.
