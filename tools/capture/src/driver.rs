@@ -246,9 +246,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let schedule = args.when.schedule()?;
     privs::check(T::NAME)?;
     signal::install();
-    if !crate::when::wait_until(T::NAME, "preparation", schedule.prepare_at) {
-        anyhow::bail!("interrupted while waiting for preparation: nothing captured");
-    }
+    crate::wait::prepare(T::NAME, &schedule)?;
     let mut sess = Session::prepare(args, req.duration, req.command)?;
     bpf::capture_log();
     let common = Common {
@@ -297,9 +295,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
-    crate::when::activate(T::NAME, &schedule)?;
+    let boost = crate::wait::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
+    drop(boost);
     snapshot(&skel)?;
     sess.begin(start, &args.tids, &mut unwind)?;
     let mut windows = match (args.every, &args.every_follow, &args.output) {

@@ -25,6 +25,7 @@ pub mod steal;
 pub mod target;
 pub mod tree;
 pub mod unwind;
+pub mod wait;
 pub mod when;
 pub mod window;
 

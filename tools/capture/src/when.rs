@@ -16,7 +16,6 @@
 //! for on CLOCK_MONOTONIC (the capture's clock). A time in the past, or an
 //! activation before the preparation, fails then, before anything is set up.
 
-use std::time::Duration;
 
 use anyhow::{bail, Result};
 
@@ -43,13 +42,37 @@ pub struct WhenArgs {
     pub launched_at: Option<u64>,
 }
 
-/// CLOCK_REALTIME when the process started, read by the loader's
+/// CLOCK_REALTIME when the process started, taken by the loader's
 /// initializers before `main`: +DURATION counts from there, not from
-/// wherever the tool got round to reading its flags.
+/// wherever the tool got round to reading its flags. Less the time the
+/// process has so far run and waited for a CPU (/proc/self/schedstat,
+/// counted from its fork): on a busy machine a new process can wait tens
+/// of milliseconds before its first instruction, and that is part of the
+/// launch's delay, not of the tool's.
 static LAUNCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 extern "C" fn note_launch() {
-    LAUNCHED.store(realtime_ns(), std::sync::atomic::Ordering::Relaxed);
+    let now = realtime_ns();
+    LAUNCHED.store(now.saturating_sub(since_fork().unwrap_or(0)), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// On-CPU plus runqueue ns of this thread (the process's first), read
+/// with plain calls: std is not set up yet.
+fn since_fork() -> Option<u64> {
+    let mut buf = [0u8; 128];
+    // SAFETY: a NUL-terminated path, a buffer of the length given, the fd closed.
+    let n = unsafe {
+        let fd = libc::open(c"/proc/self/schedstat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+        libc::close(fd);
+        n
+    };
+    let text = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
+    let mut it = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    Some(it.next()?? + it.next()??)
 }
 
 #[used]
@@ -300,46 +323,6 @@ pub fn local_time(real: u64) -> String {
         tm.tm_sec,
         real % 1_000_000_000 / 1_000_000
     )
-}
-
-/// Wait until realtime `at`, saying on stderr what for; false when Ctrl-C
-/// came first. Slept on CLOCK_MONOTONIC (the deadline taken from the
-/// realtime distance now), the last 2 ms spun, so that the phase begins
-/// within a fraction of a millisecond of its time.
-pub fn wait_until(tool: &str, phase: &str, at: u64) -> bool {
-    let now = realtime_ns();
-    if at <= now {
-        return true;
-    }
-    eprintln!("{tool}: waiting for {phase} at {} (in {:.3} s)", local_time(at), (at - now) as f64 / 1e9);
-    let deadline = crate::target::monotonic_ns() + (at - now);
-    loop {
-        if crate::signal::stopped() {
-            return false;
-        }
-        let left = deadline.saturating_sub(crate::target::monotonic_ns());
-        if left == 0 {
-            return true;
-        }
-        if left > 2_000_000 {
-            std::thread::sleep(Duration::from_nanos(left - 2_000_000).min(Duration::from_millis(50)));
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// Wait for the activation, once prepared; a preparation that took past
-/// it is said (the window then opens late, at its true start).
-pub fn activate(tool: &str, s: &Schedule) -> Result<()> {
-    let late = realtime_ns().saturating_sub(s.activate_at);
-    if s.activate.is_some() && late > 1_000_000 {
-        eprintln!("{tool}: warning: preparing took past the activation time: recording starts {:.3} s late", late as f64 / 1e9);
-    }
-    if !wait_until(tool, "activation", s.activate_at) {
-        bail!("interrupted while waiting for activation: nothing captured");
-    }
-    Ok(())
 }
 
 #[cfg(test)]
