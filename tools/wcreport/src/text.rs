@@ -112,7 +112,7 @@ fn process_line(pr: &ProcessReport) -> String {
         name(&pr.comm),
         time(pr.wall_ns),
         pr.threads,
-        human_ns(pr.thread_ns),
+        time((pr.thread_ns > 0).then_some(pr.thread_ns)),
         h(pr.on_ns),
         h(pr.off_total_ns),
         h(o.r),
