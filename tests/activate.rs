@@ -27,6 +27,26 @@ fn capture(tool: &str, args: &[&str]) -> (u64, Output) {
     (t0, out)
 }
 
+/// A process to capture by pid (a launched command's window would begin
+/// at its exec, after the activation released it).
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn new() -> Sleeper {
+        Sleeper(Command::new("sleep").arg("30").spawn().unwrap())
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Its window opens 2 s after the launch, lasts -d from there, and the
 /// tool said what it waited for.
 #[test]
@@ -35,9 +55,10 @@ fn activate_after_a_delay() {
         return;
     }
     let dir = util::scratch("activate-delay");
+    let target = Sleeper::new();
     for tool in ["offcputime", "oncputime"] {
         let f = dir.join(format!("{tool}.jsonl"));
-        let (t0, out) = capture(tool, &["--activate", "+2s", "-d", "1", "-o", f.to_str().unwrap(), "--", "sleep", "3"]);
+        let (t0, out) = capture(tool, &["--activate", "+2s", "-d", "1", "-o", f.to_str().unwrap(), "-p", &target.pid()]);
         let h = header(&f);
         let (start, end) = (h["start_ns"].as_u64().unwrap(), h["end_ns"].as_u64().unwrap());
         let late = start as i64 - t0 as i64 - 2000 * MS;
@@ -60,7 +81,8 @@ fn activate_on_an_epoch_boundary() {
     }
     let dir = util::scratch("activate-aligned");
     let f = dir.join("on.jsonl");
-    let (_, out) = capture("oncputime", &["--activate", "/5s", "-d", "0.2", "-o", f.to_str().unwrap(), "--", "sleep", "1"]);
+    let target = Sleeper::new();
+    let (_, out) = capture("oncputime", &["--activate", "/5s", "-d", "0.2", "-o", f.to_str().unwrap(), "-p", &target.pid()]);
     let h = header(&f);
     let offset = realtime_ns() as i64 - monotonic_ns() as i64;
     let real = h["start_ns"].as_u64().unwrap() as i64 + offset;
@@ -69,6 +91,24 @@ fn activate_on_an_epoch_boundary() {
     assert!(past < 20 * MS, "window opened {past} ns after a 5 s boundary; it said {}", String::from_utf8_lossy(&out.stderr));
     let theirs = h["start_realtime_ns"].as_i64().unwrap();
     assert!((theirs - real).abs() < MS, "header start_realtime_ns {theirs} vs {real}");
+}
+
+/// A held `-- COMMAND` runs from the activation, not before: it prints
+/// the realtime clock as its first act.
+#[test]
+fn held_command_runs_at_activation() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    let dir = util::scratch("activate-held");
+    for tool in ["offcputime", "oncputime"] {
+        let f = dir.join(format!("{tool}.jsonl"));
+        let (_, out) = capture(tool, &["--activate", "+1s", "-o", f.to_str().unwrap(), "--", "date", "+%s%N"]);
+        let ran: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let at = header(&f)["start_realtime_ns"].as_i64().unwrap();
+        eprintln!("{tool}: the command ran {:.2} ms after the activation", (ran - at) as f64 / 1e6);
+        assert!((0..500 * MS).contains(&(ran - at)), "{tool}: the command ran {} ns from the activation", ran - at);
+    }
 }
 
 /// A process spinning through the preparation: only the activated second
@@ -144,10 +184,11 @@ fn wallclock_script_activates_both_captures() {
     }
     let dir = util::scratch("activate-script");
     let prefix = dir.join("p");
+    let target = Sleeper::new();
     let t0 = monotonic_ns();
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["--activate", "+2s", "-d", "1", "-o", prefix.to_str().unwrap(), "--", "sleep", "3"])
+        .args(["--activate", "+2s", "-d", "1", "-o", prefix.to_str().unwrap(), &target.pid()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .unwrap();
