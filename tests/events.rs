@@ -69,6 +69,17 @@ fn page_faults_land_in_the_faulting_function() {
     assert!(title.contains("page-faults"), "the SVG counts page faults: {title}");
     let pb = dir.join("pf.pb.gz");
     util::ok("wcexport", &["--pprof", sym.to_str().unwrap(), "-o", pb.to_str().unwrap()], b"");
+    // go tool pprof, the reader people use: the profile's type is the event.
+    let top = Command::new("go")
+        .args(["tool", "pprof", "-symbolize=none", "-top"])
+        .arg(&pb)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("run `go tool pprof` (Debian's golang-go: scripts/setup --tests installs it)");
+    let top = String::from_utf8_lossy(&top.stdout);
+    assert!(top.contains("Type: page-faults"), "{top}");
+    let row = top.lines().find(|l| l.trim_end().ends_with(" fault_pages")).unwrap_or_else(|| panic!("{top}"));
+    assert_eq!(row.split_whitespace().next(), Some(part.to_string().as_str()), "{row}");
 }
 
 #[test]
