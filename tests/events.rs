@@ -127,4 +127,7 @@ fn counts_and_time_do_not_mix() {
     // Alone, its values stay counts: 3 samples of 100 faults.
     let folded = util::ok("stackmerge", &[ev.to_str().unwrap(), "--folded"], b"");
     assert_eq!(folded.trim(), "a (1);f_[c] 300");
+    let report = util::ok("wcreport", &[ev.to_str().unwrap()], b"");
+    assert!(report.contains("unit: page-faults (an event profile, a sample every 100)"), "{report}");
+    assert!(report.contains("300 page-faults  f [on-CPU]"), "{report}");
 }

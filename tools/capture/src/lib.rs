@@ -20,6 +20,7 @@ pub mod privs;
 pub mod session;
 pub mod procfs;
 pub mod python;
+pub mod realtime;
 pub mod signal;
 pub mod steal;
 pub mod target;

@@ -13,7 +13,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 
 use crate::target::monotonic_ns;
-use crate::when::{local_time, realtime_ns, Schedule};
+use crate::realtime::{local_time, realtime_ns};
+use crate::when::Schedule;
 
 /// The stretch before a deadline slept in the realtime class.
 const BOOSTED_NS: u64 = 20_000_000;
