@@ -28,11 +28,13 @@ use crate::record::Record;
 
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
-/// Framing version, the byte after [`MAGIC`].
+/// Framing version, the byte after [`MAGIC`]. 4 (stream 1.4): the
+/// header's new fields (see `Header`'s `Decode`) and the `probe` and
+/// `span` records (appended variants).
 pub const VERSION: u8 = 4;
-/// The framing before 1.4's `probe` and `span` records: the same encoding
-/// less those two variants (appended), so it decodes as [`VERSION`].
-const VERSION_1_3: u8 = 3;
+/// The framing of stream 1.3, still read: the same records less 1.4's
+/// two, whose header ends before 1.4's fields.
+pub const VERSION_3: u8 = 3;
 /// Largest record accepted (and written), in bytes.
 pub const MAX_RECORD: usize = 1 << 28;
 
@@ -90,8 +92,9 @@ pub fn read_magic(r: &mut impl BufRead) -> Result<u8, String> {
     check_magic(&m[..n])
 }
 
-/// The framing version of a magic this reader understands: [`VERSION`], or
-/// [`crate::legacy::VERSION`] (stream 1.2, before the stack table).
+/// The framing version of a magic this reader understands: [`VERSION`],
+/// [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
+/// stack table).
 fn check_magic(m: &[u8]) -> Result<u8, String> {
     if m.len() < 4 || m[..4] != MAGIC {
         return Err(format!(
@@ -101,8 +104,8 @@ fn check_magic(m: &[u8]) -> Result<u8, String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION && v != VERSION_1_3 && v != crate::legacy::VERSION => Err(format!(
-            "binary framing version {v}, this reader understands {} and {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
+        Some(&v) if v != VERSION && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
+            "binary framing version {v}, this reader understands {} to {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
             crate::legacy::VERSION
         )),
         Some(&v) => Ok(v),
@@ -220,5 +223,30 @@ mod tests {
         let mut r: &[u8] = b"\0WCB\x09";
         let Err(m) = read_magic(&mut r) else { panic!() };
         assert!(m.contains("version 9"), "{m}");
+    }
+
+    /// A header of framing 3 (stream 1.3: none of 1.4's fields, whose
+    /// five `None`s are one zero byte each at the end) still reads; 1.4's
+    /// fields round-trip.
+    #[test]
+    fn header_of_framing_3_reads() {
+        let old = Header::new("t", "0");
+        let mut bytes = magic().to_vec();
+        bytes[4] = VERSION_3;
+        encode_record(&Record::Header(old.clone()), &mut bytes).unwrap();
+        let len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
+        assert!(bytes.ends_with(&[0; 5]));
+        bytes.truncate(bytes.len() - 5);
+        bytes[5..9].copy_from_slice(&((len - 5) as u32).to_le_bytes());
+        let mut new = old.clone();
+        (new.prepare, new.activate, new.start_realtime_ns) = (Some("+2s".into()), Some("/5s".into()), Some(7));
+        (new.event, new.event_period) = (Some("page-faults".into()), Some(3));
+        bytes.extend(framed(&[Record::Header(new.clone())]));
+        let mut r = &bytes[..];
+        let mut v = read_magic(&mut r).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(old)));
+        assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(new)));
+        assert_eq!(v, VERSION);
     }
 }

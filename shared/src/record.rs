@@ -48,7 +48,7 @@ pub enum Record {
 }
 
 /// First record: makes the stream self-describing.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Header {
     /// Always [`FORMAT_NAME`].
     pub format: String,
@@ -81,7 +81,59 @@ pub struct Header {
     /// Everything that was lost or approximated, by name (see [`Stats`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lost: BTreeMap<String, u64>,
+    /// 1.4: `--prepare` as given (when the capture was set up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<String>,
+    /// 1.4: `--activate` as given (when recording began: `start_ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activate: Option<String>,
+    /// 1.4: CLOCK_REALTIME ns at `start_ns`, to line captures of several
+    /// hosts up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_realtime_ns: Option<u64>,
+    /// 1.4: the event the `on` stacks were sampled on (`oncputime -e`),
+    /// absent for the cpu clock. With it, the `ns` of `on` stacks is a
+    /// count of this event (the unit of the profile), not time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// 1.4: with `event`, one sample was taken every this many events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_period: Option<u64>,
 }
+
+/// The header's fields of 1.3 are decoded as derived; the ones 1.4 added
+/// at its end only where the record has bytes left, so that a header of
+/// binary framing 3 (or 2) still reads.
+impl<C> bincode::Decode<C> for Header {
+    fn decode<D: bincode::de::Decoder<Context = C>>(d: &mut D) -> Result<Self, bincode::error::DecodeError> {
+        use bincode::de::read::Reader;
+        use bincode::Decode as De;
+        let mut h = Header {
+            format: De::decode(d)?,
+            version: De::decode(d)?,
+            tool: De::decode(d)?,
+            tool_version: De::decode(d)?,
+            pids: De::decode(d)?,
+            command: De::decode(d)?,
+            clock: De::decode(d)?,
+            start_ns: De::decode(d)?,
+            end_ns: De::decode(d)?,
+            freq_hz: De::decode(d)?,
+            min_block_ns: De::decode(d)?,
+            lost: De::decode(d)?,
+            ..Header::new("", "")
+        };
+        if d.reader().peek_read(1).is_some() {
+            h.prepare = De::decode(d)?;
+            h.activate = De::decode(d)?;
+            h.start_realtime_ns = De::decode(d)?;
+            h.event = De::decode(d)?;
+            h.event_period = De::decode(d)?;
+        }
+        Ok(h)
+    }
+}
+bincode::impl_borrow_decode!(Header);
 
 impl Header {
     /// A header of the current version for `tool`.
@@ -99,6 +151,11 @@ impl Header {
             freq_hz: None,
             min_block_ns: None,
             lost: BTreeMap::new(),
+            prepare: None,
+            activate: None,
+            start_realtime_ns: None,
+            event: None,
+            event_period: None,
         }
     }
 

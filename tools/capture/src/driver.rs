@@ -245,10 +245,13 @@ fn snapshot(skel: &impl CaptureSkel) -> Result<()> {
 
 /// Run a capture from the checks to the stop.
 pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>> {
-    privs::check(T::NAME)?;
     let args = req.target;
-    let mut sess = Session::prepare(args, req.duration, req.command)?;
+    // Resolved before anything is set up: a time in the past fails now.
+    let schedule = args.when.schedule()?;
+    privs::check(T::NAME)?;
     signal::install();
+    crate::wait::prepare(T::NAME, &schedule)?;
+    let mut sess = Session::prepare(args, req.duration, req.command)?;
     bpf::capture_log();
     let common = Common {
         filter: sess.filter(),
@@ -293,8 +296,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
+    let boost = crate::wait::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
+    drop(boost);
     snapshot(&skel)?;
     sess.begin(start, &args.tids, &mut unwind)?;
     let mut windows = match (args.every, &args.every_follow, &args.output) {

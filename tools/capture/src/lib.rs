@@ -10,6 +10,7 @@ pub mod drain;
 pub mod elf;
 pub mod driver;
 pub mod event;
+pub mod events;
 pub mod hidden;
 pub mod jvm;
 mod leafscan;
@@ -21,11 +22,14 @@ pub mod probe;
 pub mod session;
 pub mod procfs;
 pub mod python;
+pub mod realtime;
 pub mod signal;
 pub mod steal;
 pub mod target;
 pub mod tree;
 pub mod unwind;
+pub mod wait;
+pub mod when;
 pub mod window;
 
 /// For [`capture_skel!`] in the tools' crates.

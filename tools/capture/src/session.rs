@@ -72,6 +72,8 @@ pub struct Session {
     ready_file: Option<std::path::PathBuf>,
     /// JVM targets asked for their JIT symbol map (crate::jvm).
     jvms: crate::jvm::Jvms,
+    /// --prepare/--activate, for the header.
+    when: crate::when::WhenArgs,
 }
 
 impl Session {
@@ -123,6 +125,7 @@ impl Session {
             listed: BTreeMap::new(),
             ready_file: args.ready_file.clone(),
             jvms: crate::jvm::Jvms::default(),
+            when: args.when.clone(),
         })
     }
 
@@ -308,6 +311,8 @@ impl Session {
         h.command = self.command.clone();
         h.start_ns = Some(self.start_ns);
         h.end_ns = Some(end_ns);
+        h.start_realtime_ns = Some(crate::when::realtime_of(self.start_ns));
+        self.when.to_header(&mut h);
         h
     }
 

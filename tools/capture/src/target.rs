@@ -79,6 +79,8 @@ pub struct TargetArgs {
     /// running several captures can start its workload then (scripts/wallclock).
     #[arg(long = "ready-file", value_name = "FILE")]
     pub ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub when: crate::when::WhenArgs,
 }
 
 impl TargetArgs {

@@ -250,7 +250,13 @@ impl Profile {
         let mut generation = reader.defs().generation();
         while let Some(rec) = reader.next() {
             match rec? {
-                Record::Header(h) => crate::title::merge_header(&mut self.header, h),
+                Record::Header(h) => {
+                    if let Some(had) = self.header.as_ref().filter(|had| had.event != h.event) {
+                        let says = |e: &Option<String>| e.as_ref().map_or("time".to_string(), |e| format!("{e} (oncputime -e)"));
+                        anyhow::bail!("{name} counts {}, the input before it {}: they do not add up", says(&h.event), says(&had.event));
+                    }
+                    crate::title::merge_header(&mut self.header, h)
+                }
                 Record::Thread(t) => {
                     if t.tid == t.pid && !t.comm.is_empty() {
                         self.processes.insert(t.pid, t.comm.clone());

@@ -231,6 +231,14 @@ fn resolve_unit(ps: &[&Profile], explicit: Option<Option<u64>>) -> Result<(Value
     // Fractional counts: folded values are thousandths of their unit.
     let milli = ps.iter().any(|p| p.fraction > 1);
     let per = |ns: u64| if milli { (ns / input::FRACTION_SCALE).max(1) } else { ns };
+    // An event profile: its stream values count the event.
+    let events: Vec<Option<&str>> = ps.iter().filter(|p| !p.stream.is_empty()).map(|p| p.header.as_ref().and_then(|h| h.event.as_deref())).collect();
+    if let Some(e) = events.iter().flatten().next() {
+        if any_folded || events.iter().any(|x| x != &Some(*e)) {
+            bail!("a profile counting {e} (oncputime -e) mixed with input in another unit: they do not add up");
+        }
+        return Ok((ValueUnit::Events(Box::leak(e.to_string().into_boxed_str())), 1));
+    }
     match (any_stream, any_folded, folded_unit) {
         (true, true, None) => bail!("stream input (ns) mixed with folded samples: give the folded unit with --unit"),
         (true, _, ns) => Ok((ValueUnit::Time(1), per(ns.unwrap_or(1)))),

@@ -36,6 +36,8 @@ pub enum ValueUnit {
     Samples,
     /// Values are thousandths of samples (fractional counts in the input).
     SampleMillis,
+    /// Values are counts of this event (`oncputime -e`).
+    Events(&'static str),
 }
 
 impl ValueUnit {
@@ -44,6 +46,7 @@ impl ValueUnit {
             ValueUnit::Time(ns) => human_ns(v.saturating_mul(ns)),
             ValueUnit::Samples if v == 1 => "1 sample".to_string(),
             ValueUnit::Samples => format!("{} samples", thousands(v)),
+            ValueUnit::Events(e) => format!("{} {e}", thousands(v)),
             ValueUnit::SampleMillis => {
                 let frac = format!("{:03}", v % 1000);
                 let frac = frac.trim_end_matches('0');

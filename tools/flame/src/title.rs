@@ -24,6 +24,7 @@ pub fn merge_header(into: &mut Option<Header>, h: Header) {
         }
     }
     a.command = a.command.take().or(h.command);
+    a.event = a.event.take().or(h.event);
     a.start_ns = [a.start_ns, h.start_ns].into_iter().flatten().min();
     a.end_ns = [a.end_ns, h.end_ns].into_iter().flatten().max();
     if !a.tool.split('+').any(|t| t == h.tool) {
@@ -92,7 +93,11 @@ pub fn default_title(p: &Profile) -> String {
     let mut pids: Vec<u32> = if h.pids.is_empty() { p.processes.keys().copied().collect() } else { h.pids.clone() };
     pids.sort_unstable();
     pids.dedup();
-    let mut tail = format!(": {}", shows(&h.tool));
+    // An event profile (oncputime -e) counts its event, not time.
+    let mut tail = match &h.event {
+        Some(e) => format!(": {e} (on-CPU stacks where they happened)"),
+        None => format!(": {}", shows(&h.tool)),
+    };
     if let Some(w) = h.window_ns() {
         tail.push_str(&format!(", {} window", human_ns(w)));
     }

@@ -42,7 +42,9 @@ const EXAMPLES: &str = "EXAMPLES:
     oncputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     oncputime --exact -p 1234 10             # samples scaled to exact on-CPU time
     oncputime -p 1234 -f 5 > on.folded       # folded sample counts (named)
-    oncputime -p 1234 | stacksym | flame > on.svg";
+    oncputime -p 1234 | stacksym | flame > on.svg
+    oncputime -e page-faults -- ./app        # where it faults (a sample every 100 faults)
+    oncputime -e context-switches@1 -p 1234  # every context switch, with its stack";
 
 /// On-CPU stacks per thread, sampled on every CPU (with --exact, scaled to exact on-CPU time).
 #[derive(Parser, Debug)]
@@ -55,6 +57,15 @@ pub struct Cli {
     /// Sampling frequency per CPU, Hz.
     #[arg(short = 'F', long = "frequency", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
+    /// Sample on this perf event instead of the cpu clock, one sample every
+    /// PERIOD events: page-faults (@100 by default), minor-faults (@100),
+    /// major-faults (@1), context-switches (@10), cpu-migrations (@1),
+    /// and where the CPU has a PMU cycles, instructions (@1000003),
+    /// cache-misses (@10007), rNNNN (a raw event, hex). The profile then
+    /// counts events, not time: each stack weighs its samples times
+    /// PERIOD, and the header, wcreport and flame say the event.
+    #[arg(short = 'e', long = "event", value_name = "EVENT[@PERIOD]", default_value = "cpu-clock")]
+    pub event: wallclock_capture::events::Event,
     /// Also measure each thread's exact on-CPU time (a sched_switch hook,
     /// about 120 ns per context switch of the target) and scale the samples
     /// to it. Off by default: offcputime measures the same time at its own
@@ -161,7 +172,7 @@ impl driver::Tool for On<'_> {
             links.push(switch.attach().context("attaching to sched_switch")?);
         }
         for cpu in bpf::online_cpus() {
-            let fd = bpf::open_cpu_clock(cpu, self.cli.freq)?;
+            let fd = self.cli.event.open(cpu, self.cli.freq)?;
             links.push(skel.progs.on_sample.attach_perf_event(fd).context("attaching the perf event program")?);
         }
         Ok(links)
@@ -182,6 +193,12 @@ impl driver::Tool for On<'_> {
 pub fn run(cli: Cli) -> Result<i32> {
     if cli.freq == 0 {
         anyhow::bail!("-F must be at least 1 Hz");
+    }
+    if let Some(e) = cli.event.counted() {
+        if cli.exact {
+            anyhow::bail!("--exact scales samples to on-CPU time: -e {e} counts events, not time");
+        }
+        cli.event.check()?;
     }
     let mut samples = Samples::default();
     if cli.sample_events {
@@ -205,7 +222,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             records.push(Record::Stats(s));
         }
     }
-    cap.write(&cli.target, &records, |s| s.count)
+    // Folded values: samples of the clock, events of another event.
+    let counted = cli.event.counted().is_some();
+    cap.write(&cli.target, &records, |s| if counted { s.ns } else { s.count })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -272,7 +291,10 @@ fn records(
     }
     unwind.python.name_threads(out.values_mut());
     let mut header = sess.header("oncputime", env!("CARGO_PKG_VERSION"), end);
-    header.freq_hz = Some(cli.freq);
+    match cli.event.counted() {
+        Some(e) => (header.event, header.event_period) = (Some(e.to_string()), Some(cli.event.period)),
+        None => header.freq_hz = Some(cli.freq),
+    }
     let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };
     for (name, v) in event::STAT_NAMES.iter().zip(counts) {
         if !matches!(*name, "new_stacks" | "over_max_blocks" | "switches") {
@@ -300,6 +322,7 @@ fn records(
         s.kstack = k.clone();
         s.count = *n;
         s.ns = match on {
+            _ if !cli.event.is_clock() => n * cli.event.period,
             Some(on) if tot > 0 => accounting::scale_samples(on, *n, tot),
             _ => accounting::samples_to_ns(*n, cli.freq),
         };

@@ -36,6 +36,8 @@ pub struct Merger {
     opts: Options,
     header: Header,
     clock: Option<(String, String)>,
+    /// The first header's sampled event (None: time) and its input.
+    unit: Option<(Option<String>, String)>,
     threads: BTreeMap<(u32, u32), Thread>,
     maps: Vec<Maps>,
     stats: Stats,
@@ -55,6 +57,7 @@ impl Merger {
             opts: opts.clone(),
             header: Header::new("stackmerge", env!("CARGO_PKG_VERSION")),
             clock: None,
+            unit: None,
             threads: BTreeMap::new(),
             maps: Vec::new(),
             stats: Stats::default(),
@@ -82,6 +85,7 @@ impl Merger {
         let perf_script = r.fill_buf().is_ok_and(|b| sniff(b) == InputKind::PerfScript);
         let mut header_seen = false;
         let mut freq = self.opts.freq;
+        let mut counted = false;
         let mut ids = InputIds::default();
         let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids();
         while let Some(rec) = reader.next() {
@@ -96,6 +100,17 @@ impl Merger {
                         Some(_) => {}
                         None => self.clock = Some((h.clock.clone(), name.to_string())),
                     }
+                    // One unit or nothing: page faults and ns do not add up.
+                    match &self.unit {
+                        Some((e, first)) if *e != h.event => {
+                            let says = |e: &Option<String>| e.as_ref().map_or("time".to_string(), |e| format!("{e} (oncputime -e)"));
+                            bail!("{name} counts {}, {first} {}: they do not add up", says(&h.event), says(e))
+                        }
+                        Some(_) => {}
+                        None => self.unit = Some((h.event.clone(), name.to_string())),
+                    }
+                    // An event profile's values are event counts already.
+                    counted = h.event.is_some();
                     freq = h.freq_hz.filter(|f| *f > 0).unwrap_or(self.opts.freq);
                     merge_header(&mut self.header, &h, role);
                 }
@@ -129,7 +144,7 @@ impl Merger {
                         None
                     } else {
                         let k = kind_in(&s, role);
-                        (k == Kind::On && (role == InputRole::On || header_seen) && s.count > 0).then_some(freq)
+                        (k == Kind::On && (role == InputRole::On || header_seen) && s.count > 0 && !counted).then_some(freq)
                     };
                     if role == InputRole::On && !header_seen {
                         self.folded_on_input = true;
@@ -317,6 +332,16 @@ fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
     for (k, v) in &h.lost {
         *into.lost.entry(k.clone()).or_insert(0) += v;
     }
+    // The window's schedule and realtime: of the first capture that has
+    // them (the captures of one run share them).
+    into.prepare = into.prepare.take().or_else(|| h.prepare.clone());
+    into.activate = into.activate.take().or_else(|| h.activate.clone());
+    into.start_realtime_ns = match (into.start_realtime_ns, h.start_realtime_ns) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    into.event = into.event.take().or_else(|| h.event.clone());
+    into.event_period = into.event_period.or(h.event_period);
 }
 
 fn kind_in(s: &Stack, role: InputRole) -> Kind {

@@ -130,9 +130,11 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
         }
         same
     });
+    // An event profile's values are counts of its event: no time unit.
+    let counted = m.header.event.is_some();
     for (text, ns) in lines {
         out.write_all(&text)?;
-        writeln!(out, " {}", opts.unit.from_ns(ns))?;
+        writeln!(out, " {}", if counted { ns } else { opts.unit.from_ns(ns) })?;
     }
     Ok(())
 }

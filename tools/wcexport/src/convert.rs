@@ -31,6 +31,15 @@ pub const SAMPLE_TYPES: [(&str, &str); 7] = [
     ("gpu", "nanoseconds"),
 ];
 
+/// [`SAMPLE_TYPES`], or for an event profile (`oncputime -e`) the same
+/// values as counts of its event, the first named for it.
+fn sample_types(inp: &Input) -> Vec<(&str, &str)> {
+    match inp.header.as_ref().and_then(|h| h.event.as_deref()) {
+        Some(e) => SAMPLE_TYPES.iter().enumerate().map(|(i, (t, _))| (if i == 0 { e } else { *t }, "count")).collect(),
+        None => SAMPLE_TYPES.to_vec(),
+    }
+}
+
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
 
 /// Everything read, sorted by record type.
@@ -167,7 +176,7 @@ pub struct Converter<'a> {
 impl<'a> Converter<'a> {
     pub fn new(inp: &'a Input) -> Self {
         let comms = inp.threads.iter().map(|t| ((t.pid, t.tid), t.comm.as_str())).collect();
-        Converter { inp, names: inp.process_names(), comms, profile: Profile::new(&SAMPLE_TYPES, 0) }
+        Converter { inp, names: inp.process_names(), comms, profile: Profile::new(&sample_types(inp), 0) }
     }
 
     /// Every stack as a sample; the main binary's mapping listed first.

@@ -156,7 +156,13 @@ pub fn build(inp: &Input, offset: i64) -> Profile {
     };
     if let Some(h) = &inp.header {
         p.comment(&format!("wallclock stream {} of {} {}, pids {:?}", h.version, h.tool, h.tool_version, h.pids));
-        p.comment("values: ns measured (off-CPU, GPU) or samples scaled to the exact on-CPU time (stackmerge)");
+        match (&h.event, h.event_period) {
+            (Some(e), period) => p.comment(&format!(
+                "values: counts of {e} (oncputime -e: samples times {} events each), not time",
+                period.unwrap_or(1)
+            )),
+            _ => p.comment("values: ns measured (off-CPU, GPU) or samples scaled to the exact on-CPU time (stackmerge)"),
+        }
     }
     let mut lost = inp.header.as_ref().map(|h| h.lost.clone()).unwrap_or_default();
     if let Some(s) = &inp.stats {

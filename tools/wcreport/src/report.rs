@@ -42,6 +42,13 @@ pub struct Report {
     /// Who waits on whom (captures with wakers), heaviest pairs first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits_on: Vec<crate::wakers::WaitsOn>,
+    /// The event an `oncputime -e` profile counts: every `*_ns` value of
+    /// its stacks and threads is then a count of it, not time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// With `event`: one sample every this many events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_period: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -190,6 +197,8 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
             Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
         }
     }
+    let event = headers.iter().find_map(|h| h.event.clone());
+    let event_period = headers.iter().find_map(|h| h.event_period);
     for h in &headers {
         tools.push(h.tool.clone());
         for (k, v) in &h.lost {
@@ -207,10 +216,13 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
         threads.entry(*k).or_insert_with(|| Thread::new(k.0, k.1, comm));
     }
 
+    // An event profile's threads have no time to share out: their shares
+    // are of their own events (no window bounds a count of page faults).
+    let thread_window = if event.is_some() { Window::default() } else { window.clone() };
     let mut out_threads = Vec::new();
     for (k, t) in &threads {
         let ss: &[&Stack] = stacks.get(k).map(Vec::as_slice).unwrap_or(&[]);
-        out_threads.push(thread_report(t, ss, &window, top_n, &modules));
+        out_threads.push(thread_report(t, ss, &thread_window, top_n, &modules));
     }
     let inside = crate::names::inside_time(stacks.values().flatten().copied(), |pid, m| modules.path(pid, m).map(str::to_string));
     let unnamed = unnamed_modules(out_threads.iter().flat_map(|t| &t.functions), &inside, &modules.build_ids);
@@ -230,7 +242,22 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     }
     let waits_on = crate::wakers::waits_on(&all, &comms, top_n.max(10) * 2);
     let runtimes = crate::runtimes::advice(all.iter().copied());
-    Report { tools, window, lost, stats, short_blocks_ns, lost_stack_ns, processes, threads: out_threads, unnamed, runtimes, gpu, waits_on }
+    Report {
+        tools,
+        window,
+        lost,
+        stats,
+        short_blocks_ns,
+        lost_stack_ns,
+        processes,
+        threads: out_threads,
+        unnamed,
+        runtimes,
+        gpu,
+        waits_on,
+        event,
+        event_period,
+    }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

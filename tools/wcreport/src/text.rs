@@ -6,8 +6,22 @@ use wallclock_stream::units::human_ns;
 
 use crate::report::{ProcessReport, Report, ThreadReport, TopStack};
 
+thread_local! {
+    /// The event an event profile counts (see [`Report::event`]): its
+    /// values are printed as counts of it, not as durations.
+    static EVENT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Print `r`'s values in its unit from now on.
+fn unit_of(r: &Report) {
+    EVENT.with(|e| *e.borrow_mut() = r.event.clone());
+}
+
 pub(crate) fn h(ns: u64) -> String {
-    human_ns(ns)
+    EVENT.with(|e| match &*e.borrow() {
+        Some(ev) => format!("{ns} {ev}"),
+        None => human_ns(ns),
+    })
 }
 
 /// A name for display: `-` when unknown (plain folded input).
@@ -20,6 +34,11 @@ pub(crate) fn name(comm: &str) -> &str {
 }
 
 pub(crate) fn hopt(ns: Option<u64>) -> String {
+    ns.map_or("-".to_string(), h)
+}
+
+/// A duration whatever the profile's unit (a window, a thread's life).
+fn time(ns: Option<u64>) -> String {
     ns.map_or("-".to_string(), human_ns)
 }
 
@@ -53,16 +72,21 @@ pub(crate) fn table(rows: &[Vec<String>], left: usize, indent: &str) -> String {
 
 /// Header lines: window, tools, everything lost.
 pub fn summary(r: &Report) -> String {
+    unit_of(r);
     let mut s = String::new();
     let tools = if r.tools.is_empty() { "plain folded input".to_string() } else { r.tools.join(", ") };
     let _ = writeln!(
         s,
         "wall-clock report: window {} ({}), {} process(es), {} thread(s)",
-        hopt(r.window.wall_ns),
+        time(r.window.wall_ns),
         tools,
         r.processes.len(),
         r.threads.len()
     );
+    if let Some(ev) = &r.event {
+        let every = r.event_period.map(|p| format!(", a sample every {p}")).unwrap_or_default();
+        let _ = writeln!(s, "unit: {ev} (an event profile{every}): its values count {ev}, not time");
+    }
     let _ = writeln!(s, "{}[lost stack] {}", short_blocks(r.short_blocks_ns), h(r.lost_stack_ns));
     let counts = |m: &std::collections::BTreeMap<String, u64>| {
         if m.is_empty() {
@@ -86,9 +110,9 @@ fn process_line(pr: &ProcessReport) -> String {
         "PROCESS {} ({}): wall {}, {} thread(s) alive {} thread-time; on-CPU {}, off-CPU {} (R {}, S {}, D {}, other {})",
         pr.pid,
         name(&pr.comm),
-        hopt(pr.wall_ns),
+        time(pr.wall_ns),
         pr.threads,
-        h(pr.thread_ns),
+        time((pr.thread_ns > 0).then_some(pr.thread_ns)),
         h(pr.on_ns),
         h(pr.off_total_ns),
         h(o.r),
@@ -116,7 +140,7 @@ fn thread_row(t: &ThreadReport) -> Vec<String> {
         name(&t.comm).to_string(),
         t.role.clone(),
         t.class.clone(),
-        hopt(t.alive_ns),
+        time(t.alive_ns),
         h(t.on_ns),
         h(t.off_ns.r),
         h(t.off_ns.s),
@@ -207,7 +231,7 @@ pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
     let _ = writeln!(
         s,
         "  alive {}   on-CPU {}{}   off-CPU {}{}   coverage {}",
-        hopt(t.alive_ns),
+        time(t.alive_ns),
         h(t.on_ns),
         share(t.on_ns),
         h(t.off_total_ns),

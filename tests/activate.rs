@@ -1,0 +1,203 @@
+//! `--prepare` / `--activate`: the window opens when asked (timed by the
+//! test's own clocks, from before the tool was launched), -d counts from
+//! it, nothing before it is recorded, and a bad schedule fails before
+//! anything is set up. Loads BPF: run as root (skips otherwise).
+
+mod util;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wallclock_capture::target::monotonic_ns;
+use wallclock_capture::when::realtime_ns;
+
+const MS: i64 = 1_000_000;
+
+fn header(path: &Path) -> Value {
+    let s = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(s.lines().next().unwrap()).unwrap()
+}
+
+fn capture(tool: &str, args: &[&str]) -> (u64, Output) {
+    let t0 = monotonic_ns();
+    let out = Command::new(util::bin(tool)).args(args).output().unwrap();
+    assert!(out.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (t0, out)
+}
+
+/// A process to capture by pid (a launched command's window would begin
+/// at its exec, after the activation released it).
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn new() -> Sleeper {
+        Sleeper(Command::new("sleep").arg("30").spawn().unwrap())
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Its window opens 2 s after the launch, lasts -d from there, and the
+/// tool said what it waited for.
+#[test]
+fn activate_after_a_delay() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    let dir = util::scratch("activate-delay");
+    let target = Sleeper::new();
+    for tool in ["offcputime", "oncputime"] {
+        let f = dir.join(format!("{tool}.jsonl"));
+        let (t0, out) = capture(tool, &["--activate", "+2s", "-d", "1", "-o", f.to_str().unwrap(), "-p", &target.pid()]);
+        let h = header(&f);
+        let (start, end) = (h["start_ns"].as_u64().unwrap(), h["end_ns"].as_u64().unwrap());
+        let late = start as i64 - t0 as i64 - 2000 * MS;
+        eprintln!("{tool}: window opened {:.2} ms after launch + 2 s, lasted {:.2} ms", late as f64 / 1e6, (end - start) as f64 / 1e6);
+        assert!((0..20 * MS).contains(&late), "{tool}: window opened {late} ns off launch + 2 s; it said {}", String::from_utf8_lossy(&out.stderr));
+        assert!((1000 * MS..1100 * MS).contains(&((end - start) as i64)), "{tool}: -d 1 lasted {} ns from the activation", end - start);
+        assert_eq!(h["activate"], "+2s");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("waiting for activation"), "{tool} said {err}");
+    }
+}
+
+/// `/5s`: the window opens on a whole multiple of 5 s of the realtime
+/// clock (converted from the header's monotonic start with the test's own
+/// pair of clock readings).
+#[test]
+fn activate_on_an_epoch_boundary() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    let dir = util::scratch("activate-aligned");
+    let f = dir.join("on.jsonl");
+    let target = Sleeper::new();
+    let (_, out) = capture("oncputime", &["--activate", "/5s", "-d", "0.2", "-o", f.to_str().unwrap(), "-p", &target.pid()]);
+    let h = header(&f);
+    let offset = realtime_ns() as i64 - monotonic_ns() as i64;
+    let real = h["start_ns"].as_u64().unwrap() as i64 + offset;
+    let past = real.rem_euclid(5000 * MS);
+    eprintln!("window opened {:.2} ms after a 5 s boundary", past as f64 / 1e6);
+    assert!(past < 20 * MS, "window opened {past} ns after a 5 s boundary; it said {}", String::from_utf8_lossy(&out.stderr));
+    let theirs = h["start_realtime_ns"].as_i64().unwrap();
+    assert!((theirs - real).abs() < MS, "header start_realtime_ns {theirs} vs {real}");
+}
+
+/// A held `-- COMMAND` runs from the activation, not before: it prints
+/// the realtime clock as its first act.
+#[test]
+fn held_command_runs_at_activation() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    let dir = util::scratch("activate-held");
+    for tool in ["offcputime", "oncputime"] {
+        let f = dir.join(format!("{tool}.jsonl"));
+        let (_, out) = capture(tool, &["--activate", "+1s", "-o", f.to_str().unwrap(), "--", "date", "+%s%N"]);
+        let ran: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let at = header(&f)["start_realtime_ns"].as_i64().unwrap();
+        eprintln!("{tool}: the command ran {:.2} ms after the activation", (ran - at) as f64 / 1e6);
+        assert!((0..500 * MS).contains(&(ran - at)), "{tool}: the command ran {} ns from the activation", ran - at);
+    }
+}
+
+/// A process spinning through the preparation: only the activated second
+/// is recorded (exact on-CPU time and samples of one second, not three).
+#[test]
+fn nothing_before_activation() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    // Niced: the timing tests beside it must not wait behind it for a CPU.
+    let mut spin = Command::new("nice").args(["-n", "19", "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    let pid = spin.id().to_string();
+    let dir = util::scratch("activate-nothing-before");
+    let f = dir.join("on.jsonl");
+    let cpu = || -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let cpu_before = cpu();
+    let (t0, out) =
+        capture("oncputime", &["--exact", "--prepare", "@now", "--activate", "+2s", "-d", "1", "-p", &pid, "-o", f.to_str().unwrap()]);
+    let cpu_during = cpu() - cpu_before;
+    let _ = spin.kill();
+    let _ = spin.wait();
+    let s = std::fs::read_to_string(&f).unwrap();
+    let recs: Vec<Value> = s.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let h = &recs[0];
+    assert!(h["start_ns"].as_u64().unwrap() >= t0 + 2_000_000_000);
+    let th = recs.iter().find(|r| r["type"] == "thread" && r["tid"].as_u64() == pid.parse().ok()).expect("the spinning thread");
+    let (on, samples) = (th["on_ns"].as_u64().unwrap(), th["samples"].as_u64().unwrap());
+    eprintln!("on_ns {on} of the {cpu_during} ns it ran while the tool did, samples {samples}; stderr: {}", String::from_utf8_lossy(&out.stderr));
+    // The tool ran 3 s (2 of them prepared, waiting): the second recorded
+    // holds about a third of the spinner's CPU time, whatever its share of
+    // a busy machine.
+    assert!(on <= 1_020_000_000 && on * 10 <= cpu_during * 6, "on-CPU time of the activated second only: {on} of {cpu_during}");
+    assert!(on > 0 && samples > 0, "the activated second was recorded");
+    assert!(samples <= on * 49 / 1_000_000_000 + 5, "samples of that second at 49 Hz: {samples}");
+}
+
+/// A time in the past, an activation before the preparation, a spec that
+/// is no time: one line, at once, and the command never started.
+#[test]
+fn bad_schedules_fail_before_set_up() {
+    let dir = util::scratch("activate-bad");
+    let marker = dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    for (when, says) in [
+        (vec!["--activate", "@2001-01-01T00:00:00"], "in the past"),
+        (vec!["--prepare", "@00:00:00", "--activate", "@now"], "--prepare @00:00:00"),
+        (vec!["--prepare", "+5s", "--activate", "+2s"], "before --prepare +5s"),
+        (vec!["--activate", "soon"], "unknown time"),
+    ] {
+        for tool in ["offcputime", "oncputime"] {
+            let t = Instant::now();
+            let out = Command::new(util::bin(tool)).args(&when).args(["-d", "1", "--", "sh", "-c", &touch]).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{tool} {when:?} succeeded");
+            assert!(err.contains(says), "{tool} {when:?}: {err}");
+            assert!(err.trim().lines().count() <= 3, "{tool} {when:?}: a short error: {err}");
+            assert!(t.elapsed() < Duration::from_millis(500), "{tool} {when:?} took {:?}", t.elapsed());
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!marker.exists(), "{tool} {when:?} started the command");
+        }
+    }
+}
+
+/// scripts/wallclock gives both captures its own launch: its merged
+/// stream's window opens 2 s after the script started and lasts -d.
+#[test]
+fn wallclock_script_activates_both_captures() {
+    if util::skip_without_root("activate") {
+        return;
+    }
+    let dir = util::scratch("activate-script");
+    let prefix = dir.join("p");
+    let target = Sleeper::new();
+    let t0 = monotonic_ns();
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["--activate", "+2s", "-d", "1", "-o", prefix.to_str().unwrap(), &target.pid()])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = header(&dir.join("p.stream"));
+    let (start, end) = (h["start_ns"].as_u64().unwrap(), h["end_ns"].as_u64().unwrap());
+    let late = start as i64 - t0 as i64 - 2000 * MS;
+    eprintln!("merged window opened {:.2} ms after launch + 2 s, lasted {:.2} ms", late as f64 / 1e6, (end - start) as f64 / 1e6);
+    assert!((0..20 * MS).contains(&late), "window opened {late} ns off launch + 2 s");
+    assert!(((end - start) as i64) < 1100 * MS, "-d 1 from the activation: {} ns", end - start);
+    assert_eq!(h["activate"], "+2s");
+}
