@@ -22,6 +22,7 @@ pub mod python;
 pub mod signal;
 pub mod steal;
 pub mod target;
+pub mod textpages;
 pub mod tree;
 pub mod unwind;
 pub mod window;

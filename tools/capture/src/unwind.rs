@@ -18,9 +18,14 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
 
+use crate::elf::Bytes;
+use crate::textpages::{Pages, Text};
 use crate::event::WcEvent;
 use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
+
+#[path = "reap.rs"]
+mod reap;
 
 /// The kernel maps nothing below this (vm.mmap_min_addr's default).
 const MIN_CODE_ADDR: u64 = 0x10000;
@@ -40,12 +45,15 @@ pub const TRUNCATED: &str = "[truncated]";
 
 /// Unwind data of one ELF file, shared by every process that maps it.
 struct FileInfo {
+    /// The file as mapped, and opened (for `Text`), where it is (not the vDSO).
+    map: Option<Arc<memmap2::Mmap>>,
+    file: Option<Arc<std::fs::File>>,
     build_id: Option<String>,
     /// Bytes of the image (the vDSO's, whose mapping must be as long).
     len: usize,
     /// (p_offset, p_vaddr, p_filesz) of each PT_LOAD segment.
     segments: Vec<(u64, u64, u64)>,
-    sections: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
+    sections: Option<ExplicitModuleSectionInfo<Bytes>>,
     /// (start, end) SVMAs of the functions a stack starts in (Go's, and
     /// the entry point).
     roots: Vec<(u64, u64)>,
@@ -53,12 +61,18 @@ struct FileInfo {
 
 fn load_file(path: &str) -> Option<FileInfo> {
     if path == "[vdso]" {
-        return parse_elf(&vdso_image()?);
+        return parse_elf(&Bytes::Owned(Arc::from(vdso_image()?)));
     }
     if !path.starts_with('/') {
         return None;
     }
-    parse_elf(&crate::elf::map_file(path)?)
+    let data = Bytes::mapped(crate::elf::map_file(path)?);
+    let mut fi = parse_elf(&data)?;
+    if let Bytes::Mapped(map, _) = data {
+        fi.map = Some(map);
+    }
+    fi.file = std::fs::File::open(path).ok().map(Arc::new);
+    Some(fi)
 }
 
 /// The vDSO's image. The kernel maps one image into every 64-bit process:
@@ -76,8 +90,8 @@ fn vdso_image() -> Option<Vec<u8>> {
     Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec())
 }
 
-fn parse_elf(data: &[u8]) -> Option<FileInfo> {
-    let obj = object::File::parse(data).ok()?;
+fn parse_elf(data: &Bytes) -> Option<FileInfo> {
+    let obj = object::File::parse(&data[..]).ok()?;
     let build_id = obj.build_id().ok().flatten().map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
     let segments = obj
         .segments()
@@ -86,9 +100,9 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
             (off, s.address(), size)
         })
         .collect();
-    let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
+    let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Bytes>) {
         match obj.section_by_name(name) {
-            Some(s) => (Some(s.address()..s.address() + s.size()), s.data().ok().map(Arc::from)),
+            Some(s) => (Some(s.address()..s.address() + s.size()), s.file_range().and_then(|(o, n)| data.sub(o, n))),
             None => (None, None),
         }
     };
@@ -100,7 +114,7 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
     // (SHF_COMPRESSED): handed over compressed, framehop found no table
     // and walked frame pointers from the leaf, which loses every caller
     // of code that uses rbp as a register (crypto/sha256.block).
-    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| section_bytes(&s)).map(Arc::from);
+    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| section_bytes(&s)).map(|b| Bytes::Owned(Arc::from(b)));
     let sections = Some(ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma,
@@ -120,7 +134,7 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
     if obj.entry() != 0 {
         roots.push((obj.entry(), obj.entry() + ENTRY_LEN));
     }
-    Some(FileInfo { build_id, len: data.len(), segments, sections, roots })
+    Some(FileInfo { map: None, file: None, build_id, len: data.len(), segments, sections, roots })
 }
 
 /// Where Go's stacks begin, as Go's own traceback stops there: a
@@ -162,8 +176,8 @@ struct Proc {
     /// AVMA ranges of the functions a stack begins in (`go_roots`).
     roots: Vec<(u64, u64)>,
     /// Each file's .text: its first AVMA and bytes (the scan's check).
-    code: Vec<(u64, Arc<[u8]>)>,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    code: Vec<(u64, Text)>,
+    unwinder: UnwinderX86_64<Bytes>,
     cache: CacheX86_64,
 }
 
@@ -174,26 +188,26 @@ const SCAN_WORDS: usize = crate::event::USTACK_MAX / 8;
 
 impl Proc {
     /// The .text holding `a`, and `a`'s offset in it.
-    fn code_at(&self, a: u64) -> Option<(&[u8], usize)> {
-        self.code.iter().find_map(|(s, t)| (a >= *s && a - s < t.len() as u64).then(|| (&t[..], (a - s) as usize)))
+    fn code_at(&self, a: u64) -> Option<(&Text, u64)> {
+        self.code.iter().find_map(|(s, t)| (a >= *s && a - s < t.len()).then_some((t, a - s)))
     }
 
     /// Whether `r` returns just past a call: `call rel32`, or `call` through
     /// a register or memory (opcode 0xff, /2), with or without a prefix.
-    fn after_call(&self, r: u64) -> bool {
+    fn after_call(&self, r: u64, pages: &mut Pages) -> bool {
         let Some((t, i)) = self.code_at(r) else { return false };
-        let at = |back: usize| i.checked_sub(back).map(|j| t[j]);
+        let mut at = |back: u64| i.checked_sub(back).and_then(|j| pages.byte(t, j));
         if at(5) == Some(0xe8) {
             return true;
         }
-        [2, 3, 6, 7].iter().any(|&n| at(n) == Some(0xff) && at(n - 1).is_some_and(|m| (m >> 3) & 7 == 2))
+        [2, 3, 6, 7].into_iter().any(|n| at(n) == Some(0xff) && at(n - 1).is_some_and(|m| (m >> 3) & 7 == 2))
     }
 
     /// The words above `sp` (within [`SCAN_WORDS`]) that return just
     /// past a call: slot and value, nearest first.
-    fn scan(&self, sp: u64, stack: &[u8]) -> Vec<(u64, u64)> {
+    fn scan(&self, sp: u64, stack: &[u8], pages: &mut Pages) -> Vec<(u64, u64)> {
         let words = stack.chunks_exact(8).take(SCAN_WORDS).map(|w| u64::from_le_bytes(w.try_into().unwrap()));
-        words.enumerate().filter(|&(_, r)| self.after_call(r)).map(|(k, r)| (sp + 8 * k as u64, r)).collect()
+        words.enumerate().filter(|&(_, r)| self.after_call(r, pages)).map(|(k, r)| (sp + 8 * k as u64, r)).collect()
     }
 
     fn new(exe: Option<(u64, u64)>) -> Proc {
@@ -209,6 +223,11 @@ pub struct Unwind {
     /// Mappings of an executable a process has since exec'd away from: its
     /// stacks from before the exec still need them to be symbolized.
     retired: HashMap<u32, Vec<MapEntry>>,
+    /// Mappings of the processes that exited (see `reap`).
+    gone: HashMap<u32, Vec<MapEntry>>,
+    reaper: reap::Reaper,
+    /// Code the leaf scan read.
+    pages: Pages,
     /// Reloads of /proc/PID/maps after an address outside every mapping,
     /// per image.
     reloads: HashMap<u32, u32>,
@@ -368,8 +387,12 @@ impl Unwind {
                     proc.roots.extend(root.filter(|&(a, _)| a >= m.start && a < m.end));
                     if let Some((Some(t), Some(svma))) = fi.sections.as_ref().map(|s| (s.text.clone(), s.text_svma.clone())) {
                         let start = svma.start.wrapping_add(base_avma);
+                        let text = match (t, &fi.file) {
+                            (Bytes::Mapped(_, r), Some(f)) => Text::File(f.clone(), r.start as u64, r.len() as u64),
+                            (t, _) => Text::Mem(t),
+                        };
                         if start >= m.start && start < m.end {
-                            proc.code.push((start, t));
+                            proc.code.push((start, text));
                         }
                     }
                     if let Some(sec) = fi.sections.clone() {
@@ -461,6 +484,7 @@ impl Unwind {
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let tr = &mut self.trampolines;
+        let pages = &mut self.pages;
         let first = FrameAddress::from_instruction_pointer(ip);
         let (mut out, whole) = walk(p, tr, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
         // A leaf in a file whose table does not cover it (hand-written
@@ -473,7 +497,7 @@ impl Unwind {
         // the leaf's frame too) through code in files.
         let in_maps = |p: &Proc, a: u64| p.maps.iter().any(|m| a >= m.start && a < m.end);
         if (!whole || out.len() == 1) && p.code_at(ip).is_some() && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
-            for (slot, r) in p.scan(sp, stack) {
+            for (slot, r) in p.scan(sp, stack, pages) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
                 let (callers, w) = walk(p, tr, pid, next, &mut regs, sp, stack);
@@ -494,11 +518,11 @@ impl Unwind {
 
     /// The Maps record of a process, when its mappings were read.
     pub fn maps_record(&self, pid: u32) -> Option<Maps> {
-        let p = self.procs.get(&pid)?;
-        let mut maps = p.maps.clone();
+        let cur = self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid))?;
+        let mut maps = cur.clone();
         // Before-exec mappings, where they do not collide with the current ones.
         for old in self.retired.get(&pid).into_iter().flatten() {
-            if !p.maps.iter().any(|m| m.start < old.end && old.start < m.end) {
+            if !cur.iter().any(|m| m.start < old.end && old.start < m.end) {
                 maps.push(old.clone());
             }
         }
@@ -512,8 +536,9 @@ impl Unwind {
 
     /// The Maps record of every process whose mappings were read, by pid.
     pub fn maps_records(&self) -> Vec<Maps> {
-        let mut pids: Vec<u32> = self.procs.keys().copied().collect();
+        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).copied().collect();
         pids.sort_unstable();
+        pids.dedup();
         pids.into_iter().filter_map(|pid| self.maps_record(pid)).collect()
     }
 }
