@@ -255,9 +255,10 @@ impl Engine {
                 self.remember((Space::Kernel, a, ret), &f);
             }
         }
-        let mut pids: Vec<u32> = user.keys().copied().collect();
-        pids.sort_unstable();
+        let pids = self.by_image(user.keys().copied());
+        let mut open = std::collections::HashSet::new();
         for pid in pids {
+            self.evict_unused(pid, &mut open);
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
             for (&(a, ret), f) in keys.iter().zip(frames) {

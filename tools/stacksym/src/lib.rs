@@ -33,6 +33,7 @@
 
 mod debugfile;
 mod engine;
+mod evict;
 mod gil;
 mod jit;
 mod known;
