@@ -6,7 +6,8 @@
 //! once, or arriving while the threads blocked at the start are read from
 //! /proc) costs heap for a moment instead of dropped stacks.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -16,10 +17,27 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 use crate::event::WcEvent;
 
+/// Bytes of events queued for the main thread at most. Past it the
+/// thread stops taking events out of the ring buffer until the main
+/// thread has caught up: the ring fills and BPF counts what it drops
+/// (`ringbuf_drops`, said at the end with the flag that helps) instead of
+/// the queue growing with the capture (a machine running a parallel build
+/// sends 1,700 new stacks a second, of up to 32K each, to a main thread
+/// the build leaves little CPU). Not while the stacks of the threads
+/// blocked at the start of a system-wide capture come (see
+/// [`Drain::bounded`]).
+const QUEUE_MAX: usize = 16 << 20;
+
 pub struct Drain {
     rx: Receiver<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+    armed: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
+    /// Events queued by the thread, and handed to the main thread's `f`
+    /// (`Unwind::reap` waits for an exited process's last ones).
+    sent: Arc<AtomicU64>,
+    handled: Cell<u64>,
 }
 
 /// The event without the unread tail of its user-stack copy.
@@ -49,10 +67,25 @@ impl Drain {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
+        let sent = Arc::new(AtomicU64::new(0));
+        let counted = sent.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let limit = Arc::new(AtomicUsize::new(usize::MAX));
+        let armed = Arc::new(AtomicBool::new(false));
+        let (full, waiting, max, arm) = (queued.clone(), stop.clone(), limit.clone(), armed.clone());
         let mut b = RingBufferBuilder::new();
         // Built here so that an error is reported before the capture starts.
         b.add(&events, move |data: &[u8]| {
-            let _ = tx.send(trimmed(data));
+            if arm.load(Ordering::Relaxed) && full.load(Ordering::Acquire) <= QUEUE_MAX {
+                max.store(QUEUE_MAX, Ordering::Relaxed);
+            }
+            while full.load(Ordering::Acquire) > max.load(Ordering::Relaxed) && !waiting.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let e = trimmed(data);
+            full.fetch_add(e.len(), Ordering::AcqRel);
+            let _ = tx.send(e);
+            counted.fetch_add(1, Ordering::Release);
             0
         })?;
         let rb = b.build().context("opening the stack ring buffer")?;
@@ -68,7 +101,22 @@ impl Drain {
                 drop(events);
             })
             .context("starting the ring buffer thread")?;
-        Ok(Drain { rx, stop, thread })
+        Ok(Drain { rx, queued, armed, stop, thread, sent, handled: Cell::new(0) })
+    }
+
+    /// Bound the queue ([`QUEUE_MAX`]) once it is under the bound. Until then it takes
+    /// what comes: the stacks of every thread blocked at the start of a
+    /// system-wide capture (2,500 here) come at once, and with the queue
+    /// bounded the ring stayed full while they were unwound: the stacks
+    /// of the first switches were lost (6.6% of the thread-time of
+    /// tests/systemwide.rs's idle machine).
+    pub fn bounded(&self) {
+        self.armed.store(true, Ordering::Relaxed);
+    }
+
+    /// Events sent so far, and handled so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.sent.load(Ordering::Acquire), self.handled.get())
     }
 
     /// Hand events to `f` as they come for `budget`: one turn of the
@@ -84,7 +132,11 @@ impl Drain {
                 return;
             }
             match self.rx.recv_timeout(left) {
-                Ok(e) => f(&e),
+                Ok(e) => {
+                    self.queued.fetch_sub(e.len(), Ordering::AcqRel);
+                    f(&e);
+                    self.handled.set(self.handled.get() + 1);
+                }
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
             }
         }

@@ -224,20 +224,20 @@ fn attach_tree(skel: &impl CaptureSkel, btf: bool, follow: bool) -> Result<Vec<L
 
 /// Run the task iterator once: every target thread alive at the start
 /// gets its entry as it is then (bpf/snapshot.bpf.h).
-fn snapshot(skel: &impl CaptureSkel) -> Result<()> {
+fn snapshot(skel: &impl CaptureSkel, mut wait: impl FnMut()) -> Result<()> {
     use std::io::Read;
     let link = skel.snapshot_prog().attach_iter_with_opts(libbpf_rs::IterOpts::None).context("attaching the task iterator")?;
     let mut it = libbpf_rs::Iter::new(&link).context("creating the task iterator")?;
     let mut buf = [0u8; 4096];
-    // EAGAIN: the ring buffer is half full; the drain thread empties it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    // EAGAIN: the ring buffer is half full; the drain thread empties it
+    // into a queue of bounded size, which `wait` works off.
+    // Five seconds without progress is an error.
+    let mut deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         match it.read(&mut buf) {
             Ok(0) => return Ok(()),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_micros(500));
-            }
+            Ok(_) => deadline = std::time::Instant::now() + Duration::from_secs(5),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < deadline => wait(),
             Err(e) => return Err(e).context("running the task iterator"),
         }
     }
@@ -300,7 +300,8 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
     drop(boost);
-    snapshot(&skel)?;
+    snapshot(&skel, || drain.work_for(Duration::from_micros(500), |e| event(tool, e, &mut unwind)))?;
+    drain.bounded();
     sess.begin(start, &args.tids, &mut unwind)?;
     let mut windows = match (args.every, &args.every_follow, &args.output) {
         (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start)),
@@ -318,6 +319,8 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
         python(&mut unwind, &sess, &skel);
         retired.turn(tool, &skel);
+        let (sent, handled) = drain.counts();
+        unwind.reap(sent, handled);
         drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
         let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
         if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
@@ -344,6 +347,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     sess.stopped(bpf::u32_keys(skel.maps().tgids));
     std::thread::sleep(Duration::from_millis(5));
     drain.finish(|e| event(tool, e, &mut unwind));
+    unwind.trim();
     drop(links);
     drop(tree_links);
 

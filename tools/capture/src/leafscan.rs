@@ -24,14 +24,16 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-/// The code of one file as the scan checks it, at the file's own
-/// addresses (SVMAs).
+use crate::textpages::{Pages, Text};
+
+/// What the scan checks of one file, at the file's own addresses
+/// (SVMAs). Its .text is not copied: the bytes are read through
+/// [`Pages`] from the file (textpages.rs says why).
 pub struct FileCode {
     text_svma: u64,
-    text: Arc<[u8]>,
     /// Sorted starts of the file's function symbols (.symtab and .dynsym).
     funcs: Vec<u64>,
-    /// Each PLT section's first SVMA and bytes.
+    /// Each PLT section's first SVMA and bytes (a few KB: copied).
     plts: Vec<(u64, Arc<[u8]>)>,
 }
 
@@ -52,11 +54,7 @@ impl FileCode {
             .filter_map(|n| obj.section_by_name(n))
             .filter_map(|s| Some((s.address(), bytes(&s)?)))
             .collect();
-        Some(FileCode { text_svma: text.address(), text: bytes(&text)?, funcs, plts })
-    }
-
-    pub fn text_svma(&self) -> u64 {
-        self.text_svma
+        Some(FileCode { text_svma: text.address(), funcs, plts })
     }
 }
 
@@ -74,23 +72,24 @@ enum Call {
 /// The code of the files one process maps, at the addresses it maps them.
 #[derive(Default)]
 pub struct Code {
-    /// Load bias (AVMA - SVMA) and code of each file.
-    files: Vec<(u64, Arc<FileCode>)>,
+    /// Load bias (AVMA - SVMA), what is checked and the .text of each file.
+    files: Vec<(u64, Arc<FileCode>, Text)>,
     /// GOT slots read, by AVMA, once they hold a target outside the PLT
     /// (bound: they keep it).
     got: HashMap<u64, u64>,
 }
 
 impl Code {
-    pub fn add(&mut self, bias: u64, code: Arc<FileCode>) {
-        self.files.push((bias, code));
+    pub fn add(&mut self, bias: u64, code: Arc<FileCode>, text: Text) {
+        self.files.push((bias, code, text));
     }
 
-    /// The file whose .text holds `a`, and `a`'s offset in it.
-    fn text_at(&self, a: u64) -> Option<(&FileCode, u64, usize)> {
-        self.files.iter().find_map(|(bias, c)| {
+    /// The file whose .text holds `a`, its bias, `a`'s offset in it and
+    /// the .text.
+    fn text_at(&self, a: u64) -> Option<(&FileCode, u64, u64, &Text)> {
+        self.files.iter().find_map(|(bias, c, t)| {
             let off = a.wrapping_sub(c.text_svma.wrapping_add(*bias));
-            (off < c.text.len() as u64).then_some((&**c, *bias, off as usize))
+            (off < t.len()).then_some((&**c, *bias, off, t))
         })
     }
 
@@ -102,7 +101,7 @@ impl Code {
     /// The PLT entry at `a`, as the GOT slot its `jmp *disp(%rip)` reads
     /// (after an `endbr64; bnd` in .plt.sec).
     fn plt_slot(&self, a: u64) -> Option<u64> {
-        self.files.iter().find_map(|(bias, c)| {
+        self.files.iter().find_map(|(bias, c, _)| {
             c.plts.iter().find_map(|(svma, b)| {
                 let off = a.wrapping_sub(svma.wrapping_add(*bias)) as usize;
                 let entry = b.get(off..(off + 16).min(b.len()))?;
@@ -114,40 +113,34 @@ impl Code {
     }
 
     /// The call that returns to `r`, if the instruction before `r` is one.
-    fn call_before(&self, r: u64) -> Option<Call> {
-        let (c, _, i) = self.text_at(r)?;
-        let at = |back: usize| i.checked_sub(back).map(|j| c.text[j]);
-        let rel = |back: usize| -> Option<i32> {
-            let j = i.checked_sub(back)?;
-            Some(i32::from_le_bytes(c.text.get(j..j + 4)?.try_into().ok()?))
-        };
-        if at(5) == Some(0xe8) {
-            let t = r.wrapping_add(rel(4)? as i64 as u64);
+    fn call_before(&self, r: u64, pages: &mut Pages) -> Option<Call> {
+        let (_, _, i, t) = self.text_at(r)?;
+        if back(pages, t, i, 5) == Some(0xe8) {
+            let to = r.wrapping_add(rel32(pages, t, i, 4)? as i64 as u64);
             // Only a target in code: the bytes may end another call.
-            if self.in_text(t) || self.plt_slot(t).is_some() {
-                return Some(Call::Direct(t));
+            if self.in_text(to) || self.plt_slot(to).is_some() {
+                return Some(Call::Direct(to));
             }
         }
-        if at(6) == Some(0xff) && at(5) == Some(0x15) {
-            return Some(Call::Slot(r.wrapping_add(rel(4)? as i64 as u64)));
+        if back(pages, t, i, 6) == Some(0xff) && back(pages, t, i, 5) == Some(0x15) {
+            return Some(Call::Slot(r.wrapping_add(rel32(pages, t, i, 4)? as i64 as u64)));
         }
-        self.indirect_before(r).then_some(Call::Unknown)
+        self.indirect_before(r, pages).then_some(Call::Unknown)
     }
 
     /// Whether `r` follows a `call` through a register or memory (0xff /2,
     /// with or without a prefix or displacement).
-    fn indirect_before(&self, r: u64) -> bool {
-        let Some((c, _, i)) = self.text_at(r) else { return false };
-        let at = |back: usize| i.checked_sub(back).map(|j| c.text[j]);
+    fn indirect_before(&self, r: u64, pages: &mut Pages) -> bool {
+        let Some((_, _, i, t)) = self.text_at(r) else { return false };
         let modrm_is_call = |m: Option<u8>| m.is_some_and(|m| (m >> 3) & 7 == 2);
-        [2, 3, 6, 7].iter().any(|&n| at(n) == Some(0xff) && modrm_is_call(at(n - 1)))
+        [2, 3, 6, 7].into_iter().any(|n| back(pages, t, i, n) == Some(0xff) && modrm_is_call(back(pages, t, i, n - 1)))
     }
 
     /// The start of the function holding `ip` as far as the symbols tell:
     /// the last function symbol at or below it (its .text's start when
     /// none is).
     fn function_floor(&self, ip: u64) -> Option<u64> {
-        let (c, bias, _) = self.text_at(ip)?;
+        let (c, bias, _, _) = self.text_at(ip)?;
         let svma = ip.wrapping_sub(bias);
         let k = c.funcs.partition_point(|&f| f <= svma);
         let floor = if k > 0 { c.funcs[k - 1].max(c.text_svma) } else { c.text_svma };
@@ -169,8 +162,8 @@ impl Code {
 
     /// Whether the call returning to `r` may have entered the function
     /// holding `ip`.
-    fn may_enter(&mut self, pid: u32, r: u64, ip: u64) -> bool {
-        let target = match self.call_before(r) {
+    fn may_enter(&mut self, pid: u32, r: u64, ip: u64, pages: &mut Pages) -> bool {
+        let target = match self.call_before(r, pages) {
             None => return false,
             Some(Call::Unknown) => return true,
             Some(Call::Direct(t)) => match self.plt_slot(t) {
@@ -180,7 +173,7 @@ impl Code {
             Some(Call::Slot(slot)) => match self.slot_value(pid, slot) {
                 Some(t) => Some(t),
                 // No such memory: the bytes end a shorter indirect call.
-                None => return self.indirect_before(r),
+                None => return self.indirect_before(r, pages),
             },
         };
         match (target, self.function_floor(ip)) {
@@ -191,16 +184,30 @@ impl Code {
 
     /// The words of `stack` (copied from `sp`) that may return to the
     /// caller of the leaf at `ip`: slot and value, nearest first.
-    pub fn scan(&mut self, pid: u32, ip: u64, sp: u64, stack: &[u8]) -> Vec<(u64, u64)> {
+    pub fn scan(&mut self, pid: u32, ip: u64, sp: u64, stack: &[u8], pages: &mut Pages) -> Vec<(u64, u64)> {
         let words = stack.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap()));
         let mut out = Vec::new();
         for (k, r) in words.enumerate() {
-            if self.may_enter(pid, r, ip) {
+            if self.may_enter(pid, r, ip, pages) {
                 out.push((sp + 8 * k as u64, r));
             }
         }
         out
     }
+}
+
+/// The byte `n` before offset `i` of `t`.
+fn back(pages: &mut Pages, t: &Text, i: u64, n: u64) -> Option<u8> {
+    pages.byte(t, i.checked_sub(n)?)
+}
+
+/// The little-endian i32 that starts `n` bytes before offset `i` of `t`.
+fn rel32(pages: &mut Pages, t: &Text, i: u64, n: u64) -> Option<i32> {
+    let mut b = [0u8; 4];
+    for (k, x) in b.iter_mut().enumerate() {
+        *x = back(pages, t, i, n - k as u64)?;
+    }
+    Some(i32::from_le_bytes(b))
 }
 
 /// A word of another process's memory.
@@ -261,9 +268,10 @@ mod tests {
         SLOT_A.store(avma(0x1000), Ordering::SeqCst);
         SLOT_B.store(avma(0x1100), Ordering::SeqCst);
         PLT_GOT.store(avma(0x1000), Ordering::SeqCst);
-        let file = FileCode { text_svma: 0x1000, text: text.into(), funcs: vec![0x1000, 0x1100, 0x1200], plts: vec![(0x3000, plt.into())] };
+        let file = FileCode { text_svma: 0x1000, funcs: vec![0x1000, 0x1100, 0x1200], plts: vec![(0x3000, plt.into())] };
         let mut code = Code::default();
-        code.add(bias, Arc::new(file));
+        code.add(bias, Arc::new(file), Text::Mem(crate::elf::Bytes::Owned(text.into())));
+        let mut pages = Pages::default();
 
         // Return addresses: to A's caller, B's, through %rax, through a
         // slot holding A, one holding B, A's PLT entry, through %rax
@@ -271,11 +279,11 @@ mod tests {
         let words = [0x1205, 0x1215, 0x1222, 0x1236, 0x1246, 0x1255, 0x1266, 0x1001].map(avma);
         let stack: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let sp = 0x7ff0_0000_0000;
-        let kept: Vec<u64> = code.scan(std::process::id(), avma(0x1010), sp, &stack).into_iter().map(|(_, r)| r - bias).collect();
+        let kept: Vec<u64> = code.scan(std::process::id(), avma(0x1010), sp, &stack, &mut pages).into_iter().map(|(_, r)| r - bias).collect();
         assert_eq!(kept, [0x1205, 0x1222, 0x1236, 0x1255, 0x1266]);
         // A leaf in B: only B's direct caller, the register call and the
         // slot holding B.
-        let kept: Vec<u64> = code.scan(std::process::id(), avma(0x1180), sp, &stack).into_iter().map(|(_, r)| r - bias).collect();
+        let kept: Vec<u64> = code.scan(std::process::id(), avma(0x1180), sp, &stack, &mut pages).into_iter().map(|(_, r)| r - bias).collect();
         assert_eq!(kept, [0x1215, 0x1222, 0x1246, 0x1266]);
     }
 }

@@ -26,6 +26,7 @@ pub mod realtime;
 pub mod signal;
 pub mod steal;
 pub mod target;
+pub mod textpages;
 pub mod tree;
 pub mod unwind;
 pub mod wait;

@@ -18,10 +18,15 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
 
+use crate::elf::Bytes;
 use crate::event::WcEvent;
 use crate::leafscan::{Code, FileCode};
+use crate::textpages::{Pages, Text};
 use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
+
+#[path = "reap.rs"]
+mod reap;
 
 /// The kernel maps nothing below this (vm.mmap_min_addr's default).
 const MIN_CODE_ADDR: u64 = 0x10000;
@@ -41,12 +46,15 @@ pub const TRUNCATED: &str = "[truncated]";
 
 /// Unwind data of one ELF file, shared by every process that maps it.
 struct FileInfo {
+    /// The file as mapped, and opened (for `Text`), where it is (not the vDSO).
+    map: Option<Arc<memmap2::Mmap>>,
+    file: Option<Arc<std::fs::File>>,
     build_id: Option<String>,
     /// Bytes of the image (the vDSO's, whose mapping must be as long).
     len: usize,
     /// (p_offset, p_vaddr, p_filesz) of each PT_LOAD segment.
     segments: Vec<(u64, u64, u64)>,
-    sections: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
+    sections: Option<ExplicitModuleSectionInfo<Bytes>>,
     /// (start, end) SVMAs of the functions a stack starts in (Go's, and
     /// the entry point).
     roots: Vec<(u64, u64)>,
@@ -56,12 +64,18 @@ struct FileInfo {
 
 fn load_file(path: &str) -> Option<FileInfo> {
     if path == "[vdso]" {
-        return parse_elf(&vdso_image()?);
+        return parse_elf(&Bytes::Owned(Arc::from(vdso_image()?)));
     }
     if !path.starts_with('/') {
         return None;
     }
-    parse_elf(&crate::elf::map_file(path)?)
+    let data = Bytes::mapped(crate::elf::map_file(path)?);
+    let mut fi = parse_elf(&data)?;
+    if let Bytes::Mapped(map, _) = data {
+        fi.map = Some(map);
+    }
+    fi.file = std::fs::File::open(path).ok().map(Arc::new);
+    Some(fi)
 }
 
 /// The vDSO's image. The kernel maps one image into every 64-bit process:
@@ -79,8 +93,8 @@ fn vdso_image() -> Option<Vec<u8>> {
     Some(unsafe { std::slice::from_raw_parts(base as *const u8, len) }.to_vec())
 }
 
-fn parse_elf(data: &[u8]) -> Option<FileInfo> {
-    let obj = object::File::parse(data).ok()?;
+fn parse_elf(data: &Bytes) -> Option<FileInfo> {
+    let obj = object::File::parse(&data[..]).ok()?;
     let build_id = obj.build_id().ok().flatten().map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
     let segments = obj
         .segments()
@@ -89,9 +103,9 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
             (off, s.address(), size)
         })
         .collect();
-    let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
+    let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Bytes>) {
         match obj.section_by_name(name) {
-            Some(s) => (Some(s.address()..s.address() + s.size()), s.data().ok().map(Arc::from)),
+            Some(s) => (Some(s.address()..s.address() + s.size()), s.file_range().and_then(|(o, n)| data.sub(o, n))),
             None => (None, None),
         }
     };
@@ -103,7 +117,7 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
     // (SHF_COMPRESSED): handed over compressed, framehop found no table
     // and walked frame pointers from the leaf, which loses every caller
     // of code that uses rbp as a register (crypto/sha256.block).
-    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| section_bytes(&s)).map(Arc::from);
+    let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| section_bytes(&s)).map(|b| Bytes::Owned(Arc::from(b)));
     let sections = Some(ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma,
@@ -124,7 +138,7 @@ fn parse_elf(data: &[u8]) -> Option<FileInfo> {
         roots.push((obj.entry(), obj.entry() + ENTRY_LEN));
     }
     let code = FileCode::parse(&obj).map(Arc::new);
-    Some(FileInfo { build_id, len: data.len(), segments, sections, roots, code })
+    Some(FileInfo { map: None, file: None, build_id, len: data.len(), segments, sections, roots, code })
 }
 
 /// Where Go's stacks begin, as Go's own traceback stops there: a
@@ -167,7 +181,7 @@ struct Proc {
     roots: Vec<(u64, u64)>,
     /// Each file's code, for the leaf scan's checks.
     code: Code,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<Bytes>,
     cache: CacheX86_64,
 }
 
@@ -185,6 +199,11 @@ pub struct Unwind {
     /// Mappings of an executable a process has since exec'd away from: its
     /// stacks from before the exec still need them to be symbolized.
     retired: HashMap<u32, Vec<MapEntry>>,
+    /// Mappings of the processes that exited (see `reap`).
+    gone: HashMap<u32, Vec<MapEntry>>,
+    reaper: reap::Reaper,
+    /// Code the leaf scan read.
+    pages: Pages,
     /// Reloads of /proc/PID/maps after an address outside every mapping,
     /// per image.
     reloads: HashMap<u32, u32>,
@@ -342,10 +361,15 @@ impl Unwind {
                 if let Some(base_avma) = crate::elf::load_bias(&fi.segments, m.start, m.offset) {
                     let root = fi.roots.iter().map(|&(a, b)| (a.wrapping_add(base_avma), b.wrapping_add(base_avma)));
                     proc.roots.extend(root.filter(|&(a, _)| a >= m.start && a < m.end));
-                    if let Some(c) = fi.code.clone() {
-                        let start = c.text_svma().wrapping_add(base_avma);
+                    let text = fi.sections.as_ref().and_then(|s| Some((s.text.clone()?, s.text_svma.clone()?)));
+                    if let (Some((t, svma)), Some(c)) = (text, fi.code.clone()) {
+                        let start = svma.start.wrapping_add(base_avma);
+                        let text = match (t, &fi.file) {
+                            (Bytes::Mapped(_, r), Some(f)) => Text::File(f.clone(), r.start as u64, r.len() as u64),
+                            (t, _) => Text::Mem(t),
+                        };
                         if start >= m.start && start < m.end {
-                            proc.code.add(base_avma, c);
+                            proc.code.add(base_avma, c, text);
                         }
                     }
                     if let Some(sec) = fi.sections.clone() {
@@ -437,17 +461,20 @@ impl Unwind {
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let tr = &mut self.trampolines;
+        let pages = &mut self.pages;
         let first = FrameAddress::from_instruction_pointer(ip);
         let (mut out, whole) = walk(p, tr, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
-        // A leaf in a file whose table does not cover it gets a guessed
-        // rule that reads a data word as its caller. Its caller is then
-        // looked for above sp (leafscan): the nearest word that returns
-        // past a call that may have entered the leaf's function, taken
-        // only when the walk from it reaches the stack's start through
-        // code in files.
+        // A leaf in a file whose table does not cover it (hand-written
+        // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
+        // thread) gets a guessed rule that reads a data word as its
+        // caller. Its caller is then looked for as Breakpad's stack walker
+        // does, above sp: a word that returns just past a call
+        // instruction, taken only when the walk from it reaches the
+        // stack's start (stale return addresses of earlier calls lie in
+        // the leaf's frame too) through code in files.
         let in_maps = |p: &Proc, a: u64| p.maps.iter().any(|m| a >= m.start && a < m.end);
         if (!whole || out.len() == 1) && p.code.in_text(ip) && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
-            for (slot, r) in p.code.scan(pid, ip, sp, stack) {
+            for (slot, r) in p.code.scan(pid, ip, sp, stack, pages) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
                 let (callers, w) = walk(p, tr, pid, next, &mut regs, sp, stack);
@@ -468,11 +495,11 @@ impl Unwind {
 
     /// The Maps record of a process, when its mappings were read.
     pub fn maps_record(&self, pid: u32) -> Option<Maps> {
-        let p = self.procs.get(&pid)?;
-        let mut maps = p.maps.clone();
+        let cur = self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid))?;
+        let mut maps = cur.clone();
         // Before-exec mappings, where they do not collide with the current ones.
         for old in self.retired.get(&pid).into_iter().flatten() {
-            if !p.maps.iter().any(|m| m.start < old.end && old.start < m.end) {
+            if !cur.iter().any(|m| m.start < old.end && old.start < m.end) {
                 maps.push(old.clone());
             }
         }
@@ -486,8 +513,9 @@ impl Unwind {
 
     /// The Maps record of every process whose mappings were read, by pid.
     pub fn maps_records(&self) -> Vec<Maps> {
-        let mut pids: Vec<u32> = self.procs.keys().copied().collect();
+        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).copied().collect();
         pids.sort_unstable();
+        pids.dedup();
         pids.into_iter().filter_map(|pid| self.maps_record(pid)).collect()
     }
 }

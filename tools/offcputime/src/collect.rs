@@ -67,7 +67,7 @@ fn st(s: u32) -> State {
 
 #[derive(PartialEq, Eq, PartialOrd, Ord, Clone, Debug)]
 pub(crate) enum Where {
-    Stack(Vec<u64>, Vec<u64>),
+    Stack(crate::stacks::Addrs, crate::stacks::Addrs),
     Synthetic(&'static str),
 }
 
@@ -119,7 +119,7 @@ pub fn records(
             return Where::Synthetic(f);
         }
         match sess.initial.get(&tid) {
-            Some(i) if !i.ustack.is_empty() || !i.kstack.is_empty() => Where::Stack(i.ustack.clone(), i.kstack.clone()),
+            Some(i) if !i.ustack.is_empty() || !i.kstack.is_empty() => Where::Stack(i.ustack.as_slice().into(), i.kstack.as_slice().into()),
             _ => Where::Synthetic(LOST),
         }
     };
@@ -293,8 +293,8 @@ pub fn records(
         s.state = Some(*state);
         match w {
             Where::Stack(u, k) => {
-                s.ustack = u.clone();
-                s.kstack = k.clone();
+                s.ustack = u.to_vec();
+                s.kstack = k.to_vec();
             }
             Where::Synthetic(name) => s.frames = vec![Frame::named(*name)],
         }

@@ -1,15 +1,20 @@
 //! The stacks of the fingerprints, as the ring buffer's events bring them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use wallclock_capture::event::{self, WcEvent};
 use wallclock_capture::unwind::Unwind;
 
 /// Stacks sent by BPF (or read from /proc at the stop), unwound while
-/// their process lived.
+/// their process lived. Shared (Arc), not copied, by every block of
+/// theirs in the records being made: a system-wide capture holds tens of
+/// thousands.
+pub type Addrs = Arc<[u64]>;
+
 #[derive(Default)]
 pub struct Stacks {
-    by_fp: HashMap<u64, (Vec<u64>, Vec<u64>)>,
+    by_fp: HashMap<u64, (Addrs, Addrs)>,
     comm: HashMap<u32, String>,
     /// Whose a waker's stack is: pid, tid, name (for an interrupt, the
     /// thread it stopped).
@@ -32,10 +37,10 @@ impl Stacks {
             return;
         }
         let ustack = unwind.event_stack(&e);
-        self.by_fp.insert(e.fp, (ustack, e.kstack_root_first()));
+        self.by_fp.insert(e.fp, (ustack.into(), e.kstack_root_first().into()));
     }
 
-    pub fn get(&self, fp: u64) -> Option<&(Vec<u64>, Vec<u64>)> {
+    pub fn get(&self, fp: u64) -> Option<&(Addrs, Addrs)> {
         self.by_fp.get(&fp)
     }
 
@@ -54,6 +59,6 @@ impl Stacks {
     }
 
     pub fn insert(&mut self, fp: u64, ustack: Vec<u64>, kstack: Vec<u64>) {
-        self.by_fp.insert(fp, (ustack, kstack));
+        self.by_fp.insert(fp, (ustack.into(), kstack.into()));
     }
 }

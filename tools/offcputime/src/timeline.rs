@@ -71,7 +71,7 @@ impl Drain {
 /// Where a block's time is in the summed view: a stack or a synthetic one.
 #[derive(PartialEq, Eq, PartialOrd, Ord, Clone)]
 enum Where {
-    Stack(Vec<u64>, Vec<u64>),
+    Stack(crate::stacks::Addrs, crate::stacks::Addrs),
     Synthetic(&'static str),
 }
 
@@ -115,7 +115,7 @@ impl Builder<'_> {
             }
             return match self.inp.sess.initial.get(&tid) {
                 Some(i) if !i.ustack.is_empty() || !i.kstack.is_empty() => {
-                    (s, Where::Stack(i.ustack.clone(), i.kstack.clone()))
+                    (s, Where::Stack(i.ustack.as_slice().into(), i.kstack.as_slice().into()))
                 }
                 _ => (s, Where::Synthetic(collect::LOST)),
             };
@@ -254,7 +254,7 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
     for ((pid, w), id) in ids {
         let mut s = SliceStack { id, pid, ustack: Vec::new(), kstack: Vec::new(), frames: Vec::new() };
         match w {
-            Where::Stack(u, k) => (s.ustack, s.kstack) = (u, k),
+            Where::Stack(u, k) => (s.ustack, s.kstack) = (u.to_vec(), k.to_vec()),
             Where::Synthetic(name) => s.frames = vec![Frame::named(name)],
         }
         recs.push(Record::SliceStack(s));

@@ -133,7 +133,7 @@ pub struct Ctx<'a> {
 /// The stream's waker of `k`, following its chain `depth - 1` more hops.
 pub fn waker(cx: &Ctx, k: &WakeKey, depth: u32) -> Waker {
     let stack = cx.stacks.get(k.wfp);
-    let (u, kst) = stack.map_or((Vec::new(), Vec::new()), |(u, kst)| (u.clone(), kst.clone()));
+    let (u, kst) = stack.map_or((Vec::new(), Vec::new()), |(u, kst)| (u.to_vec(), kst.to_vec()));
     let mut w = match k.ctx {
         event::WCTX_THREAD => {
             let (pid, comm) = match (cx.stacks.waker(k.wfp), (cx.thread)(k.wtid)) {
@@ -166,8 +166,8 @@ pub fn waker(cx: &Ctx, k: &WakeKey, depth: u32) -> Waker {
             let mut b = WakerBlock { state, ustack: Vec::new(), kstack: Vec::new(), frames: Vec::new(), waker: None };
             match &wh {
                 Where::Stack(u, kst) => {
-                    b.ustack = u.clone();
-                    b.kstack = kst.clone();
+                    b.ustack = u.to_vec();
+                    b.kstack = kst.to_vec();
                 }
                 Where::Synthetic(name) => b.frames = vec![wallclock_stream::Frame::named(*name)],
             }

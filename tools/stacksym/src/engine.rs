@@ -102,6 +102,8 @@ pub struct Engine {
     pub(crate) cut_stacks: HashSet<u32, FastHash>,
     pub(crate) cut_time: HashMap<u32, (u64, u64)>,
     pub(crate) cut_warned: HashSet<u32>,
+    /// Files of the last process named, kept open in the symbolizer (crate::evict).
+    pub(crate) open_files: HashSet<String>,
 }
 
 impl Engine {
@@ -139,6 +141,7 @@ impl Engine {
             cut_stacks: HashSet::default(),
             cut_time: HashMap::new(),
             cut_warned: HashSet::new(),
+            open_files: HashSet::new(),
         };
         e.intern_cut_markers();
         e
@@ -255,15 +258,17 @@ impl Engine {
                 self.remember((Space::Kernel, a, ret), &f);
             }
         }
-        let mut pids: Vec<u32> = user.keys().copied().collect();
-        pids.sort_unstable();
+        let pids = self.by_image(user.keys().copied());
+        let mut open = std::mem::take(&mut self.open_files);
         for pid in pids {
+            self.evict_unused(pid, &mut open);
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
             for (&(a, ret), f) in keys.iter().zip(frames) {
                 self.remember((Space::User(pid), a, ret), &f);
             }
         }
+        self.open_files = open;
     }
 
     fn remember(&mut self, key: Key, frames: &[Frame]) {

@@ -4,13 +4,12 @@
 //! where debuggers look).
 //!
 //! The hint looks at this machine: the file's owning Debian package
-//! (`dpkg-query -S`), whether the file still has a symbol table, and
+//! (dpkg's file lists, as `dpkg-query -S` reads them), whether the file still has a symbol table, and
 //! whether a debug file for its build id is already installed. A report
 //! read elsewhere than the capture still names the build id's path.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use serde::Serialize;
 
@@ -225,14 +224,29 @@ fn owner_package(path: &str) -> Option<String> {
             _ => tries.push(format!("/usr{t}")),
         }
     }
-    tries.iter().find_map(|p| {
-        let out = Command::new("dpkg-query").args(["-S", p]).stderr(Stdio::null()).output().ok()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().next().filter(|_| out.status.success())?;
-        // `libc6:amd64: /lib/x86_64-linux-gnu/libc.so.6`; diversions have other forms.
-        let pkg = line.split(": ").next()?.split(',').next()?.trim();
-        let pkg = pkg.split(':').next()?;
-        (!pkg.is_empty() && !pkg.contains(' ')).then(|| pkg.to_string())
+    let owners = dpkg_owners();
+    tries.iter().find_map(|p| owners.get(p.as_str()).cloned())
+}
+
+/// Every file dpkg installed, and its package, from dpkg's own lists
+/// (`/var/lib/dpkg/info/PKG[:ARCH].list`), read once: what `dpkg-query -S`
+/// reads, without a process per path tried (four per module, 50 ms
+/// each: half a second of every report of a build).
+fn dpkg_owners() -> &'static std::collections::HashMap<String, String> {
+    static OWNERS: std::sync::OnceLock<std::collections::HashMap<String, String>> = std::sync::OnceLock::new();
+    OWNERS.get_or_init(|| {
+        let mut owners = std::collections::HashMap::new();
+        let Ok(dir) = std::fs::read_dir("/var/lib/dpkg/info") else { return owners };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pkg) = name.strip_suffix(".list") else { continue };
+            let pkg = pkg.split(':').next().unwrap_or(pkg).to_string();
+            let Ok(text) = std::fs::read_to_string(e.path()) else { continue };
+            for line in text.lines().filter(|l| l.starts_with('/')) {
+                owners.entry(line.to_string()).or_insert_with(|| pkg.clone());
+            }
+        }
+        owners
     })
 }
 
