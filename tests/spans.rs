@@ -59,7 +59,7 @@ fn slow_spans_agree_with_the_program() {
     let prefix = dir.join("run");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "499", "--timeline", "--probe", "u:nap (arg:0, stack)", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "-o"])
+        .args(["-f", "499", "--timeline", "--probe", "u:nap (arg:0, stack) | name:\"nap {arg0}\" |", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "-o"])
         .arg(&prefix)
         .arg("--")
         .arg(&prog)
@@ -143,6 +143,8 @@ fn slow_spans_agree_with_the_program() {
         let caller = e["args"]["stack"][1].as_str().unwrap_or_else(|| panic!("no stack: {e}"));
         let want = if e["args"]["arg0"] == 10_000_000 { "handle" } else { "holder" };
         assert_eq!(caller, want, "{e}");
+        // The name: template, filled with each event's own argument.
+        assert_eq!(e["name"].as_str().unwrap(), format!("nap {}", e["args"]["arg0"]), "{e}");
     }
 }
 
@@ -177,7 +179,7 @@ fn raw_tracepoint_events_carry_their_arguments() {
     let prog = util::build_c("tests/programs/spans/spans.c", &dir, "spans");
     let stream = dir.join("off.json");
     let out = Command::new(util::bin("offcputime"))
-        .args(["--probe", "raw_tp:sys_enter (arg:1)", "-o"])
+        .args(["--probe", "raw_tp:sys_enter (arg:1) | name:\"sys {arg1}\" |", "-o"])
         .arg(&stream)
         .arg("--")
         .arg(&prog)
@@ -191,6 +193,7 @@ fn raw_tracepoint_events_carry_their_arguments() {
     let pid = events.first().map(|e| e["pid"].clone()).expect("no sys_enter event");
     assert!(events.iter().all(|e| e["pid"] == pid), "events of other processes");
     let naps = events.iter().filter(|e| e["args"]["arg1"] == 230).count();
+    assert!(events.iter().all(|e| e["probe"] == format!("sys {}", e["args"]["arg1"])), "names from the template");
     // 8 calls: 2 slow ones nap, and the lock holder naps for the 2 mutex ones.
     assert_eq!((calls, naps), (8, 4), "clock_nanosleep entries");
 }

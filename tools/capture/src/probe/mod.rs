@@ -32,7 +32,8 @@ pub struct ProbeArgs {
     /// raw_tp:NAME (a kernel tracepoint on a target thread)
     /// (a span from entry to return), or `A ~~ B` (a span from A to the
     /// next B on the same thread); parameters in parentheses (arg:N,
-    /// arg:ret, stack, path:FILE, pid:PID) and settings between bars (| name:"X" |).
+    /// arg:ret, stack, path:FILE, pid:PID) and settings between bars
+    /// (| name:"req {arg0}" |: each event named by its arguments).
     /// See wallclock-stream(5) for the records.
     #[arg(long = "probe", value_name = "SPEC")]
     pub probes: Vec<String>,
@@ -278,7 +279,7 @@ pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, stacks: &Stacks, 
             }
             let off = StateNs { r: e.off[0], s: e.off[1], d: e.off[2], other: e.off[3] };
             out.push(Record::Span(Span {
-                name: s.name.clone(),
+                name: spec::expand_name(&s.name, &args),
                 pid: e.pid,
                 tid: e.tid,
                 start_ns: e.start,
@@ -290,7 +291,8 @@ pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, stacks: &Stacks, 
         } else {
             args_of(&s.begin.args, e, &mut args);
             let stack = (e.stack != 0).then(|| stack_of(e.stack)).flatten();
-            out.push(Record::Probe(ProbeEvent { probe: s.name.clone(), pid: e.pid, tid: e.tid, ts_ns: e.ts, args, stack }));
+            let probe = spec::expand_name(&s.name, &args);
+            out.push(Record::Probe(ProbeEvent { probe, pid: e.pid, tid: e.tid, ts_ns: e.ts, args, stack }));
         }
     }
     let defs = ids.into_iter().map(|((pid, ustack), id)| {

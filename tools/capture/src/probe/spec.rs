@@ -6,8 +6,12 @@
 //!           | raw_tp:NAME
 //!           [ '(' PARAM {',' PARAM} ')' ]
 //! PARAM  := arg:N | arg:ret | stack | path:PATH | pid:PID
-//! SETTING:= id:ID | name:"TEXT"
+//! SETTING:= name:"TEXT"
 //! ```
+//!
+//! `name:"…{arg0}…"` names each event by its arguments (`{argN}`,
+//! `{ret}`; only arguments the spec keeps). wprof's `id:` is refused with
+//! a one-line error: a probe here is known by its name.
 //!
 //! `uspan:FUNC` is `u:FUNC ~~ uret:FUNC`; `A ~~ B` is a span from A to the
 //! next B on the same thread. `raw_tp:NAME` is a kernel tracepoint as BPF
@@ -64,8 +68,9 @@ impl Arg {
 pub struct Spec {
     /// The spec as given (trimmed): the default name.
     pub text: String,
+    /// Its name, or the `name:` template (`{arg0}`, `{ret}`: expanded
+    /// per event by [`expand_name`]).
     pub name: String,
-    pub id: Option<String>,
     pub begin: Point,
     /// A span's exit; None for an event.
     pub end: Option<Point>,
@@ -93,7 +98,6 @@ pub fn parse(text: &str) -> Result<Spec, String> {
         None => (t, None),
     };
     let mut name = None;
-    let mut id = None;
     if let Some(s) = settings {
         for item in split_top(s, ',') {
             let item = item.trim();
@@ -105,8 +109,10 @@ pub fn parse(text: &str) -> Result<Spec, String> {
             let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
             match k.trim() {
                 "name" => name = Some(v.to_string()),
-                "id" => id = Some(v.to_string()),
-                other => return Err(err(format!("unknown setting '{other}' (id, name)"))),
+                // wprof's `id:` keys its own event tables; here a probe
+                // is known by its name, and spans pair per thread.
+                "id" => return Err(err("the id: setting has no use here (probes are known by name:, spans pair per thread): leave it out".into())),
+                other => return Err(err(format!("unknown setting '{other}' (name)"))),
             }
         }
     }
@@ -129,7 +135,71 @@ pub fn parse(text: &str) -> Result<Spec, String> {
         }
         _ => return Err(err("more than one '~~'".into())),
     };
-    Ok(Spec { text: t.to_string(), name: name.unwrap_or_else(|| default_name(body.trim())), id, begin, end })
+    if let Some(n) = &name {
+        let known: Vec<String> = begin.args.iter().chain(end.iter().flat_map(|e| e.args.iter())).map(|a| a.name()).collect();
+        check_template(n, &known).map_err(err)?;
+    }
+    Ok(Spec { text: t.to_string(), name: name.unwrap_or_else(|| default_name(body.trim())), begin, end })
+}
+
+/// The placeholders of a `name:` template (`{arg0}`, `{ret}`), in order;
+/// `{{` and `}}` are literal braces.
+fn placeholders(t: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = t;
+    while let Some(i) = rest.find(['{', '}']) {
+        let after = &rest[i + 1..];
+        if rest[i..].starts_with("{{") || rest[i..].starts_with("}}") {
+            rest = &after[1..];
+        } else if rest.as_bytes()[i] == b'}' {
+            return Err(format!("name \"{t}\": '}}' without '{{' (write }}}} for a brace)"));
+        } else {
+            let end = after.find('}').ok_or_else(|| format!("name \"{t}\": '{{' without '}}'"))?;
+            out.push(&after[..end]);
+            rest = &after[end + 1..];
+        }
+    }
+    Ok(out)
+}
+
+/// A template may name only the arguments its spec keeps.
+fn check_template(t: &str, known: &[String]) -> Result<(), String> {
+    for p in placeholders(t)? {
+        if !known.iter().any(|k| k == p) {
+            let have = if known.is_empty() { "none: keep one with (arg:N)".to_string() } else { known.join(", ") };
+            return Err(format!("name \"{t}\": {{{p}}} is not an argument of this probe (kept: {have})"));
+        }
+    }
+    Ok(())
+}
+
+/// A `name:` template with its placeholders replaced by one event's
+/// arguments (checked at parse, so each is there).
+pub fn expand_name(t: &str, args: &std::collections::BTreeMap<String, i64>) -> String {
+    if !t.contains(['{', '}']) {
+        return t.to_string();
+    }
+    let mut out = String::with_capacity(t.len() + 8);
+    let mut rest = t;
+    while let Some(i) = rest.find(['{', '}']) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if rest[i..].starts_with("{{") || rest[i..].starts_with("}}") {
+            out.push_str(&rest[i..i + 1]);
+            rest = &after[1..];
+        } else if let (b'{', Some(end)) = (rest.as_bytes()[i], after.find('}')) {
+            match args.get(&after[..end]) {
+                Some(v) => out.push_str(&v.to_string()),
+                None => out.push_str(&rest[i..i + end + 2]),
+            }
+            rest = &after[end + 1..];
+        } else {
+            out.push_str(&rest[i..i + 1]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A spec's name without its parameters: `uspan:handle (arg:0)` is `uspan:handle`.
@@ -290,9 +360,30 @@ mod tests {
         assert_eq!(s.begin.site, Site::Usdt { provider: "postgresql".into(), name: "query__start".into() });
         assert!(parse("u:f+0x10 (path:/bin/true, pid:12)").is_ok());
         assert_eq!(parse("raw_tp:sched_wakeup (arg:0)").unwrap().begin.site, Site::RawTp { name: "sched_wakeup".into() });
-        for bad in ["x:f", "u:", "usdt:p", "u:f (arg:9)", "u:f (arg:ret)", "tp:sched:x", "u:f | name:x", "u:f (bogus)"] {
+        for bad in ["x:f", "u:", "usdt:p", "u:f (arg:9)", "u:f (arg:ret)", "u:f | name:x", "u:f (bogus)", "u:f | id:7 |"] {
             let e = parse(bad).unwrap_err();
             assert!(e.starts_with(&format!("--probe '{bad}'")), "{e}");
+        }
+    }
+
+    #[test]
+    fn name_templates() {
+        let s = parse("uspan:handle (arg:0, arg:ret) | name:\"req {arg0} -> {ret} {{x}}\" |").unwrap();
+        let mut args = std::collections::BTreeMap::new();
+        args.insert("arg0".to_string(), 17i64);
+        args.insert("ret".to_string(), -1i64);
+        assert_eq!(expand_name(&s.name, &args), "req 17 -> -1 {x}");
+        assert_eq!(expand_name("plain", &args), "plain");
+        // Only kept arguments, and balanced braces: one-line errors at parse.
+        for (bad, says) in [
+            ("u:f (arg:0) | name:\"{arg1}\" |", "{arg1} is not an argument of this probe (kept: arg0)"),
+            ("u:f | name:\"{arg0}\" |", "kept: none"),
+            ("u:f (arg:0) | name:\"{arg0\" |", "'{' without '}'"),
+            ("u:f (arg:0) | name:\"a}\" |", "'}' without '{'"),
+            ("u:f | id:7 |", "id: setting has no use here"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{bad}: {e}");
         }
     }
 }
