@@ -223,4 +223,49 @@ int wc_raw_tp(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
+/* tp:CATEGORY:NAME (FIELD, ...): the tracepoint's record, its fields at
+ * the offsets user space read from the event's format (tracefs), by probe
+ * index. */
+struct wc_tp_fields {
+	__u16 off[WC_PROBE_ARGS];
+	__u8 size[WC_PROBE_ARGS]; /* 0: no field */
+	__u8 sign[WC_PROBE_ARGS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct wc_tp_fields);
+} tp_fields SEC(".maps");
+
+SEC("tracepoint")
+int wc_tp(void *ctx)
+{
+	if (!probes_on)
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 i = cookie & 0xffff;
+	struct wc_tp_fields *f = bpf_map_lookup_elem(&tp_fields, &i);
+	if (!f)
+		return 0;
+	__u64 a[WC_PROBE_ARGS] = {};
+	for (int k = 0; k < WC_PROBE_ARGS; k++) {
+		__u32 sz = f->size[k];
+		__u64 v = 0;
+		if (sz == 0 || sz > 8)
+			continue;
+		bpf_probe_read_kernel(&v, sz & 15, (char *)ctx + f->off[k]);
+		/* Sign-extend a signed field narrower than 64 bits. */
+		if (f->sign[k] && sz < 8) {
+			__u32 sh = 64 - 8 * sz;
+			v = (__u64)(((__s64)(v << sh)) >> sh);
+		}
+		a[k] = v;
+	}
+	struct task_struct *cur = bpf_get_current_task_btf();
+	probe_fire(ctx, (struct pt_regs *)bpf_task_pt_regs(cur), cookie, a, 0);
+	return 0;
+}
+
 #endif

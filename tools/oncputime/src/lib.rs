@@ -148,6 +148,7 @@ impl driver::Tool for On<'_> {
         open.progs.wc_uretprobe.set_autoload(probes);
         open.progs.wc_usdt.set_autoload(probes);
         open.progs.wc_raw_tp.set_autoload(probes);
+        open.progs.wc_tp.set_autoload(probes);
         if probes {
             open.maps.probe_events.set_max_entries(4 << 20)?;
         }
@@ -164,6 +165,8 @@ impl driver::Tool for On<'_> {
                 uretprobe: &skel.progs.wc_uretprobe,
                 usdt: &skel.progs.wc_usdt,
                 raw_tp: &skel.progs.wc_raw_tp,
+                tp: &skel.progs.wc_tp,
+                tp_fields: &skel.maps.tp_fields,
             };
             links.extend(wallclock_capture::probe::attach(&self.probes, &progs)?);
         }

@@ -9,6 +9,7 @@
 //! `probe` and `span` records (wallclock-stream(5), 1.4).
 
 pub mod spec;
+pub mod tracefs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,11 +29,12 @@ pub use spec::{Arg, Point, Site, Spec};
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ProbeArgs {
     /// A probe of the program's own (repeatable; @FILE: one per line, #
-    /// comments): u:FUNC[+OFF], uret:FUNC, usdt:PROVIDER:NAME, uspan:FUNC,
-    /// raw_tp:NAME (a kernel tracepoint on a target thread)
-    /// (a span from entry to return), or `A ~~ B` (a span from A to the
-    /// next B on the same thread); parameters in parentheses (arg:N,
-    /// arg:ret, stack, path:FILE, pid:PID) and settings between bars
+    /// comments): u:FUNC[+OFF], uret:FUNC, usdt:PROVIDER:NAME,
+    /// raw_tp:NAME (a kernel tracepoint on a target thread),
+    /// tp:CATEGORY:NAME (FIELD, ...) (its record's integer fields by
+    /// name), uspan:FUNC (a span from entry to return), or `A ~~ B` (a span
+    /// from A to the next B on the same thread); parameters in parentheses
+    /// (arg:N, arg:ret, stack, path:FILE, pid:PID) and settings between bars
     /// (| name:"req {arg0}" |: each event named by its arguments).
     /// See wallclock-stream(5) for the records.
     #[arg(long = "probe", value_name = "SPEC")]
@@ -87,7 +89,13 @@ pub struct Progs<'a> {
     pub uretprobe: &'a ProgramMut<'static>,
     pub usdt: &'a ProgramMut<'static>,
     pub raw_tp: &'a ProgramMut<'static>,
+    pub tp: &'a ProgramMut<'static>,
+    /// tp:'s fields by probe index (struct wc_tp_fields).
+    pub tp_fields: &'a libbpf_rs::MapMut<'static>,
 }
+
+/// The most `tp:` probes (tp_fields' size in probe.bpf.h).
+const MAX_TP: usize = 64;
 
 const ROLE_BEGIN: u64 = 1;
 const ROLE_END: u64 = 2;
@@ -95,6 +103,12 @@ const ROLE_END: u64 = 2;
 /// Attach every probe; the first that fails is the error.
 pub fn attach(probes: &Probes, progs: &Progs<'_>) -> Result<Vec<Link>> {
     let mut links = Vec::new();
+    let tps = probes.specs.iter().filter(|s| std::iter::once(&s.begin).chain(&s.end).any(|p| matches!(p.site, Site::Tp { .. }))).count();
+    if tps > MAX_TP {
+        anyhow::bail!("--probe: more than {MAX_TP} tp: probes");
+    }
+    // Held while attaching: libbpf reads each event's id there.
+    let _tracefs = if tps > 0 { Some(tracefs::ensure()?) } else { None };
     for (i, s) in probes.specs.iter().enumerate() {
         let i = i as u64;
         let points: Vec<(&Point, u64)> = match &s.end {
@@ -111,6 +125,21 @@ pub fn attach(probes: &Probes, progs: &Progs<'_>) -> Result<Vec<Link>> {
 }
 
 fn attach_point(p: &Point, cookie: u64, binary: Option<&Path>, progs: &Progs<'_>) -> Result<Link> {
+    if let Site::Tp { category, name } = &p.site {
+        let fields = tracefs::fields(category, name, &p.fields)?;
+        // struct wc_tp_fields: __u16 off[6]; __u8 size[6]; __u8 sign[6].
+        let mut v = [0u8; 24];
+        for (k, f) in fields.iter().enumerate() {
+            v[2 * k..2 * k + 2].copy_from_slice(&f.off.to_ne_bytes());
+            v[12 + k] = f.size;
+            v[18 + k] = f.signed as u8;
+        }
+        let key = ((cookie & 0xffff) as u32).to_ne_bytes();
+        libbpf_rs::MapCore::update(progs.tp_fields, &key, &v, libbpf_rs::MapFlags::ANY).context("tp_fields")?;
+        let opts = libbpf_rs::TracepointOpts { cookie, ..Default::default() };
+        let cat = libbpf_rs::TracepointCategory::Custom(category.clone());
+        return progs.tp.attach_tracepoint_with_opts(cat, name, opts).map_err(|e| anyhow::anyhow!("no tracepoint {category}:{name} ({e})"));
+    }
     if let Site::RawTp { name } = &p.site {
         let opts = libbpf_rs::RawTracepointOpts { cookie, ..Default::default() };
         return progs.raw_tp.attach_raw_tracepoint_with_opts(name, opts).map_err(|e| anyhow::anyhow!("no raw tracepoint {name} ({e})"));
@@ -123,7 +152,7 @@ fn attach_point(p: &Point, cookie: u64, binary: Option<&Path>, progs: &Progs<'_>
     let (func, off, retprobe) = match &p.site {
         Site::Entry { func, off } => (func, *off, false),
         Site::Return { func } => (func, 0, true),
-        Site::RawTp { .. } => unreachable!("attached above"),
+        Site::RawTp { .. } | Site::Tp { .. } => unreachable!("attached above"),
         Site::Usdt { provider, name } => {
             return progs
                 .usdt
@@ -221,8 +250,12 @@ impl Drain {
     }
 }
 
-fn args_of(wanted: &[Arg], e: &WcProbeEvent, into: &mut BTreeMap<String, i64>) {
-    for a in wanted {
+fn args_of(p: &Point, e: &WcProbeEvent, into: &mut BTreeMap<String, i64>) {
+    // tp:'s fields are read into the argument slots, in order.
+    for (k, f) in p.fields.iter().enumerate() {
+        into.insert(f.clone(), e.args[k] as i64);
+    }
+    for a in &p.args {
         let v = match a {
             Arg::N(n) => e.args[*n as usize],
             Arg::Ret => e.ret,
@@ -273,9 +306,9 @@ pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, stacks: &Stacks, 
         let Some(s) = probes.specs.get((e.cookie & 0xffff) as usize) else { continue };
         let mut args = BTreeMap::new();
         if e.role == ROLE_END as u32 {
-            args_of(&s.begin.args, e, &mut args);
+            args_of(&s.begin, e, &mut args);
             if let Some(end) = &s.end {
-                args_of(&end.args, e, &mut args);
+                args_of(end, e, &mut args);
             }
             let off = StateNs { r: e.off[0], s: e.off[1], d: e.off[2], other: e.off[3] };
             out.push(Record::Span(Span {
@@ -289,7 +322,7 @@ pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, stacks: &Stacks, 
                 depth: e.depth,
             }));
         } else {
-            args_of(&s.begin.args, e, &mut args);
+            args_of(&s.begin, e, &mut args);
             let stack = (e.stack != 0).then(|| stack_of(e.stack)).flatten();
             let probe = spec::expand_name(&s.name, &args);
             out.push(Record::Probe(ProbeEvent { probe, pid: e.pid, tid: e.tid, ts_ns: e.ts, args, stack }));

@@ -3,9 +3,9 @@
 //! ```text
 //! SPEC   := POINT [ '~~' POINT ] [ '|' SETTING {',' SETTING} '|' ]
 //! POINT  := u:FUNC[+OFF] | uret:FUNC | usdt:PROVIDER:NAME | uspan:FUNC
-//!           | raw_tp:NAME
+//!           | raw_tp:NAME | tp:CATEGORY:NAME
 //!           [ '(' PARAM {',' PARAM} ')' ]
-//! PARAM  := arg:N | arg:ret | stack | path:PATH | pid:PID
+//! PARAM  := arg:N | arg:ret | stack | path:PATH | pid:PID | FIELD (tp:)
 //! SETTING:= name:"TEXT"
 //! ```
 //!
@@ -16,8 +16,9 @@
 //! `uspan:FUNC` is `u:FUNC ~~ uret:FUNC`; `A ~~ B` is a span from A to the
 //! next B on the same thread. `raw_tp:NAME` is a kernel tracepoint as BPF
 //! sees it raw (`arg:N`: its N-th argument, a pointer or an integer),
-//! firing on a target thread. `tp:` (named fields, read from tracefs) is
-//! refused with a one-line error: not here yet. Parsing needs no root
+//! firing on a target thread; `tp:CATEGORY:NAME (FIELD, ...)` is one with
+//! its record's integer fields by name (resolved in tracefs at attach,
+//! [`super::tracefs`]). Parsing needs no root
 //! and no target: errors name the spec and the part that is wrong.
 
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ pub enum Site {
     Usdt { provider: String, name: String },
     /// A kernel tracepoint, raw.
     RawTp { name: String },
+    /// A kernel tracepoint's record, its fields named.
+    Tp { category: String, name: String },
 }
 
 /// One attach point and what to read there.
@@ -45,6 +48,8 @@ pub struct Point {
     pub pid: Option<i32>,
     /// Arguments kept, by index (0-5); `ret` as [`Arg::Ret`].
     pub args: Vec<Arg>,
+    /// `tp:`'s record fields kept, by name (read into args 0-5).
+    pub fields: Vec<String>,
     pub stack: bool,
 }
 
@@ -136,7 +141,7 @@ pub fn parse(text: &str) -> Result<Spec, String> {
         _ => return Err(err("more than one '~~'".into())),
     };
     if let Some(n) = &name {
-        let known: Vec<String> = begin.args.iter().chain(end.iter().flat_map(|e| e.args.iter())).map(|a| a.name()).collect();
+        let known: Vec<String> = begin.args.iter().chain(end.iter().flat_map(|e| e.args.iter())).map(|a| a.name()).chain(begin.fields.iter().chain(end.iter().flat_map(|e| e.fields.iter())).cloned()).collect();
         check_template(n, &known).map_err(err)?;
     }
     Ok(Spec { text: t.to_string(), name: name.unwrap_or_else(|| default_name(body.trim())), begin, end })
@@ -268,18 +273,24 @@ fn point(s: &str) -> Result<(Point, Option<Point>), String> {
             Site::Usdt { provider: nonempty(p, "the provider")?, name: nonempty(n, "the name")? }
         }
         "raw_tp" => Site::RawTp { name: nonempty(target, "the tracepoint")? },
-        "tp" | "k" | "kret" | "kspan" => {
-            return Err(format!("'{kind}:' probes are not supported by this version (u, uret, usdt, uspan, raw_tp)"))
+        "tp" => {
+            let (c, n) = target.split_once(':').ok_or_else(|| format!("'{head}': tp needs CATEGORY:NAME"))?;
+            Site::Tp { category: nonempty(c, "the category")?, name: nonempty(n, "the name")? }
+        }
+        "k" | "kret" | "kspan" => {
+            return Err(format!("'{kind}:' probes are not supported by this version (u, uret, usdt, uspan, tp, raw_tp)"))
         }
         other => return Err(format!("unknown probe kind '{other}:' (u, uret, usdt, uspan, raw_tp)")),
     };
-    let mut p = Point { site, path: None, pid: None, args: Vec::new(), stack: false };
+    let tp = matches!(site, Site::Tp { .. });
+    let mut p = Point { site, path: None, pid: None, args: Vec::new(), fields: Vec::new(), stack: false };
     for item in params.map(|p| split_top(p, ',')).unwrap_or_default() {
         let item = item.trim();
         if item.is_empty() {
             continue;
         }
         match item.split_once(':') {
+            Some(("arg", _)) | Some(("path", _)) if tp => return Err(format!("'{item}': tp: takes its record's fields by name (tp:syscalls:sys_enter_write (fd, count))")),
             Some(("arg", "ret")) => p.args.push(Arg::Ret),
             Some(("arg", n)) => match n.parse::<u8>() {
                 Ok(n) if n < 6 => p.args.push(Arg::N(n)),
@@ -288,6 +299,12 @@ fn point(s: &str) -> Result<(Point, Option<Point>), String> {
             Some(("path", path)) if !path.is_empty() => p.path = Some(PathBuf::from(path)),
             Some(("pid", pid)) => p.pid = Some(pid.parse().map_err(|_| format!("'{item}': not a PID"))?),
             None if item == "stack" => p.stack = true,
+            None if tp && item.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                if p.fields.len() == 6 {
+                    return Err(format!("'{item}': at most 6 fields"));
+                }
+                p.fields.push(item.to_string());
+            }
             _ => return Err(format!("unknown parameter '{item}' (arg:N, arg:ret, stack, path:PATH, pid:PID)")),
         }
     }
@@ -360,7 +377,10 @@ mod tests {
         assert_eq!(s.begin.site, Site::Usdt { provider: "postgresql".into(), name: "query__start".into() });
         assert!(parse("u:f+0x10 (path:/bin/true, pid:12)").is_ok());
         assert_eq!(parse("raw_tp:sched_wakeup (arg:0)").unwrap().begin.site, Site::RawTp { name: "sched_wakeup".into() });
-        for bad in ["x:f", "u:", "usdt:p", "u:f (arg:9)", "u:f (arg:ret)", "u:f | name:x", "u:f (bogus)", "u:f | id:7 |"] {
+        let t = parse("tp:syscalls:sys_enter_write (fd, count) | name:\"write {fd}\" |").unwrap();
+        assert_eq!(t.begin.site, Site::Tp { category: "syscalls".into(), name: "sys_enter_write".into() });
+        assert_eq!(t.begin.fields, vec!["fd".to_string(), "count".to_string()]);
+        for bad in ["tp:sched", "tp:a:b (arg:0)", "tp:a:b (a-b)", "tp:a:b (a,b,c,d,e,f,g)", "x:f", "u:", "usdt:p", "u:f (arg:9)", "u:f (arg:ret)", "u:f | name:x", "u:f (bogus)", "u:f | id:7 |"] {
             let e = parse(bad).unwrap_err();
             assert!(e.starts_with(&format!("--probe '{bad}'")), "{e}");
         }
