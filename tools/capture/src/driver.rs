@@ -96,7 +96,17 @@ pub trait Tool {
     }
     /// These threads exited and their entries leave the thread map (see
     /// [`Retired`]): move the tool's own map entries of theirs out too.
-    fn retire(&mut self, _skel: &Self::Skel, _tids: &std::collections::HashSet<u32>) {}
+    /// True: the tool keeps the threads itself (and gives them back at
+    /// the stop, those it has not written out), the capture only their pids.
+    fn retire(&mut self, _skel: &Self::Skel, _dead: &[(u32, WcThread)]) -> bool {
+        false
+    }
+    /// A turn of the capture loop, with the session and the unwinder as
+    /// they are: a tool may write out what is final (offcputime's exited
+    /// threads) instead of holding it until the stop.
+    fn turn(&mut self, _skel: &Self::Skel, _sess: &Session, _unwind: &Unwind) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Threads that exited, moved out of the BPF thread map as the capture
@@ -108,6 +118,8 @@ pub trait Tool {
 #[derive(Default)]
 pub struct Retired {
     pub threads: Vec<(u32, WcThread)>,
+    /// The processes of every thread retired (the header's pids).
+    pub pids: std::collections::BTreeSet<u32>,
     last: Option<std::time::Instant>,
 }
 
@@ -117,24 +129,41 @@ impl Retired {
             return;
         }
         self.last = Some(std::time::Instant::now());
+        give_back_heap();
         let map = skel.maps().threads;
         let (_, threads) = thread_map(map);
         let dead: Vec<(u32, WcThread)> = threads.into_iter().filter(|(_, t)| t.exit_ns != 0).collect();
         if dead.is_empty() {
             return;
         }
-        let tids = dead.iter().map(|(t, _)| *t).collect();
-        tool.retire(skel, &tids);
+        let taken = tool.retire(skel, &dead);
         for (tid, _) in &dead {
             let _ = libbpf_rs::MapCore::delete(map, &tid.to_ne_bytes());
         }
-        self.threads.extend(dead);
+        self.pids.extend(dead.iter().map(|(_, t)| t.pid));
+        if !taken {
+            self.threads.extend(dead);
+        }
     }
 
     /// The thread map now with the retired threads.
     fn with(&self, mut live: Vec<(u32, WcThread)>) -> Vec<(u32, WcThread)> {
         live.extend(self.threads.iter().copied());
         live
+    }
+}
+
+/// Return the free pages of the heap to the kernel, once a second. The
+/// drain thread allocates each stack event and the main thread frees it
+/// (a burst of first stacks queues megabytes: 2,500 threads blocked at the
+/// start of a system-wide capture, a build's new processes), and glibc
+/// keeps what is freed in the drain thread's arena: the capture's
+/// resident memory stayed at its highest queue ever, 20-40 MB above what
+/// it held. malloc_trim also releases free pages inside the arenas.
+fn give_back_heap() {
+    // SAFETY: malloc_trim only walks and madvises glibc's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -300,7 +329,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
     drop(boost);
-    snapshot(&skel, || drain.work_for(Duration::from_micros(500), |e| event(tool, e, &mut unwind)))?;
+    snapshot(&skel, || {
+        drain.work_for(Duration::from_micros(500), |e| event(tool, e, &mut unwind));
+        unwind.trim_often();
+    })?;
     drain.bounded();
     sess.begin(start, &args.tids, &mut unwind)?;
     let mut windows = match (args.every, &args.every_follow, &args.output) {
@@ -319,9 +351,12 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
         python(&mut unwind, &sess, &skel);
         retired.turn(tool, &skel);
+        sess.settle_if_ready();
+        tool.turn(&skel, &sess, &unwind)?;
         let (sent, handled) = drain.counts();
         unwind.reap(sent, handled);
         drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
+        unwind.trim_often();
         let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
         if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
             // The stacks sent before the cut, so that its blocks have them.
@@ -353,7 +388,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
 
     let (raw_threads, threads) = thread_map(skel.maps().threads);
     sess.add_thread_pids(&raw_threads);
-    sess.add_pids(retired.threads.iter().map(|(_, t)| t.pid));
+    sess.add_pids(retired.pids.iter().copied());
     let threads = retired.with(threads);
     sess.clocks_of_running(&threads);
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
@@ -377,6 +412,35 @@ impl<S> Captured<S> {
         }
         let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
         crate::output::write(self.tool, &mut out, records, args.folded, value)?;
+        drop(out);
+        Ok(self.sess.finish())
+    }
+
+    /// As [`Captured::write`], with `spliced` (records the tool wrote out
+    /// during the capture) before `records[at]`: streamed from where they
+    /// are, unless the output needs them all at once (folded lines, the
+    /// windows of `--every`).
+    pub fn write_spliced(
+        mut self,
+        args: &TargetArgs,
+        records: &[Record],
+        at: usize,
+        spliced: &mut dyn Iterator<Item = std::io::Result<Record>>,
+        value: impl Fn(&wallclock_stream::Stack) -> u64,
+    ) -> Result<i32> {
+        if args.folded || self.windows.is_some() {
+            let mut all = records[..at].to_vec();
+            for r in spliced {
+                all.push(r?);
+            }
+            all.extend_from_slice(&records[at..]);
+            return self.write(args, &all, value);
+        }
+        let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
+        let head = records[..at].iter().map(|r| Ok(std::borrow::Cow::Borrowed(r)));
+        let mid = spliced.map(|r| r.map(std::borrow::Cow::Owned));
+        let tail = records[at..].iter().map(|r| Ok(std::borrow::Cow::Borrowed(r)));
+        crate::output::write_stream(&mut out, head.chain(mid).chain(tail))?;
         drop(out);
         Ok(self.sess.finish())
     }

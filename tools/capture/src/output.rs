@@ -1,5 +1,6 @@
 //! Writing a capture: the stream, or bcc-compatible folded lines.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -60,22 +61,30 @@ pub fn write(
             }
         }
     } else {
-        let mut w = Writer::from_env(&mut *out)?;
-        // Names read from the targets that were not printable text (marked
-        // where they were read: wallclock_stream::names), in the trailer.
-        let bad = wallclock_stream::names::replaced();
-        for r in records {
-            match r {
-                Record::Stats(st) if bad > 0 => {
-                    let mut st = st.clone();
-                    *st.counts.entry(wallclock_stream::names::STATS_KEY.into()).or_insert(0) += bad;
-                    w.write(&Record::Stats(st))?;
-                }
-                r => w.write(r)?,
-            }
-        }
-        w.flush()?;
+        write_stream(&mut *out, records.iter().map(|r| Ok(Cow::Borrowed(r))))?;
     }
+    out.flush()?;
+    Ok(())
+}
+
+/// Write records as the stream, as they come.
+pub fn write_stream<'a>(out: &mut dyn Write, records: impl Iterator<Item = std::io::Result<Cow<'a, Record>>>) -> Result<()> {
+    let mut w = Writer::from_env(&mut *out)?;
+    // Names read from the targets that were not printable text (marked
+    // where they were read: wallclock_stream::names), in the trailer.
+    let bad = wallclock_stream::names::replaced();
+    for r in records {
+        let r = r?;
+        match &*r {
+            Record::Stats(st) if bad > 0 => {
+                let mut st = st.clone();
+                *st.counts.entry(wallclock_stream::names::STATS_KEY.into()).or_insert(0) += bad;
+                w.write(&Record::Stats(st))?;
+            }
+            r => w.write(r)?,
+        }
+    }
+    w.flush()?;
     out.flush()?;
     Ok(())
 }

@@ -24,6 +24,7 @@ fn alive(pid: u32) -> bool {
 pub(super) struct Reaper {
     pending: Vec<(u32, Option<u64>)>,
     last: Option<std::time::Instant>,
+    trimmed: Option<std::time::Instant>,
 }
 
 impl Unwind {
@@ -65,12 +66,24 @@ impl Unwind {
         self.reloads.remove(&pid);
     }
 
+    /// [`Unwind::trim`], at most every 200 ms: at the start of a
+    /// system-wide capture the stacks of every thread blocked then are
+    /// unwound at once, through the files of hundreds of processes, and
+    /// trimmed once a second the pages read made 30 MB of its peak.
+    pub fn trim_often(&mut self) {
+        if self.reaper.trimmed.is_some_and(|t| t.elapsed() < std::time::Duration::from_millis(200)) {
+            return;
+        }
+        self.trim();
+    }
+
     /// Give back the pages of the mapped files read so far (the page
     /// cache keeps them): unwind tables and code are looked at here and
     /// there, and the kernel maps the pages around each one read, so that
     /// what is resident grew with every stack (100 MB system-wide: a few
     /// pages of librustc_driver's tables for each rustc).
     pub fn trim(&mut self) {
+        self.reaper.trimmed = Some(std::time::Instant::now());
         for map in self.files.values().flatten().filter_map(|f| f.map.as_ref()) {
             // SAFETY: a read-only shared mapping of a file: the pages come
             // back from the page cache, the same bytes, when next read.

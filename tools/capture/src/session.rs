@@ -199,6 +199,19 @@ impl Session {
         Ok(())
     }
 
+    /// [`Session::settle`] if the kernel stacks are resolved already
+    /// (a turn of the capture loop does not wait for them).
+    pub fn settle_if_ready(&mut self) {
+        if self.kstacks.as_ref().is_some_and(|h| h.is_finished()) {
+            self.settle();
+        }
+    }
+
+    /// Whether the stacks of the threads blocked at the start are final.
+    pub fn settled(&self) -> bool {
+        self.kstacks.is_none()
+    }
+
     /// The kernel stacks of the threads blocked at the start, once
     /// resolved: call before reading `initial` (a window's cut, the stop).
     pub fn settle(&mut self) {

@@ -72,15 +72,15 @@ pub(crate) enum Where {
 }
 
 #[derive(Default)]
-struct Acc {
+pub(crate) struct Acc {
     /// (tid, state, where) -> (ns, count)
-    stacks: BTreeMap<(u32, State, Where), (u64, u64)>,
+    pub stacks: BTreeMap<(u32, State, Where), (u64, u64)>,
     /// Blocks and ns per synthetic stack.
-    synthetic: BTreeMap<&'static str, (u64, u64)>,
+    pub synthetic: BTreeMap<&'static str, (u64, u64)>,
 }
 
 impl Acc {
-    fn add(&mut self, tid: u32, s: State, w: Where, ns: u64, count: u64) {
+    pub fn add(&mut self, tid: u32, s: State, w: Where, ns: u64, count: u64) {
         if let Where::Synthetic(name) = w {
             let e = self.synthetic.entry(name).or_default();
             e.0 += count;
@@ -92,91 +92,97 @@ impl Acc {
     }
 }
 
-/// The dumped off-CPU maps: blocks, and (--wakers) blocks by waker.
-pub struct OffMaps<'a> {
+/// What the records are made of.
+pub struct Input<'a> {
+    pub cfg: &'a Config,
+    pub sess: &'a Session,
+    pub unwind: &'a Unwind,
+    pub stacks: &'a Stacks,
+    /// The thread map: tid and the BPF side's accounting.
+    pub threads: &'a [(u32, WcThread)],
+    /// The dumped off-CPU maps: blocks, and (--wakers) blocks by waker.
     pub offcpu: &'a [(Vec<u8>, Vec<u8>)],
     pub offwake: &'a [(Vec<u8>, Vec<u8>)],
+    /// The BPF counters, as `event::STAT_NAMES`.
+    pub counts: &'a [u64],
+    /// The threads already written out during the capture (`early`).
+    pub done: &'a Done,
 }
 
-pub fn records(
-    cfg: &Config,
-    sess: &Session,
-    unwind: &Unwind,
-    stacks: &Stacks,
-    threads: &[(u32, WcThread)],
-    maps: &OffMaps,
-    counts: &[u64],
-) -> Vec<Record> {
-    let (offcpu, offwake) = (maps.offcpu, maps.offwake);
-    let (start, end) = (cfg.start, cfg.end);
-    let mut acc = Acc::default();
-    let init_state = |tid: u32| match sess.initial.get(&tid) {
-        Some(i) => state_from_letter(i.state),
-        None => State::Other,
-    };
-    let init_where = |tid: u32, ns: u64, count: u64| {
-        if let Some(f) = cfg.filtered(init_state(tid), ns / count.max(1)) {
+/// What turns the BPF side's blocks into stacks and threads: the same at
+/// the stop and for the threads written out during the capture (`early`).
+pub(crate) struct Resolve<'a> {
+    pub cfg: &'a Config,
+    pub sess: &'a Session,
+    pub stacks: &'a Stacks,
+}
+
+impl Resolve<'_> {
+    fn init_state(&self, tid: u32) -> State {
+        match self.sess.initial.get(&tid) {
+            Some(i) => state_from_letter(i.state),
+            None => State::Other,
+        }
+    }
+
+    fn init_where(&self, tid: u32, ns: u64, count: u64) -> Where {
+        if let Some(f) = self.cfg.filtered(self.init_state(tid), ns / count.max(1)) {
             return Where::Synthetic(f);
         }
-        match sess.initial.get(&tid) {
+        match self.sess.initial.get(&tid) {
             Some(i) if !i.ustack.is_empty() || !i.kstack.is_empty() => Where::Stack(i.ustack.as_slice().into(), i.kstack.as_slice().into()),
             _ => Where::Synthetic(LOST),
         }
-    };
-    let fp_where = |fp: u64| match fp {
-        event::FP_NEWTHREAD => Where::Synthetic("[thread start]"),
-        event::FP_OVER_MAX => Where::Synthetic(OVER_MAX),
-        event::FP_STATE_FILTERED => Where::Synthetic(STATE_FILTERED),
-        fp => match stacks.get(fp) {
-            Some((u, k)) if !u.is_empty() || !k.is_empty() => Where::Stack(u.clone(), k.clone()),
-            _ => Where::Synthetic(LOST),
-        },
-    };
+    }
 
-    let block_of = |tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
+    fn fp_where(&self, fp: u64) -> Where {
+        match fp {
+            event::FP_NEWTHREAD => Where::Synthetic("[thread start]"),
+            event::FP_OVER_MAX => Where::Synthetic(OVER_MAX),
+            event::FP_STATE_FILTERED => Where::Synthetic(STATE_FILTERED),
+            fp => match self.stacks.get(fp) {
+                Some((u, k)) if !u.is_empty() || !k.is_empty() => Where::Stack(u.clone(), k.clone()),
+                _ => Where::Synthetic(LOST),
+            },
+        }
+    }
+
+    /// The state and place of a block as BPF keyed it.
+    pub fn block_of(&self, tid: u32, fp: u64, state: u32, ns: u64, count: u64) -> (State, Where) {
         if state == event::ST_INIT {
-            (init_state(tid), init_where(tid, ns, count))
+            (self.init_state(tid), self.init_where(tid, ns, count))
         } else {
-            (st(state), fp_where(fp))
-        }
-    };
-    let add_key = |acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64| {
-        let (s, w) = block_of(tid, fp, state, ns, count);
-        acc.add(tid, s, w, ns, count);
-    };
-    // Threads the kernel keeps from BPF: what it showed of them is not
-    // their time (see wallclock_capture::hidden).
-    let hidden = sess.hidden(threads, end);
-    let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
-    let mut wakes = Wakes::default();
-    for (tid, fp, state, k, ns, count) in Wakes::parse(offwake) {
-        if hid.contains(&tid) {
-            continue;
-        }
-        let (s, w) = block_of(tid, fp, state, ns, count);
-        wakes.add((tid, s, w), k, ns, count);
-    }
-    for (k, v) in offcpu {
-        let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { continue };
-        if !hid.contains(&k.tid) {
-            add_key(&mut acc, k.tid, k.fp, k.state, v.ns, v.count);
+            (st(state), self.fp_where(fp))
         }
     }
 
-    let mut out_threads = BTreeMap::new();
-    let comm_of = |pid: u32, tid: u32, fallback: &str| {
-        procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
-    };
-    let mut short = [(0u64, 0u64); 4];
-    let mut missed_at_stop = 0u64;
-    for &(tid, mut th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
+    pub fn add_key(&self, acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64) {
+        let (s, w) = self.block_of(tid, fp, state, ns, count);
+        acc.add(tid, s, w, ns, count);
+    }
+
+    /// One entry of the `offcpu` map.
+    pub fn add_entry(&self, acc: &mut Acc, k: &[u8], v: &[u8], skip: impl Fn(u32) -> bool) {
+        let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { return };
+        if !skip(k.tid) {
+            self.add_key(acc, k.tid, k.fp, k.state, v.ns, v.count);
+        }
+    }
+
+    /// One thread of the thread map: the blocks its entry still holds
+    /// (pending, lost), the slice open at the stop closed there (for a
+    /// thread that has not exited), into `acc`; its record, named as the
+    /// kernel had it (`comm`: the name /proc gives a live thread now).
+    pub fn thread(&self, acc: &mut Acc, tid: u32, mut th: WcThread, sums: &mut Sums, comm: impl FnOnce(&WcThread) -> String) -> Thread {
+        let (cfg, sess) = (self.cfg, self.sess);
+        let end = cfg.end;
         for i in 0..2 {
             if th.pend_cnt[i] > 0 {
-                add_key(&mut acc, tid, th.pend_fp[i], th.pend_state[i], th.pend_ns[i], th.pend_cnt[i]);
+                self.add_key(acc, tid, th.pend_fp[i], th.pend_state[i], th.pend_ns[i], th.pend_cnt[i]);
             }
         }
         if th.lost_ns[event::ST_INIT as usize] > 0 {
-            acc.add(tid, init_state(tid), Where::Synthetic(LOST), th.lost_ns[event::ST_INIT as usize], 1);
+            acc.add(tid, self.init_state(tid), Where::Synthetic(LOST), th.lost_ns[event::ST_INIT as usize], 1);
         }
         let t_end = if th.exit_ns > 0 { th.exit_ns.min(end) } else { end };
         let bpf_th = th; // as the BPF side left it, before the open slice is closed below
@@ -191,12 +197,12 @@ pub fn records(
                 if off > 0 {
                     th.off_ns[event::ST_OTHER as usize] += off;
                     acc.add(tid, State::Other, Where::Synthetic(LOST), off, 1);
-                    missed_at_stop += 1;
+                    sums.missed_at_stop += 1;
                 }
             } else if th.cur_state == event::ST_INIT {
                 // Blocked from the start to the stop, its stack from /proc.
                 th.off_ns[event::ST_INIT as usize] += d;
-                acc.add(tid, init_state(tid), init_where(tid, d, 1), d, 1);
+                acc.add(tid, self.init_state(tid), self.init_where(tid, d, 1), d, 1);
             } else {
                 let s = th.cur_state.min(3);
                 th.off_ns[s as usize] += d;
@@ -206,13 +212,13 @@ pub fn records(
                 }
                 let w = match cfg.filtered(st(s), d) {
                     Some(f) => Where::Synthetic(f),
-                    None => fp_where(th.cur_fp),
+                    None => self.fp_where(th.cur_fp),
                 };
                 acc.add(tid, st(s), w, d, 1);
             }
         }
         let mut off = StateNs::default();
-        for (i, sh) in short.iter_mut().enumerate() {
+        for (i, sh) in sums.short.iter_mut().enumerate() {
             *off.get_mut(st(i as u32)) += th.off_ns[i];
             sh.0 += th.short_cnt[i];
             sh.1 += th.short_ns[i];
@@ -220,25 +226,116 @@ pub fn records(
                 acc.add(tid, st(i as u32), Where::Synthetic(LOST), th.lost_ns[i], 1);
             }
         }
-        *off.get_mut(init_state(tid)) += th.off_ns[event::ST_INIT as usize];
-        let comm = if th.exit_ns > 0 { event::comm_str(&th.comm) } else { comm_of(th.pid, tid, &event::comm_str(&th.comm)) };
-        let mut t = Thread::new(th.pid, tid, &comm);
+        *off.get_mut(self.init_state(tid)) += th.off_ns[event::ST_INIT as usize];
+        let mut t = Thread::new(th.pid, tid, &comm(&th));
         t.start_ns = Some(th.begin_ns);
         t.end_ns = Some(t_end);
         t.on_ns = Some(th.on_ns);
         t.steal_ns = Some(sess.steal_of(tid, &bpf_th, end, th.on_ns));
         t.off_ns = Some(off);
-        out_threads.insert(tid, t);
+        t
+    }
+}
+
+/// Counts over threads for the trailer: short blocks (count, ns) per
+/// state, and slices whose switch-out was missed, closed at the stop.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Sums {
+    pub short: [(u64, u64); 4],
+    pub missed_at_stop: u64,
+}
+
+/// The record of one (thread, state, place) of the summed view.
+pub(crate) fn stack_record(pid: u32, tid: u32, comm: &str, state: State, w: &Where) -> Stack {
+    let mut s = Stack::new(Kind::Off, pid, tid, comm);
+    s.state = Some(state);
+    match w {
+        Where::Stack(u, k) => {
+            s.ustack = u.to_vec();
+            s.kstack = k.to_vec();
+        }
+        Where::Synthetic(name) => s.frames = vec![Frame::named(*name)],
+    }
+    s
+}
+
+/// What the threads written out during the capture (`early`) add to the
+/// records made at the stop: their thread records, and their share of
+/// the trailer's counts. Their stack records are in the spool.
+#[derive(Default)]
+pub struct Done {
+    pub threads: Vec<Thread>,
+    /// Their tids (a thread blocked since the start that exited is not
+    /// one blocked all window).
+    pub tids: std::collections::HashSet<u32>,
+    pub synthetic: BTreeMap<&'static str, (u64, u64)>,
+    pub short: [(u64, u64); 4],
+}
+
+/// The records of the capture, its off-CPU stack records last before the
+/// trailer.
+pub fn records_vec(inp: &Input) -> Vec<Record> {
+    let mut stacks = Vec::new();
+    let mut recs = records(inp, &mut |s| {
+        stacks.push(Record::Stack(s));
+        Ok(())
+    })
+    .unwrap_or_default();
+    let trailer = recs.pop();
+    recs.append(&mut stacks);
+    recs.extend(trailer);
+    recs
+}
+
+/// The records of the capture but its off-CPU stack records, which go to
+/// `sink` one by one (a system-wide capture has 100,000: made into one
+/// vector, they were most of the memory at the stop).
+pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) -> std::io::Result<Vec<Record>> {
+    let (cfg, sess, unwind, stacks, threads, counts) = (inp.cfg, inp.sess, inp.unwind, inp.stacks, inp.threads, inp.counts);
+    let (offcpu, offwake, done) = (inp.offcpu, inp.offwake, inp.done);
+    let (start, end) = (cfg.start, cfg.end);
+    let mut acc = Acc::default();
+    let r = Resolve { cfg, sess, stacks };
+    // Threads the kernel keeps from BPF: what it showed of them is not
+    // their time (see wallclock_capture::hidden).
+    let hidden = sess.hidden(threads, end);
+    let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
+    let mut wakes = Wakes::default();
+    for (tid, fp, state, k, ns, count) in Wakes::parse(offwake) {
+        if hid.contains(&tid) {
+            continue;
+        }
+        let (s, w) = r.block_of(tid, fp, state, ns, count);
+        wakes.add((tid, s, w), k, ns, count);
+    }
+    for (k, v) in offcpu {
+        r.add_entry(&mut acc, k, v, |tid| hid.contains(&tid));
+    }
+
+    let mut out_threads = BTreeMap::new();
+    let comm_of = |pid: u32, tid: u32, fallback: &str| {
+        procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
+    };
+    let mut sums = Sums::default();
+    for &(tid, th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
+        let comm = |th: &WcThread| {
+            if th.exit_ns > 0 {
+                event::comm_str(&th.comm)
+            } else {
+                comm_of(th.pid, tid, &event::comm_str(&th.comm))
+            }
+        };
+        out_threads.insert(tid, r.thread(&mut acc, tid, th, &mut sums, comm));
     }
     // Threads blocked from the start to the stop never switched: all off-CPU.
     for (&tid, i) in &sess.initial {
-        if out_threads.contains_key(&tid) || !procfs::exists(i.pid) {
+        if out_threads.contains_key(&tid) || done.tids.contains(&tid) || !procfs::exists(i.pid) {
             continue;
         }
         let s = state_from_letter(i.state);
         let mut off = StateNs::default();
         *off.get_mut(s) = end - start;
-        acc.add(tid, s, init_where(tid, end - start, 1), end - start, 1);
+        acc.add(tid, s, r.init_where(tid, end - start, 1), end - start, 1);
         let mut t = Thread::new(i.pid, tid, &comm_of(i.pid, tid, &i.comm));
         t.start_ns = Some(start);
         t.end_ns = Some(end);
@@ -262,8 +359,18 @@ pub fn records(
     }
 
     unwind.python.name_threads(out_threads.values_mut());
-    let mut stats = stats(cfg, counts, &acc, &short, out_threads.len());
-    *stats.counts.entry("missed_switches".into()).or_default() += missed_at_stop;
+    // The threads written out during the capture count as if made here.
+    for (name, (n, ns)) in &done.synthetic {
+        let e = acc.synthetic.entry(name).or_default();
+        e.0 += n;
+        e.1 += ns;
+    }
+    for (a, b) in sums.short.iter_mut().zip(done.short) {
+        a.0 += b.0;
+        a.1 += b.1;
+    }
+    let mut stats = stats(cfg, counts, &acc, &sums.short, out_threads.len() + done.threads.len());
+    *stats.counts.entry("missed_switches".into()).or_default() += sums.missed_at_stop;
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     if cfg.wake_depth.is_some() {
         let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
@@ -280,24 +387,18 @@ pub fn records(
 
     let mut recs = vec![Record::Header(header)];
     recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
-    for t in out_threads.values() {
-        recs.push(Record::Thread(t.clone()));
-    }
-    recs.extend(out_threads.values().filter_map(accounting::steal_stack).map(Record::Stack));
+    // In tid order, as one map of them would be (a tid used again during
+    // the capture: one record per thread).
+    let mut all: Vec<&Thread> = out_threads.values().chain(&done.threads).collect();
+    all.sort_by_key(|t| t.tid);
+    recs.extend(all.iter().map(|t| Record::Thread((*t).clone())));
+    recs.extend(all.iter().filter_map(|t| accounting::steal_stack(t)).map(Record::Stack));
     let thread_of = |tid: u32| out_threads.get(&tid).map(|t| (t.pid, t.comm.clone()));
-    let wblock_of = |tid: u32, fp: u64, state: u32| Some(block_of(tid, fp, state, 0, 1));
+    let wblock_of = |tid: u32, fp: u64, state: u32| Some(r.block_of(tid, fp, state, 0, 1));
     let wcx = wakers::Ctx { stacks, wakes: &wakes, block_of: &wblock_of, thread: &thread_of };
     for ((tid, state, w), (ns, count)) in &acc.stacks {
         let (pid, comm) = thread_of(*tid).unwrap_or_default();
-        let mut s = Stack::new(Kind::Off, pid, *tid, &comm);
-        s.state = Some(*state);
-        match w {
-            Where::Stack(u, k) => {
-                s.ustack = u.to_vec();
-                s.kstack = k.to_vec();
-            }
-            Where::Synthetic(name) => s.frames = vec![Frame::named(*name)],
-        }
+        let mut s = stack_record(pid, *tid, &comm, *state, w);
         let (split, left_ns, left_count) = match cfg.wake_depth {
             Some(_) => wakes.split(&(*tid, *state, w.clone()), *ns, *count),
             None => (Vec::new(), *ns, *count),
@@ -316,16 +417,16 @@ pub fn records(
             ws.ns = wns;
             ws.count = wcount;
             ws.waker = Some(Box::new(w));
-            recs.push(Record::Stack(ws));
+            sink(ws)?;
         }
         if whole || left_ns > 0 || left_count > 0 {
             s.ns = left_ns;
             s.count = left_count;
-            recs.push(Record::Stack(s));
+            sink(s)?;
         }
     }
     recs.push(Record::Stats(stats));
-    recs
+    Ok(recs)
 }
 
 /// The trailer: the BPF counters, then what user space counted. Short

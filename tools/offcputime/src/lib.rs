@@ -50,6 +50,7 @@
 
 mod atstop;
 mod collect;
+mod early;
 mod stacks;
 mod timeline;
 mod wakers;
@@ -176,6 +177,10 @@ struct Off<'a> {
     probes: wallclock_capture::probe::Probes,
     probe_drain: std::cell::RefCell<Option<wallclock_capture::probe::Drain>>,
     probe_stacks: wallclock_capture::probe::Stacks,
+    /// Exited threads written out during the capture (see `early`);
+    /// None where the stop needs them all (folded lines, --every,
+    /// --wakers, --timeline).
+    early: Option<early::Early>,
 }
 
 impl driver::Tool for Off<'_> {
@@ -264,20 +269,56 @@ impl driver::Tool for Off<'_> {
         if self.probe_stacks.event(data, unwind) {
             return;
         }
+        if let Some(e) = self.early.as_mut() {
+            e.event();
+        }
         self.stacks.event(data, unwind);
     }
 
-    fn retire(&mut self, skel: &Self::Skel, tids: &std::collections::HashSet<u32>) {
+    fn retire(&mut self, skel: &Self::Skel, dead: &[(u32, wallclock_capture::event::WcThread)]) -> bool {
         use libbpf_rs::MapCore;
+        let tids: std::collections::HashSet<u32> = dead.iter().map(|(t, _)| *t).collect();
         let map = &skel.maps.offcpu;
-        let gone: Entries = wallclock_capture::bpf::dump(map)
-            .into_iter()
-            .filter(|(k, _)| wallclock_capture::event::from_bytes::<wallclock_capture::event::WcOkey>(k).is_some_and(|k| tids.contains(&k.tid)))
+        // Only their entries are read: a copy of the whole map (65536
+        // entries) every second was 10 MB of the capture's peak.
+        let theirs = |k: &[u8]| wallclock_capture::event::from_bytes::<wallclock_capture::event::WcOkey>(k).is_some_and(|k| tids.contains(&k.tid));
+        let gone: Entries = map
+            .keys()
+            .filter(|k| theirs(k))
+            .filter_map(|k| Some((k.clone(), map.lookup(&k, libbpf_rs::MapFlags::ANY).ok()??)))
             .collect();
         for (k, _) in &gone {
             let _ = map.delete(k);
         }
-        self.retired.extend(gone);
+        match self.early.as_mut() {
+            Some(e) => {
+                e.retire(dead, gone);
+                true
+            }
+            None => {
+                self.retired.extend(gone);
+                false
+            }
+        }
+    }
+
+    fn turn(&mut self, skel: &Self::Skel, sess: &wallclock_capture::session::Session, unwind: &Unwind) -> Result<()> {
+        use libbpf_rs::MapCore;
+        let Some(early) = self.early.as_mut() else { return Ok(()) };
+        // The stacks of the threads blocked at the start are part of it.
+        if !sess.settled() {
+            return Ok(());
+        }
+        let cfg = config(self.cli, sess.start_ns, u64::MAX, 0);
+        let new_stacks = || {
+            let names = &wallclock_capture::event::STAT_NAMES;
+            let i = names.iter().position(|n| *n == "new_stacks").unwrap_or(0);
+            wallclock_capture::bpf::percpu_sums(&skel.maps.stats, names.len() as u32)[i]
+        };
+        for fp in early.turn(new_stacks, &cfg, sess, unwind, &mut self.stacks)? {
+            let _ = skel.maps.seen.delete(&fp.to_ne_bytes());
+        }
+        Ok(())
     }
 
     fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
@@ -292,8 +333,19 @@ impl driver::Tool for Off<'_> {
         // The exited threads moved out of the map (their entries are final).
         threads.extend(cut.threads.iter().filter(|(t, th)| th.exit_ns != 0 && !live.contains(t)).copied());
         let cfg = config(self.cli, cut.start, cut.end, 0);
-        let maps = collect::OffMaps { offcpu: &offcpu, offwake: &offwake };
-        Some(collect::records(&cfg, cut.sess, cut.unwind, &self.stacks, &threads, &maps, &cut.counts))
+        let done = collect::Done::default();
+        let inp = collect::Input {
+            cfg: &cfg,
+            sess: cut.sess,
+            unwind: cut.unwind,
+            stacks: &self.stacks,
+            threads: &threads,
+            offcpu: &offcpu,
+            offwake: &offwake,
+            counts: &cut.counts,
+            done: &done,
+        };
+        Some(collect::records_vec(&inp))
     }
 }
 
@@ -355,18 +407,55 @@ pub fn run(cli: Cli) -> Result<i32> {
         probes,
         probe_drain: Default::default(),
         probe_stacks: Default::default(),
+        early: None,
     };
+    let t = &cli.target;
+    if !t.folded && t.every.is_none() && t.every_follow.is_none() && !cli.wakers && !cli.timeline {
+        match early::Early::new() {
+            Ok(e) => off.early = Some(e),
+            Err(e) => eprintln!("offcputime: warning: {e:#}: exited threads stay in memory until the stop"),
+        }
+    }
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true };
     let mut cap = driver::capture(&mut off, req)?;
     let tl_events = off.timeline.take().map(timeline::Drain::finish);
     let probe_events = off.probe_drain.take().map(wallclock_capture::probe::Drain::finish);
+    let early = off.early.take().map(early::Early::finish);
     let mut stacks = off.stacks;
-    let read_at_stop = atstop::read_missing(&cap.threads, &mut stacks, &mut cap.unwind);
+    let mut threads = cap.threads.clone();
     let (mut offcpu, offwake) = dump_off(&cap.skel, cli.wakers);
     offcpu.append(&mut off.retired);
+    let (done, mut spool) = match early {
+        Some(f) => {
+            // Retired threads not written out yet are the stop's.
+            threads.extend(f.threads);
+            offcpu.extend(f.entries);
+            (f.done, Some(f.spool))
+        }
+        None => (collect::Done::default(), None),
+    };
+    let read_at_stop = atstop::read_missing(&threads, &mut stacks, &mut cap.unwind);
     let cfg = config(&cli, cap.start, cap.end, read_at_stop);
-    let maps = collect::OffMaps { offcpu: &offcpu, offwake: &offwake };
-    let mut records = collect::records(&cfg, &cap.sess, &cap.unwind, &stacks, &cap.threads, &maps, &cap.counts);
+    let inp = collect::Input {
+        cfg: &cfg,
+        sess: &cap.sess,
+        unwind: &cap.unwind,
+        stacks: &stacks,
+        threads: &threads,
+        offcpu: &offcpu,
+        offwake: &offwake,
+        counts: &cap.counts,
+        done: &done,
+    };
+    // Into the spool with the exited threads' records, when there is
+    // one: streamed from there to the output after the others, before
+    // the trailer (and the timeline's and probes' records below).
+    let mut records = match spool.as_mut() {
+        Some(sp) => collect::records(&inp, &mut |s| sp.push(s)).context("writing the spool of off-CPU stack records (in TMPDIR)")?,
+        None => collect::records_vec(&inp),
+    };
+    drop(offcpu);
+    let at = records.len() - 1;
     if let Some(events) = tl_events {
         let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
             .iter()
@@ -392,7 +481,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             cfg: &cfg,
             sess: &cap.sess,
             stacks: &stacks,
-            threads: &cap.threads,
+            threads: &threads,
             events,
             tl_threads,
             thread,
@@ -426,5 +515,9 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
     // (on-CPU time) stays in the stream.
-    cap.write(&cli.target, &records, |s| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 })
+    let value = |s: &wallclock_stream::Stack| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 };
+    match spool {
+        Some(spool) => cap.write_spliced(&cli.target, &records, at, &mut spool.read()?, value),
+        None => cap.write(&cli.target, &records, value),
+    }
 }

@@ -1,6 +1,6 @@
 //! The stacks of the fingerprints, as the ring buffer's events bring them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use wallclock_capture::event::{self, WcEvent};
@@ -15,10 +15,20 @@ pub type Addrs = Arc<[u64]>;
 #[derive(Default)]
 pub struct Stacks {
     by_fp: HashMap<u64, (Addrs, Addrs)>,
+    /// Every distinct user and kernel stack of `by_fp`, once: a thread
+    /// that blocks with different words at the top of its stack (a
+    /// deadline, a counter) has a new fingerprint at every block, for the
+    /// same few stacks (offcputime's own main thread: 500 a second, 20
+    /// fingerprints per stack system-wide).
+    interned: HashSet<Addrs>,
     comm: HashMap<u32, String>,
     /// Whose a waker's stack is: pid, tid, name (for an interrupt, the
     /// thread it stopped).
     wakers: HashMap<u64, (u32, u32, String)>,
+    /// The fingerprints each thread sent (tid -> fingerprint, time sent):
+    /// a thread's fingerprints are its own (BPF mixes its tid in), so
+    /// those sent before it exited go with it (`forget`).
+    sent_by: HashMap<u32, Vec<(u64, u64)>>,
 }
 
 impl Stacks {
@@ -37,7 +47,44 @@ impl Stacks {
             return;
         }
         let ustack = unwind.event_stack(&e);
-        self.by_fp.insert(e.fp, (ustack.into(), e.kstack_root_first().into()));
+        self.insert(e.fp, ustack, e.kstack_root_first());
+        if e.kind != event::KIND_WAKER {
+            self.sent_by.entry(e.tid).or_default().push((e.fp, e.ts));
+        }
+    }
+
+    /// Drop the stacks of thread `tid`, which exited at `exit_ns` and
+    /// whose blocks are all written out: those it sent until then, and
+    /// `used` (the fingerprints its blocks were under). A thread that
+    /// took its tid since keeps what it sent. The fingerprints dropped,
+    /// for BPF to forget too (`seen`): sent again if ever met again.
+    pub fn forget(&mut self, tid: u32, exit_ns: u64, used: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        let mut gone: Vec<u64> = used.into_iter().collect();
+        if let Some(sent) = self.sent_by.get_mut(&tid) {
+            sent.retain(|&(fp, ts)| {
+                let mine = ts <= exit_ns;
+                if mine {
+                    gone.push(fp);
+                }
+                !mine
+            });
+            if sent.is_empty() {
+                self.sent_by.remove(&tid);
+            }
+        }
+        gone.sort_unstable();
+        gone.dedup();
+        gone.retain(|fp| {
+            let Some((u, k)) = self.by_fp.remove(fp) else { return false };
+            for a in [u, k] {
+                // Held here and by the set only: no fingerprint left has it.
+                if Arc::strong_count(&a) == 2 {
+                    self.interned.remove(&a[..]);
+                }
+            }
+            true
+        });
+        gone
     }
 
     pub fn get(&self, fp: u64) -> Option<&(Addrs, Addrs)> {
@@ -59,6 +106,16 @@ impl Stacks {
     }
 
     pub fn insert(&mut self, fp: u64, ustack: Vec<u64>, kstack: Vec<u64>) {
-        self.by_fp.insert(fp, (ustack.into(), kstack.into()));
+        let (u, k) = (self.intern(ustack), self.intern(kstack));
+        self.by_fp.insert(fp, (u, k));
+    }
+
+    fn intern(&mut self, a: Vec<u64>) -> Addrs {
+        if let Some(have) = self.interned.get(&a[..]) {
+            return have.clone();
+        }
+        let a: Addrs = a.into();
+        self.interned.insert(a.clone());
+        a
     }
 }

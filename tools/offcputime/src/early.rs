@@ -1,0 +1,214 @@
+//! Exited threads written out during the capture, so that what the
+//! capture holds is bounded by the threads alive, not by how long it runs.
+//!
+//! A system-wide capture of a machine running a parallel build sees
+//! thousands of short-lived threads (5,900 processes in 30 s), each with
+//! its own stacks (BPF mixes the tid into a fingerprint): keeping every
+//! stack unwound until the stop, then every record, made offcputime's
+//! memory grow with the capture (180 MB in 30 s). A thread that exited is
+//! final: its entry and blocks leave the BPF maps once a second
+//! (`driver::Retired`); once every stack event it sent has been handled,
+//! its blocks become stack records, exactly as the stop would make them
+//! (`collect::Resolve`), framed in the binary encoding into a spool file
+//! (unlinked, in the temporary directory), and its stacks are dropped.
+//! The stop writes the spool's records among its own stack records (the
+//! stream's stack records are in no particular order); its thread record
+//! and its share of the trailer's counts are kept until then ([`Done`]).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Seek, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use wallclock_capture::event::{self, WcOkey, WcThread};
+use wallclock_capture::session::Session;
+use wallclock_capture::unwind::Unwind;
+use wallclock_stream::{binary, Record, Stack};
+
+use crate::collect::{self, Acc, Config, Done, Resolve, Stacks, Sums};
+
+/// A BPF map's entries, as (key, value) bytes.
+type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Threads retired at one turn, with their blocks.
+struct Batch {
+    at: Instant,
+    threads: Vec<(u32, WcThread)>,
+    entries: Entries,
+    /// Stack events counted by BPF by the time all of these threads' own
+    /// were sent (`new_stacks`): once that many have been handled, theirs
+    /// have been.
+    mark: Option<u64>,
+}
+
+/// Stack records framed in the binary encoding, in an unlinked file.
+pub struct Spool {
+    w: BufWriter<File>,
+    /// Records written.
+    n: u64,
+    buf: Vec<u8>,
+}
+
+const SPOOL: &str = "the spool of off-CPU stack records (in TMPDIR)";
+
+impl Spool {
+    fn new() -> Result<Spool> {
+        let dir = std::env::temp_dir();
+        let file = tempfile::tempfile_in(&dir).with_context(|| format!("creating {SPOOL}: {}", dir.display()))?;
+        Ok(Spool { w: BufWriter::with_capacity(1 << 16, file), n: 0, buf: Vec::new() })
+    }
+
+    pub fn push(&mut self, s: Stack) -> std::io::Result<()> {
+        self.buf.clear();
+        binary::encode_record(&Record::Stack(s), &mut self.buf)?;
+        self.w.write_all(&self.buf)?;
+        self.n += 1;
+        Ok(())
+    }
+
+    /// The records written, read back from the first.
+    pub fn read(self) -> Result<Spooled> {
+        let mut file = self.w.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {SPOOL}"))?;
+        file.rewind()?;
+        Ok(Spooled { r: BufReader::new(file), left: self.n, buf: self.buf })
+    }
+}
+
+pub struct Early {
+    spool: Spool,
+    pub done: Done,
+    pending: Vec<Batch>,
+    /// Stack events handled so far.
+    handled: u64,
+}
+
+impl Early {
+    pub fn new() -> Result<Early> {
+        Ok(Early { spool: Spool::new()?, done: Done::default(), pending: Vec::new(), handled: 0 })
+    }
+
+    /// A stack event was handled.
+    pub fn event(&mut self) {
+        self.handled += 1;
+    }
+
+    /// Threads that exited, and their blocks moved out of the map.
+    pub fn retire(&mut self, threads: &[(u32, WcThread)], entries: Entries) {
+        self.pending.push(Batch { at: Instant::now(), threads: threads.to_vec(), entries, mark: None });
+    }
+
+    /// A turn of the capture: write out the batches whose stacks have all
+    /// been handled. `new_stacks`: BPF's count of stack events sent. The
+    /// fingerprints dropped, for BPF's `seen` map.
+    pub fn turn(&mut self, new_stacks: impl FnOnce() -> u64, cfg: &Config, sess: &Session, unwind: &Unwind, stacks: &mut Stacks) -> Result<Vec<u64>> {
+        // Marked a second after the retirement: a stack event reserved
+        // before a thread's last one may still have been in flight then.
+        if self.pending.iter().any(|b| b.mark.is_none() && b.at.elapsed() >= Duration::from_secs(1)) {
+            let n = new_stacks();
+            for b in self.pending.iter_mut().filter(|b| b.mark.is_none() && b.at.elapsed() >= Duration::from_secs(1)) {
+                b.mark = Some(n);
+            }
+        }
+        let handled = self.handled;
+        let ready = |b: &Batch| b.mark.is_some_and(|m| m <= handled);
+        if !self.pending.iter().any(ready) {
+            return Ok(Vec::new());
+        }
+        let (now, later): (Vec<Batch>, Vec<Batch>) = std::mem::take(&mut self.pending).into_iter().partition(ready);
+        self.pending = later;
+        let mut gone = Vec::new();
+        for b in now {
+            let used = self.write(&b, cfg, sess, unwind, stacks)?;
+            for (tid, th) in &b.threads {
+                let mine = used.get(tid).into_iter().flatten().copied();
+                gone.extend(stacks.forget(*tid, th.exit_ns, mine));
+            }
+        }
+        Ok(gone)
+    }
+
+    /// One batch into the spool and `done`; the fingerprints each of its
+    /// threads' blocks were under.
+    fn write(&mut self, b: &Batch, cfg: &Config, sess: &Session, unwind: &Unwind, stacks: &Stacks) -> Result<BTreeMap<u32, Vec<u64>>> {
+        let r = Resolve { cfg, sess, stacks };
+        let mut acc = Acc::default();
+        let mut sums = Sums::default();
+        let mut used: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (k, v) in &b.entries {
+            r.add_entry(&mut acc, k, v, |_| false);
+            if let Some(k) = event::from_bytes::<WcOkey>(k) {
+                used.entry(k.tid).or_default().push(k.fp);
+            }
+        }
+        let mut threads = Vec::new();
+        for &(tid, th) in &b.threads {
+            used.entry(tid).or_default().extend([th.pend_fp[0], th.pend_fp[1], th.cur_fp]);
+            threads.push(r.thread(&mut acc, tid, th, &mut sums, |th| event::comm_str(&th.comm)));
+            self.done.tids.insert(tid);
+        }
+        unwind.python.name_threads(threads.iter_mut());
+        for ((tid, state, w), (ns, count)) in &acc.stacks {
+            let (pid, comm) = threads.iter().find(|t| t.tid == *tid).map(|t| (t.pid, t.comm.as_str())).unwrap_or_default();
+            let mut s = collect::stack_record(pid, *tid, comm, *state, w);
+            s.ns = *ns;
+            s.count = *count;
+            self.spool.push(s).with_context(|| format!("writing {SPOOL}"))?;
+        }
+        for (name, (n, ns)) in acc.synthetic {
+            let e = self.done.synthetic.entry(name).or_default();
+            e.0 += n;
+            e.1 += ns;
+        }
+        for (a, b) in self.done.short.iter_mut().zip(sums.short) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+        self.done.threads.extend(threads);
+        Ok(used)
+    }
+
+    /// At the stop: the threads and blocks not written out yet (the
+    /// stop makes their records), and the spool, for the stop's own.
+    pub fn finish(mut self) -> Finished {
+        let mut threads = Vec::new();
+        let mut entries = Vec::new();
+        for b in self.pending.drain(..) {
+            threads.extend(b.threads);
+            entries.extend(b.entries);
+        }
+        Finished { done: self.done, threads, entries, spool: self.spool }
+    }
+}
+
+pub struct Finished {
+    pub done: Done,
+    /// Retired threads not written out yet, and their blocks.
+    pub threads: Vec<(u32, WcThread)>,
+    pub entries: Entries,
+    pub spool: Spool,
+}
+
+/// The spool's stack records, read back one at a time.
+pub struct Spooled {
+    r: BufReader<File>,
+    left: u64,
+    buf: Vec<u8>,
+}
+
+impl Iterator for Spooled {
+    type Item = std::io::Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let mut version = binary::VERSION;
+        match binary::read_record(&mut self.r, &mut self.buf, &mut version) {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => Some(Err(std::io::Error::other("the spool of exited threads' stacks ended early"))),
+            Err(e) => Some(Err(std::io::Error::other(format!("reading the spool of exited threads' stacks: {e}")))),
+        }
+    }
+}
