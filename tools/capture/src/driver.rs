@@ -356,7 +356,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         let (sent, handled) = drain.counts();
         unwind.reap(sent, handled);
         drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
-        unwind.trim_often();
+        if began.elapsed() < Duration::from_secs(3) {
+            // The stacks blocked at the start are still being unwound.
+            unwind.trim_often();
+        }
         let due = windows.as_ref().and_then(|w| w.due(monotonic_ns()));
         if let (Some(w), Some(cut_at)) = (windows.as_mut(), due.filter(|_| args.every_follow.is_some() || !ends_soon(&sess))) {
             // The stacks sent before the cut, so that its blocks have them.

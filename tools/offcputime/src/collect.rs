@@ -298,7 +298,10 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     let r = Resolve { cfg, sess, stacks };
     // Threads the kernel keeps from BPF: what it showed of them is not
     // their time (see wallclock_capture::hidden).
-    let hidden = sess.hidden(threads, end);
+    let mut hidden = sess.hidden(threads, end);
+    // Written out during the capture: seen by BPF (a zombie, in /proc
+    // until reaped, is not hidden for having left the thread map).
+    hidden.retain(|h| !done.tids.contains(&h.tid));
     let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
     let mut wakes = Wakes::default();
     for (tid, fp, state, k, ns, count) in Wakes::parse(offwake) {

@@ -31,6 +31,12 @@ use crate::collect::{self, Acc, Config, Done, Resolve, Stacks, Sums};
 /// A BPF map's entries, as (key, value) bytes.
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
+#[derive(Default)]
+struct Kept {
+    threads: Vec<(u32, WcThread)>,
+    entries: Entries,
+}
+
 /// Threads retired at one turn, with their blocks.
 struct Batch {
     at: Instant,
@@ -78,6 +84,8 @@ impl Spool {
 pub struct Early {
     spool: Spool,
     pub done: Done,
+    /// Retired threads left to the stop, and their blocks.
+    kept: Kept,
     pending: Vec<Batch>,
     /// Stack events handled so far.
     handled: u64,
@@ -85,7 +93,7 @@ pub struct Early {
 
 impl Early {
     pub fn new() -> Result<Early> {
-        Ok(Early { spool: Spool::new()?, done: Done::default(), pending: Vec::new(), handled: 0 })
+        Ok(Early { spool: Spool::new()?, done: Done::default(), kept: Kept::default(), pending: Vec::new(), handled: 0 })
     }
 
     /// A stack event was handled.
@@ -120,7 +128,7 @@ impl Early {
         let mut gone = Vec::new();
         for b in now {
             let used = self.write(&b, cfg, sess, unwind, stacks)?;
-            for (tid, th) in &b.threads {
+            for (tid, th) in b.threads.iter().filter(|(tid, _)| used.contains_key(tid)) {
                 let mine = used.get(tid).into_iter().flatten().copied();
                 gone.extend(stacks.forget(*tid, th.exit_ns, mine));
             }
@@ -134,15 +142,24 @@ impl Early {
         let r = Resolve { cfg, sess, stacks };
         let mut acc = Acc::default();
         let mut sums = Sums::default();
+        // A thread the task iterator did not visit (snapped) that was alive
+        // at the start may be one the kernel hides from BPF: whether it is
+        // is known at the stop (wallclock_capture::hidden), which accounts it.
+        let (kept, written): (Vec<_>, Vec<_>) = b.threads.iter().partition(|(_, th)| th.snapped == 0 && th.begin_ns <= sess.start_ns);
+        let kept_tids: std::collections::HashSet<u32> = kept.iter().map(|(t, _)| *t).collect();
+        self.kept.threads.extend(kept);
         let mut used: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for (k, v) in &b.entries {
-            r.add_entry(&mut acc, k, v, |_| false);
-            if let Some(k) = event::from_bytes::<WcOkey>(k) {
-                used.entry(k.tid).or_default().push(k.fp);
+            let Some(key) = event::from_bytes::<WcOkey>(k) else { continue };
+            if kept_tids.contains(&key.tid) {
+                self.kept.entries.push((k.clone(), v.clone()));
+                continue;
             }
+            r.add_entry(&mut acc, k, v, |_| false);
+            used.entry(key.tid).or_default().push(key.fp);
         }
         let mut threads = Vec::new();
-        for &(tid, th) in &b.threads {
+        for (tid, th) in written {
             used.entry(tid).or_default().extend([th.pend_fp[0], th.pend_fp[1], th.cur_fp]);
             threads.push(r.thread(&mut acc, tid, th, &mut sums, |th| event::comm_str(&th.comm)));
             self.done.tids.insert(tid);
@@ -171,8 +188,7 @@ impl Early {
     /// At the stop: the threads and blocks not written out yet (the
     /// stop makes their records), and the spool, for the stop's own.
     pub fn finish(mut self) -> Finished {
-        let mut threads = Vec::new();
-        let mut entries = Vec::new();
+        let Kept { mut threads, mut entries } = self.kept;
         for b in self.pending.drain(..) {
             threads.extend(b.threads);
             entries.extend(b.entries);

@@ -45,6 +45,12 @@
 //! `offcpu` split by waker (`wakers`). With `--wake-depth`, the waker's
 //! own last S/D block at the time it woke continues the chain.
 //!
+//! Memory (`early`): a thread's blocks are final once it has exited; its
+//! records are made then, into a spool file the stop streams to the
+//! output, and its stacks are dropped. Stacks are kept once per content
+//! (`stacks`): a thread that blocks with a deadline on its stack has a
+//! new fingerprint at each block, for the same stack.
+//!
 //! The capture itself (load, attach, window, stop) is the capture crate's
 //! `driver`; this crate holds the BPF configuration and the records.
 
@@ -94,7 +100,15 @@ DIFFERENCES FROM bcc's offcputime:
     [filtered: over -M] and [filtered: --state], counted in the stats. Each
     thread's on-CPU + off-CPU time adds up to its time alive. A block ends
     when its thread is woken: the wait for a CPU after that is runnable (R)
-    under the same stack, where bcc counts it to the block.";
+    under the same stack, where bcc counts it to the block.
+
+MEMORY:
+    The records of a thread that exits are made during the capture and
+    kept in an unlinked file in $TMPDIR (default /tmp) until the stop,
+    which writes them to the output with its own: what the capture holds
+    is bounded by the threads alive, not by how long it runs. Not with -f,
+    --every, --wakers or --timeline, whose output needs every thread's
+    blocks at the stop.";
 /// Off-CPU time per stack and exact per-thread on/off-CPU time.
 #[derive(Parser, Debug)]
 #[command(name = "offcputime", version, after_help = EXAMPLES)]
