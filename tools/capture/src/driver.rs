@@ -207,6 +207,10 @@ pub struct Request<'a> {
     /// Whether the tool wants the stacks of the threads blocked at the
     /// start from the iterator when there is no target (offcputime).
     pub blocked_stacks: bool,
+    /// The Maps records of exited processes into a spool as they are
+    /// forgotten ([`Unwind::take_gone_spool`]), for a tool that streams
+    /// its output from it.
+    pub spool_maps: bool,
 }
 
 /// A finished capture, for the tool to turn into records.
@@ -306,6 +310,12 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let late = sess.late_children();
     bpf::put_u32_set(skel.maps().tgids, &late)?;
     let mut unwind = Unwind::new();
+    if req.spool_maps {
+        match crate::spool::Spool::new() {
+            Ok(s) => unwind.spool_gone(s),
+            Err(e) => eprintln!("{}: warning: {e}: exited processes' maps stay in memory until the stop", T::NAME),
+        }
+    }
     let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
@@ -419,31 +429,33 @@ impl<S> Captured<S> {
         Ok(self.sess.finish())
     }
 
-    /// As [`Captured::write`], with `spliced` (records the tool wrote out
-    /// during the capture) before `records[at]`: streamed from where they
-    /// are, unless the output needs them all at once (folded lines, the
-    /// windows of `--every`).
+    /// As [`Captured::write`], with the records of each splice (records
+    /// the capture wrote out as it went, `spool`) before `records[at]`:
+    /// streamed from where they are, unless the output needs them all at
+    /// once (folded lines, the windows of `--every`).
     pub fn write_spliced(
         mut self,
         args: &TargetArgs,
         records: &[Record],
-        at: usize,
-        spliced: &mut dyn Iterator<Item = std::io::Result<Record>>,
+        splices: Vec<(usize, crate::spool::Spooled)>,
         value: impl Fn(&wallclock_stream::Stack) -> u64,
     ) -> Result<i32> {
+        let mut parts: Vec<Box<dyn Iterator<Item = std::io::Result<std::borrow::Cow<'_, Record>>>>> = Vec::new();
+        let mut from = 0;
+        for (at, spooled) in splices {
+            let at = at.clamp(from, records.len());
+            parts.push(Box::new(records[from..at].iter().map(|r| Ok(std::borrow::Cow::Borrowed(r)))));
+            parts.push(Box::new(spooled.map(|r| r.map(std::borrow::Cow::Owned))));
+            from = at;
+        }
+        parts.push(Box::new(records[from..].iter().map(|r| Ok(std::borrow::Cow::Borrowed(r)))));
+        let all = parts.into_iter().flatten();
         if args.folded || self.windows.is_some() {
-            let mut all = records[..at].to_vec();
-            for r in spliced {
-                all.push(r?);
-            }
-            all.extend_from_slice(&records[at..]);
+            let all: Vec<Record> = all.map(|r| r.map(std::borrow::Cow::into_owned)).collect::<std::io::Result<_>>()?;
             return self.write(args, &all, value);
         }
         let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
-        let head = records[..at].iter().map(|r| Ok(std::borrow::Cow::Borrowed(r)));
-        let mid = spliced.map(|r| r.map(std::borrow::Cow::Owned));
-        let tail = records[at..].iter().map(|r| Ok(std::borrow::Cow::Borrowed(r)));
-        crate::output::write_stream(&mut out, head.chain(mid).chain(tail))?;
+        crate::output::write_stream(&mut out, all)?;
         drop(out);
         Ok(self.sess.finish())
     }

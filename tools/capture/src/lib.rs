@@ -24,6 +24,7 @@ pub mod procfs;
 pub mod python;
 pub mod realtime;
 pub mod signal;
+pub mod spool;
 pub mod steal;
 pub mod target;
 pub mod textpages;

@@ -57,10 +57,22 @@ impl Unwind {
         self.trim();
     }
 
-    /// Keep only the mappings of `pid`, for its Maps record.
+    /// Keep only the mappings of `pid`, for its Maps record: in the
+    /// spool, when there is one (a spool that failed to take a record is
+    /// used no more; what follows stays in memory).
     fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
             self.gone.insert(pid, p.maps);
+            if let (Some(m), true) = (self.maps_record(pid), self.gone_spool.is_some() && !self.gone_spool_failed) {
+                match self.gone_spool.as_mut().map(|s| s.push(&wallclock_stream::Record::Maps(m))) {
+                    Some(Ok(())) => {
+                        self.gone.remove(&pid);
+                        self.retired.remove(&pid);
+                        self.truncated.remove(&pid);
+                    }
+                    _ => self.gone_spool_failed = true,
+                }
+            }
         }
         self.exec_ino.remove(&pid);
         self.reloads.remove(&pid);
@@ -75,6 +87,18 @@ impl Unwind {
             return;
         }
         self.trim();
+    }
+
+    /// From now on, write the Maps record of each exited process into
+    /// `spool` instead of keeping its mappings.
+    pub fn spool_gone(&mut self, spool: crate::spool::Spool) {
+        self.gone_spool = Some(spool);
+    }
+
+    /// The spool of exited processes' Maps records: they are not among
+    /// [`Unwind::maps_records`].
+    pub fn take_gone_spool(&mut self) -> Option<crate::spool::Spool> {
+        self.gone_spool.take()
     }
 
     /// Give back the pages of the mapped files read so far (the page

@@ -216,6 +216,11 @@ pub struct Unwind {
     /// Processes with a stack cut short (their Maps record names
     /// [`TRUNCATED_ADDR`]).
     truncated: std::collections::HashSet<u32>,
+    /// Where the Maps records of exited processes go, when the tool takes
+    /// them at the stop from a spool instead of `gone` (see `reap`).
+    gone_spool: Option<crate::spool::Spool>,
+    /// A write to it failed: it keeps what it took, the rest stays here.
+    gone_spool_failed: bool,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {

@@ -16,15 +16,14 @@
 //! and its share of the trailer's counts are kept until then ([`Done`]).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Seek, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use wallclock_capture::event::{self, WcOkey, WcThread};
 use wallclock_capture::session::Session;
 use wallclock_capture::unwind::Unwind;
-use wallclock_stream::{binary, Record, Stack};
+use wallclock_capture::spool::Spool;
+use wallclock_stream::Record;
 
 use crate::collect::{self, Acc, Config, Done, Resolve, Stacks, Sums};
 
@@ -48,38 +47,7 @@ struct Batch {
     mark: Option<u64>,
 }
 
-/// Stack records framed in the binary encoding, in an unlinked file.
-pub struct Spool {
-    w: BufWriter<File>,
-    /// Records written.
-    n: u64,
-    buf: Vec<u8>,
-}
-
 const SPOOL: &str = "the spool of off-CPU stack records (in TMPDIR)";
-
-impl Spool {
-    fn new() -> Result<Spool> {
-        let dir = std::env::temp_dir();
-        let file = tempfile::tempfile_in(&dir).with_context(|| format!("creating {SPOOL}: {}", dir.display()))?;
-        Ok(Spool { w: BufWriter::with_capacity(1 << 16, file), n: 0, buf: Vec::new() })
-    }
-
-    pub fn push(&mut self, s: Stack) -> std::io::Result<()> {
-        self.buf.clear();
-        binary::encode_record(&Record::Stack(s), &mut self.buf)?;
-        self.w.write_all(&self.buf)?;
-        self.n += 1;
-        Ok(())
-    }
-
-    /// The records written, read back from the first.
-    pub fn read(self) -> Result<Spooled> {
-        let mut file = self.w.into_inner().map_err(|e| e.into_error()).with_context(|| format!("writing {SPOOL}"))?;
-        file.rewind()?;
-        Ok(Spooled { r: BufReader::new(file), left: self.n, buf: self.buf })
-    }
-}
 
 pub struct Early {
     spool: Spool,
@@ -93,7 +61,7 @@ pub struct Early {
 
 impl Early {
     pub fn new() -> Result<Early> {
-        Ok(Early { spool: Spool::new()?, done: Done::default(), kept: Kept::default(), pending: Vec::new(), handled: 0 })
+        Ok(Early { spool: Spool::new().with_context(|| format!("creating {SPOOL}"))?, done: Done::default(), kept: Kept::default(), pending: Vec::new(), handled: 0 })
     }
 
     /// A stack event was handled.
@@ -170,7 +138,7 @@ impl Early {
             let mut s = collect::stack_record(pid, *tid, comm, *state, w);
             s.ns = *ns;
             s.count = *count;
-            self.spool.push(s).with_context(|| format!("writing {SPOOL}"))?;
+            self.spool.push(&Record::Stack(s)).with_context(|| format!("writing {SPOOL}"))?;
         }
         for (name, (n, ns)) in acc.synthetic {
             let e = self.done.synthetic.entry(name).or_default();
@@ -203,28 +171,4 @@ pub struct Finished {
     pub threads: Vec<(u32, WcThread)>,
     pub entries: Entries,
     pub spool: Spool,
-}
-
-/// The spool's stack records, read back one at a time.
-pub struct Spooled {
-    r: BufReader<File>,
-    left: u64,
-    buf: Vec<u8>,
-}
-
-impl Iterator for Spooled {
-    type Item = std::io::Result<Record>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        let mut version = binary::VERSION;
-        match binary::read_record(&mut self.r, &mut self.buf, &mut version) {
-            Ok(Some(r)) => Some(Ok(r)),
-            Ok(None) => Some(Err(std::io::Error::other("the spool of exited threads' stacks ended early"))),
-            Err(e) => Some(Err(std::io::Error::other(format!("reading the spool of exited threads' stacks: {e}")))),
-        }
-    }
 }

@@ -430,7 +430,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             Err(e) => eprintln!("offcputime: warning: {e:#}: exited threads stay in memory until the stop"),
         }
     }
-    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true };
+    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: true, spool_maps: off.early.is_some() };
     let mut cap = driver::capture(&mut off, req)?;
     let tl_events = off.timeline.take().map(timeline::Drain::finish);
     let probe_events = off.probe_drain.take().map(wallclock_capture::probe::Drain::finish);
@@ -465,7 +465,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     // one: streamed from there to the output after the others, before
     // the trailer (and the timeline's and probes' records below).
     let mut records = match spool.as_mut() {
-        Some(sp) => collect::records(&inp, &mut |s| sp.push(s)).context("writing the spool of off-CPU stack records (in TMPDIR)")?,
+        Some(sp) => collect::records(&inp, &mut |s| sp.push(&Record::Stack(s))).context("writing the spool of off-CPU stack records (in TMPDIR)")?,
         None => collect::records_vec(&inp),
     };
     drop(offcpu);
@@ -530,8 +530,13 @@ pub fn run(cli: Cli) -> Result<i32> {
     // Folded lines are off-CPU time only, as bcc's: the thread's [steal]
     // (on-CPU time) stays in the stream.
     let value = |s: &wallclock_stream::Stack| if s.kind == wallclock_stream::Kind::Off { s.ns / 1000 } else { 0 };
-    match spool {
-        Some(spool) => cap.write_spliced(&cli.target, &records, at, &mut spool.read()?, value),
-        None => cap.write(&cli.target, &records, value),
+    // Exited processes' Maps records after the header, before the others.
+    let mut splices = Vec::new();
+    if let Some(maps) = cap.unwind.take_gone_spool() {
+        splices.push((1, maps.read()?));
     }
+    if let Some(spool) = spool {
+        splices.push((at, spool.read()?));
+    }
+    cap.write_spliced(&cli.target, &records, splices, value)
 }

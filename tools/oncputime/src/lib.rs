@@ -212,8 +212,12 @@ pub fn run(cli: Cli) -> Result<i32> {
         anyhow::bail!("--probe '{}': spans are offcputime's (their off-CPU time is measured at its switch hook); oncputime records events", s.text);
     }
     let mut on = On { cli: &cli, samples, probes, probe_drain: Default::default(), probe_stacks: Default::default() };
-    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false };
-    let cap = driver::capture(&mut on, req)?;
+    // Exited processes' Maps records wait in a file until the stop, which
+    // streams them (not for outputs that need all records at once).
+    let t = &cli.target;
+    let spool_maps = !t.folded && t.every.is_none() && t.every_follow.is_none();
+    let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false, spool_maps };
+    let mut cap = driver::capture(&mut on, req)?;
     let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
     if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
         let counts = bpf::percpu_sums(&cap.skel.maps.probe_stats, event::PROBE_STAT_NAMES.len() as u32);
@@ -227,7 +231,11 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     // Folded values: samples of the clock, events of another event.
     let counted = cli.event.counted().is_some();
-    cap.write(&cli.target, &records, |s| if counted { s.ns } else { s.count })
+    let value = |s: &wallclock_stream::Stack| if counted { s.ns } else { s.count };
+    match cap.unwind.take_gone_spool() {
+        Some(maps) => cap.write_spliced(&cli.target, &records, vec![(1, maps.read()?)], value),
+        None => cap.write(&cli.target, &records, value),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
