@@ -103,12 +103,13 @@ DIFFERENCES FROM bcc's offcputime:
     under the same stack, where bcc counts it to the block.
 
 MEMORY:
-    The records of a thread that exits are made during the capture and
-    kept in an unlinked file in $TMPDIR (default /tmp) until the stop,
-    which writes them to the output with its own: what the capture holds
-    is bounded by the threads alive, not by how long it runs. Not with -f,
-    --every, --wakers or --timeline, whose output needs every thread's
-    blocks at the stop.";
+    The stack records of a thread that exits, and the Maps record of a
+    process that exits, are made during the capture and kept in unlinked
+    files in $TMPDIR (default /tmp) until the stop, which writes them to
+    the output with its own: what the capture holds is bounded by the
+    threads alive, not by how long it runs. Not with -f, --every,
+    --wakers or --timeline, whose output needs every thread's blocks at
+    the stop.";
 /// Off-CPU time per stack and exact per-thread on/off-CPU time.
 #[derive(Parser, Debug)]
 #[command(name = "offcputime", version, after_help = EXAMPLES)]

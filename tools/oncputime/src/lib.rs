@@ -44,7 +44,13 @@ const EXAMPLES: &str = "EXAMPLES:
     oncputime -p 1234 -f 5 > on.folded       # folded sample counts (named)
     oncputime -p 1234 | stacksym | flame > on.svg
     oncputime -e page-faults -- ./app        # where it faults (a sample every 100 faults)
-    oncputime -e context-switches@1 -p 1234  # every context switch, with its stack";
+    oncputime -e context-switches@1 -p 1234  # every context switch, with its stack
+
+MEMORY:
+    The Maps record of a process that exits is kept in an unlinked file
+    in $TMPDIR (default /tmp) until the stop writes it to the output (not
+    with -f or --every): what the capture holds is bounded by the
+    processes alive, not by how long it runs.";
 
 /// On-CPU stacks per thread, sampled on every CPU (with --exact, scaled to exact on-CPU time).
 #[derive(Parser, Debug)]
