@@ -10,6 +10,7 @@
 //! program's files are read once and let go, the shared libraries stay.
 
 use std::collections::HashSet;
+use std::rc::Rc;
 
 use blazesym::symbolize::evict::{Elf, Evict};
 
@@ -21,12 +22,12 @@ impl Engine {
     /// their lowest file mapping (the executable, for a PIE or not), then
     /// by pid.
     pub(crate) fn by_image(&self, pids: impl Iterator<Item = u32>) -> Vec<u32> {
-        let exe = |pid: u32| -> String {
+        let exe = |pid: u32| -> Rc<str> {
             let maps = self.stream_maps.get(&pid).or_else(|| self.snapshots.get(&pid));
             let first = maps.and_then(|m| m.iter().filter(|e| procmaps::is_file(e)).min_by_key(|e| e.start));
             first.map(|e| e.path.clone()).unwrap_or_default()
         };
-        let mut v: Vec<(String, u32)> = pids.map(|p| (exe(p), p)).collect();
+        let mut v: Vec<(Rc<str>, u32)> = pids.map(|p| (exe(p), p)).collect();
         v.sort_unstable();
         v.into_iter().map(|(_, p)| p).collect()
     }
@@ -34,8 +35,8 @@ impl Engine {
     /// Before naming the stacks of `pid`: drop the files of `open` (those
     /// of the processes named so far) that `pid` does not map; `open`
     /// becomes `pid`'s files.
-    pub(crate) fn evict_unused(&mut self, pid: u32, open: &mut HashSet<String>) {
-        let mut files: HashSet<String> = HashSet::new();
+    pub(crate) fn evict_unused(&mut self, pid: u32, open: &mut HashSet<Rc<str>>) {
+        let mut files: HashSet<Rc<str>> = HashSet::new();
         for maps in [self.stream_maps.get(&pid), self.snapshots.get(&pid)].into_iter().flatten() {
             files.extend(maps.iter().filter(|e| procmaps::is_file(e)).map(|e| e.path.clone()));
         }
@@ -44,7 +45,7 @@ impl Engine {
             return;
         }
         for path in open.difference(&files) {
-            let _ = self.symbolizer.evict(&Evict::Elf(Elf::new(path)));
+            let _ = self.symbolizer.evict(&Evict::Elf(Elf::new(&**path)));
         }
         *open = files;
     }

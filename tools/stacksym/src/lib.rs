@@ -31,6 +31,7 @@
 //! added at the end of an input that had none) and its reason told once on
 //! stderr.
 
+mod cache;
 mod debugfile;
 mod engine;
 mod evict;

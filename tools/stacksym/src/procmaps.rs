@@ -1,10 +1,53 @@
 //! What we read of a process ourselves: `/proc/PID/maps` (for module names
 //! and offsets, and as a snapshot should the process exit mid-stream) and
 //! `/tmp/perf-PID.map` (JIT symbols, still readable after the process exited).
+//! Mappings are kept as [`Mapping`]s, their strings shared.
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::rc::Rc;
 
 use wallclock_stream::MapEntry;
+
+/// A mapping of a process (a maps record's entry, or a line of
+/// /proc/PID/maps), its path and build id shared with every other
+/// process that maps the same file: a system-wide capture has thousands
+/// of processes mapping libc, and a string each was 10 MB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Empty for anonymous memory.
+    pub path: Rc<str>,
+    pub build_id: Option<Rc<str>>,
+}
+
+/// The strings of mappings, each kept once.
+#[derive(Debug, Default)]
+pub struct Strings(HashSet<Rc<str>>);
+
+impl Strings {
+    pub fn get(&mut self, s: &str) -> Rc<str> {
+        if let Some(r) = self.0.get(s) {
+            return r.clone();
+        }
+        let r: Rc<str> = s.into();
+        self.0.insert(r.clone());
+        r
+    }
+
+    pub fn mapping(&mut self, e: &MapEntry) -> Mapping {
+        Mapping {
+            start: e.start,
+            end: e.end,
+            offset: e.offset,
+            path: self.get(&e.path),
+            build_id: e.build_id.as_deref().map(|b| self.get(b)),
+        }
+    }
+}
 
 /// Is `pid` a live process?
 pub fn is_live(pid: u32) -> bool {
@@ -13,21 +56,21 @@ pub fn is_live(pid: u32) -> bool {
 
 /// Every mapping of `pid` (anonymous ones with an empty path), or `None`
 /// when the process is gone or unreadable.
-pub fn read_proc_maps(pid: u32) -> Option<Vec<MapEntry>> {
-    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| m.entry).collect())
+pub fn read_proc_maps(pid: u32, strings: &mut Strings) -> Option<Vec<Mapping>> {
+    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| strings.mapping(&m.entry)).collect())
 }
 
 /// The mapping holding `addr`; later entries win (a newer Maps record).
-pub fn find(maps: &[MapEntry], addr: u64) -> Option<&MapEntry> {
+pub fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     find_idx(maps, addr).map(|i| &maps[i])
 }
 
-pub fn find_idx(maps: &[MapEntry], addr: u64) -> Option<usize> {
+pub fn find_idx(maps: &[Mapping], addr: u64) -> Option<usize> {
     maps.iter().rposition(|m| m.start <= addr && addr < m.end)
 }
 
 /// A mapping backed by a file we can open (not `[vdso]`, not anonymous).
-pub fn is_file(m: &MapEntry) -> bool {
+pub fn is_file(m: &Mapping) -> bool {
     m.path.starts_with('/')
 }
 
@@ -103,7 +146,7 @@ mod tests {
     #[test]
     fn anonymous_is_not_a_file() {
         let anon = wallclock_stream::procmaps::parse_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
-        assert!(!is_file(&anon.entry));
+        assert!(!is_file(&Strings::default().mapping(&anon.entry)));
     }
 
     #[test]
