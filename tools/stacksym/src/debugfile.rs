@@ -38,11 +38,13 @@ struct Known {
     loads: Vec<(u64, u64, u64)>,
 }
 
+/// [`Known`] of each binary looked at.
+static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Known>>>> = OnceLock::new();
+
 /// [`Known`] of `binary`, found once per process: each of a build's 41
 /// cc1 processes asked again, and reading the 30 MB cc1 twice for each
 /// was most of stacksym's time after `wallclock -- make -j2`.
 fn lookup(binary: &Path) -> Arc<Known> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Known>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(k) = cache.lock().ok().and_then(|c| c.get(binary).cloned()) {
         return k;
@@ -57,6 +59,13 @@ fn lookup(binary: &Path) -> Arc<Known> {
         c.insert(binary.to_path_buf(), k.clone());
     }
     k
+}
+
+/// The debug file found for `binary`, if one was looked for and found
+/// (nothing is looked for here).
+pub fn found(binary: &Path) -> Option<PathBuf> {
+    let cache = CACHE.get()?.lock().ok()?;
+    cache.get(binary)?.debug.as_ref().ok().cloned()
 }
 
 /// Build-id path first, then the debuglink name beside the binary, in

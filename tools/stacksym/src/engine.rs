@@ -290,8 +290,9 @@ impl Engine {
         }
         let pids = self.by_image(user.keys().copied());
         let mut open = std::mem::take(&mut self.open_files);
-        for pid in pids {
-            self.evict_unused(pid, &mut open);
+        let plan = self.eviction_plan(&pids, &mut open);
+        for (pid, drop) in pids.into_iter().zip(plan) {
+            self.evict(&drop, &mut open);
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
             for (&(a, ret), ids) in keys.iter().zip(frames) {

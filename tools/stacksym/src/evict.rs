@@ -6,10 +6,17 @@
 //! stacksym held them all at once (230 MB of file pages, 180 MB of
 //! heap for a 30 s capture of a machine running builds). Processes are
 //! taken by executable, so that those of one program come together, and
-//! a file is dropped when the next process does not map it: each big
-//! program's files are read once and let go, the shared libraries stay.
+//! a file (with its separate debug file) is dropped once no process left
+//! in the batch maps it: each big program's files are read once and let
+//! go, the shared libraries stay.
+//!
+//! Not as soon as the next process does not map it: a build's short
+//! processes are often captured with their executable and the loader
+//! only (their maps taken at exec), side by side with others of the same
+//! program that have all their libraries, and cc1's files were read
+//! again 870 times for 30 s of `make -j2`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use blazesym::symbolize::evict::{Elf, Evict};
@@ -32,22 +39,50 @@ impl Engine {
         v.into_iter().map(|(_, p)| p).collect()
     }
 
-    /// Before naming the stacks of `pid`: drop the files of `open` (those
-    /// of the processes named so far) that `pid` does not map; `open`
-    /// becomes `pid`'s files.
-    pub(crate) fn evict_unused(&mut self, pid: u32, open: &mut HashSet<Rc<str>>) {
-        let mut files: HashSet<Rc<str>> = HashSet::new();
+    /// The files `pid` maps (none when nothing is known of it).
+    fn files_of(&self, pid: u32) -> HashSet<Rc<str>> {
+        let mut files = HashSet::new();
         for maps in [self.stream_maps.get(&pid), self.snapshots.get(&pid)].into_iter().flatten() {
             files.extend(maps.iter().filter(|e| procmaps::is_file(e)).map(|e| e.path.clone()));
         }
-        // Nothing known of it (no maps record): no reason to drop anything.
-        if files.is_empty() {
-            return;
+        files
+    }
+
+    /// For a batch of `pids` (in [`Engine::by_image`] order), the files to
+    /// drop before naming the stacks of each: those of `open` (the files
+    /// of the processes named before) and of the batch that no process
+    /// from it on maps. `open` becomes every file the batch may open.
+    pub(crate) fn eviction_plan(&self, pids: &[u32], open: &mut HashSet<Rc<str>>) -> Vec<Vec<Rc<str>>> {
+        if pids.is_empty() {
+            return Vec::new();
         }
-        for path in open.difference(&files) {
+        let mut last: HashMap<Rc<str>, usize> = HashMap::new();
+        for (i, &pid) in pids.iter().enumerate() {
+            for f in self.files_of(pid) {
+                last.insert(f, i);
+            }
+        }
+        let mut plan = vec![Vec::new(); pids.len()];
+        plan[0].extend(open.iter().filter(|f| !last.contains_key(*f)).cloned());
+        // A file's last process in the batch keeps it for the next batch,
+        // which drops it first thing if it does not need it.
+        for (f, &i) in &last {
+            if let Some(next) = plan.get_mut(i + 1) {
+                next.push(f.clone());
+            }
+        }
+        open.extend(last.into_keys());
+        plan
+    }
+
+    /// Drop `files` from the symbolizer, and the debug files found for them.
+    pub(crate) fn evict(&mut self, files: &[Rc<str>], open: &mut HashSet<Rc<str>>) {
+        for path in files {
             let _ = self.symbolizer.evict(&Evict::Elf(Elf::new(&**path)));
+            if let Some(debug) = crate::debugfile::found(path.as_ref().as_ref()) {
+                let _ = self.symbolizer.evict(&Evict::Elf(Elf::new(debug)));
+            }
+            open.remove(path);
         }
-        *open = files;
     }
 }
-
