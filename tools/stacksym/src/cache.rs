@@ -53,22 +53,50 @@ pub(crate) struct SpaceCache {
     /// The batch ([`Engine::prepare`]) that last met it.
     pub(crate) used: u64,
     /// Unnamed addresses already counted in the trailer by a cache of
-    /// this process dropped before, sorted.
-    counted: Box<[(u64, bool)]>,
+    /// this process dropped before.
+    counted: Counted,
+}
+
+/// Addresses, sorted: return addresses and the others apart (8 bytes
+/// each: a build leaves 140k addresses unnamed, in stripped binaries).
+#[derive(Debug, Default)]
+pub(crate) struct Counted {
+    ret: Box<[u64]>,
+    ip: Box<[u64]>,
+}
+
+impl Counted {
+    fn contains(&self, (addr, ret): (u64, bool)) -> bool {
+        let list = if ret { &self.ret } else { &self.ip };
+        list.binary_search(&addr).is_ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ret.is_empty() && self.ip.is_empty()
+    }
 }
 
 impl SpaceCache {
     /// Whether the unnamed `(addr, ret)` was counted already.
     pub(crate) fn counted(&self, key: (u64, bool)) -> bool {
-        self.addrs.get(&key).is_some_and(|a| a.unnamed != NAMED) || self.counted.binary_search(&key).is_ok()
+        self.addrs.get(&key).is_some_and(|a| a.unnamed != NAMED) || self.counted.contains(key)
     }
 
     /// The unnamed addresses counted by this cache and those before it.
-    fn unnamed(self) -> Box<[(u64, bool)]> {
-        let mut v: Vec<(u64, bool)> = self.counted.into_vec();
-        v.extend(self.addrs.into_iter().filter(|(_, a)| a.unnamed != NAMED).map(|(k, _)| k));
-        v.sort_unstable();
-        v.into()
+    fn unnamed(self) -> Counted {
+        let (mut ret, mut ip) = (self.counted.ret.into_vec(), self.counted.ip.into_vec());
+        for ((addr, is_ret), a) in self.addrs {
+            if a.unnamed != NAMED {
+                if is_ret {
+                    ret.push(addr)
+                } else {
+                    ip.push(addr)
+                }
+            }
+        }
+        ret.sort_unstable();
+        ip.sort_unstable();
+        Counted { ret: ret.into(), ip: ip.into() }
     }
 }
 
@@ -116,6 +144,8 @@ impl Engine {
     }
 
     fn retire(&mut self, pid: u32, c: SpaceCache) {
+        // Its perf map too (read again should the process come back).
+        self.perf_maps.remove(&pid);
         let unnamed = c.unnamed();
         if !unnamed.is_empty() {
             self.retired.insert(pid, unnamed);

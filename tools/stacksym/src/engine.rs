@@ -77,7 +77,7 @@ pub struct Engine {
     /// The same for kernel addresses (never dropped).
     pub(crate) kernel: crate::cache::SpaceCache,
     /// Unnamed addresses counted by the dropped cache of each process.
-    pub(crate) retired: FastMap<u32, Box<[(u64, bool)]>>,
+    pub(crate) retired: FastMap<u32, crate::cache::Counted>,
     /// Batches of stacks prepared so far.
     pub(crate) generation: u64,
     /// Addresses named since the table was last emptied.
@@ -193,15 +193,16 @@ impl Engine {
     /// A relative path (a hand-made or generated Maps record) is taken from
     /// the current directory, as a shell would; /proc never writes one.
     fn absolute(&mut self, e: &MapEntry) -> Mapping {
-        let mut m = self.strings.mapping(e);
         if e.path.is_empty() || e.path.starts_with('/') || e.path.starts_with('[') {
-            return m;
+            return self.strings.mapping(e, None);
         }
         match std::path::absolute(&e.path) {
-            Ok(p) if p.exists() => m.path = self.strings.get(&p.display().to_string()),
-            _ => self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path)),
+            Ok(p) if p.exists() => self.strings.mapping(e, Some(&p.display().to_string())),
+            _ => {
+                self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path));
+                self.strings.mapping(e, None)
+            }
         }
-        m
     }
 
     pub fn needs(&self, s: &Stack) -> bool {
@@ -291,8 +292,8 @@ impl Engine {
         let pids = self.by_image(user.keys().copied());
         let mut open = std::mem::take(&mut self.open_files);
         let plan = self.eviction_plan(&pids, &mut open);
-        for (pid, drop) in pids.into_iter().zip(plan) {
-            self.evict(&drop, &mut open);
+        for ((_, pid), drop) in pids.into_iter().zip(plan) {
+            self.evict(&drop);
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
             for (&(a, ret), ids) in keys.iter().zip(frames) {

@@ -16,7 +16,7 @@
 //! program that have all their libraries, and cc1's files were read
 //! again 870 times for 30 s of `make -j2`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::rc::Rc;
 
 use blazesym::symbolize::evict::{Elf, Evict};
@@ -27,62 +27,56 @@ use crate::procmaps;
 impl Engine {
     /// `pids` in the order their stacks are best named in: by the file of
     /// their lowest file mapping (the executable, for a PIE or not), then
-    /// by pid.
-    pub(crate) fn by_image(&self, pids: impl Iterator<Item = u32>) -> Vec<u32> {
+    /// by pid; each with that file.
+    pub(crate) fn by_image(&self, pids: impl Iterator<Item = u32>) -> Vec<(Rc<str>, u32)> {
         let exe = |pid: u32| -> Rc<str> {
             let maps = self.stream_maps.get(&pid).or_else(|| self.snapshots.get(&pid));
             let first = maps.and_then(|m| m.iter().filter(|e| procmaps::is_file(e)).min_by_key(|e| e.start));
-            first.map(|e| e.path.clone()).unwrap_or_default()
+            first.map(|e| e.path().clone()).unwrap_or_default()
         };
         let mut v: Vec<(Rc<str>, u32)> = pids.map(|p| (exe(p), p)).collect();
         v.sort_unstable();
-        v.into_iter().map(|(_, p)| p).collect()
+        v
     }
 
     /// The files `pid` maps (none when nothing is known of it).
-    fn files_of(&self, pid: u32) -> HashSet<Rc<str>> {
-        let mut files = HashSet::new();
+    fn files_of(&self, pid: u32, files: &mut HashSet<Rc<str>>) {
         for maps in [self.stream_maps.get(&pid), self.snapshots.get(&pid)].into_iter().flatten() {
-            files.extend(maps.iter().filter(|e| procmaps::is_file(e)).map(|e| e.path.clone()));
+            files.extend(maps.iter().filter(|e| procmaps::is_file(e)).map(|e| e.path().clone()));
         }
-        files
     }
 
-    /// For a batch of `pids` (in [`Engine::by_image`] order), the files to
-    /// drop before naming the stacks of each: those of `open` (the files
-    /// of the processes named before) and of the batch that no process
-    /// from it on maps. `open` becomes every file the batch may open.
-    pub(crate) fn eviction_plan(&self, pids: &[u32], open: &mut HashSet<Rc<str>>) -> Vec<Vec<Rc<str>>> {
-        if pids.is_empty() {
-            return Vec::new();
-        }
-        let mut last: HashMap<Rc<str>, usize> = HashMap::new();
-        for (i, &pid) in pids.iter().enumerate() {
-            for f in self.files_of(pid) {
-                last.insert(f, i);
-            }
-        }
+    /// For processes in [`Engine::by_image`] order, the files to drop
+    /// before naming the stacks of each: at the first process of each
+    /// program, those of `open` (the files of the processes named
+    /// before) that no process of this program maps. `open` is kept up
+    /// to date as the plan goes.
+    pub(crate) fn eviction_plan(&self, pids: &[(Rc<str>, u32)], open: &mut HashSet<Rc<str>>) -> Vec<Vec<Rc<str>>> {
         let mut plan = vec![Vec::new(); pids.len()];
-        plan[0].extend(open.iter().filter(|f| !last.contains_key(*f)).cloned());
-        // A file's last process in the batch keeps it for the next batch,
-        // which drops it first thing if it does not need it.
-        for (f, &i) in &last {
-            if let Some(next) = plan.get_mut(i + 1) {
-                next.push(f.clone());
+        let mut start = 0;
+        while start < pids.len() {
+            let end = start + pids[start..].iter().take_while(|(exe, _)| *exe == pids[start].0).count();
+            let mut files = HashSet::new();
+            for (_, pid) in &pids[start..end] {
+                self.files_of(*pid, &mut files);
             }
+            // Nothing known of these processes: no reason to drop anything.
+            if !files.is_empty() {
+                plan[start] = open.difference(&files).cloned().collect();
+                *open = files;
+            }
+            start = end;
         }
-        open.extend(last.into_keys());
         plan
     }
 
     /// Drop `files` from the symbolizer, and the debug files found for them.
-    pub(crate) fn evict(&mut self, files: &[Rc<str>], open: &mut HashSet<Rc<str>>) {
+    pub(crate) fn evict(&mut self, files: &[Rc<str>]) {
         for path in files {
             let _ = self.symbolizer.evict(&Evict::Elf(Elf::new(&**path)));
             if let Some(debug) = crate::debugfile::found(path.as_ref().as_ref()) {
                 let _ = self.symbolizer.evict(&Evict::Elf(Elf::new(debug)));
             }
-            open.remove(path);
         }
     }
 }

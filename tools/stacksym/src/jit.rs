@@ -30,7 +30,7 @@ pub(crate) enum Runtime {
 /// The runtime whose files a process maps: HotSpot's libjvm.so, Node's
 /// binary or libnode.
 pub(crate) fn runtime_of(maps: &[Mapping]) -> Runtime {
-    let base = |m: &Mapping| m.path.rsplit('/').next().unwrap_or("").to_string();
+    let base = |m: &Mapping| m.path().rsplit('/').next().unwrap_or("").to_string();
     if maps.iter().any(|m| base(m) == "libjvm.so") {
         Runtime::Jvm
     } else if maps.iter().any(|m| {
@@ -146,7 +146,8 @@ mod tests {
     use super::*;
 
     fn entry(path: &str) -> Mapping {
-        Mapping { start: 0x1000, end: 0x2000, offset: 0, path: path.into(), build_id: None }
+        let e = wallclock_stream::MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: path.into(), build_id: None };
+        crate::procmaps::Strings::default().mapping(&e, None)
     }
 
     #[test]

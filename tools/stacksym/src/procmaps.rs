@@ -10,42 +10,64 @@ use std::rc::Rc;
 use wallclock_stream::MapEntry;
 
 /// A mapping of a process (a maps record's entry, or a line of
-/// /proc/PID/maps), its path and build id shared with every other
-/// process that maps the same file: a system-wide capture has thousands
-/// of processes mapping libc, and a string each was 10 MB.
+/// /proc/PID/maps), its file (path and build id) shared with every other
+/// process that maps it: a system-wide capture has thousands of processes
+/// mapping libc, and strings of their own for each mapping were 10 MB.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
     pub start: u64,
     pub end: u64,
     /// File offset of `start`.
     pub offset: u64,
-    /// Empty for anonymous memory.
-    pub path: Rc<str>,
-    pub build_id: Option<Rc<str>>,
+    file: Rc<MappedFile>,
 }
 
-/// The strings of mappings, each kept once.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MappedFile {
+    /// Empty for anonymous memory.
+    path: Rc<str>,
+    build_id: Option<Rc<str>>,
+}
+
+impl Mapping {
+    pub fn path(&self) -> &Rc<str> {
+        &self.file.path
+    }
+
+    pub fn build_id(&self) -> Option<&Rc<str>> {
+        self.file.build_id.as_ref()
+    }
+}
+
+/// The files of mappings, each kept once.
 #[derive(Debug, Default)]
-pub struct Strings(HashSet<Rc<str>>);
+pub struct Strings {
+    strings: HashSet<Rc<str>>,
+    files: HashSet<Rc<MappedFile>>,
+}
 
 impl Strings {
     pub fn get(&mut self, s: &str) -> Rc<str> {
-        if let Some(r) = self.0.get(s) {
+        if let Some(r) = self.strings.get(s) {
             return r.clone();
         }
         let r: Rc<str> = s.into();
-        self.0.insert(r.clone());
+        self.strings.insert(r.clone());
         r
     }
 
-    pub fn mapping(&mut self, e: &MapEntry) -> Mapping {
-        Mapping {
-            start: e.start,
-            end: e.end,
-            offset: e.offset,
-            path: self.get(&e.path),
-            build_id: e.build_id.as_deref().map(|b| self.get(b)),
-        }
+    /// `e`, its path replaced by `path` when given.
+    pub fn mapping(&mut self, e: &MapEntry, path: Option<&str>) -> Mapping {
+        let file = MappedFile { path: self.get(path.unwrap_or(&e.path)), build_id: e.build_id.as_deref().map(|b| self.get(b)) };
+        let file = match self.files.get(&file) {
+            Some(f) => f.clone(),
+            None => {
+                let f = Rc::new(file);
+                self.files.insert(f.clone());
+                f
+            }
+        };
+        Mapping { start: e.start, end: e.end, offset: e.offset, file }
     }
 }
 
@@ -57,7 +79,7 @@ pub fn is_live(pid: u32) -> bool {
 /// Every mapping of `pid` (anonymous ones with an empty path), or `None`
 /// when the process is gone or unreadable.
 pub fn read_proc_maps(pid: u32, strings: &mut Strings) -> Option<Vec<Mapping>> {
-    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| strings.mapping(&m.entry)).collect())
+    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| strings.mapping(&m.entry, None)).collect())
 }
 
 /// The mapping holding `addr`; later entries win (a newer Maps record).
@@ -71,7 +93,7 @@ pub fn find_idx(maps: &[Mapping], addr: u64) -> Option<usize> {
 
 /// A mapping backed by a file we can open (not `[vdso]`, not anonymous).
 pub fn is_file(m: &Mapping) -> bool {
-    m.path.starts_with('/')
+    m.path().starts_with('/')
 }
 
 /// Symbols of a perf map file: `START SIZE NAME` per line, hex numbers.
@@ -146,7 +168,7 @@ mod tests {
     #[test]
     fn anonymous_is_not_a_file() {
         let anon = wallclock_stream::procmaps::parse_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
-        assert!(!is_file(&Strings::default().mapping(&anon.entry)));
+        assert!(!is_file(&Strings::default().mapping(&anon.entry, None)));
     }
 
     #[test]

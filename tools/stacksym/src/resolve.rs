@@ -116,7 +116,7 @@ impl Engine {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
                 None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),
                 None => crate::jit::why_unnamed(pid, runtime, perf_path),
-                Some(m) if m.path.is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
+                Some(m) if m.path().is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
                 Some(_) => "no symbol covers these addresses".into(),
             };
             let frame = unresolved_frame(entry, it.addr);
@@ -135,13 +135,13 @@ impl Engine {
     fn resolve_in_files(&mut self, maps: &[Mapping], items: &[Item], out: &mut [Option<Rc<[u32]>>]) {
         let mut by_file: HashMap<usize, Vec<(Item, u64)>> = HashMap::new();
         for it in items.iter().filter(|it| out[it.idx].is_none()) {
-            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i]) || &*maps[i].path == "[vdso]") {
+            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i]) || &**maps[i].path() == "[vdso]") {
                 let m = &maps[i];
                 by_file.entry(i).or_default().push((*it, it.lookup - m.start + m.offset));
             }
         }
         let mut files: Vec<_> = by_file.into_iter().collect();
-        files.sort_by_key(|(i, _)| (maps[*i].path.clone(), maps[*i].start));
+        files.sort_by_key(|(i, _)| (maps[*i].path().clone(), maps[*i].start));
         for (i, list) in files {
             let m = &maps[i];
             if !self.build_id_matches(m) {
@@ -149,7 +149,7 @@ impl Engine {
             }
             // Keyed by the address's own offset (`module+0x...` shows it)
             // and whether it is a return address (looked up one before).
-            let file = self.file_id(&m.path);
+            let file = self.file_id(m.path());
             let key = |it: &Item| (file, it.addr.wrapping_sub(m.start).wrapping_add(m.offset), it.ret);
             let mut list = list;
             list.retain(|(it, _)| match self.files.get(&key(it)) {
@@ -163,15 +163,15 @@ impl Engine {
                 continue;
             }
             let offs: Vec<u64> = list.iter().map(|(_, off)| *off).collect();
-            let elf_path = if &*m.path == "[vdso]" {
+            let elf_path = if &**m.path() == "[vdso]" {
                 match self.vdso.get_or_insert_with(crate::vdso::VdsoFile::create) {
                     Some(v) => v.path.clone(),
                     None => continue,
                 }
             } else {
-                std::path::PathBuf::from(&*m.path)
+                std::path::PathBuf::from(&**m.path())
             };
-            let module = names::basename(&m.path);
+            let module = names::basename(m.path());
             let src = Source::Elf(Elf::new(elf_path.clone()));
             match self.symbolizer.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(res) => {
@@ -184,7 +184,7 @@ impl Engine {
                         })
                         .collect();
                     drop(res);
-                    if &*m.path != "[vdso]" && found.contains(&Err(true)) {
+                    if &**m.path() != "[vdso]" && found.contains(&Err(true)) {
                         let (frames, why) = crate::debugfile::symbolize_stripped(&self.symbolizer, &self.opts, &elf_path, &offs, &found);
                         for (f, named) in found.iter_mut().zip(frames) {
                             if let Some(named) = named {
@@ -201,7 +201,7 @@ impl Engine {
                     }
                 }
                 Err(e) => {
-                    let msg = format!("{}: {e}", m.path);
+                    let msg = format!("{}: {e}", m.path());
                     self.warn(msg);
                 }
             }
@@ -230,12 +230,12 @@ impl Engine {
             let Symbolized::Sym(sym) = s else { continue };
             // Code outside any file (perf map) is JIT code.
             let anonymous = match entry {
-                Some(m) => m.path.is_empty(),
+                Some(m) => m.path().is_empty(),
                 None => true,
             };
             let jit = sym.module.is_none() && anonymous;
             let module = match (entry, &sym.module) {
-                (Some(m), _) if !m.path.is_empty() => Some(names::basename(&m.path).to_string()),
+                (Some(m), _) if !m.path().is_empty() => Some(names::basename(m.path()).to_string()),
                 (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
                 _ => None,
             };
@@ -246,18 +246,18 @@ impl Engine {
     }
 
     fn build_id_matches(&mut self, m: &Mapping) -> bool {
-        let Some(want) = &m.build_id else { return true };
-        let key = (m.path.clone(), want.clone());
+        let Some(want) = m.build_id() else { return true };
+        let key = (m.path().clone(), want.clone());
         if let Some(&ok) = self.build_id_ok.get(&key) {
             return ok;
         }
-        let have = blazesym::helper::read_elf_build_id(&*m.path)
+        let have = blazesym::helper::read_elf_build_id(&**m.path())
             .ok()
             .flatten()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>());
         let ok = have.is_some_and(|h| h.eq_ignore_ascii_case(want));
         if !ok {
-            self.warn(format!("{}: build id is not {} any more; frames shown as module+offset", m.path, want));
+            self.warn(format!("{}: build id is not {} any more; frames shown as module+offset", m.path(), want));
         }
         self.build_id_ok.insert(key, ok);
         ok
@@ -276,7 +276,7 @@ fn lookup(addr: u64, ret: bool) -> u64 {
 fn unresolved_frame(entry: Option<&Mapping>, addr: u64) -> Frame {
     match entry {
         Some(m) => {
-            let module = if m.path.is_empty() { "[anon]" } else { &*m.path };
+            let module = if m.path().is_empty() { "[anon]" } else { &**m.path() };
             let off = addr.wrapping_sub(m.start).wrapping_add(m.offset);
             let mut f = Frame { module: Some(names::basename(module).to_string()), ..Frame::named(names::module_offset(module, off)) };
             wallclock_stream::names::check_frame(&mut f);
