@@ -24,7 +24,7 @@ use std::rc::Rc;
 
 use blazesym::symbolize::Symbolizer;
 use wallclock_stream::fasthash::{FastHash, FastMap};
-use wallclock_stream::{Frame, MapEntry, Maps, Record, Stack, StackTable};
+use wallclock_stream::{Frame, Record, Stack, StackTable};
 
 use crate::procmaps::{Mapping, Strings};
 
@@ -173,38 +173,6 @@ impl Engine {
         &self.opts
     }
 
-    /// Remember a process's mappings; several records for one pid add up,
-    /// the later winning where they overlap.
-    pub fn add_maps(&mut self, m: &Maps) {
-        let maps: Vec<Mapping> = m.maps.iter().map(|e| self.absolute(e)).collect();
-        // The same record may come from two streams (`--maps`).
-        let known = self.stream_maps.entry(m.pid).or_default();
-        for e in maps {
-            if !known.contains(&e) {
-                known.push(e);
-            }
-        }
-        known.shrink_to_fit();
-        if !m.names.is_empty() {
-            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
-        }
-    }
-
-    /// A relative path (a hand-made or generated Maps record) is taken from
-    /// the current directory, as a shell would; /proc never writes one.
-    fn absolute(&mut self, e: &MapEntry) -> Mapping {
-        if e.path.is_empty() || e.path.starts_with('/') || e.path.starts_with('[') {
-            return self.strings.mapping(e, None);
-        }
-        match std::path::absolute(&e.path) {
-            Ok(p) if p.exists() => self.strings.mapping(e, Some(&p.display().to_string())),
-            _ => {
-                self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path));
-                self.strings.mapping(e, None)
-            }
-        }
-    }
-
     pub fn needs(&self, s: &Stack) -> bool {
         (!s.ustack.is_empty() || !s.kstack.is_empty()) && (s.frames.is_empty() || self.opts.force)
     }
@@ -214,15 +182,6 @@ impl Engine {
     pub fn prepare_records(&mut self, records: &[Record]) {
         self.learn_maps(records);
         self.prepare_new(records, &[]);
-    }
-
-    /// Remember the maps records among `records`.
-    pub fn learn_maps(&mut self, records: &[Record]) {
-        for r in records {
-            if let Record::Maps(m) = r {
-                self.add_maps(m);
-            }
-        }
     }
 
     /// Resolve the addresses of the stacks among `records` that need names

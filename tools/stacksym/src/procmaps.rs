@@ -1,13 +1,16 @@
-//! What we read of a process ourselves: `/proc/PID/maps` (for module names
-//! and offsets, and as a snapshot should the process exit mid-stream) and
-//! `/tmp/perf-PID.map` (JIT symbols, still readable after the process exited).
-//! Mappings are kept as [`Mapping`]s, their strings shared.
+//! The mappings of processes: the stream's maps records, and what we read
+//! of a process ourselves: `/proc/PID/maps` (for module names and offsets,
+//! and as a snapshot should the process exit mid-stream) and
+//! `/tmp/perf-PID.map` (JIT symbols, still readable after the process
+//! exited). Mappings are kept as [`Mapping`]s, their strings shared.
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::rc::Rc;
 
-use wallclock_stream::MapEntry;
+use wallclock_stream::{MapEntry, Maps, Record};
+
+use crate::engine::Engine;
 
 /// A mapping of a process (a maps record's entry, or a line of
 /// /proc/PID/maps), its file (path and build id) shared with every other
@@ -68,6 +71,49 @@ impl Strings {
             }
         };
         Mapping { start: e.start, end: e.end, offset: e.offset, file }
+    }
+}
+
+impl Engine {
+    /// Remember a process's mappings; several records for one pid add up,
+    /// the later winning where they overlap.
+    pub fn add_maps(&mut self, m: &Maps) {
+        let maps: Vec<Mapping> = m.maps.iter().map(|e| self.absolute(e)).collect();
+        // The same record may come from two streams (`--maps`).
+        let known = self.stream_maps.entry(m.pid).or_default();
+        for e in maps {
+            if !known.contains(&e) {
+                known.push(e);
+            }
+        }
+        known.shrink_to_fit();
+        if !m.names.is_empty() {
+            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
+        }
+    }
+
+    /// A relative path (a hand-made or generated Maps record) is taken from
+    /// the current directory, as a shell would; /proc never writes one.
+    fn absolute(&mut self, e: &MapEntry) -> Mapping {
+        if e.path.is_empty() || e.path.starts_with('/') || e.path.starts_with('[') {
+            return self.strings.mapping(e, None);
+        }
+        match std::path::absolute(&e.path) {
+            Ok(p) if p.exists() => self.strings.mapping(e, Some(&p.display().to_string())),
+            _ => {
+                self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path));
+                self.strings.mapping(e, None)
+            }
+        }
+    }
+
+    /// Remember the maps records among `records`.
+    pub fn learn_maps(&mut self, records: &[Record]) {
+        for r in records {
+            if let Record::Maps(m) = r {
+                self.add_maps(m);
+            }
+        }
     }
 }
 
