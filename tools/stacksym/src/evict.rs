@@ -6,15 +6,18 @@
 //! stacksym held them all at once (230 MB of file pages, 180 MB of
 //! heap for a 30 s capture of a machine running builds). Processes are
 //! taken by executable, so that those of one program come together, and
-//! a file (with its separate debug file) is dropped once no process left
-//! in the batch maps it: each big program's files are read once and let
-//! go, the shared libraries stay.
+//! at the first process of each program the files (with their separate
+//! debug files) that none of its processes maps are dropped: each big
+//! program's files are read once per batch and let go, the shared
+//! libraries stay.
 //!
-//! Not as soon as the next process does not map it: a build's short
-//! processes are often captured with their executable and the loader
-//! only (their maps taken at exec), side by side with others of the same
-//! program that have all their libraries, and cc1's files were read
-//! again 870 times for 30 s of `make -j2`.
+//! Per program, not per process: a build's short processes are often
+//! captured with their executable and the loader only (their maps taken
+//! at exec), side by side with others of the same program that have all
+//! their libraries, and cc1's files were read again 870 times for 30 s
+//! of `make -j2` when a file was dropped as soon as the next process did
+//! not map it. Not per batch either: two capture tools with 36 MB of
+//! DWARF each were then held at once.
 
 use std::collections::HashSet;
 use std::rc::Rc;
