@@ -119,6 +119,8 @@ pub struct Engine {
     pub(crate) cut_warned: HashSet<u32>,
     /// Files of the last process named, kept open in the symbolizer (crate::evict).
     pub(crate) open_files: HashSet<Rc<str>>,
+    /// Whether each file is big (crate::evict).
+    pub(crate) file_sizes: HashMap<Rc<str>, bool>,
 }
 
 impl Engine {
@@ -164,6 +166,7 @@ impl Engine {
             cut_time: HashMap::new(),
             cut_warned: HashSet::new(),
             open_files: HashSet::new(),
+            file_sizes: HashMap::new(),
         };
         e.intern_cut_markers();
         e
@@ -250,7 +253,7 @@ impl Engine {
         }
         let pids = self.by_image(user.keys().copied());
         let mut open = std::mem::take(&mut self.open_files);
-        let plan = self.eviction_plan(&pids, &mut open);
+        let plan = self.eviction_plan(&pids, &user, &mut open);
         for ((_, pid), drop) in pids.into_iter().zip(plan) {
             self.evict(&drop);
             let keys = &user[&pid];

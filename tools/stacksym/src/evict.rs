@@ -19,13 +19,19 @@
 //! not map it. Not per batch either: two capture tools with 36 MB of
 //! DWARF each were then held at once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use blazesym::symbolize::evict::{Elf, Evict};
 
 use crate::engine::Engine;
 use crate::procmaps;
+
+/// Files from this size on (cc1, libLLVM, a Rust program with its DWARF:
+/// 24 MB of its pages read and 10-15 MB of tables parsed to name a few
+/// addresses) are dropped at the end of each run of one program's
+/// processes, not kept for a later one in the batch.
+const BIG: u64 = 8 << 20;
 
 impl Engine {
     /// `pids` in the order their stacks are best named in: by the file of
@@ -42,35 +48,68 @@ impl Engine {
         v
     }
 
-    /// The files `pid` maps (none when nothing is known of it).
-    fn files_of(&self, pid: u32, files: &mut HashSet<Rc<str>>) {
+    /// The files holding the addresses `keys` (address, is a return
+    /// address) of `pid`: those its stacks need read.
+    fn needed(&self, pid: u32, keys: &[(u64, bool)], files: &mut HashSet<Rc<str>>) {
         for maps in [self.stream_maps.get(&pid), self.snapshots.get(&pid)].into_iter().flatten() {
-            files.extend(maps.iter().filter(|e| procmaps::is_file(e)).map(|e| e.path().clone()));
+            for &(addr, ret) in keys {
+                let at = if ret { addr.saturating_sub(1) } else { addr };
+                if let Some(m) = procmaps::find(maps, at).filter(|m| procmaps::is_file(m)) {
+                    files.insert(m.path().clone());
+                }
+            }
         }
     }
 
-    /// For processes in [`Engine::by_image`] order, the files to drop
-    /// before naming the stacks of each: at the first process of each
-    /// program, those of `open` (the files of the processes named
-    /// before) that no process of this program maps. `open` is kept up
-    /// to date as the plan goes.
-    pub(crate) fn eviction_plan(&self, pids: &[(Rc<str>, u32)], open: &mut HashSet<Rc<str>>) -> Vec<Vec<Rc<str>>> {
+    /// For processes in [`Engine::by_image`] order, with the addresses of
+    /// each to look up (`keys`), the files to drop before naming the
+    /// stacks of each: a small file once no process from it on in the
+    /// batch needs it, a big one ([`BIG`]) once no process from it on
+    /// in the program's run of processes does (a process that ran
+    /// another program before its exec has both). `open` (the files that
+    /// may be open) is dropped from at the first.
+    pub(crate) fn eviction_plan(
+        &mut self,
+        pids: &[(Rc<str>, u32)],
+        keys: &HashMap<u32, Vec<(u64, bool)>>,
+        open: &mut HashSet<Rc<str>>,
+    ) -> Vec<Vec<Rc<str>>> {
         let mut plan = vec![Vec::new(); pids.len()];
-        let mut start = 0;
-        while start < pids.len() {
-            let end = start + pids[start..].iter().take_while(|(exe, _)| *exe == pids[start].0).count();
-            let mut files = HashSet::new();
-            for (_, pid) in &pids[start..end] {
-                self.files_of(*pid, &mut files);
-            }
-            // Nothing known of these processes: no reason to drop anything.
-            if !files.is_empty() {
-                plan[start] = open.difference(&files).cloned().collect();
-                *open = files;
-            }
-            start = end;
+        if pids.is_empty() {
+            return plan;
         }
+        // The last process needing each file, in the batch and in the
+        // program's run (the end of an earlier run: a drop).
+        let mut last: HashMap<Rc<str>, usize> = HashMap::new();
+        let mut drops: Vec<(Rc<str>, usize)> = Vec::new();
+        for (i, (exe, pid)) in pids.iter().enumerate() {
+            let mut files = HashSet::new();
+            self.needed(*pid, keys.get(pid).map_or(&[][..], Vec::as_slice), &mut files);
+            for f in files {
+                if let Some(&j) = last.get(&f) {
+                    if pids[j].0 != *exe && self.is_big(&f) {
+                        drops.push((f.clone(), j + 1));
+                    }
+                }
+                last.insert(f, i);
+            }
+        }
+        plan[0] = open.iter().filter(|f| !last.contains_key(*f)).cloned().collect();
+        // The files of the batch's last process stay open for the next
+        // batch, which drops them first thing if it does not need them.
+        drops.extend(last.iter().map(|(f, &i)| (f.clone(), i + 1)));
+        for (f, i) in drops {
+            if let Some(at) = plan.get_mut(i) {
+                at.push(f);
+            }
+        }
+        *open = last.into_keys().collect();
         plan
+    }
+
+    /// Whether the file at `path` is [`BIG`] (asked once per file).
+    fn is_big(&mut self, path: &Rc<str>) -> bool {
+        *self.file_sizes.entry(path.clone()).or_insert_with(|| std::fs::metadata(&**path).is_ok_and(|m| m.len() >= BIG))
     }
 
     /// Drop `files` from the symbolizer, and the debug files found for them.
