@@ -66,8 +66,9 @@ impl Engine {
     /// stacks of each: a small file once no process from it on in the
     /// batch needs it, a big one ([`BIG`]) once no process from it on
     /// in the program's run of processes does (a process that ran
-    /// another program before its exec has both). `open` (the files that
-    /// may be open) is dropped from at the first.
+    /// another program before its exec has both), or once a process needs
+    /// another big one. `open` (the files that may be open) is dropped
+    /// from at the first.
     pub(crate) fn eviction_plan(
         &mut self,
         pids: &[(Rc<str>, u32)],
@@ -82,14 +83,19 @@ impl Engine {
         // program's run (the end of an earlier run: a drop).
         let mut last: HashMap<Rc<str>, usize> = HashMap::new();
         let mut drops: Vec<(Rc<str>, usize)> = Vec::new();
+        let mut big: Vec<Vec<Rc<str>>> = vec![Vec::new(); pids.len()];
         for (i, (exe, pid)) in pids.iter().enumerate() {
             let mut files = HashSet::new();
             self.needed(*pid, keys.get(pid).map_or(&[][..], Vec::as_slice), &mut files);
             for f in files {
+                let is_big = self.is_big(&f);
                 if let Some(&j) = last.get(&f) {
-                    if pids[j].0 != *exe && self.is_big(&f) {
+                    if pids[j].0 != *exe && is_big {
                         drops.push((f.clone(), j + 1));
                     }
+                }
+                if is_big {
+                    big[i].push(f.clone());
                 }
                 last.insert(f, i);
             }
@@ -101,6 +107,18 @@ impl Engine {
         for (f, i) in drops {
             if let Some(at) = plan.get_mut(i) {
                 at.push(f);
+            }
+        }
+        // One big file at a time, unless one process needs two: a capture
+        // tool's DWARF and a compiler's libLLVM were held at once.
+        let mut open_big: HashSet<Rc<str>> = open.iter().filter(|f| self.file_sizes.get(*f) == Some(&true)).cloned().collect();
+        for (at, needs) in plan.iter_mut().zip(big) {
+            for f in at.iter() {
+                open_big.remove(f);
+            }
+            if !needs.is_empty() {
+                at.extend(open_big.iter().filter(|f| !needs.contains(f)).cloned());
+                open_big = needs.into_iter().collect();
             }
         }
         *open = last.into_keys().collect();
