@@ -330,6 +330,57 @@ fn unresolved_addresses_keep_module_and_offset() {
     assert_eq!(funcs(&st[1].frames), ["[unknown]+0xdead0"]);
 }
 
+/// A system-wide capture: thousands of processes mapping the same files
+/// at their own addresses. stacksym drops the caches of processes it no
+/// longer meets: a process met again after that is named as before, and
+/// an unnamed address of it is counted once in the trailer.
+#[test]
+fn many_processes_named_alike_and_counted_once() {
+    let dir = util::scratch("stacksym-many");
+    let blob = dir.join("blob.bin");
+    std::fs::write(&blob, vec![0u8; 1 << 16]).unwrap();
+    let exe = build_cxx(&dir);
+    let outer = nm_demangled(&exe)
+        .lines()
+        .find(|l| l.ends_with("wcns::outer(int)"))
+        .map(|l| u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap())
+        .unwrap();
+    let (pids, per_pid) = (3000u32, 8u64);
+    let base = |i: u32| 0x1000_0000 + u64::from(i) * 0x100_0000;
+    let pid = |i: u32| 4_000_000_000 + i; // never live
+    let mut recs = vec![header()];
+    for i in 0..pids {
+        recs.push(json!({"type": "maps", "pid": pid(i), "maps": [
+            {"start": base(i), "end": base(i) + 0x10000, "offset": 0, "path": blob.to_str().unwrap()},
+            {"start": base(i) + 0x80_0000, "end": base(i) + 0xa0_0000, "offset": 0, "path": exe.to_str().unwrap()},
+        ]}));
+    }
+    let stack_of = |i: u32, k: u64| stack(pid(i), &[base(i) + 0x100 + k * 16 + u64::from(i % 7), base(i) + 0x80_0000 + outer + 4], &[]);
+    for i in 0..pids {
+        recs.extend((0..per_pid).map(|k| stack_of(i, k)));
+    }
+    // The first processes again, long after their caches were dropped.
+    for i in 0..50 {
+        recs.extend((0..per_pid).map(|k| stack_of(i, k)));
+    }
+    let out = symbolize(&["-q"], &stream(&recs));
+    let st = stacks(&out);
+    let n = (pids as usize) * per_pid as usize;
+    assert_eq!(st.len(), n + 50 * per_pid as usize);
+    for (j, s) in st.iter().enumerate() {
+        let (i, k) = ((j % n) as u64 / per_pid, j as u64 % per_pid);
+        let names = funcs(&s.frames);
+        assert_eq!(names[0], format!("blob.bin+{:#x}", 0x100 + k * 16 + i % 7), "stack {j}");
+        assert_eq!(names.last(), Some(&"wcns::outer(int)"), "stack {j}: {names:?}");
+        assert_eq!(s.frames, st[j % n].frames, "stack {j} named otherwise the second time");
+    }
+    let counts: Vec<_> = records(&out)
+        .into_iter()
+        .filter_map(|r| if let Record::Stats(st) = r { st.counts.get("unnamed_addrs:blob.bin").copied() } else { None })
+        .collect();
+    assert_eq!(counts, [n as u64], "each unnamed address of each process once");
+}
+
 #[test]
 fn bad_line_is_named_after_writing_what_came_before() {
     let dir = util::scratch("stacksym-bad");

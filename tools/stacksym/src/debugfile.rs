@@ -8,6 +8,8 @@
 //! and says where it looked when nothing is there.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -36,18 +38,20 @@ struct Known {
     loads: Vec<(u64, u64, u64)>,
 }
 
+/// [`Known`] of each binary looked at.
+static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Known>>>> = OnceLock::new();
+
 /// [`Known`] of `binary`, found once per process: each of a build's 41
 /// cc1 processes asked again, and reading the 30 MB cc1 twice for each
 /// was most of stacksym's time after `wallclock -- make -j2`.
 fn lookup(binary: &Path) -> Arc<Known> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Arc<Known>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(k) = cache.lock().ok().and_then(|c| c.get(binary).cloned()) {
         return k;
     }
     let debug = find(binary);
     let loads = match &debug {
-        Ok(_) => std::fs::read(binary).ok().map(|b| load_segments(&b)).unwrap_or_default(),
+        Ok(_) => Headers::open(binary).map(|h| h.load_segments()).unwrap_or_default(),
         Err(_) => Vec::new(),
     };
     let k = Arc::new(Known { debug, loads });
@@ -55,6 +59,13 @@ fn lookup(binary: &Path) -> Arc<Known> {
         c.insert(binary.to_path_buf(), k.clone());
     }
     k
+}
+
+/// The debug file found for `binary`, if one was looked for and found
+/// (nothing is looked for here).
+pub fn found(binary: &Path) -> Option<PathBuf> {
+    let cache = CACHE.get()?.lock().ok()?;
+    cache.get(binary)?.debug.as_ref().ok().cloned()
 }
 
 /// Build-id path first, then the debuglink name beside the binary, in
@@ -66,7 +77,7 @@ pub fn candidates(binary: &Path) -> Vec<PathBuf> {
         out.push(Path::new(DEBUG_ROOT).join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])));
     }
     let dir = binary.parent().unwrap_or(Path::new("/"));
-    if let Some(link) = std::fs::read(binary).ok().and_then(|b| debuglink(&b)) {
+    if let Some(link) = Headers::open(binary).and_then(|h| h.debuglink()) {
         out.push(dir.join(&link));
         out.push(dir.join(".debug").join(&link));
         out.push(Path::new(DEBUG_ROOT).join(dir.strip_prefix("/").unwrap_or(dir)).join(&link));
@@ -75,50 +86,84 @@ pub fn candidates(binary: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// (file offset, virtual address, file size) of each PT_LOAD segment of an
-/// ELF64 little-endian file.
-fn load_segments(elf: &[u8]) -> Vec<(u64, u64, u64)> {
-    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?));
-    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?) as usize);
-    let (Some(phoff), Some(size), Some(num)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else { return Vec::new() };
-    if !elf.starts_with(b"\x7fELF\x02\x01") {
-        return Vec::new();
-    }
-    (0..num)
-        .filter_map(|i| {
-            let h = (phoff as usize).checked_add(i.checked_mul(size)?)?;
-            let is_load = elf.get(h..h + 4)? == 1u32.to_le_bytes();
-            is_load.then_some((u64_at(h + 8)?, u64_at(h + 0x10)?, u64_at(h + 0x20)?))
-        })
-        .collect()
+/// The headers of an ELF64 little-endian file, read where they lie: the
+/// whole file was read for them before, and cc1 is 30 MB (as much memory
+/// again as the rest of stacksym, for a moment).
+struct Headers {
+    file: File,
+    /// The ELF header.
+    ehdr: [u8; 64],
 }
 
-/// The file name in an ELF64 little-endian file's `.gnu_debuglink` section.
-pub fn debuglink(elf: &[u8]) -> Option<String> {
-    let u16_at = |o: usize| Some(u16::from_le_bytes(elf.get(o..o + 2)?.try_into().ok()?) as usize);
-    let u32_at = |o: usize| Some(u32::from_le_bytes(elf.get(o..o + 4)?.try_into().ok()?) as usize);
-    let u64_at = |o: usize| Some(u64::from_le_bytes(elf.get(o..o + 8)?.try_into().ok()?) as usize);
-    // ELFCLASS64, ELFDATA2LSB.
-    if !elf.starts_with(b"\x7fELF\x02\x01") {
-        return None;
+impl Headers {
+    fn open(path: &Path) -> Option<Headers> {
+        let file = File::open(path).ok()?;
+        let mut ehdr = [0u8; 64];
+        file.read_exact_at(&mut ehdr, 0).ok()?;
+        // ELFCLASS64, ELFDATA2LSB.
+        ehdr.starts_with(b"\x7fELF\x02\x01").then_some(Headers { file, ehdr })
     }
-    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28)?, u16_at(0x3a)?, u16_at(0x3c)?, u16_at(0x3e)?);
-    let section = |i: usize| {
-        let h = shoff.checked_add(i.checked_mul(shentsize)?)?;
-        Some((u32_at(h)?, u64_at(h + 0x18)?, u64_at(h + 0x20)?))
-    };
-    let (_, stroff, strsize) = section(shstrndx)?;
-    let names = elf.get(stroff..stroff.checked_add(strsize)?)?;
-    for i in 0..shnum {
-        let (name, off, size) = section(i)?;
-        let name = names.get(name..)?.split(|&b| b == 0).next()?;
-        if name == b".gnu_debuglink" {
-            let data = elf.get(off..off.checked_add(size)?)?;
-            let file = data.split(|&b| b == 0).next()?;
-            return (!file.is_empty()).then(|| String::from_utf8_lossy(file).into_owned());
+
+    fn read(&self, off: u64, len: u64) -> Option<Vec<u8>> {
+        // Headers and the sections read here are small: a bad size is a bad file.
+        if len > 1 << 24 {
+            return None;
         }
+        let mut buf = vec![0u8; len as usize];
+        self.file.read_exact_at(&mut buf, off).ok()?;
+        Some(buf)
     }
-    None
+
+    fn u16_at(&self, o: usize) -> u64 {
+        u16::from_le_bytes([self.ehdr[o], self.ehdr[o + 1]]) as u64
+    }
+
+    fn u64_at(&self, o: usize) -> u64 {
+        u64::from_le_bytes(self.ehdr[o..o + 8].try_into().unwrap_or_default())
+    }
+
+    /// `num` table entries of `size` bytes at `off`.
+    fn table(&self, off: u64, size: u64, num: u64) -> Option<Vec<u8>> {
+        self.read(off, size.checked_mul(num)?)
+    }
+
+    /// (file offset, virtual address, file size) of each PT_LOAD segment.
+    fn load_segments(&self) -> Vec<(u64, u64, u64)> {
+        let (phoff, size, num) = (self.u64_at(0x20), self.u16_at(0x36), self.u16_at(0x38));
+        let Some(t) = self.table(phoff, size, num) else { return Vec::new() };
+        let u64_at = |o: usize| Some(u64::from_le_bytes(t.get(o..o + 8)?.try_into().ok()?));
+        (0..num as usize)
+            .filter_map(|i| {
+                let h = i.checked_mul(size as usize)?;
+                let is_load = t.get(h..h + 4)? == 1u32.to_le_bytes();
+                is_load.then_some((u64_at(h + 8)?, u64_at(h + 0x10)?, u64_at(h + 0x20)?))
+            })
+            .collect()
+    }
+
+    /// The file name in the `.gnu_debuglink` section.
+    fn debuglink(&self) -> Option<String> {
+        let (shoff, shentsize, shnum, shstrndx) = (self.u64_at(0x28), self.u16_at(0x3a), self.u16_at(0x3c), self.u16_at(0x3e));
+        let t = self.table(shoff, shentsize, shnum)?;
+        let u32_at = |o: usize| Some(u32::from_le_bytes(t.get(o..o + 4)?.try_into().ok()?) as usize);
+        let u64_at = |o: usize| Some(u64::from_le_bytes(t.get(o..o + 8)?.try_into().ok()?));
+        let section = |i: u64| {
+            let h = (i as usize).checked_mul(shentsize as usize)?;
+            Some((u32_at(h)?, u64_at(h + 0x18)?, u64_at(h + 0x20)?))
+        };
+        let (_, stroff, strsize) = section(shstrndx)?;
+        let names = self.read(stroff, strsize)?;
+        for i in 0..shnum {
+            let (name, off, size) = section(i)?;
+            let name = names.get(name..)?.split(|&b| b == 0).next()?;
+            if name == b".gnu_debuglink" {
+                let data = self.read(off, size)?;
+                let file = data.split(|&b| b == 0).next()?;
+                return (!file.is_empty()).then(|| String::from_utf8_lossy(file).into_owned());
+            }
+        }
+        None
+    }
 }
 
 /// Look up the file offsets `offs` of the stripped `binary` (those whose
@@ -175,8 +220,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn debuglink_of_garbage_is_none() {
-        assert_eq!(debuglink(b"not an elf"), None);
-        assert_eq!(debuglink(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0"), None);
+    fn garbage_has_no_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in [("text", &b"not an elf"[..]), ("short", b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0")] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, bytes).unwrap();
+            assert!(Headers::open(&p).is_none(), "{name}");
+        }
+        // A header whose tables lie past the end of the file.
+        let mut h = vec![0u8; 64];
+        h[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        h[0x28..0x30].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        h[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        h[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        let p = dir.path().join("cut");
+        std::fs::write(&p, &h).unwrap();
+        let cut = Headers::open(&p).unwrap();
+        assert_eq!(cut.debuglink(), None);
+        assert_eq!(cut.load_segments(), Vec::new());
+    }
+
+    /// This test binary: its code is in a load segment, read from its headers alone.
+    #[test]
+    fn load_segments_of_this_binary() {
+        let exe = std::env::current_exe().unwrap();
+        let loads = Headers::open(&exe).unwrap().load_segments();
+        let here = load_segments_of_this_binary as *const () as u64;
+        let maps = wallclock_stream::procmaps::read(std::process::id()).unwrap();
+        let m = maps.iter().find(|m| m.entry.start <= here && here < m.entry.end).unwrap();
+        let off = here - m.entry.start + m.entry.offset;
+        assert!(loads.iter().any(|(o, _, n)| *o <= off && off < o + n), "{off:#x} in {loads:x?}");
     }
 }

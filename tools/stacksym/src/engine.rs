@@ -20,10 +20,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use blazesym::symbolize::Symbolizer;
 use wallclock_stream::fasthash::{FastHash, FastMap};
-use wallclock_stream::{Frame, MapEntry, Maps, Record, Stack, StackTable};
+use wallclock_stream::{Frame, Record, Stack, StackTable};
+
+use crate::procmaps::{Mapping, Strings};
 
 use crate::gil;
 use crate::procmaps::PerfMap;
@@ -54,22 +57,35 @@ pub(crate) enum Space {
     Kernel,
 }
 
-/// (address space, address, is a return address).
-pub(crate) type Key = (Space, u64, bool);
 
 pub struct Engine {
     pub(crate) symbolizer: Symbolizer,
     pub(crate) opts: Options,
-    pub(crate) stream_maps: HashMap<u32, Vec<MapEntry>>,
+    pub(crate) stream_maps: HashMap<u32, Vec<Mapping>>,
     /// Frames the capture named itself (`Maps::names`), per pid.
     pub(crate) named: HashMap<u32, HashMap<u64, Frame>>,
-    pub(crate) snapshots: HashMap<u32, Vec<MapEntry>>,
+    pub(crate) snapshots: HashMap<u32, Vec<Mapping>>,
+    /// The paths and build ids of `stream_maps` and `snapshots`.
+    pub(crate) strings: Strings,
     pub(crate) perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Does the file at this path still carry this build id?
-    pub(crate) build_id_ok: HashMap<(String, String), bool>,
-    /// Frames of each address, as ids of `table` (no clone of a `Frame`
-    /// per record written).
-    pub(crate) cache: FastMap<Key, Box<[u32]>>,
+    pub(crate) build_id_ok: HashMap<(Rc<str>, Rc<str>), bool>,
+    /// Frames of each address of each process, as ids of `table` (no
+    /// clone of a `Frame` per record written), and its stacks met before;
+    /// dropped once the process is no longer met (crate::cache).
+    pub(crate) spaces: FastMap<u32, crate::cache::SpaceCache>,
+    /// The same for kernel addresses (never dropped).
+    pub(crate) kernel: crate::cache::SpaceCache,
+    /// Unnamed addresses counted by the dropped cache of each process.
+    pub(crate) retired: FastMap<u32, crate::cache::Counted>,
+    /// Batches of stacks prepared so far.
+    pub(crate) generation: u64,
+    /// Addresses named since the table was last emptied.
+    pub(crate) remembered: usize,
+    /// Frames by (file id, file offset of the address, is a return
+    /// address), for every process mapping the file (crate::cache).
+    pub(crate) files: FastMap<(u32, u64, bool), Rc<[u32]>>,
+    pub(crate) file_ids: HashMap<String, u32>,
     /// Every frame and stack written: the stream's stack table.
     pub(crate) table: StackTable,
     /// `table`'s id of the `[GIL]` frame.
@@ -79,8 +95,9 @@ pub struct Engine {
     pub(crate) warned: HashSet<String>,
     /// Our own vDSO as a file, made on first need (`None` inside: failed).
     pub(crate) vdso: Option<Option<crate::vdso::VdsoFile>>,
-    /// The module of each cached address left unnamed.
-    pub(crate) unnamed_keys: FastMap<Key, Box<str>>,
+    /// Modules with unnamed frames, by the ids `cache::Addr::unnamed` holds.
+    pub(crate) modules: Vec<Box<str>>,
+    pub(crate) module_ids: HashMap<Box<str>, u32>,
     /// Why a module's frames had no name, as found while resolving.
     pub(crate) why: HashMap<String, String>,
     /// Counts not yet written to a trailer: `unnamed_*:MODULE`.
@@ -88,10 +105,8 @@ pub struct Engine {
     /// Names marked as not text ([`wallclock_stream::names`]) already
     /// counted in a trailer.
     pub(crate) bad_names_told: u64,
-    /// Time and events by module not yet in `pending`.
-    pub(crate) unnamed_time: BTreeMap<Box<str>, (u64, u64)>,
-    /// Stacks written before, by a hash of their addresses.
-    pub(crate) known: FastMap<u64, crate::known::Known>,
+    /// Time and events by module (`modules`) not yet in `pending`.
+    pub(crate) unnamed_time: BTreeMap<u32, (u64, u64)>,
     pub(crate) warned_modules: HashSet<String>,
     /// The JIT runtime of each pid (crate::jit).
     pub(crate) runtimes: HashMap<u32, crate::jit::Runtime>,
@@ -103,7 +118,9 @@ pub struct Engine {
     pub(crate) cut_time: HashMap<u32, (u64, u64)>,
     pub(crate) cut_warned: HashSet<u32>,
     /// Files of the last process named, kept open in the symbolizer (crate::evict).
-    pub(crate) open_files: HashSet<String>,
+    pub(crate) open_files: HashSet<Rc<str>>,
+    /// Whether each file is big (crate::evict).
+    pub(crate) file_sizes: HashMap<Rc<str>, bool>,
 }
 
 impl Engine {
@@ -121,20 +138,27 @@ impl Engine {
             stream_maps: HashMap::new(),
             named: HashMap::new(),
             snapshots: HashMap::new(),
+            strings: Strings::default(),
             perf_maps: HashMap::new(),
             build_id_ok: HashMap::new(),
-            cache: FastMap::default(),
+            spaces: FastMap::default(),
+            kernel: Default::default(),
+            retired: FastMap::default(),
+            generation: 0,
+            remembered: 0,
+            files: FastMap::default(),
+            file_ids: HashMap::new(),
             table,
             gil_id,
             scratch: Vec::new(),
             warned: HashSet::new(),
             vdso: None,
-            unnamed_keys: FastMap::default(),
+            modules: Vec::new(),
+            module_ids: HashMap::new(),
             why: HashMap::new(),
             pending: BTreeMap::new(),
             bad_names_told: 0,
             unnamed_time: BTreeMap::new(),
-            known: FastMap::default(),
             warned_modules: HashSet::new(),
             runtimes: HashMap::new(),
             cut_ids: [0; 2],
@@ -142,6 +166,7 @@ impl Engine {
             cut_time: HashMap::new(),
             cut_warned: HashSet::new(),
             open_files: HashSet::new(),
+            file_sizes: HashMap::new(),
         };
         e.intern_cut_markers();
         e
@@ -149,38 +174,6 @@ impl Engine {
 
     pub fn options(&self) -> &Options {
         &self.opts
-    }
-
-    /// Remember a process's mappings; several records for one pid add up,
-    /// the later winning where they overlap.
-    pub fn add_maps(&mut self, m: &Maps) {
-        let maps = m.maps.iter().map(|e| self.absolute(e));
-        let maps: Vec<MapEntry> = maps.collect();
-        // The same record may come from two streams (`--maps`).
-        let known = self.stream_maps.entry(m.pid).or_default();
-        for e in maps {
-            if !known.contains(&e) {
-                known.push(e);
-            }
-        }
-        if !m.names.is_empty() {
-            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
-        }
-    }
-
-    /// A relative path (a hand-made or generated Maps record) is taken from
-    /// the current directory, as a shell would; /proc never writes one.
-    fn absolute(&mut self, e: &MapEntry) -> MapEntry {
-        if e.path.is_empty() || e.path.starts_with('/') || e.path.starts_with('[') {
-            return e.clone();
-        }
-        match std::path::absolute(&e.path) {
-            Ok(p) if p.exists() => MapEntry { path: p.display().to_string(), ..e.clone() },
-            _ => {
-                self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path));
-                e.clone()
-            }
-        }
     }
 
     pub fn needs(&self, s: &Stack) -> bool {
@@ -192,15 +185,6 @@ impl Engine {
     pub fn prepare_records(&mut self, records: &[Record]) {
         self.learn_maps(records);
         self.prepare_new(records, &[]);
-    }
-
-    /// Remember the maps records among `records`.
-    pub fn learn_maps(&mut self, records: &[Record]) {
-        for r in records {
-            if let Record::Maps(m) = r {
-                self.add_maps(m);
-            }
-        }
     }
 
     /// Resolve the addresses of the stacks among `records` that need names
@@ -219,12 +203,13 @@ impl Engine {
         self.prepare(todo.into_iter());
     }
 
-    /// Empty the caches once they hold [`CACHE_MAX`] addresses (table ids
-    /// are handed out again: take none across this call).
+    /// Empty the caches and the table once [`CACHE_MAX`] addresses were
+    /// named into it (table ids are handed out again: take none across
+    /// this call).
     pub fn bound_memory(&mut self) {
-        if self.cache.len() > CACHE_MAX {
-            self.cache.clear();
-            self.known.clear();
+        if self.remembered > CACHE_MAX {
+            self.remembered = 0;
+            self.drop_caches();
             self.table.clear();
             self.gil_id = self.table.frame_id(&gil::frame());
             self.intern_cut_markers();
@@ -235,19 +220,26 @@ impl Engine {
     /// Resolve every address of `stacks` not already cached.
     pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
         self.bound_memory();
+        self.next_batch();
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
         let mut kernel: Vec<(u64, bool)> = Vec::new();
-        let mut seen: HashSet<Key, FastHash> = HashSet::default();
-        for s in stacks.filter(|s| self.known(s).is_none()) {
+        let mut seen: HashSet<(Space, u64, bool), FastHash> = HashSet::default();
+        for s in stacks {
+            // Met in this batch (kept), whether known or not.
+            self.space_mut(Space::User(s.pid));
+            if self.known(s).is_some() {
+                continue;
+            }
             for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+                let Some(cache) = self.space(space) else { continue };
                 for (i, &a) in addrs.iter().enumerate() {
-                    let key = (space, a, i + 1 < addrs.len());
-                    if self.cache.contains_key(&key) || !seen.insert(key) {
+                    let key = (a, i + 1 < addrs.len());
+                    if cache.addrs.contains_key(&key) || !seen.insert((space, a, key.1)) {
                         continue;
                     }
                     match space {
-                        Space::User(pid) => user.entry(pid).or_default().push((a, key.2)),
-                        Space::Kernel => kernel.push((a, key.2)),
+                        Space::User(pid) => user.entry(pid).or_default().push(key),
+                        Space::Kernel => kernel.push(key),
                     }
                 }
             }
@@ -255,26 +247,22 @@ impl Engine {
         if !kernel.is_empty() {
             let frames = self.resolve_kernel(&kernel);
             for ((a, ret), f) in kernel.into_iter().zip(frames) {
-                self.remember((Space::Kernel, a, ret), &f);
+                let ids = self.intern(&f);
+                self.remember(Space::Kernel, a, ret, ids);
             }
         }
         let pids = self.by_image(user.keys().copied());
         let mut open = std::mem::take(&mut self.open_files);
-        for pid in pids {
-            self.evict_unused(pid, &mut open);
+        let plan = self.eviction_plan(&pids, &user, &mut open);
+        for ((_, pid), drop) in pids.into_iter().zip(plan) {
+            self.evict(&drop);
             let keys = &user[&pid];
             let frames = self.resolve_user(pid, keys);
-            for (&(a, ret), f) in keys.iter().zip(frames) {
-                self.remember((Space::User(pid), a, ret), &f);
+            for (&(a, ret), ids) in keys.iter().zip(frames) {
+                self.remember(Space::User(pid), a, ret, ids);
             }
         }
         self.open_files = open;
-    }
-
-    fn remember(&mut self, key: Key, frames: &[Frame]) {
-        self.note_unnamed(key, frames);
-        let ids: Box<[u32]> = frames.iter().map(|f| self.table.frame_id(f)).collect();
-        self.cache.insert(key, ids);
     }
 
     /// The frames of `s` (root first: the user part, then the kernel part)
@@ -284,11 +272,9 @@ impl Engine {
         let blocked = gil::blocked(s);
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
             let user = matches!(space, Space::User(_));
-            let first = |i: usize| {
-                let &a = addrs.get(i)?;
-                let &f = self.cache.get(&(space, a, i + 1 < addrs.len()))?.first()?;
-                Some(self.table.frame(f))
-            };
+            let Some(cache) = self.space(space) else { continue };
+            let ids_of = |i: usize| Some(&cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()))?.ids);
+            let first = |i: usize| Some(self.table.frame(*ids_of(i)?.first()?));
             // A stack cut in JIT code says so at its root (crate::jit),
             // instead of the capture's plainer `[truncated]`.
             let mut skip = 0;
@@ -299,8 +285,8 @@ impl Engine {
                     skip = truncated as usize;
                 }
             }
-            for (i, &a) in addrs.iter().enumerate().skip(skip) {
-                let Some(ids) = self.cache.get(&(space, a, i + 1 < addrs.len())) else { continue };
+            for i in skip..addrs.len() {
+                let Some(ids) = ids_of(i) else { continue };
                 if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
                     out.push(self.gil_id);
                 }

@@ -9,7 +9,9 @@
 //! `-XX:+PreserveFramePointer` (V8 always keeps them). Such a stack gets
 //! [`CUT`] (or [`CUT_JVM`], which names the flag) as its root frame.
 
-use wallclock_stream::{Frame, MapEntry, Stack};
+use wallclock_stream::{Frame, Stack};
+
+use crate::procmaps::Mapping;
 
 use crate::engine::Engine;
 
@@ -27,8 +29,8 @@ pub(crate) enum Runtime {
 
 /// The runtime whose files a process maps: HotSpot's libjvm.so, Node's
 /// binary or libnode.
-pub(crate) fn runtime_of(maps: &[MapEntry]) -> Runtime {
-    let base = |m: &MapEntry| m.path.rsplit('/').next().unwrap_or("").to_string();
+pub(crate) fn runtime_of(maps: &[Mapping]) -> Runtime {
+    let base = |m: &Mapping| m.path().rsplit('/').next().unwrap_or("").to_string();
     if maps.iter().any(|m| base(m) == "libjvm.so") {
         Runtime::Jvm
     } else if maps.iter().any(|m| {
@@ -143,8 +145,9 @@ impl Engine {
 mod tests {
     use super::*;
 
-    fn entry(path: &str) -> MapEntry {
-        MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: path.into(), build_id: None }
+    fn entry(path: &str) -> Mapping {
+        let e = wallclock_stream::MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: path.into(), build_id: None };
+        crate::procmaps::Strings::default().mapping(&e, None)
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Stacks met before: one hash of a stack's addresses instead of a lookup
 //! per address (on 1M records of 200k stacks, the per-address lookups
-//! were a third of stacksym's time, measured with oncputime).
+//! were a third of stacksym's time, measured with oncputime). Kept with
+//! the addresses of the stack's process (crate::cache), and dropped with
+//! them.
 
 use std::hash::BuildHasher;
 
 use wallclock_stream::fasthash::FastHash;
 use wallclock_stream::Stack;
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Space};
 use crate::gil;
 
 /// A stack written before.
@@ -19,8 +21,8 @@ pub(crate) struct Known {
     blocked: bool,
     /// Its id in the engine's table.
     id: u32,
-    /// The modules it has unnamed frames in.
-    unnamed: Box<[Box<str>]>,
+    /// The modules it has unnamed frames in (`Engine::modules`).
+    unnamed: Box<[u32]>,
 }
 
 impl Known {
@@ -43,14 +45,18 @@ fn hash(s: &Stack) -> u64 {
 
 impl Engine {
     pub(crate) fn known(&self, s: &Stack) -> Option<&Known> {
-        self.known.get(&hash(s)).filter(|k| k.is(s))
+        self.spaces.get(&s.pid)?.known.get(&hash(s)).filter(|k| k.is(s))
     }
 
     /// The table id of the stack of `s`'s frames when `s` was met before
     /// (one lookup), its time counted under the modules it has unnamed
     /// frames in.
     pub fn symbolized_known(&mut self, s: &Stack) -> Option<u32> {
-        let k = self.known.get(&hash(s)).filter(|k| k.is(s))?;
+        let generation = self.generation;
+        let c = self.spaces.get_mut(&s.pid)?;
+        // Still in use: not to be dropped (crate::cache).
+        c.used = generation;
+        let k = c.known.get(&hash(s)).filter(|k| k.is(s))?;
         crate::unnamed::add_time(&mut self.unnamed_time, &k.unnamed, s);
         let id = k.id;
         self.note_cut(s, id);
@@ -72,7 +78,7 @@ impl Engine {
         addrs.extend_from_slice(&s.ustack);
         addrs.extend_from_slice(&s.kstack);
         let known = Known { addrs: addrs.into(), pid: s.pid, blocked: gil::blocked(s), id, unnamed };
-        self.known.insert(hash(s), known);
+        self.space_mut(Space::User(s.pid)).known.insert(hash(s), known);
         self.note_cut(s, id);
         id
     }

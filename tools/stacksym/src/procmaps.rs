@@ -1,10 +1,121 @@
-//! What we read of a process ourselves: `/proc/PID/maps` (for module names
-//! and offsets, and as a snapshot should the process exit mid-stream) and
-//! `/tmp/perf-PID.map` (JIT symbols, still readable after the process exited).
+//! The mappings of processes: the stream's maps records, and what we read
+//! of a process ourselves: `/proc/PID/maps` (for module names and offsets,
+//! and as a snapshot should the process exit mid-stream) and
+//! `/tmp/perf-PID.map` (JIT symbols, still readable after the process
+//! exited). Mappings are kept as [`Mapping`]s, their strings shared.
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::rc::Rc;
 
-use wallclock_stream::MapEntry;
+use wallclock_stream::{MapEntry, Maps, Record};
+
+use crate::engine::Engine;
+
+/// A mapping of a process (a maps record's entry, or a line of
+/// /proc/PID/maps), its file (path and build id) shared with every other
+/// process that maps it: a system-wide capture has thousands of processes
+/// mapping libc, and strings of their own for each mapping were 10 MB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    file: Rc<MappedFile>,
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct MappedFile {
+    /// Empty for anonymous memory.
+    path: Rc<str>,
+    build_id: Option<Rc<str>>,
+}
+
+impl Mapping {
+    pub fn path(&self) -> &Rc<str> {
+        &self.file.path
+    }
+
+    pub fn build_id(&self) -> Option<&Rc<str>> {
+        self.file.build_id.as_ref()
+    }
+}
+
+/// The files of mappings, each kept once.
+#[derive(Debug, Default)]
+pub struct Strings {
+    strings: HashSet<Rc<str>>,
+    files: HashSet<Rc<MappedFile>>,
+}
+
+impl Strings {
+    pub fn get(&mut self, s: &str) -> Rc<str> {
+        if let Some(r) = self.strings.get(s) {
+            return r.clone();
+        }
+        let r: Rc<str> = s.into();
+        self.strings.insert(r.clone());
+        r
+    }
+
+    /// `e`, its path replaced by `path` when given.
+    pub fn mapping(&mut self, e: &MapEntry, path: Option<&str>) -> Mapping {
+        let file = MappedFile { path: self.get(path.unwrap_or(&e.path)), build_id: e.build_id.as_deref().map(|b| self.get(b)) };
+        let file = match self.files.get(&file) {
+            Some(f) => f.clone(),
+            None => {
+                let f = Rc::new(file);
+                self.files.insert(f.clone());
+                f
+            }
+        };
+        Mapping { start: e.start, end: e.end, offset: e.offset, file }
+    }
+}
+
+impl Engine {
+    /// Remember a process's mappings; several records for one pid add up,
+    /// the later winning where they overlap.
+    pub fn add_maps(&mut self, m: &Maps) {
+        let maps: Vec<Mapping> = m.maps.iter().map(|e| self.absolute(e)).collect();
+        // The same record may come from two streams (`--maps`).
+        let known = self.stream_maps.entry(m.pid).or_default();
+        for e in maps {
+            if !known.contains(&e) {
+                known.push(e);
+            }
+        }
+        known.shrink_to_fit();
+        if !m.names.is_empty() {
+            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
+        }
+    }
+
+    /// A relative path (a hand-made or generated Maps record) is taken from
+    /// the current directory, as a shell would; /proc never writes one.
+    fn absolute(&mut self, e: &MapEntry) -> Mapping {
+        if e.path.is_empty() || e.path.starts_with('/') || e.path.starts_with('[') {
+            return self.strings.mapping(e, None);
+        }
+        match std::path::absolute(&e.path) {
+            Ok(p) if p.exists() => self.strings.mapping(e, Some(&p.display().to_string())),
+            _ => {
+                self.warn(format!("{}: relative path in a maps record, not found from the current directory", e.path));
+                self.strings.mapping(e, None)
+            }
+        }
+    }
+
+    /// Remember the maps records among `records`.
+    pub fn learn_maps(&mut self, records: &[Record]) {
+        for r in records {
+            if let Record::Maps(m) = r {
+                self.add_maps(m);
+            }
+        }
+    }
+}
 
 /// Is `pid` a live process?
 pub fn is_live(pid: u32) -> bool {
@@ -13,22 +124,22 @@ pub fn is_live(pid: u32) -> bool {
 
 /// Every mapping of `pid` (anonymous ones with an empty path), or `None`
 /// when the process is gone or unreadable.
-pub fn read_proc_maps(pid: u32) -> Option<Vec<MapEntry>> {
-    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| m.entry).collect())
+pub fn read_proc_maps(pid: u32, strings: &mut Strings) -> Option<Vec<Mapping>> {
+    Some(wallclock_stream::procmaps::read(pid)?.into_iter().map(|m| strings.mapping(&m.entry, None)).collect())
 }
 
 /// The mapping holding `addr`; later entries win (a newer Maps record).
-pub fn find(maps: &[MapEntry], addr: u64) -> Option<&MapEntry> {
+pub fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     find_idx(maps, addr).map(|i| &maps[i])
 }
 
-pub fn find_idx(maps: &[MapEntry], addr: u64) -> Option<usize> {
+pub fn find_idx(maps: &[Mapping], addr: u64) -> Option<usize> {
     maps.iter().rposition(|m| m.start <= addr && addr < m.end)
 }
 
 /// A mapping backed by a file we can open (not `[vdso]`, not anonymous).
-pub fn is_file(m: &MapEntry) -> bool {
-    m.path.starts_with('/')
+pub fn is_file(m: &Mapping) -> bool {
+    m.path().starts_with('/')
 }
 
 /// Symbols of a perf map file: `START SIZE NAME` per line, hex numbers.
@@ -103,7 +214,7 @@ mod tests {
     #[test]
     fn anonymous_is_not_a_file() {
         let anon = wallclock_stream::procmaps::parse_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
-        assert!(!is_file(&anon.entry));
+        assert!(!is_file(&Strings::default().mapping(&anon.entry, None)));
     }
 
     #[test]

@@ -4,15 +4,16 @@
 //! in [`crate::engine`]).
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Reason, Sym, Symbolized};
 use blazesym::{MaybeDefault, Pid};
-use wallclock_stream::{Frame, MapEntry};
+use wallclock_stream::Frame;
 
 use crate::engine::{Engine, Options, KERNEL_MODULE};
 use crate::names;
-use crate::procmaps::{self, PerfMap};
+use crate::procmaps::{self, Mapping, PerfMap};
 
 /// One address to resolve: its index in the batch, the address as captured
 /// and the address to look up (`addr - 1` for a return address).
@@ -21,6 +22,7 @@ pub(crate) struct Item {
     idx: usize,
     addr: u64,
     lookup: u64,
+    ret: bool,
 }
 
 impl Engine {
@@ -51,13 +53,15 @@ impl Engine {
         res
     }
 
-    pub(crate) fn resolve_user(&mut self, pid: u32, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
-        let mut out: Vec<Option<Vec<Frame>>> = vec![None; keys.len()];
+    /// The frames of each of `keys` (address, is a return address) in
+    /// `pid`, as ids of the table.
+    pub(crate) fn resolve_user(&mut self, pid: u32, keys: &[(u64, bool)]) -> Vec<Rc<[u32]>> {
+        let mut out: Vec<Option<Rc<[u32]>>> = vec![None; keys.len()];
         // 0. Frames the capture named (an interpreter's: CPython's).
         if let Some(named) = self.named.get(&pid) {
             for (idx, (addr, _)) in keys.iter().enumerate() {
                 if let Some(f) = named.get(addr) {
-                    out[idx] = Some(vec![f.clone()]);
+                    out[idx] = Some(Rc::new([self.table.frame_id(f)]));
                 }
             }
         }
@@ -65,11 +69,11 @@ impl Engine {
             .iter()
             .enumerate()
             .filter(|&(idx, _)| out[idx].is_none())
-            .map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret) })
+            .map(|(idx, &(addr, ret))| Item { idx, addr, lookup: lookup(addr, ret), ret })
             .collect();
         let live = !self.opts.no_live && procmaps::is_live(pid);
         if live {
-            if let Some(m) = procmaps::read_proc_maps(pid) {
+            if let Some(m) = procmaps::read_proc_maps(pid, &mut self.strings) {
                 self.snapshots.insert(pid, m);
             }
         }
@@ -86,6 +90,9 @@ impl Engine {
         // 3. A snapshot of a process that exited mid-stream.
         self.resolve_in_files(&snapshot, &items, &mut out);
         // 4. A JIT runtime's perf map, 5. module+offset.
+        if items.iter().all(|it| out[it.idx].is_some()) {
+            return out.into_iter().map(Option::unwrap_or_default).collect();
+        }
         // Read again when the file changed since (a runtime that writes it
         // as it compiles): a name must not be missed for reading it early.
         let perf_map = self.perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
@@ -97,7 +104,8 @@ impl Engine {
                 continue;
             }
             if let Some(name) = perf_map.as_ref().and_then(|p| p.lookup(it.lookup)) {
-                out[it.idx] = Some(vec![Frame { jit: true, ..Frame::named(wallclock_stream::names::check(name)) }]);
+                let f = Frame { jit: true, ..Frame::named(wallclock_stream::names::check(name)) };
+                out[it.idx] = Some(Rc::new([self.table.frame_id(&f)]));
                 continue;
             }
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
@@ -108,45 +116,62 @@ impl Engine {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
                 None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),
                 None => crate::jit::why_unnamed(pid, runtime, perf_path),
-                Some(m) if m.path.is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
+                Some(m) if m.path().is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
                 Some(_) => "no symbol covers these addresses".into(),
             };
             let frame = unresolved_frame(entry, it.addr);
             if let Some(m) = frame.unnamed_module() {
                 self.why.entry(m.to_string()).or_insert(why);
             }
-            out[it.idx] = Some(vec![frame]);
+            out[it.idx] = Some(Rc::new([self.table.frame_id(&frame)]));
         }
         out.into_iter().map(Option::unwrap_or_default).collect()
     }
 
     /// Look up the items falling in file-backed `maps` entries, against the
     /// files, by file offset. An unreadable file leaves its items for later.
-    fn resolve_in_files(&mut self, maps: &[MapEntry], items: &[Item], out: &mut [Option<Vec<Frame>>]) {
+    /// Frames found before for the same file offset, in any process, are
+    /// taken as they are (crate::cache).
+    fn resolve_in_files(&mut self, maps: &[Mapping], items: &[Item], out: &mut [Option<Rc<[u32]>>]) {
         let mut by_file: HashMap<usize, Vec<(Item, u64)>> = HashMap::new();
         for it in items.iter().filter(|it| out[it.idx].is_none()) {
-            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i]) || maps[i].path == "[vdso]") {
+            if let Some(i) = procmaps::find_idx(maps, it.lookup).filter(|&i| procmaps::is_file(&maps[i]) || &**maps[i].path() == "[vdso]") {
                 let m = &maps[i];
                 by_file.entry(i).or_default().push((*it, it.lookup - m.start + m.offset));
             }
         }
         let mut files: Vec<_> = by_file.into_iter().collect();
-        files.sort_by_key(|(i, _)| (maps[*i].path.clone(), maps[*i].start));
+        files.sort_by_key(|(i, _)| (maps[*i].path().clone(), maps[*i].start));
         for (i, list) in files {
             let m = &maps[i];
             if !self.build_id_matches(m) {
                 continue;
             }
+            // Keyed by the address's own offset (`module+0x...` shows it)
+            // and whether it is a return address (looked up one before).
+            let file = self.file_id(m.path());
+            let key = |it: &Item| (file, it.addr.wrapping_sub(m.start).wrapping_add(m.offset), it.ret);
+            let mut list = list;
+            list.retain(|(it, _)| match self.files.get(&key(it)) {
+                Some(ids) => {
+                    out[it.idx] = Some(ids.clone());
+                    false
+                }
+                None => true,
+            });
+            if list.is_empty() {
+                continue;
+            }
             let offs: Vec<u64> = list.iter().map(|(_, off)| *off).collect();
-            let elf_path = if m.path == "[vdso]" {
+            let elf_path = if &**m.path() == "[vdso]" {
                 match self.vdso.get_or_insert_with(crate::vdso::VdsoFile::create) {
                     Some(v) => v.path.clone(),
                     None => continue,
                 }
             } else {
-                std::path::PathBuf::from(&m.path)
+                std::path::PathBuf::from(&**m.path())
             };
-            let module = names::basename(&m.path);
+            let module = names::basename(m.path());
             let src = Source::Elf(Elf::new(elf_path.clone()));
             match self.symbolizer.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(res) => {
@@ -159,7 +184,7 @@ impl Engine {
                         })
                         .collect();
                     drop(res);
-                    if m.path != "[vdso]" && found.contains(&Err(true)) {
+                    if &**m.path() != "[vdso]" && found.contains(&Err(true)) {
                         let (frames, why) = crate::debugfile::symbolize_stripped(&self.symbolizer, &self.opts, &elf_path, &offs, &found);
                         for (f, named) in found.iter_mut().zip(frames) {
                             if let Some(named) = named {
@@ -169,11 +194,14 @@ impl Engine {
                         self.why.entry(module.to_string()).or_insert(why);
                     }
                     for ((it, _), f) in list.iter().zip(found) {
-                        out[it.idx] = Some(f.unwrap_or_else(|_| vec![unresolved_frame(Some(m), it.addr)]));
+                        let f = f.unwrap_or_else(|_| vec![unresolved_frame(Some(m), it.addr)]);
+                        let ids = self.intern(&f);
+                        self.files.insert(key(it), ids.clone());
+                        out[it.idx] = Some(ids);
                     }
                 }
                 Err(e) => {
-                    let msg = format!("{}: {e}", m.path);
+                    let msg = format!("{}: {e}", m.path());
                     self.warn(msg);
                 }
             }
@@ -182,7 +210,7 @@ impl Engine {
 
     /// blazesym's process source: `/proc/PID/maps` and `map_files`, the vDSO
     /// and `/tmp/perf-PID.map` for code in anonymous mappings (JIT).
-    fn resolve_live(&mut self, pid: u32, snapshot: &[MapEntry], items: &[Item], out: &mut [Option<Vec<Frame>>]) {
+    fn resolve_live(&mut self, pid: u32, snapshot: &[Mapping], items: &[Item], out: &mut [Option<Rc<[u32]>>]) {
         let todo: Vec<Item> = items.iter().filter(|it| out[it.idx].is_none()).copied().collect();
         if todo.is_empty() {
             return;
@@ -202,34 +230,34 @@ impl Engine {
             let Symbolized::Sym(sym) = s else { continue };
             // Code outside any file (perf map) is JIT code.
             let anonymous = match entry {
-                Some(m) => m.path.is_empty(),
+                Some(m) => m.path().is_empty(),
                 None => true,
             };
             let jit = sym.module.is_none() && anonymous;
             let module = match (entry, &sym.module) {
-                (Some(m), _) if !m.path.is_empty() => Some(names::basename(&m.path).to_string()),
+                (Some(m), _) if !m.path().is_empty() => Some(names::basename(m.path()).to_string()),
                 (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
                 _ => None,
             };
             if let Some(f) = sym_frames(sym, module.as_deref(), &self.opts, false, jit) {
-                out[it.idx] = Some(f);
+                out[it.idx] = Some(f.iter().map(|f| self.table.frame_id(f)).collect());
             }
         }
     }
 
-    fn build_id_matches(&mut self, m: &MapEntry) -> bool {
-        let Some(want) = &m.build_id else { return true };
-        let key = (m.path.clone(), want.to_ascii_lowercase());
+    fn build_id_matches(&mut self, m: &Mapping) -> bool {
+        let Some(want) = m.build_id() else { return true };
+        let key = (m.path().clone(), want.clone());
         if let Some(&ok) = self.build_id_ok.get(&key) {
             return ok;
         }
-        let have = blazesym::helper::read_elf_build_id(&m.path)
+        let have = blazesym::helper::read_elf_build_id(&**m.path())
             .ok()
             .flatten()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>());
-        let ok = have.as_deref() == Some(key.1.as_str());
+        let ok = have.is_some_and(|h| h.eq_ignore_ascii_case(want));
         if !ok {
-            self.warn(format!("{}: build id is not {} any more; frames shown as module+offset", m.path, want));
+            self.warn(format!("{}: build id is not {} any more; frames shown as module+offset", m.path(), want));
         }
         self.build_id_ok.insert(key, ok);
         ok
@@ -245,10 +273,10 @@ fn lookup(addr: u64, ret: bool) -> u64 {
 }
 
 /// `module+0xFILEOFFSET` in a known mapping, `[unknown]+0xADDR` elsewhere.
-fn unresolved_frame(entry: Option<&MapEntry>, addr: u64) -> Frame {
+fn unresolved_frame(entry: Option<&Mapping>, addr: u64) -> Frame {
     match entry {
         Some(m) => {
-            let module = if m.path.is_empty() { "[anon]" } else { m.path.as_str() };
+            let module = if m.path().is_empty() { "[anon]" } else { &**m.path() };
             let off = addr.wrapping_sub(m.start).wrapping_add(m.offset);
             let mut f = Frame { module: Some(names::basename(module).to_string()), ..Frame::named(names::module_offset(module, off)) };
             wallclock_stream::names::check_frame(&mut f);

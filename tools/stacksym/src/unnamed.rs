@@ -4,23 +4,27 @@
 
 use std::collections::BTreeMap;
 
-use wallclock_stream::{Frame, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
+use wallclock_stream::{Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
-use crate::engine::{Engine, Key, Space};
+use crate::cache::NAMED;
+use crate::engine::{Engine, Space};
 
 impl Engine {
-    /// Count an address whose frames are unnamed, and say why once per module.
-    pub(crate) fn note_unnamed(&mut self, key: Key, frames: &[Frame]) {
-        if let Some(m) = frames.iter().find_map(Frame::unnamed_module) {
-            if !self.unnamed_keys.contains_key(&key) {
-                *self.pending.entry(format!("{UNNAMED_ADDRS}{m}")).or_insert(0) += 1;
-            }
-            if self.warned_modules.insert(m.to_string()) {
-                let why = self.why.get(m).cloned().unwrap_or_else(|| "no symbol covers these addresses".into());
-                self.warn(format!("frames left as {m}+0x...: {why}"));
-            }
-            self.unnamed_keys.insert(key, m.into());
+    /// The module (index in `modules`) the frames `ids` of `key` in
+    /// `space` are left unnamed in, [`NAMED`] if none: counted once per
+    /// address, and why said once per module.
+    pub(crate) fn note_unnamed(&mut self, space: Space, key: (u64, bool), ids: &[u32]) -> u32 {
+        let Some(m) = ids.iter().find_map(|&f| self.table.frame(f).unnamed_module()) else { return NAMED };
+        let m = m.to_string();
+        let counted = self.space(space).is_some_and(|c| c.counted(key));
+        if !counted {
+            *self.pending.entry(format!("{UNNAMED_ADDRS}{m}")).or_insert(0) += 1;
         }
+        if self.warned_modules.insert(m.clone()) {
+            let why = self.why.get(&m).cloned().unwrap_or_else(|| "no symbol covers these addresses".into());
+            self.warn(format!("frames left as {m}+0x...: {why}"));
+        }
+        self.module_id(&m)
     }
 
     /// Count the time of `s` under each module it has unnamed frames in
@@ -31,16 +35,17 @@ impl Engine {
     }
 
     /// The modules `s` has unnamed frames in, each once.
-    pub(crate) fn unnamed_modules(&self, s: &Stack) -> Box<[Box<str>]> {
-        let mut mods: Vec<Box<str>> = Vec::new();
-        if self.unnamed_keys.is_empty() {
+    pub(crate) fn unnamed_modules(&self, s: &Stack) -> Box<[u32]> {
+        let mut mods: Vec<u32> = Vec::new();
+        if self.modules.is_empty() {
             return mods.into();
         }
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+            let Some(c) = self.space(space) else { continue };
             for (i, &a) in addrs.iter().enumerate() {
-                if let Some(m) = self.unnamed_keys.get(&(space, a, i + 1 < addrs.len())) {
-                    if !mods.contains(m) {
-                        mods.push(m.clone());
+                if let Some(e) = c.addrs.get(&(a, i + 1 < addrs.len())) {
+                    if e.unnamed != NAMED && !mods.contains(&e.unnamed) {
+                        mods.push(e.unnamed);
                     }
                 }
             }
@@ -49,7 +54,7 @@ impl Engine {
     }
 
     /// Add the time of `s` to each of `mods`.
-    pub(crate) fn add_unnamed_time(&mut self, mods: &[Box<str>], s: &Stack) {
+    pub(crate) fn add_unnamed_time(&mut self, mods: &[u32], s: &Stack) {
         add_time(&mut self.unnamed_time, mods, s);
     }
 
@@ -58,6 +63,7 @@ impl Engine {
     pub fn take_counts(&mut self) -> BTreeMap<String, u64> {
         self.warn_cuts();
         for (m, (ns, count)) in std::mem::take(&mut self.unnamed_time) {
+            let m = &self.modules[m as usize];
             *self.pending.entry(format!("{UNNAMED_NS}{m}")).or_insert(0) += ns;
             *self.pending.entry(format!("{UNNAMED_COUNT}{m}")).or_insert(0) += count;
         }
@@ -73,13 +79,9 @@ impl Engine {
 
 /// Add the time of `s` to each of `mods` in `time` (the engine's
 /// `unnamed_time`, borrowed apart from the rest of it).
-pub(crate) fn add_time(time: &mut BTreeMap<Box<str>, (u64, u64)>, mods: &[Box<str>], s: &Stack) {
-    for m in mods {
-        match time.get_mut(m) {
-            Some(t) => *t = (t.0 + s.ns, t.1 + s.count),
-            None => {
-                time.insert(m.clone(), (s.ns, s.count));
-            }
-        }
+pub(crate) fn add_time(time: &mut BTreeMap<u32, (u64, u64)>, mods: &[u32], s: &Stack) {
+    for &m in mods {
+        let t = time.entry(m).or_default();
+        *t = (t.0 + s.ns, t.1 + s.count);
     }
 }
