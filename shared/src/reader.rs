@@ -69,6 +69,8 @@ pub struct Reader<R: BufRead> {
     defs: Defs,
     /// Return stack records with their `stack_id` instead of their frames.
     keep_ids: bool,
+    /// Leave out the addresses of stack records named by a stack of the table.
+    skip_named_addrs: bool,
     /// Warnings already given (each once per input).
     warned_newer: bool,
     warned_waker: bool,
@@ -91,6 +93,7 @@ impl<R: BufRead> Reader<R> {
             bin_version: binary::VERSION,
             defs: Defs::default(),
             keep_ids: false,
+            skip_named_addrs: false,
             warned_newer: false,
             warned_waker: false,
             unknown: Vec::new(),
@@ -104,6 +107,16 @@ impl<R: BufRead> Reader<R> {
     /// every record.
     pub fn keep_stack_ids(mut self) -> Self {
         self.keep_ids = true;
+        self
+    }
+
+    /// With [`Reader::keep_stack_ids`]: a stack record whose `stack_id`
+    /// names a stack of frames comes without its `ustack` and `kstack`
+    /// (still checked as the rest of the line), for tools that draw and
+    /// merge a stack by its frames and never look at its addresses:
+    /// reading them was most of the reading of `stacksym`'s output.
+    pub fn skip_named_addresses(mut self) -> Self {
+        self.skip_named_addrs = true;
         self
     }
 
@@ -223,9 +236,18 @@ impl<R: BufRead> Reader<R> {
         }
     }
 
-    /// A record's object without its `type` (see [`fast_object`]).
-    fn parse_fast(&self, obj: &str, parse: ParseFn) -> Result<Record, ParseError> {
-        parse(obj).map_err(|e| self.err(format!("invalid record: {e}")))
+    /// A record's object without its `type` (see [`fast_object`]): a
+    /// plain stack record by hand ([`crate::fastjson`]), the rest by serde.
+    fn parse_fast(&self, obj: &str, which: usize) -> Result<Record, ParseError> {
+        if which == STACK {
+            let defs = &self.defs;
+            let named = |id: u32| defs.stack(id).is_some_and(|f| !f.is_empty());
+            let skip: Option<&dyn Fn(u32) -> bool> = (self.keep_ids && self.skip_named_addrs).then_some(&named);
+            if let Some(s) = crate::fastjson::parse_stack(obj, skip) {
+                return Ok(Record::Stack(s));
+            }
+        }
+        (FAST[which].1)(obj).map_err(|e| self.err(format!("invalid record: {e}")))
     }
 
     fn parse(&mut self, line: &str) -> Result<Record, ParseError> {
@@ -303,7 +325,9 @@ impl<R: BufRead> Reader<R> {
 type ParseFn = fn(&str) -> serde_json::Result<Record>;
 
 /// The records read without serde's tagged-enum path: the prefix our
-/// writers give each (`type` first), and how to read the rest.
+/// writers give each (`type` first), and how to read the rest. A plain
+/// stack record ([`STACK`]) is read by hand first.
+const STACK: usize = 0;
 const FAST: [(&[u8], ParseFn); 3] = [
     (br#"{"type":"stack","#, |o| serde_json::from_str(o).map(Record::Stack)),
     (br#"{"type":"stackdef","#, |o| serde_json::from_str(o).map(Record::StackDef)),
@@ -320,17 +344,17 @@ const FAST: [(&[u8], ParseFn); 3] = [
 ///
 /// [`Stack`]: crate::record::Stack
 /// A line that is not UTF-8 is left as it is (read lossily elsewhere).
-fn fast_object(line: &mut [u8]) -> Option<(&str, ParseFn)> {
+fn fast_object(line: &mut [u8]) -> Option<(&str, usize)> {
     let start = line.len() - line.trim_ascii_start().len();
     let line = &mut line[start..];
-    let &(prefix, parse) = FAST.iter().find(|(p, _)| line.starts_with(p))?;
-    let at = prefix.len() - 1;
+    let which = FAST.iter().position(|(p, _)| line.starts_with(p))?;
+    let at = FAST[which].0.len() - 1;
     line[at] = b'{';
     if std::str::from_utf8(&line[at..]).is_err() {
         line[at] = b',';
         return None;
     }
-    std::str::from_utf8(&line[at..]).ok().map(|o| (o.trim(), parse))
+    std::str::from_utf8(&line[at..]).ok().map(|o| (o.trim(), which))
 }
 
 /// The `type` of every record this reader knows.
@@ -401,7 +425,7 @@ impl<R: BufRead> Reader<R> {
             // A stack record of our writers is parsed where it was read
             // (no copy of the line; see [`fast_object`]).
             let mut buf = std::mem::take(&mut self.buf);
-            let fast = fast_object(&mut buf).map(|(obj, parse)| self.parse_fast(obj, parse));
+            let fast = fast_object(&mut buf).map(|(obj, which)| self.parse_fast(obj, which));
             self.buf = buf;
             if let Some(res) = fast {
                 self.seen_data = true;

@@ -242,7 +242,7 @@ impl Profile {
         let opts = ReaderOptions { folded_unit_ns: unit_ns };
         // Stacks of the stream's stack table: their text made from the
         // table's frames, not from frames copied into every record.
-        let mut reader = Reader::new(r, name, opts).keep_stack_ids();
+        let mut reader = Reader::new(r, name, opts).keep_stack_ids().skip_named_addresses();
         // Each table stack's text made once (and its frames' once): (stack
         // id, state leaf) -> text id, for the table's current definitions.
         let mut frame_texts = folded::FrameTexts::default();

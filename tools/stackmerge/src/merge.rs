@@ -87,7 +87,7 @@ impl Merger {
         let mut freq = self.opts.freq;
         let mut counted = false;
         let mut ids = InputIds::default();
-        let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids();
+        let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids().skip_named_addresses();
         while let Some(rec) = reader.next() {
             match rec? {
                 Record::Header(h) if !header_seen => {

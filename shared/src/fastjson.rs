@@ -1,0 +1,381 @@
+//! The `stack` record as our writers write it, read and written by hand.
+//!
+//! A stream is mostly `stack` records (1M of them in `scripts/bench
+//! pipeline`), and serde's derived code was a third of `stacksym` and of
+//! `stackmerge`: a field-name match, a visitor and an allocation per field
+//! and address list, and on the writing side a `SerializeMap` entry per
+//! field. Here a record of the plain shape — the keys below, each once, in
+//! any order, no whitespace, numbers as plain digits, a `comm` with no
+//! escape — is read and written directly. Anything else (a `frames`
+//! list, `gpu`, `waker`, an unknown key, `null`, an escape, a space, a bad
+//! number) makes [`parse_stack`] answer `None` and the caller reads the
+//! line with serde, so what is accepted and every error message stay
+//! serde's. [`write_stack`] writes the bytes serde would.
+
+use crate::record::{Kind, Stack, State};
+
+/// Reads a plain `stack` object (the record without its `"type"`, from
+/// `{` to `}`); `None` for anything serde must read. With `skip`, a record
+/// whose `stack_id` `skip` accepts gets no addresses (their syntax is still
+/// checked): tools that draw a stack from its frames never look at them.
+pub fn parse_stack(obj: &str, skip: Option<&dyn Fn(u32) -> bool>) -> Option<Stack> {
+    let b = obj.as_bytes();
+    if b.first() != Some(&b'{') || b.last() != Some(&b'}') {
+        return None;
+    }
+    let mut s = Stack::new(Kind::Other, 0, 0, "");
+    let mut seen = 0u16;
+    let mut kind = false;
+    let (mut ustack, mut kstack) = (None, None);
+    let mut i = 1;
+    if b.get(i) == Some(&b'}') {
+        return None; // no kind: serde's error
+    }
+    loop {
+        let (key, at) = string(b, i)?;
+        i = at;
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i += 1;
+        let bit = match key {
+            b"kind" => {
+                let (v, at) = string(b, i)?;
+                s.kind = match v {
+                    b"on" => Kind::On,
+                    b"off" => Kind::Off,
+                    b"gpu" => Kind::Gpu,
+                    b"other" => Kind::Other,
+                    _ => return None,
+                };
+                kind = true;
+                i = at;
+                0
+            }
+            b"state" => {
+                let (v, at) = string(b, i)?;
+                s.state = Some(match v {
+                    b"R" => State::R,
+                    b"S" => State::S,
+                    b"D" => State::D,
+                    b"other" => State::Other,
+                    _ => return None,
+                });
+                i = at;
+                1
+            }
+            b"pid" => {
+                let (v, at) = number(b, i)?;
+                s.pid = u32::try_from(v).ok()?;
+                i = at;
+                2
+            }
+            b"tid" => {
+                let (v, at) = number(b, i)?;
+                s.tid = u32::try_from(v).ok()?;
+                i = at;
+                3
+            }
+            b"comm" => {
+                let (v, at) = string(b, i)?;
+                // Checked UTF-8 already (a `&str`), and cut at ASCII quotes.
+                s.comm = std::str::from_utf8(v).ok()?.to_string();
+                i = at;
+                4
+            }
+            b"ustack" => {
+                let end = addrs(b, i, None)?;
+                ustack = Some((i, end));
+                i = end;
+                5
+            }
+            b"kstack" => {
+                let end = addrs(b, i, None)?;
+                kstack = Some((i, end));
+                i = end;
+                6
+            }
+            b"stack_id" => {
+                let (v, at) = number(b, i)?;
+                s.stack_id = Some(u32::try_from(v).ok()?);
+                i = at;
+                7
+            }
+            b"ns" => {
+                let (v, at) = number(b, i)?;
+                s.ns = v;
+                i = at;
+                8
+            }
+            b"count" => {
+                let (v, at) = number(b, i)?;
+                s.count = v;
+                i = at;
+                9
+            }
+            _ => return None,
+        };
+        if seen & (1 << bit) != 0 {
+            return None; // serde's "duplicate field"
+        }
+        seen |= 1 << bit;
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') if i + 1 == b.len() => break,
+            _ => return None,
+        }
+    }
+    if !kind {
+        return None;
+    }
+    let skipped = match (s.stack_id, skip) {
+        (Some(id), Some(f)) => f(id),
+        _ => false,
+    };
+    if !skipped {
+        for (span, into) in [(ustack, &mut s.ustack), (kstack, &mut s.kstack)] {
+            if let Some((from, _)) = span {
+                addrs(b, from, Some(into))?;
+            }
+        }
+    }
+    Some(s)
+}
+
+/// A string without escapes or control bytes at `b[i]` (`"`): its bytes
+/// and the index after its closing quote.
+fn string(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    let rest = &b[i + 1..];
+    let len = rest.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+    (rest[len] == b'"').then(|| (&rest[..len], i + 1 + len + 1))
+}
+
+/// An unsigned integer as serde_json reads one (no sign, fraction,
+/// exponent or leading zero; no overflow) at `b[i]`, and the index after it.
+fn number(b: &[u8], i: usize) -> Option<(u64, usize)> {
+    let digits = b.get(i..)?.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 || (digits > 1 && b[i] == b'0') {
+        return None;
+    }
+    let end = i + digits;
+    if matches!(b.get(end), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    let mut v = 0u64;
+    for &c in &b[i..end] {
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some((v, end))
+}
+
+/// A list of addresses at `b[i]` (`[`): its end, the values pushed to
+/// `out` when given (else only checked).
+fn addrs(b: &[u8], mut i: usize, mut out: Option<&mut Vec<u64>>) -> Option<usize> {
+    if b.get(i) != Some(&b'[') {
+        return None;
+    }
+    i += 1;
+    if b.get(i) == Some(&b']') {
+        return Some(i + 1);
+    }
+    if let Some(o) = out.as_deref_mut() {
+        // Most lists are a few dozen addresses: one allocation.
+        let len = b[i..].iter().position(|&c| c == b']').unwrap_or(0);
+        o.reserve_exact(len / 8 + 1);
+    }
+    loop {
+        let (v, at) = number(b, i)?;
+        if let Some(o) = out.as_deref_mut() {
+            o.push(v);
+        }
+        match b.get(at) {
+            Some(b',') => i = at + 1,
+            Some(b']') => return Some(at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// Appends `{"type":"stack",...}` for `s` as serde writes it (without the
+/// line feed); `false`, with nothing written, for a record with `frames`,
+/// `gpu` or `waker` (serde writes those).
+pub fn write_stack(out: &mut Vec<u8>, s: &Stack) -> bool {
+    if !s.frames.is_empty() || s.gpu.is_some() || s.waker.is_some() || needs_escape(&s.comm) {
+        return false;
+    }
+    out.extend_from_slice(br#"{"type":"stack","kind":""#);
+    out.extend_from_slice(match s.kind {
+        Kind::On => b"on",
+        Kind::Off => b"off",
+        Kind::Gpu => b"gpu",
+        Kind::Other => b"other",
+    });
+    out.push(b'"');
+    if let Some(st) = s.state {
+        out.extend_from_slice(br#","state":""#);
+        out.extend_from_slice(match st {
+            State::R => b"R",
+            State::S => b"S",
+            State::D => b"D",
+            State::Other => b"other",
+        });
+        out.push(b'"');
+    }
+    out.extend_from_slice(br#","pid":"#);
+    write_u64(out, u64::from(s.pid));
+    out.extend_from_slice(br#","tid":"#);
+    write_u64(out, u64::from(s.tid));
+    if !s.comm.is_empty() {
+        out.extend_from_slice(br#","comm":""#);
+        out.extend_from_slice(s.comm.as_bytes());
+        out.push(b'"');
+    }
+    if !s.ustack.is_empty() {
+        out.extend_from_slice(br#","ustack":"#);
+        write_list(out, s.ustack.iter().copied());
+    }
+    if !s.kstack.is_empty() {
+        out.extend_from_slice(br#","kstack":"#);
+        write_list(out, s.kstack.iter().copied());
+    }
+    if let Some(id) = s.stack_id {
+        out.extend_from_slice(br#","stack_id":"#);
+        write_u64(out, u64::from(id));
+    }
+    out.extend_from_slice(br#","ns":"#);
+    write_u64(out, s.ns);
+    out.extend_from_slice(br#","count":"#);
+    write_u64(out, s.count);
+    out.push(b'}');
+    true
+}
+
+/// Appends `{"type":"stackdef","id":ID,"frames":[...]}` as serde writes it.
+pub fn write_stackdef(out: &mut Vec<u8>, id: u32, frames: &[u32]) {
+    out.extend_from_slice(br#"{"type":"stackdef","id":"#);
+    write_u64(out, u64::from(id));
+    out.extend_from_slice(br#","frames":"#);
+    write_list(out, frames.iter().map(|&f| u64::from(f)));
+    out.push(b'}');
+}
+
+/// What serde_json writes escaped in a string: `"`, `\` and control bytes.
+fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+}
+
+fn write_list(out: &mut Vec<u8>, vals: impl Iterator<Item = u64>) {
+    out.push(b'[');
+    for (n, v) in vals.enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        write_u64(out, v);
+    }
+    out.push(b']');
+}
+
+/// Decimal digits of `v`, two at a time.
+pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut buf = [0u8; 20];
+    let mut at = buf.len();
+    while v >= 100 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
+    if v >= 10 {
+        let p = v as usize * 2;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    } else {
+        at -= 1;
+        buf[at] = b'0' + v as u8;
+    }
+    out.extend_from_slice(&buf[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    fn serde(obj: &str) -> Option<Stack> {
+        serde_json::from_str(obj).ok()
+    }
+
+    #[test]
+    fn reads_what_serde_reads_or_leaves_it_to_serde() {
+        let lines = [
+            r#"{"kind":"off","state":"S","pid":42,"tid":43,"comm":"w","ustack":[1,18446744073709551615],"kstack":[0],"stack_id":7,"ns":5,"count":1}"#,
+            r#"{"ustack":[],"kind":"on","ns":0,"count":0}"#,
+            r#"{"kind":"gpu","pid":4294967295,"comm":"ü x"}"#,
+            // serde's: an error or a shape left to it.
+            r#"{"kind":"on","pid":4294967296}"#,
+            r#"{"kind":"on","ns":01}"#,
+            r#"{"kind":"on","ns":1.0}"#,
+            r#"{"kind":"on","ns":-1}"#,
+            r#"{"kind":"on","ustack":[18446744073709551616]}"#,
+            r#"{"kind":"on","ustack":[1,]}"#,
+            r#"{"kind":"on","pid":1,"pid":2}"#,
+            r#"{"kind":"on","comm":"a\"b"}"#,
+            r#"{"kind":"on", "pid":1}"#,
+            r#"{"kind":"on","state":null}"#,
+            r#"{"kind":"bogus"}"#,
+            r#"{"pid":1}"#,
+            r#"{}"#,
+            r#"{"kind":"on","extra":1}"#,
+            r#"{"kind":"on"}x"#,
+            r#"{"kind":"on","frames":[{"func":"f"}]}"#,
+        ];
+        for l in lines {
+            if let Some(s) = parse_stack(l, None) {
+                assert_eq!(Some(s), serde(l), "{l}");
+            }
+        }
+        assert!(parse_stack(lines[0], None).is_some() && parse_stack(lines[2], None).is_some());
+        for l in &lines[3..] {
+            assert!(parse_stack(l, None).is_none(), "{l}");
+        }
+        // Skipped addresses are still checked.
+        let yes = |_| true;
+        let s = parse_stack(lines[0], Some(&yes)).unwrap();
+        assert!(s.ustack.is_empty() && s.kstack.is_empty() && s.stack_id == Some(7));
+        let bad = r#"{"kind":"on","ustack":[1,x],"stack_id":1}"#;
+        assert!(parse_stack(bad, Some(&yes)).is_none());
+    }
+
+    #[test]
+    fn writes_what_serde_writes() {
+        let mut s = Stack::new(Kind::Off, 42, 43, "wörker");
+        s.state = Some(State::Other);
+        s.ustack = vec![0, 9, 10, 99, 100, 12345678901234567890, u64::MAX];
+        s.kstack = vec![1];
+        s.stack_id = Some(u32::MAX);
+        s.ns = 1_000_000_007;
+        let bare = Stack::new(Kind::Other, 0, 0, "");
+        let mut quoted = Stack::new(Kind::On, 1, 1, "a\"b\n");
+        quoted.ns = 3;
+        for s in [s, bare, quoted.clone()] {
+            let mut ours = Vec::new();
+            let done = write_stack(&mut ours, &s);
+            assert_eq!(done, s.comm != quoted.comm);
+            if done {
+                assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(&Record::Stack(s)).unwrap());
+            }
+        }
+        let mut ours = Vec::new();
+        write_stackdef(&mut ours, 3, &[0, 17, 4_000_000_000]);
+        let d = Record::StackDef(crate::StackDef { id: 3, frames: vec![0, 17, 4_000_000_000] });
+        assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(&d).unwrap());
+    }
+}
