@@ -155,20 +155,69 @@ fn string(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
 
 /// An unsigned integer as serde_json reads one (no sign, fraction,
 /// exponent or leading zero; no overflow) at `b[i]`, and the index after it.
+/// Eight digits at a time: a stream's addresses are 15 to 20 digits, and
+/// a digit at a time was a sixth of stacksym's run.
 fn number(b: &[u8], i: usize) -> Option<(u64, usize)> {
-    let digits = b.get(i..)?.iter().take_while(|c| c.is_ascii_digit()).count();
-    if digits == 0 || (digits > 1 && b[i] == b'0') {
+    let digits = digits_at(b, i);
+    if digits == 0 || digits > 20 || (digits > 1 && b[i] == b'0') {
         return None;
     }
     let end = i + digits;
     if matches!(b.get(end), Some(b'.' | b'e' | b'E')) {
         return None;
     }
+    // At most 19 digits cannot overflow; the 20th is added checked.
+    let head = digits.min(19);
     let mut v = 0u64;
-    for &c in &b[i..end] {
-        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    let mut j = i;
+    while j + 8 <= i + head {
+        v = v * 100_000_000 + eight_digits(load8(b, j));
+        j += 8;
+    }
+    for &c in &b[j..i + head] {
+        v = v * 10 + u64::from(c - b'0');
+    }
+    if digits == 20 {
+        v = v.checked_mul(10)?.checked_add(u64::from(b[i + 19] - b'0'))?;
     }
     Some((v, end))
+}
+
+/// The 8 bytes at `b[j..j + 8]` (in bounds), first byte lowest.
+fn load8(b: &[u8], j: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[j..j + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// How many ASCII digits start at `b[i]`, 8 bytes at a time where 8 are
+/// left. (No byte of UTF-8 text is 0xF5 or above, so adding 6 to one
+/// never carries into the next.)
+fn digits_at(b: &[u8], i: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    let mut n = 0;
+    while i + n + 8 <= b.len() {
+        let x = load8(b, i + n);
+        let bad = ((x & (0xF0 * LO)) ^ (0x30 * LO)) | (((x + 0x06 * LO) & (0xF0 * LO)) ^ (0x30 * LO));
+        if bad != 0 {
+            // The lowest byte that is not a digit.
+            let nonzero = ((bad & (0x7F * LO)) + 0x7F * LO | bad) & (0x80 * LO);
+            return n + (nonzero.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + b[i + n..].iter().take_while(|c| c.is_ascii_digit()).count()
+}
+
+/// The value of eight ASCII digits loaded by [`load8`] (the first digit
+/// the most significant).
+fn eight_digits(x: u64) -> u64 {
+    let v = x - 0x3030_3030_3030_3030;
+    let v = (v * 10) + (v >> 8);
+    // The products wrap on purpose: the high half is the value.
+    ((v & 0x0000_00FF_0000_00FF).wrapping_mul(100 + (1_000_000 << 32))
+        .wrapping_add(((v >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32))))
+        >> 32
 }
 
 /// A list of addresses at `b[i]` (`[`): its end, the values pushed to
@@ -182,9 +231,10 @@ fn addrs(b: &[u8], mut i: usize, mut out: Option<&mut Vec<u64>>) -> Option<usize
         return Some(i + 1);
     }
     if let Some(o) = out.as_deref_mut() {
-        // Most lists are a few dozen addresses: one allocation.
-        let len = b[i..].iter().position(|&c| c == b']').unwrap_or(0);
-        o.reserve_exact(len / 8 + 1);
+        // One allocation of the exact size: the list is checked already,
+        // its commas counted at the speed of memory.
+        let end = b[i..].iter().position(|&c| c == b']').map_or(b.len(), |e| i + e);
+        o.reserve_exact(1 + b[i..end].iter().filter(|&&c| c == b',').count());
     }
     loop {
         let (v, at) = number(b, i)?;
@@ -278,15 +328,42 @@ fn write_list(out: &mut Vec<u8>, vals: impl Iterator<Item = u64>) {
     out.push(b']');
 }
 
-/// Decimal digits of `v`, two at a time.
-pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-        2021222324252627282930313233343536373839\
-        4041424344454647484950515253545556575859\
-        6061626364656667686970717273747576777879\
-        8081828384858687888990919293949596979899";
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
+/// Decimal digits of `v`, two at a time, written in place (a call to
+/// memcpy per number was a tenth of the writing).
+pub fn write_u64(out: &mut Vec<u8>, v: u64) {
+    const POW10: [u64; 19] = {
+        let mut p = [10u64; 19];
+        let mut k = 1;
+        while k < 19 {
+            p[k] = p[k - 1] * 10;
+            k += 1;
+        }
+        p
+    };
+    // The digits: compares without a chain of divisions.
+    let n = 1 + POW10.iter().filter(|&&p| v >= p).count();
+    // Room for the longest number, cut to its length after. Cut into
+    // chunks of 8 digits first, each written on its own: one chain of
+    // divisions by 100 over 20 digits was most of the writing.
+    let len = out.len();
+    out.extend_from_slice(&[0u8; 20]);
+    let buf = &mut out[len..len + n];
+    let (head, tail) = match n {
+        17.. => {
+            let low = (v % 100_000_000) as u32;
+            let mid = ((v / 100_000_000) % 100_000_000) as u32;
+            eight(&mut buf[n - 16..n - 8], mid);
+            eight(&mut buf[n - 8..], low);
+            (v / 10_000_000_000_000_000, n - 16)
+        }
+        9..=16 => {
+            eight(&mut buf[n - 8..], (v % 100_000_000) as u32);
+            (v / 100_000_000, n - 8)
+        }
+        _ => (v, n),
+    };
+    let mut v = head as u32;
+    let mut at = tail;
     while v >= 100 {
         let p = (v % 100) as usize * 2;
         v /= 100;
@@ -295,13 +372,26 @@ pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
     }
     if v >= 10 {
         let p = v as usize * 2;
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
+        buf[0..2].copy_from_slice(&PAIRS[p..p + 2]);
     } else {
-        at -= 1;
-        buf[at] = b'0' + v as u8;
+        buf[0] = b'0' + v as u8;
     }
-    out.extend_from_slice(&buf[at..]);
+    out.truncate(len + n);
+}
+
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Exactly eight digits of `c` (< 10^8), leading zeros included.
+fn eight(out: &mut [u8], c: u32) {
+    let (hi, lo) = (c / 10_000, c % 10_000);
+    for (at, pair) in [(0, hi / 100), (2, hi % 100), (4, lo / 100), (6, lo % 100)] {
+        let p = pair as usize * 2;
+        out[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +442,47 @@ mod tests {
         assert!(s.ustack.is_empty() && s.kstack.is_empty() && s.stack_id == Some(7));
         let bad = r#"{"kind":"on","ustack":[1,x],"stack_id":1}"#;
         assert!(parse_stack(bad, Some(&yes)).is_none());
+    }
+
+    #[test]
+    fn numbers_as_serde_reads_them() {
+        let mut cases: Vec<String> = ["0", "7", "10", "00", "01", "18446744073709551615", "18446744073709551616", "99999999999999999999"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for len in 1..=22 {
+            for _ in 0..50 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let digits: String = (0..len).map(|k| char::from(b'0' + ((x >> (k % 60)) % 10) as u8)).collect();
+                cases.push(digits);
+            }
+        }
+        for c in cases {
+            for tail in ["", "]", ",1]", "}"] {
+                let text = format!("{c}{tail}");
+                let ours = number(text.as_bytes(), 0).map(|(v, end)| (v, end == c.len()));
+                let serde = serde_json::from_str::<u64>(&c).ok().map(|v| (v, true));
+                assert_eq!(ours, serde, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn integers_written_as_to_string_writes_them() {
+        let mut vals = vec![0, 9, 10, 99, 100, 99_999_999, 100_000_000, 10_000_000_000_000_000, u64::MAX];
+        for k in 0..20 {
+            let p = 10u64.pow(k);
+            vals.extend([p, p - 1, p + 1, p.wrapping_mul(7).wrapping_add(12345)]);
+        }
+        let mut out = b"x".to_vec();
+        for v in vals {
+            out.truncate(1);
+            write_u64(&mut out, v);
+            assert_eq!(&out[1..], v.to_string().as_bytes());
+        }
     }
 
     #[test]
