@@ -237,8 +237,14 @@ impl<R: BufRead> Reader<R> {
     }
 
     /// A record's object without its `type` (see [`fast_object`]): a
-    /// plain stack record by hand ([`crate::fastjson`]), the rest by serde.
+    /// plain stack or stackdef record by hand ([`crate::fastjson`]), the
+    /// rest by serde.
     fn parse_fast(&self, obj: &str, which: usize) -> Result<Record, ParseError> {
+        if which == STACKDEF {
+            if let Some(d) = crate::fastjson::parse_stackdef(obj) {
+                return Ok(Record::StackDef(d));
+            }
+        }
         if which == STACK {
             let defs = &self.defs;
             let named = |id: u32| defs.stack(id).is_some_and(|f| !f.is_empty());
@@ -328,6 +334,7 @@ type ParseFn = fn(&str) -> serde_json::Result<Record>;
 /// writers give each (`type` first), and how to read the rest. A plain
 /// stack record ([`STACK`]) is read by hand first.
 const STACK: usize = 0;
+const STACKDEF: usize = 1;
 const FAST: [(&[u8], ParseFn); 3] = [
     (br#"{"type":"stack","#, |o| serde_json::from_str(o).map(Record::Stack)),
     (br#"{"type":"stackdef","#, |o| serde_json::from_str(o).map(Record::StackDef)),
