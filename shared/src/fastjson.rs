@@ -14,15 +14,14 @@
 
 use crate::record::{Kind, Stack, StackDef, State};
 
-/// Reads a plain `stack` object (the record without its `"type"`, from
-/// `{` to `}`); `None` for anything serde must read. With `skip`, a record
-/// whose `stack_id` `skip` accepts gets no addresses (their syntax is still
-/// checked): tools that draw a stack from its frames never look at them.
-pub fn parse_stack(obj: &str, skip: Option<&dyn Fn(u32) -> bool>) -> Option<Stack> {
-    let b = obj.as_bytes();
-    if b.first() != Some(&b'{') || b.last() != Some(&b'}') {
-        return None;
-    }
+/// Reads a plain `stack` object (the record without its `"type"`: `b[0]`
+/// is the `{`, or the `,` after the type, and is not looked at) and the
+/// index after its closing `}`; `None` for anything serde must read. Only
+/// the bytes of `comm` need be UTF-8 (checked): everything else must be
+/// ASCII to be read at all. With `skip`, a record whose `stack_id` `skip`
+/// accepts gets no addresses (their syntax is still checked): tools that
+/// draw a stack from its frames never look at them.
+pub fn parse_stack(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>) -> Option<(Stack, usize)> {
     let mut s = Stack::new(Kind::Other, 0, 0, "");
     let mut seen = 0u16;
     let mut kind = false;
@@ -78,7 +77,6 @@ pub fn parse_stack(obj: &str, skip: Option<&dyn Fn(u32) -> bool>) -> Option<Stac
             }
             b"comm" => {
                 let (v, at) = string(b, i)?;
-                // Checked UTF-8 already (a `&str`), and cut at ASCII quotes.
                 s.comm = std::str::from_utf8(v).ok()?.to_string();
                 i = at;
                 4
@@ -121,7 +119,7 @@ pub fn parse_stack(obj: &str, skip: Option<&dyn Fn(u32) -> bool>) -> Option<Stac
         seen |= 1 << bit;
         match b.get(i) {
             Some(b',') => i += 1,
-            Some(b'}') if i + 1 == b.len() => break,
+            Some(b'}') => break,
             _ => return None,
         }
     }
@@ -139,28 +137,30 @@ pub fn parse_stack(obj: &str, skip: Option<&dyn Fn(u32) -> bool>) -> Option<Stac
             }
         }
     }
-    Some(s)
+    Some((s, i + 1))
 }
 
 /// Reads a plain `stackdef` object (`{"id":N,"frames":[...]}` in this
-/// order, as our writers write it); `None` for anything serde must read.
-/// 200k of them by serde were a tenth of `flame`'s run.
-pub fn parse_stackdef(obj: &str) -> Option<StackDef> {
-    let b = obj.as_bytes();
-    let rest = b.strip_prefix(br#"{"id":"#)?;
-    let at = b.len() - rest.len();
-    let (id, at) = number(b, at)?;
-    let at = at + br#","frames":"#.len();
-    if b.get(at - br#","frames":"#.len()..at) != Some(br#","frames":"#) {
+/// order, as our writers write it; `b[0]` as in [`parse_stack`]) and the
+/// index after it; `None` for anything serde must read. 200k of them by
+/// serde were a tenth of `flame`'s run.
+pub fn parse_stackdef(b: &[u8]) -> Option<(StackDef, usize)> {
+    const ID: &[u8] = br#""id":"#;
+    const FRAMES: &[u8] = br#","frames":"#;
+    if b.get(1..1 + ID.len()) != Some(ID) {
+        return None;
+    }
+    let (id, at) = number(b, 1 + ID.len())?;
+    if b.get(at..at + FRAMES.len()) != Some(FRAMES) {
         return None;
     }
     let mut frames = Vec::new();
-    let end = addrs(b, at, Some(&mut frames))?;
-    if end + 1 != b.len() {
-        return None; // not the closing brace alone: serde's to read
+    let end = addrs(b, at + FRAMES.len(), Some(&mut frames))?;
+    if b.get(end) != Some(&b'}') {
+        return None;
     }
     let frames = frames.into_iter().map(u32::try_from).collect::<Result<Vec<u32>, _>>().ok()?;
-    Some(StackDef { id: u32::try_from(id).ok()?, frames })
+    Some((StackDef { id: u32::try_from(id).ok()?, frames }, end + 1))
 }
 
 /// A string without escapes or control bytes at `b[i]` (`"`): its bytes
@@ -222,7 +222,7 @@ fn digits_at(b: &[u8], i: usize) -> usize {
         let bad = ((x & (0xF0 * LO)) ^ (0x30 * LO)) | (((x + 0x06 * LO) & (0xF0 * LO)) ^ (0x30 * LO));
         if bad != 0 {
             // The lowest byte that is not a digit.
-            let nonzero = ((bad & (0x7F * LO)) + 0x7F * LO | bad) & (0x80 * LO);
+            let nonzero = (((bad & (0x7F * LO)) + 0x7F * LO) | bad) & (0x80 * LO);
             return n + (nonzero.trailing_zeros() / 8) as usize;
         }
         n += 8;
@@ -424,6 +424,15 @@ mod tests {
         serde_json::from_str(obj).ok()
     }
 
+    /// What a parser reads of `obj` when it reads all of it.
+    fn whole<T>(obj: &str, parse: impl Fn(&[u8]) -> Option<(T, usize)>) -> Option<T> {
+        parse(obj.as_bytes()).filter(|(_, end)| *end == obj.len()).map(|(v, _)| v)
+    }
+
+    fn stack(obj: &str, skip: Option<&dyn Fn(u32) -> bool>) -> Option<Stack> {
+        whole(obj, |b| parse_stack(b, skip))
+    }
+
     #[test]
     fn reads_what_serde_reads_or_leaves_it_to_serde() {
         let lines = [
@@ -449,20 +458,20 @@ mod tests {
             r#"{"kind":"on","frames":[{"func":"f"}]}"#,
         ];
         for l in lines {
-            if let Some(s) = parse_stack(l, None) {
+            if let Some(s) = stack(l, None) {
                 assert_eq!(Some(s), serde(l), "{l}");
             }
         }
-        assert!(parse_stack(lines[0], None).is_some() && parse_stack(lines[2], None).is_some());
+        assert!(stack(lines[0], None).is_some() && stack(lines[2], None).is_some());
         for l in &lines[3..] {
-            assert!(parse_stack(l, None).is_none(), "{l}");
+            assert!(stack(l, None).is_none(), "{l}");
         }
         // Skipped addresses are still checked.
         let yes = |_| true;
-        let s = parse_stack(lines[0], Some(&yes)).unwrap();
+        let s = stack(lines[0], Some(&yes)).unwrap();
         assert!(s.ustack.is_empty() && s.kstack.is_empty() && s.stack_id == Some(7));
         let bad = r#"{"kind":"on","ustack":[1,x],"stack_id":1}"#;
-        assert!(parse_stack(bad, Some(&yes)).is_none());
+        assert!(stack(bad, Some(&yes)).is_none());
     }
 
     #[test]
@@ -478,12 +487,12 @@ mod tests {
             r#"{"id":1,"frames":[01]}"#,
         ] {
             let serde = serde_json::from_str::<StackDef>(l).ok();
-            match parse_stackdef(l) {
+            match whole(l, parse_stackdef) {
                 Some(d) => assert_eq!(Some(d), serde, "{l}"),
                 None => assert!(l.starts_with(r#"{"frames""#) || l.contains('x') || serde.is_none(), "{l}"),
             }
         }
-        assert!(parse_stackdef(r#"{"id":0,"frames":[]}"#).is_some());
+        assert!(whole(r#"{"id":0,"frames":[]}"#, parse_stackdef).is_some());
     }
 
     #[test]
