@@ -82,14 +82,14 @@ pub fn parse_stack(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>) -> Option<(Stac
                 4
             }
             b"ustack" => {
-                let end = addrs(b, i, None)?;
-                ustack = Some((i, end));
+                let (end, n) = check_list(b, i)?;
+                ustack = Some((i, n));
                 i = end;
                 5
             }
             b"kstack" => {
-                let end = addrs(b, i, None)?;
-                kstack = Some((i, end));
+                let (end, n) = check_list(b, i)?;
+                kstack = Some((i, n));
                 i = end;
                 6
             }
@@ -132,8 +132,8 @@ pub fn parse_stack(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>) -> Option<(Stac
     };
     if !skipped {
         for (span, into) in [(ustack, &mut s.ustack), (kstack, &mut s.kstack)] {
-            if let Some((from, _)) = span {
-                addrs(b, from, Some(into))?;
+            if let Some((from, n)) = span {
+                read_list(b, from, n, into)?;
             }
         }
     }
@@ -155,7 +155,8 @@ pub fn parse_stackdef(b: &[u8]) -> Option<(StackDef, usize)> {
         return None;
     }
     let mut frames = Vec::new();
-    let end = addrs(b, at + FRAMES.len(), Some(&mut frames))?;
+    let (end, n) = check_list(b, at + FRAMES.len())?;
+    read_list(b, at + FRAMES.len(), n, &mut frames)?;
     if b.get(end) != Some(&b'}') {
         return None;
     }
@@ -241,33 +242,42 @@ fn eight_digits(x: u64) -> u64 {
         >> 32
 }
 
-/// A list of addresses at `b[i]` (`[`): its end, the values pushed to
-/// `out` when given (else only checked).
-fn addrs(b: &[u8], mut i: usize, mut out: Option<&mut Vec<u64>>) -> Option<usize> {
+/// A list of integers at `b[i]` (`[`), checked as serde reads one (see
+/// [`number`]) without computing a value: its end and its length.
+fn check_list(b: &[u8], mut i: usize) -> Option<(usize, usize)> {
     if b.get(i) != Some(&b'[') {
         return None;
     }
     i += 1;
     if b.get(i) == Some(&b']') {
-        return Some(i + 1);
+        return Some((i + 1, 0));
     }
-    if let Some(o) = out.as_deref_mut() {
-        // One allocation of the exact size: the list is checked already,
-        // its commas counted at the speed of memory.
-        let end = b[i..].iter().position(|&c| c == b']').map_or(b.len(), |e| i + e);
-        o.reserve_exact(1 + b[i..end].iter().filter(|&&c| c == b',').count());
-    }
+    let mut n = 0;
     loop {
-        let (v, at) = number(b, i)?;
-        if let Some(o) = out.as_deref_mut() {
-            o.push(v);
+        let digits = digits_at(b, i);
+        let max = b"18446744073709551615";
+        if digits == 0 || digits > 20 || (digits > 1 && b[i] == b'0') || (digits == 20 && &b[i..i + 20] > max) {
+            return None;
         }
-        match b.get(at) {
-            Some(b',') => i = at + 1,
-            Some(b']') => return Some(at + 1),
+        n += 1;
+        match b.get(i + digits) {
+            Some(b',') => i += digits + 1,
+            Some(b']') => return Some((i + digits + 1, n)),
             _ => return None,
         }
     }
+}
+
+/// The `n` values of the list [`check_list`] checked at `b[i]`, into
+/// `out` (one allocation of the exact size).
+fn read_list(b: &[u8], mut i: usize, n: usize, out: &mut Vec<u64>) -> Option<()> {
+    out.reserve_exact(n);
+    for _ in 0..n {
+        let (v, at) = number(b, i + 1)?;
+        out.push(v);
+        i = at;
+    }
+    Some(())
 }
 
 /// Appends `{"type":"stack",...}` for `s` as serde writes it (without the
@@ -517,6 +527,10 @@ mod tests {
                 let ours = number(text.as_bytes(), 0).map(|(v, end)| (v, end == c.len()));
                 let serde = serde_json::from_str::<u64>(&c).ok().map(|v| (v, true));
                 assert_eq!(ours, serde, "{text}");
+                let list = format!("[{c},{c}]");
+                let checked = check_list(list.as_bytes(), 0).map(|(end, n)| (end == list.len(), n));
+                let listed = serde_json::from_str::<Vec<u64>>(&list).ok().map(|v| (true, v.len()));
+                assert_eq!(checked, listed, "{list}");
             }
         }
     }
