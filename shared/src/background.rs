@@ -29,6 +29,10 @@ enum Msg {
 /// `flush`; [`BackgroundWriter::flush`] returns once every byte is written.
 pub struct BackgroundWriter {
     buf: Vec<u8>,
+    /// Buffers the thread has written, back to be filled again: a new
+    /// megabyte for each block was 300 MB of fresh pages faulted in (and
+    /// zeroed) for stacksym's output of 1M records.
+    spare: Receiver<Vec<u8>>,
     tx: Option<SyncSender<Msg>>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
@@ -36,11 +40,12 @@ pub struct BackgroundWriter {
 impl BackgroundWriter {
     pub fn new<W: Write + Send + 'static>(out: W) -> BackgroundWriter {
         let (tx, rx) = sync_channel(IN_FLIGHT);
+        let (back, spare) = sync_channel(IN_FLIGHT + 2);
         let thread = std::thread::Builder::new()
             .name("writer".into())
-            .spawn(move || write_all(out, rx))
+            .spawn(move || write_all(out, rx, back))
             .expect("cannot start the output thread");
-        BackgroundWriter { buf: Vec::with_capacity(BLOCK), tx: Some(tx), thread: Some(thread) }
+        BackgroundWriter { buf: Vec::with_capacity(BLOCK), spare, tx: Some(tx), thread: Some(thread) }
     }
 
     fn send(&mut self, m: Msg) -> io::Result<()> {
@@ -61,16 +66,22 @@ impl BackgroundWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(BLOCK));
+        let next = self.spare.try_recv().unwrap_or_else(|_| Vec::with_capacity(BLOCK));
+        let full = std::mem::replace(&mut self.buf, next);
         self.send(Msg::Data(full))
     }
 }
 
 /// The thread: write what comes, stop at the first error (returned).
-fn write_all<W: Write>(mut out: W, rx: Receiver<Msg>) -> io::Result<()> {
+fn write_all<W: Write>(mut out: W, rx: Receiver<Msg>, back: SyncSender<Vec<u8>>) -> io::Result<()> {
     for m in rx {
         match m {
-            Msg::Data(b) => out.write_all(&b)?,
+            Msg::Data(mut b) => {
+                out.write_all(&b)?;
+                b.clear();
+                // Kept for the next block unless enough are waiting.
+                let _ = back.try_send(b);
+            }
             Msg::Flush(done) => {
                 let res = out.flush();
                 let failed = res.is_err();
@@ -86,6 +97,11 @@ fn write_all<W: Write>(mut out: W, rx: Receiver<Msg>) -> io::Result<()> {
 
 impl Write for BackgroundWriter {
     fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        // Handed over before it would grow: growing a full block copied
+        // it into a new one twice its size.
+        if !self.buf.is_empty() && self.buf.len() + b.len() > self.buf.capacity() {
+            self.hand_over()?;
+        }
         self.buf.extend_from_slice(b);
         if self.buf.len() >= BLOCK {
             self.hand_over()?;

@@ -30,6 +30,7 @@ pub mod background;
 pub mod binary;
 pub mod cli;
 pub mod fasthash;
+pub mod fastjson;
 pub mod folded;
 pub mod idmap;
 mod legacy;

@@ -69,6 +69,8 @@ pub struct Reader<R: BufRead> {
     defs: Defs,
     /// Return stack records with their `stack_id` instead of their frames.
     keep_ids: bool,
+    /// Leave out the addresses of stack records named by a stack of the table.
+    skip_named_addrs: bool,
     /// Warnings already given (each once per input).
     warned_newer: bool,
     warned_waker: bool,
@@ -91,6 +93,7 @@ impl<R: BufRead> Reader<R> {
             bin_version: binary::VERSION,
             defs: Defs::default(),
             keep_ids: false,
+            skip_named_addrs: false,
             warned_newer: false,
             warned_waker: false,
             unknown: Vec::new(),
@@ -104,6 +107,16 @@ impl<R: BufRead> Reader<R> {
     /// every record.
     pub fn keep_stack_ids(mut self) -> Self {
         self.keep_ids = true;
+        self
+    }
+
+    /// With [`Reader::keep_stack_ids`]: a stack record whose `stack_id`
+    /// names a stack of frames comes without its `ustack` and `kstack`
+    /// (still checked as the rest of the line), for tools that draw and
+    /// merge a stack by its frames and never look at its addresses:
+    /// reading them was most of the reading of `stacksym`'s output.
+    pub fn skip_named_addresses(mut self) -> Self {
+        self.skip_named_addrs = true;
         self
     }
 
@@ -223,9 +236,50 @@ impl<R: BufRead> Reader<R> {
         }
     }
 
-    /// A record's object without its `type` (see [`fast_object`]).
-    fn parse_fast(&self, obj: &str, parse: ParseFn) -> Result<Record, ParseError> {
-        parse(obj).map_err(|e| self.err(format!("invalid record: {e}")))
+    /// A record's object without its `type` (see [`fast_object`]): a
+    /// plain stack or stackdef record by hand ([`crate::fastjson`]), the
+    /// rest by serde.
+    fn parse_fast(&self, obj: &str, which: usize) -> Result<Record, ParseError> {
+        let whole = |end: usize| end == obj.len();
+        if which == STACKDEF {
+            if let Some((d, _)) = crate::fastjson::parse_stackdef(obj.as_bytes()).filter(|(_, e)| whole(*e)) {
+                return Ok(Record::StackDef(d));
+            }
+        }
+        if which == STACK {
+            if let Some((s, _)) = fast_stack(obj.as_bytes(), self).filter(|(_, e)| whole(*e)) {
+                return Ok(Record::Stack(s));
+            }
+        }
+        (FAST[which].1)(obj).map_err(|e| self.err(format!("invalid record: {e}")))
+    }
+
+    /// A plain stack or stackdef record that lies whole in the input's
+    /// buffer, read there, with no copy of its line: `None` (nothing
+    /// consumed) for anything else, read line by line as before. Copying
+    /// each line out was a tenth of reading `stacksym`'s output.
+    fn in_place(&mut self) -> Option<Record> {
+        let b = self.inner.fill_buf().ok()?;
+        let (rec, end) = if b.starts_with(FAST[STACK].0) {
+            let at = FAST[STACK].0.len() - 1;
+            let skip = self.keep_ids && self.skip_named_addrs;
+            let (s, end) = fast_stack_in(&b[at..], &self.defs, skip)?;
+            (Record::Stack(s), at + end)
+        } else if b.starts_with(FAST[STACKDEF].0) {
+            let at = FAST[STACKDEF].0.len() - 1;
+            let (d, end) = crate::fastjson::parse_stackdef(&b[at..])?;
+            (Record::StackDef(d), at + end)
+        } else {
+            return None;
+        };
+        // The line must end there, as a line the serde path trims would.
+        let nl = match b.get(end..end + 2)? {
+            [b'\n', _] => 1,
+            [b'\r', b'\n'] => 2,
+            _ => return None,
+        };
+        self.inner.consume(end + nl);
+        Some(rec)
     }
 
     fn parse(&mut self, line: &str) -> Result<Record, ParseError> {
@@ -299,11 +353,25 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
+/// A plain stack record by [`crate::fastjson::parse_stack`], its
+/// addresses left out where the reader is asked to and the table names it.
+fn fast_stack<R: BufRead>(b: &[u8], r: &Reader<R>) -> Option<(crate::record::Stack, usize)> {
+    fast_stack_in(b, &r.defs, r.keep_ids && r.skip_named_addrs)
+}
+
+fn fast_stack_in(b: &[u8], defs: &Defs, skip: bool) -> Option<(crate::record::Stack, usize)> {
+    let named = |id: u32| defs.has_frames(id);
+    crate::fastjson::parse_stack(b, skip.then_some(&named as &dyn Fn(u32) -> bool))
+}
+
 /// How a record's object without its `type` is read.
 type ParseFn = fn(&str) -> serde_json::Result<Record>;
 
 /// The records read without serde's tagged-enum path: the prefix our
-/// writers give each (`type` first), and how to read the rest.
+/// writers give each (`type` first), and how to read the rest. A plain
+/// stack record ([`STACK`]) is read by hand first.
+const STACK: usize = 0;
+const STACKDEF: usize = 1;
 const FAST: [(&[u8], ParseFn); 3] = [
     (br#"{"type":"stack","#, |o| serde_json::from_str(o).map(Record::Stack)),
     (br#"{"type":"stackdef","#, |o| serde_json::from_str(o).map(Record::StackDef)),
@@ -320,17 +388,17 @@ const FAST: [(&[u8], ParseFn); 3] = [
 ///
 /// [`Stack`]: crate::record::Stack
 /// A line that is not UTF-8 is left as it is (read lossily elsewhere).
-fn fast_object(line: &mut [u8]) -> Option<(&str, ParseFn)> {
+fn fast_object(line: &mut [u8]) -> Option<(&str, usize)> {
     let start = line.len() - line.trim_ascii_start().len();
     let line = &mut line[start..];
-    let &(prefix, parse) = FAST.iter().find(|(p, _)| line.starts_with(p))?;
-    let at = prefix.len() - 1;
+    let which = FAST.iter().position(|(p, _)| line.starts_with(p))?;
+    let at = FAST[which].0.len() - 1;
     line[at] = b'{';
     if std::str::from_utf8(&line[at..]).is_err() {
         line[at] = b',';
         return None;
     }
-    std::str::from_utf8(&line[at..]).ok().map(|o| (o.trim(), parse))
+    std::str::from_utf8(&line[at..]).ok().map(|o| (o.trim(), which))
 }
 
 /// The `type` of every record this reader knows.
@@ -387,6 +455,13 @@ impl<R: BufRead> Reader<R> {
                 }
                 return self.next_binary();
             }
+            if self.collapsed.is_none() {
+                if let Some(rec) = self.in_place() {
+                    self.line_no += 1;
+                    self.seen_data = true;
+                    return Some(Ok(self.vet(rec)));
+                }
+            }
             self.buf.clear();
             let n = match self.collapsed.as_mut() {
                 Some(c) => c.read_until(b'\n', &mut self.buf),
@@ -401,7 +476,7 @@ impl<R: BufRead> Reader<R> {
             // A stack record of our writers is parsed where it was read
             // (no copy of the line; see [`fast_object`]).
             let mut buf = std::mem::take(&mut self.buf);
-            let fast = fast_object(&mut buf).map(|(obj, parse)| self.parse_fast(obj, parse));
+            let fast = fast_object(&mut buf).map(|(obj, which)| self.parse_fast(obj, which));
             self.buf = buf;
             if let Some(res) = fast {
                 self.seen_data = true;

@@ -9,6 +9,7 @@ use std::fmt;
 use std::io::{self, Write};
 
 use crate::binary;
+use crate::fastjson;
 use crate::record::{FrameDef, Record, Stack, StackDef};
 use crate::table::StackTable;
 
@@ -120,9 +121,20 @@ impl<W: Write> Writer<W> {
         match self.format {
             Format::Json => {
                 // Into our buffer first: serde writes a token at a time,
-                // and the output is often a `dyn Write`.
+                // and the output is often a `dyn Write`. The records of a
+                // stream's bulk by hand ([`crate::fastjson`], the same bytes).
                 self.buf.clear();
-                serde_json::to_writer(&mut self.buf, rec).map_err(io::Error::from)?;
+                let done = match rec {
+                    Record::Stack(s) => fastjson::write_stack(&mut self.buf, s),
+                    Record::StackDef(d) => {
+                        fastjson::write_stackdef(&mut self.buf, d.id, &d.frames);
+                        true
+                    }
+                    _ => false,
+                };
+                if !done {
+                    serde_json::to_writer(&mut self.buf, rec).map_err(io::Error::from)?;
+                }
                 self.buf.push(b'\n');
                 self.out.write_all(&self.buf)
             }

@@ -48,8 +48,9 @@ pub struct Profile {
     /// Stream stacks: (tid, or 0 unless split per thread; pid; folded
     /// stack as an id of [`Profile::text`]) -> ns by kind.
     pub stream: HashMap<(u32, u32, u32), Mix, FastHash>,
-    /// The folded text of each stream stack, made once per distinct stack.
-    texts: Vec<String>,
+    /// Each stream stack as names (see [`crate::seqs`]), made once per
+    /// distinct stack; its folded text only where asked for.
+    pub seqs: crate::seqs::Seqs,
     /// Texts made from a record's own frames or addresses -> their id (a
     /// raw stream repeats them record after record).
     text_ids: HashMap<String, u32, FastHash>,
@@ -80,20 +81,15 @@ pub struct Profile {
 
 impl Profile {
     /// The folded text of stream stack `id` (a key of [`Profile::stream`]).
-    pub fn text(&self, id: u32) -> &str {
-        &self.texts[id as usize]
-    }
-
-    fn new_text(&mut self, text: String) -> u32 {
-        self.texts.push(text);
-        (self.texts.len() - 1) as u32
+    pub fn text(&self, id: u32) -> String {
+        self.seqs.text(id)
     }
 
     fn text_id(&mut self, text: String) -> u32 {
         match self.text_ids.get(&text) {
             Some(&id) => id,
             None => {
-                let id = self.new_text(text.clone());
+                let id = self.seqs.push_text(&text);
                 self.text_ids.insert(text, id);
                 id
             }
@@ -242,10 +238,11 @@ impl Profile {
         let opts = ReaderOptions { folded_unit_ns: unit_ns };
         // Stacks of the stream's stack table: their text made from the
         // table's frames, not from frames copied into every record.
-        let mut reader = Reader::new(r, name, opts).keep_stack_ids();
-        // Each table stack's text made once (and its frames' once): (stack
-        // id, state leaf) -> text id, for the table's current definitions.
-        let mut frame_texts = folded::FrameTexts::default();
+        let mut reader = Reader::new(r, name, opts).keep_stack_ids().skip_named_addresses();
+        // Each table stack's names made once (and its frames' once):
+        // (stack id, state leaf) -> stack id of `seqs`, for the table's
+        // current definitions.
+        let mut frame_names = wallclock_stream::idmap::IdMap::<u32>::default();
         let mut by_stack: HashMap<(u32, u8), u32, FastHash> = HashMap::default();
         let mut generation = reader.defs().generation();
         while let Some(rec) = reader.next() {
@@ -282,6 +279,7 @@ impl Profile {
                             if generation != defs.generation() {
                                 generation = defs.generation();
                                 by_stack.clear();
+                                frame_names = Default::default();
                             }
                             let leaf = match (s.kind, s.state) {
                                 (Kind::Off, Some(st)) => st as u8 + 1,
@@ -291,8 +289,7 @@ impl Profile {
                                 Some(&t) => t,
                                 None => {
                                     let ids = defs.stack(id).unwrap_or_default();
-                                    let body = frame_texts.stack_text(defs, ids);
-                                    let t = self.new_text(with_state_leaf(&s, body, ids.last().and_then(|&f| defs.frame(f))));
+                                    let t = table_seq(&mut self.seqs, &mut frame_names, defs, ids, &s);
                                     by_stack.insert((id, leaf), t);
                                     t
                                 }
@@ -307,6 +304,37 @@ impl Profile {
         }
         Ok(())
     }
+}
+
+/// The names of table stack `ids` (each frame's text made once, in
+/// `cache`) as [`folded::FrameTexts::stack_text`] writes them, then the
+/// state leaf as [`with_state_leaf`] adds it: the same text, split.
+fn table_seq(seqs: &mut crate::seqs::Seqs, cache: &mut wallclock_stream::idmap::IdMap<u32>, defs: &wallclock_stream::Defs, ids: &[u32], s: &Stack) -> u32 {
+    let mut names: Vec<u32> = Vec::with_capacity(ids.len() + 1);
+    for &f in ids {
+        let n = match cache.get(f) {
+            Some(&n) => n,
+            None => {
+                let n = seqs.intern(&defs.frame(f).map(folded::frame_text).unwrap_or_default());
+                cache.insert(f, n);
+                n
+            }
+        };
+        // That text leaves out the `;` after empty leading names.
+        if !(names.is_empty() && seqs.name(n).is_empty()) {
+            names.push(n);
+        }
+    }
+    if names.is_empty() {
+        names.push(seqs.intern("[no frames]"));
+    }
+    let last = ids.last().and_then(|&f| defs.frame(f));
+    if let (Kind::Off, Some(st)) = (s.kind, s.state) {
+        if last.is_none_or(|f| State::from_leaf_name(&f.func).is_none()) {
+            names.push(seqs.intern(st.leaf_name()));
+        }
+    }
+    seqs.push(names)
 }
 
 /// The folded text of a stack record: its frames when symbolized, else its

@@ -16,7 +16,9 @@ pub mod folded_line;
 pub mod folded_read;
 pub mod input;
 pub mod layout;
+pub mod layout_ids;
 pub mod render;
+pub mod seqs;
 pub mod stack_table;
 pub mod svg;
 pub mod title;
@@ -168,7 +170,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
         return write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w)).map(|_| 0);
     }
 
-    let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
+    let mut p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
     // An empty input is refused, as flamegraph.pl and inferno refuse it;
     // a stream (a capture) with no stacks still draws "no stacks".
     if p.is_empty() && p.header.is_none() && p.threads.is_empty() {
@@ -183,6 +185,23 @@ pub fn run(cli: &Cli) -> Result<i32> {
         opts.root = title::root_label(&p, by_command);
         // One process: it is the root box; several: one root each below it
         // (one per command name when grouped).
+        if !p.has_folded() && !opts.diff {
+            // A stream alone: laid out from its names, no text per stack.
+            let roots: std::collections::BTreeMap<u32, u32> = if p.processes.len() > 1 {
+                let names = title::process_roots(&p, by_command);
+                names.iter().map(|(&pid, r)| (pid, p.seqs.intern(&wallclock_stream::folded::escape(r)))).collect()
+            } else {
+                Default::default()
+            };
+            let entries = p
+                .stream
+                .iter()
+                .map(|(&(_, pid, seq), &mix)| layout_ids::IdEntry { root: roots.get(&pid).copied().unwrap_or(u32::MAX), seq, mix })
+                .collect();
+            write_to(cli.output.as_deref(), |w| render::render_ids(&p.seqs, entries, &opts, w))?;
+            std::mem::forget(p);
+            return Ok(0);
+        }
         let stacks = flatten(&p, scale, p.processes.len() > 1, by_command);
         let before = |s: &str| p.before.get(s).map_or(0, |b| b.saturating_mul(scale));
         let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: before(stack) }).collect();
@@ -199,9 +218,10 @@ pub fn run(cli: &Cli) -> Result<i32> {
     }
     let dir = cli.output.as_deref().expect("clap requires -o");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let texts: Vec<(u32, String, input::Mix)> = p.stream.iter().map(|((tid, _, k), mix)| (*tid, p.text(*k), *mix)).collect();
     let mut by_tid: std::collections::BTreeMap<u32, Vec<Entry<'_>>> = Default::default();
-    for ((tid, _, k), mix) in &p.stream {
-        by_tid.entry(*tid).or_default().push(Entry { stack: p.text(*k), mix: *mix, before: 0 });
+    for (tid, text, mix) in &texts {
+        by_tid.entry(*tid).or_default().push(Entry { stack: text, mix: *mix, before: 0 });
     }
     for (tid, entries) in by_tid {
         let t = p.threads.get(&tid).cloned().unwrap_or_default();
@@ -260,7 +280,7 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool, by_command: bool) -> Vec
         .iter()
         .map(|((_, pid, k), m)| match names.get(pid) {
             Some(root) => (Cow::Owned(format!("{};{}", wallclock_stream::folded::escape(root), p.text(*k))), *m),
-            None => (Cow::Borrowed(p.text(*k)), *m),
+            None => (Cow::<str>::Owned(p.text(*k)), *m),
         })
         .collect();
     if by_command && roots {

@@ -88,13 +88,28 @@ pub struct RenderOptions {
 
 /// Draw `entries` (any order) as an SVG into `out`, in one pass over the
 /// frame boxes (see [`crate::svg`]).
-pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, mut out: W) -> Result<()> {
+pub fn render<W: Write>(entries: Vec<Entry<'_>>, opts: &RenderOptions, out: W) -> Result<()> {
     let mut entries = entries;
     entries.retain(|e| e.total() > 0 || (opts.diff && e.before > 0));
     layout::sort_entries(&mut entries);
     // Stacks only in BEFORE (diff) add to their parents' before-time but are not drawn.
     let (boxes, total) = layout::boxes(&entries, opts.min_width);
     drop(entries);
+    render_boxes(boxes, total, opts, out)
+}
+
+/// [`render`] of the stacks of a stream given as names ([`crate::seqs`]):
+/// the same boxes, laid out by [`crate::layout_ids`].
+pub fn render_ids<W: Write>(seqs: &crate::seqs::Seqs, mut entries: Vec<crate::layout_ids::IdEntry>, opts: &RenderOptions, out: W) -> Result<()> {
+    entries.retain(|e| e.mix.iter().sum::<u64>() > 0);
+    crate::layout_ids::sort(seqs, &mut entries);
+    let (boxes, total) = crate::layout_ids::boxes(seqs, &entries, opts.min_width);
+    drop(entries);
+    render_boxes(boxes, total, opts, out)
+}
+
+/// Draws the laid-out boxes.
+fn render_boxes<W: Write>(boxes: Vec<FrameBox<'_>>, total: u64, opts: &RenderOptions, mut out: W) -> Result<()> {
     if total == 0 {
         write_empty(&mut out, opts)?;
         return Ok(out.flush()?);

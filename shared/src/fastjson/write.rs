@@ -1,0 +1,195 @@
+//! The `stack` and `stackdef` records written by hand, the bytes serde
+//! writes (see [`super`]).
+
+use crate::record::{Kind, Stack, State};
+
+/// Appends `{"type":"stack",...}` for `s` as serde writes it (without the
+/// line feed); `false`, with nothing written, for a record with `frames`,
+/// `gpu` or `waker` (serde writes those).
+pub fn write_stack(out: &mut Vec<u8>, s: &Stack) -> bool {
+    if !s.frames.is_empty() || s.gpu.is_some() || s.waker.is_some() || needs_escape(&s.comm) {
+        return false;
+    }
+    out.extend_from_slice(br#"{"type":"stack","kind":""#);
+    out.extend_from_slice(match s.kind {
+        Kind::On => b"on",
+        Kind::Off => b"off",
+        Kind::Gpu => b"gpu",
+        Kind::Other => b"other",
+    });
+    out.push(b'"');
+    if let Some(st) = s.state {
+        out.extend_from_slice(br#","state":""#);
+        out.extend_from_slice(match st {
+            State::R => b"R",
+            State::S => b"S",
+            State::D => b"D",
+            State::Other => b"other",
+        });
+        out.push(b'"');
+    }
+    out.extend_from_slice(br#","pid":"#);
+    write_u64(out, u64::from(s.pid));
+    out.extend_from_slice(br#","tid":"#);
+    write_u64(out, u64::from(s.tid));
+    if !s.comm.is_empty() {
+        out.extend_from_slice(br#","comm":""#);
+        out.extend_from_slice(s.comm.as_bytes());
+        out.push(b'"');
+    }
+    if !s.ustack.is_empty() {
+        out.extend_from_slice(br#","ustack":"#);
+        write_list(out, s.ustack.iter().copied());
+    }
+    if !s.kstack.is_empty() {
+        out.extend_from_slice(br#","kstack":"#);
+        write_list(out, s.kstack.iter().copied());
+    }
+    if let Some(id) = s.stack_id {
+        out.extend_from_slice(br#","stack_id":"#);
+        write_u64(out, u64::from(id));
+    }
+    out.extend_from_slice(br#","ns":"#);
+    write_u64(out, s.ns);
+    out.extend_from_slice(br#","count":"#);
+    write_u64(out, s.count);
+    out.push(b'}');
+    true
+}
+
+/// Appends `{"type":"stackdef","id":ID,"frames":[...]}` as serde writes it.
+pub fn write_stackdef(out: &mut Vec<u8>, id: u32, frames: &[u32]) {
+    out.extend_from_slice(br#"{"type":"stackdef","id":"#);
+    write_u64(out, u64::from(id));
+    out.extend_from_slice(br#","frames":"#);
+    write_list(out, frames.iter().map(|&f| u64::from(f)));
+    out.push(b'}');
+}
+
+/// What serde_json writes escaped in a string: `"`, `\` and control bytes.
+fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+}
+
+fn write_list(out: &mut Vec<u8>, vals: impl Iterator<Item = u64>) {
+    out.push(b'[');
+    for (n, v) in vals.enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        write_u64(out, v);
+    }
+    out.push(b']');
+}
+
+/// Decimal digits of `v`, two at a time, written in place (a call to
+/// memcpy per number was a tenth of the writing).
+pub fn write_u64(out: &mut Vec<u8>, v: u64) {
+    const POW10: [u64; 19] = {
+        let mut p = [10u64; 19];
+        let mut k = 1;
+        while k < 19 {
+            p[k] = p[k - 1] * 10;
+            k += 1;
+        }
+        p
+    };
+    // The digits: compares without a chain of divisions.
+    let n = 1 + POW10.iter().filter(|&&p| v >= p).count();
+    // Room for the longest number, cut to its length after. Cut into
+    // chunks of 8 digits first, each written on its own: one chain of
+    // divisions by 100 over 20 digits was most of the writing.
+    let len = out.len();
+    out.extend_from_slice(&[0u8; 20]);
+    let buf = &mut out[len..len + n];
+    let (head, tail) = match n {
+        17.. => {
+            let low = (v % 100_000_000) as u32;
+            let mid = ((v / 100_000_000) % 100_000_000) as u32;
+            eight(&mut buf[n - 16..n - 8], mid);
+            eight(&mut buf[n - 8..], low);
+            (v / 10_000_000_000_000_000, n - 16)
+        }
+        9..=16 => {
+            eight(&mut buf[n - 8..], (v % 100_000_000) as u32);
+            (v / 100_000_000, n - 8)
+        }
+        _ => (v, n),
+    };
+    let mut v = head as u32;
+    let mut at = tail;
+    while v >= 100 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
+    if v >= 10 {
+        let p = v as usize * 2;
+        buf[0..2].copy_from_slice(&PAIRS[p..p + 2]);
+    } else {
+        buf[0] = b'0' + v as u8;
+    }
+    out.truncate(len + n);
+}
+
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Exactly eight digits of `c` (< 10^8), leading zeros included.
+fn eight(out: &mut [u8], c: u32) {
+    let (hi, lo) = (c / 10_000, c % 10_000);
+    for (at, pair) in [(0, hi / 100), (2, hi % 100), (4, lo / 100), (6, lo % 100)] {
+        let p = pair as usize * 2;
+        out[at..at + 2].copy_from_slice(&PAIRS[p..p + 2]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    #[test]
+    fn integers_written_as_to_string_writes_them() {
+        let mut vals = vec![0, 9, 10, 99, 100, 99_999_999, 100_000_000, 10_000_000_000_000_000, u64::MAX];
+        for k in 0..20 {
+            let p = 10u64.pow(k);
+            vals.extend([p, p - 1, p + 1, p.wrapping_mul(7).wrapping_add(12345)]);
+        }
+        let mut out = b"x".to_vec();
+        for v in vals {
+            out.truncate(1);
+            write_u64(&mut out, v);
+            assert_eq!(&out[1..], v.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn writes_what_serde_writes() {
+        let mut s = Stack::new(Kind::Off, 42, 43, "wörker");
+        s.state = Some(State::Other);
+        s.ustack = vec![0, 9, 10, 99, 100, 12345678901234567890, u64::MAX];
+        s.kstack = vec![1];
+        s.stack_id = Some(u32::MAX);
+        s.ns = 1_000_000_007;
+        let bare = Stack::new(Kind::Other, 0, 0, "");
+        let mut quoted = Stack::new(Kind::On, 1, 1, "a\"b\n");
+        quoted.ns = 3;
+        for s in [s, bare, quoted.clone()] {
+            let mut ours = Vec::new();
+            let done = write_stack(&mut ours, &s);
+            assert_eq!(done, s.comm != quoted.comm);
+            if done {
+                assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(&Record::Stack(s)).unwrap());
+            }
+        }
+        let mut ours = Vec::new();
+        write_stackdef(&mut ours, 3, &[0, 17, 4_000_000_000]);
+        let d = Record::StackDef(crate::StackDef { id: 3, frames: vec![0, 17, 4_000_000_000] });
+        assert_eq!(String::from_utf8(ours).unwrap(), serde_json::to_string(&d).unwrap());
+    }
+}
