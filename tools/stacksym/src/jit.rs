@@ -17,6 +17,9 @@ use crate::engine::Engine;
 
 /// Root frame of a stack cut in JIT code.
 pub const CUT: &str = "[stack cut in JIT code]";
+/// Processes outside a known runtime named each in the warning about
+/// cut stacks; the rest are counted in one line.
+const CUTS_NAMED: usize = 5;
 /// The same, in a JVM: the flag that gives whole stacks.
 pub const CUT_JVM: &str = "[stack cut in JIT code: java -XX:+PreserveFramePointer]";
 
@@ -117,9 +120,14 @@ impl Engine {
     /// Say once per process whose stacks were cut in JIT code for at
     /// least a tenth of its time, and how to get whole ones. (Stacks cut
     /// for another reason, too deep for the copied stack, are rarer.)
+    /// A runtime's processes (JVM, V8) are named each, with the flag
+    /// that helps; past [`CUTS_NAMED`] other processes, the rest are
+    /// counted in one line: a system-wide capture of a build met 800 of
+    /// them, a screen of warnings nobody reads.
     pub(crate) fn warn_cuts(&mut self) {
         let mut pids: Vec<(u32, u64, u64)> = self.cut_time.iter().map(|(&p, &(c, t))| (p, c, t)).collect();
         pids.sort_unstable();
+        let (mut named, mut rest, mut rest_ns) = (0usize, Vec::new(), 0u64);
         for (pid, cut, total) in pids {
             if cut == 0 || cut * 10 < total || !self.cut_warned.insert(pid) {
                 continue;
@@ -129,9 +137,27 @@ impl Engine {
                 Some(Runtime::Jvm) => format!(
                     "pid {pid} (JVM): {share:.0}% of its stacks' time is in stacks cut in JIT code (its compiled code keeps no frame pointers; they start at {CUT_JVM}): start java with -XX:+PreserveFramePointer for whole stacks"
                 ),
-                _ => format!("pid {pid}: {share:.0}% of its stacks' time is in stacks cut in JIT code (code without frame pointers or unwind table; they start at {CUT})"),
+                _ if named >= CUTS_NAMED => {
+                    rest.push(pid);
+                    rest_ns += cut;
+                    continue;
+                }
+                _ => {
+                    named += 1;
+                    format!("pid {pid}: {share:.0}% of its stacks' time is in stacks cut in JIT code (code without frame pointers or unwind table; they start at {CUT})")
+                }
             };
             self.warn(msg);
+        }
+        if !rest.is_empty() {
+            let some: Vec<String> = rest.iter().take(5).map(u32::to_string).collect();
+            self.warn(format!(
+                "{} more processes (pids {}{}) have a tenth or more of their stacks' time in stacks cut in JIT code ({:.3} s in all; they start at {CUT})",
+                rest.len(),
+                some.join(", "),
+                if rest.len() > some.len() { ", ..." } else { "" },
+                rest_ns as f64 / 1e9
+            ));
         }
     }
 
@@ -164,5 +190,29 @@ mod tests {
         assert!(is_anonymous(&Frame { module: Some("[anon]".into()), ..Frame::named("[anon]+0x10") }));
         assert!(is_anonymous(&Frame::named("[unknown]+0x7f0000001000")));
         assert!(!is_anonymous(&Frame { module: Some("libc.so.6".into()), ..Frame::named("clone3") }));
+    }
+
+    #[test]
+    fn many_cut_processes_are_counted_in_one_line() {
+        let mut e = Engine::new(crate::engine::Options::default());
+        e.runtimes.insert(7, Runtime::Jvm);
+        // Pids 1..=12 all cut; 7 a JVM (named whatever the count); 20 cut
+        // for a twentieth of its time only (not said).
+        for pid in 1..=12u32 {
+            e.cut_time.insert(pid, (3_000_000, 3_000_000));
+        }
+        e.cut_time.insert(20, (1, 20));
+        e.warn_cuts();
+        let named: Vec<&String> = e.warned.iter().filter(|w| w.starts_with("pid ")).collect();
+        assert_eq!(named.len(), CUTS_NAMED + 1, "{:?}", e.warned);
+        assert!(e.warned.iter().any(|w| w.starts_with("pid 7 (JVM)") && w.contains("PreserveFramePointer")));
+        let rest: Vec<&String> = e.warned.iter().filter(|w| w.contains("more processes")).collect();
+        assert_eq!(rest.len(), 1, "{:?}", e.warned);
+        assert!(rest[0].starts_with("6 more processes (pids 6, 8, 9, 10, 11, ...)") && rest[0].contains("0.018 s"), "{}", rest[0]);
+        assert!(!e.warned.iter().any(|w| w.contains("pid 20") || w.contains(" 20,")));
+        // Said once: a second trailer adds nothing.
+        let n = e.warned.len();
+        e.warn_cuts();
+        assert_eq!(e.warned.len(), n);
     }
 }
