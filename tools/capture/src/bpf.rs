@@ -97,32 +97,3 @@ pub fn online_cpus() -> Vec<u32> {
     v
 }
 
-/// A software cpu-clock event at `freq` Hz on one CPU, all tasks.
-pub fn open_cpu_clock(cpu: u32, freq: u64) -> Result<i32> {
-    #[repr(C)]
-    #[derive(Default)]
-    struct Attr {
-        type_: u32,
-        size: u32,
-        config: u64,
-        sample_freq: u64,
-        sample_type: u64,
-        read_format: u64,
-        flags: u64,
-        rest: [u64; 10],
-    }
-    let attr = Attr {
-        type_: 1, // PERF_TYPE_SOFTWARE
-        size: std::mem::size_of::<Attr>() as u32,
-        config: 0, // PERF_COUNT_SW_CPU_CLOCK
-        sample_freq: freq,
-        flags: 1 << 10, // freq
-        ..Default::default()
-    };
-    // SAFETY: attr is a valid perf_event_attr prefix of the size given.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, -1i32, cpu as i32, -1i32, 8u64 /* PERF_FLAG_FD_CLOEXEC */) };
-    if fd < 0 {
-        return Err(anyhow!("perf_event_open(cpu-clock, cpu {cpu}): {}", std::io::Error::last_os_error()));
-    }
-    Ok(fd as i32)
-}
