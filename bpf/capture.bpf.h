@@ -370,6 +370,21 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 	return 0;
 }
 
+/* An event's header and stacks, whether it goes to the ring buffer
+ * directly or through the per-CPU scratch copy. */
+static __always_inline void fill_event(void *ctx, struct task_struct *cur, struct pt_regs *regs,
+				       struct wc_event *e, __u64 fp, __u32 kind, __u32 state,
+				       __u64 now, __u32 kskip)
+{
+	e->fp = fp;
+	e->ts = now;
+	e->pid = BPF_CORE_READ(cur, tgid);
+	e->tid = BPF_CORE_READ(cur, pid);
+	e->kind = kind;
+	e->state = state;
+	fill_stack(ctx, cur, regs, e, kskip);
+}
+
 /* Fill and send a stack event for `current` (see fill_stack): 0, or -1
  * when the ring buffer had no room (counted). */
 static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
@@ -382,13 +397,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e = bpf_map_lookup_elem(&ev_scratch, &cpu);
 		if (!e)
 			goto drop;
-		e->fp = fp;
-		e->ts = now;
-		e->pid = BPF_CORE_READ(cur, tgid);
-		e->tid = BPF_CORE_READ(cur, pid);
-		e->kind = kind;
-		e->state = state;
-		fill_stack(ctx, cur, regs, e, kskip);
+		fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
 		__u32 n = e->ustack_bytes;
 		if (room > WC_USTACK_TIGHT)
 			room = WC_USTACK_TIGHT; /* a bound the verifier sees */
@@ -405,13 +414,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e)
 		goto drop;
-	e->fp = fp;
-	e->ts = now;
-	e->pid = BPF_CORE_READ(cur, tgid);
-	e->tid = BPF_CORE_READ(cur, pid);
-	e->kind = kind;
-	e->state = state;
-	fill_stack(ctx, cur, regs, e, kskip);
+	fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
 	bpf_ringbuf_submit(e, 0);
 	stat_add(WC_STAT_NEW_STACKS, 1);
 	return 0;
