@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Exact on/off-CPU accounting per thread from sched_switch, with off-CPU
  * time per (thread, state, stack). A stack is identified by a cheap
- * fingerprint of the user registers, the top of the user stack and the
- * syscall number; only a fingerprint not seen before costs a stack copy
- * (sent to user space, which unwinds it with .eh_frame). */
+ * fingerprint of the user registers, the syscall number and the return
+ * addresses near the top of the user stack (fingerprint.bpf.h); only a
+ * fingerprint not seen before costs a stack copy (sent to user space,
+ * which unwinds it with .eh_frame). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -43,6 +44,7 @@ struct {
 	__type(value, struct kscratch);
 } kscratch SEC(".maps");
 
+#include "fingerprint.bpf.h"
 #include "waker.bpf.h"
 
 static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, __u64 cnt, struct wc_thread *th)
@@ -177,29 +179,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	struct pt_regs *regs = 0;
 	if (!th->kthread) {
 		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
-		__u64 sp = RD(btf, regs, sp);
-		__u64 bp = RD(btf, regs, bp);
-		__u64 nr = RD(btf, regs, orig_ax);
-		__u64 ret = 0;
-		bpf_probe_read_user(&ret, sizeof(ret), (void *)(bp + 8));
-		fp = mix(fp, RD(btf, regs, ip));
-		fp = mix(fp, sp);
-		fp = mix(fp, bp);
-		fp = mix(fp, ret);
-		/* The syscall number; for an interrupted thread, -1 whatever the
-		 * vector (timer or IPI) that stopped it. */
-		fp = mix(fp, (long)nr < 0 ? (__u64)-1 : nr);
-		/* In a system call, the libc wrapper (no frame pointer) hides its
-		 * caller from bp: the top of the stack holds the return address.
-		 * A thread preempted in user code (orig_ax < 0) has its locals
-		 * there instead, new at every preemption: leave them out, or a
-		 * spinning thread costs a stack copy per preemption. */
-		if ((long)nr >= 0) {
-			__u64 top[6] = {};
-			bpf_probe_read_user(top, sizeof(top), (void *)sp);
-			for (int i = 0; i < 6; i++)
-				fp = mix(fp, top[i]);
-		}
+		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
 		fp = mix(fp, py_walk(th->pid, tid, NULL));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so

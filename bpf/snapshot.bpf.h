@@ -19,6 +19,11 @@
 #define SNAPSHOT_BPF_H
 
 const volatile bool snap_stacks = false;
+/* offcputime: a thread runnable at the start (preempted, waiting for a
+ * CPU) gets its stack here in every capture, -p too: /proc gives none of
+ * a thread in R (session.rs reads the blocked ones), so the wait until
+ * its first run was [lost stack]. */
+const volatile bool snap_runnable = false;
 
 /* A stack event for a thread that is not current: kernel stack from
  * bpf_get_task_stack, user registers from its saved pt_regs, and (only
@@ -127,7 +132,7 @@ int snapshot(struct bpf_iter__task *ctx)
 		z.out_exec = exec;
 		z.cur_state = WC_ST_INIT;
 		z.cur_fp = WC_FP_INIT;
-		if (snap_stacks) {
+		if (snap_stacks || (snap_runnable && t->__state == 0 /* TASK_RUNNING */)) {
 			__u32 st = state_of(t->__state);
 			__u64 fp = mix(mix(0x5a9, tid), start_ns);
 			if (fp < 16)

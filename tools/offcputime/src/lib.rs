@@ -210,6 +210,7 @@ impl driver::Tool for Off<'_> {
         ro.min_block_ns = cli.min_block_us.saturating_mul(1000);
         ro.max_block_ns = cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000));
         ro.state_filter = cli.state.unwrap_or(-1);
+        ro.snap_runnable = true;
         open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
         open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
         ro.timeline_on = cli.timeline;

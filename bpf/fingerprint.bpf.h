@@ -1,0 +1,115 @@
+/* The fingerprint of a user thread's place as it leaves the CPU
+ * (offcputime.bpf.c, switch_out): the same call path must give the same
+ * fingerprint at every block, or each block costs a stack copy (and an
+ * offcpu entry), and two call paths must never share one, or one's time
+ * goes under the other's stack.
+ *
+ * What names a call path is its return addresses. The registers give the
+ * leaf (ip; the syscall number; sp, the stack depth); the callers are
+ * return addresses in the stack above sp. The top of the stack also holds
+ * data: a deadline, a loop counter, a pointer to a buffer, new at each
+ * block of a poll loop or a timer. Mixing those words in (six of them, as
+ * before) gave such a thread a new fingerprint per block: under load its
+ * 16-64K stack copies filled the ring buffer and the offcpu map, and the
+ * time of the blocks that found them full went to [lost stack]. So of
+ * the first WC_FP_WORDS words above sp (and, where bp points into the
+ * stack, the word above the frame it points to) only the return
+ * addresses are mixed: words that could be a user code address and that
+ * follow a call instruction in memory. A data word that happens to pass
+ * costs at most an extra copy; a return address is never left out (every
+ * x86-64 call leaves one right after a call instruction). Two paths that
+ * differ only in callers deeper than the window are one fingerprint, as
+ * they were with six words. */
+#ifndef FINGERPRINT_BPF_H
+#define FINGERPRINT_BPF_H
+
+#define WC_FP_WORDS 32
+/* bp is a frame pointer when it points this far above sp at most. */
+#define WC_FP_BP_SPAN (1 << 20)
+
+/* Could v be a user code address (not a small number, not a kernel
+ * address, not a pointer into this stack)? Arithmetic only. */
+static __always_inline bool code_candidate(__u64 v, __u64 sp)
+{
+	if (v < 0x10000 || v >= 0x800000000000ULL)
+		return false;
+	return v - (sp - WC_FP_BP_SPAN) >= 2 * WC_FP_BP_SPAN;
+}
+
+/* Does the instruction before v (a candidate) end at v and is it a call:
+ * call rel32 (e8, 5 bytes) or call r/m64 (ff /2: 2, 3, 4, 6 or 7 bytes
+ * with its ModRM, SIB and displacement)? One 8-byte read of code that
+ * has just run (resident); a failed read is taken for data. */
+static __noinline bool after_call(__u64 v)
+{
+	__u8 c[8] = {};
+	if (bpf_probe_read_user(c, sizeof(c), (void *)(v - 8)))
+		return false;
+	if (c[3] == 0xe8)
+		return true;
+#define WC_CALL_RM(k) (c[8 - (k)] == 0xff && ((c[9 - (k)] >> 3) & 7) == 2)
+	return WC_CALL_RM(2) || WC_CALL_RM(3) || WC_CALL_RM(4) || WC_CALL_RM(6) || WC_CALL_RM(7);
+#undef WC_CALL_RM
+}
+
+/* The part of the fingerprint the stack gives: the return addresses
+ * among the words w[0..n) (w[WC_FP_WORDS]: the one above bp's frame).
+ * Checking a word reads code, so the result is kept per thread with a
+ * hash of the candidates it came from: a thread blocking where it
+ * blocked last time, whatever its data words, costs no read. */
+static __noinline __u64 stack_part(struct wc_thread *th, __u64 *w, __u64 sp, __u64 bp_off)
+{
+	__u64 cand = mix(0x5eed, bp_off);
+	for (int i = 0; i <= WC_FP_WORDS; i++) {
+		__u64 v = w[i];
+		if (code_candidate(v, sp))
+			cand = mix(mix(cand, i), v);
+	}
+	if (th->fp_cand == cand && cand)
+		return th->fp_ret;
+	__u64 ret = mix(0x7e7, bp_off);
+	for (int i = 0; i <= WC_FP_WORDS; i++) {
+		__u64 v = w[i];
+		if (code_candidate(v, sp) && after_call(v))
+			ret = mix(mix(ret, i), v);
+	}
+	th->fp_cand = cand;
+	th->fp_ret = ret;
+	return ret;
+}
+
+/* The fingerprint of a user thread's call path (see the top of this
+ * file): registers and return addresses. */
+static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 bp, __u64 nr)
+{
+	__u64 fp = mix(0, ip);
+	fp = mix(fp, sp);
+	/* The syscall number; for an interrupted thread, -1 whatever the
+	 * vector (timer or IPI) that stopped it. */
+	fp = mix(fp, (long)nr < 0 ? (__u64)-1 : nr);
+	__u32 zero = 0;
+	struct kscratch *ks = bpf_map_lookup_elem(&kscratch, &zero);
+	if (!ks)
+		return fp;
+	__u64 *w = ks->ips;
+	if (bpf_probe_read_user(w, WC_FP_WORDS * 8, (void *)sp)) {
+		/* Within WC_FP_WORDS words of the stack's end (the thread's
+		 * outermost frames): what is left of the page. A failed read
+		 * leaves zeros, which are no candidates. */
+		__u32 left = 4096 - (sp & 4095);
+		if (left < WC_FP_WORDS * 8)
+			bpf_probe_read_user(w, left & (WC_FP_WORDS * 8 - 1), (void *)sp);
+	}
+	/* A frame pointer: bp in this stack above sp. The return address
+	 * above its frame reaches past the window in code built with frame
+	 * pointers. Elsewhere bp is a register like any, data. */
+	__u64 bp_off = 0;
+	w[WC_FP_WORDS] = 0;
+	if (bp > sp && bp - sp < WC_FP_BP_SPAN) {
+		bp_off = bp - sp;
+		bpf_probe_read_user(&w[WC_FP_WORDS], 8, (void *)(bp + 8));
+	}
+	return mix(fp, stack_part(th, w, sp, bp_off));
+}
+
+#endif

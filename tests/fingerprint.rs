@@ -1,0 +1,125 @@
+//! The stack fingerprint offcputime keys each block by
+//! (bpf/fingerprint.bpf.h): one per call path, whatever data the stack
+//! holds, and never one for two paths. Against a workload that times its
+//! own blocks (tests/programs/capture/datawords.c): the time under each of
+//! its three blocking places is its own clock's, and the capture copied
+//! a few stacks, not one per block; and against threads spinning on one
+//! CPU, runnable at the start of a `-p` capture: their wait until their
+//! first run keeps the stack they were preempted in. Root only (skips,
+//! saying so, otherwise).
+
+mod util;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+fn records(path: &Path) -> Vec<Value> {
+    let o = Command::new(util::bin("stacksym")).arg(path).stderr(Stdio::inherit()).output().unwrap();
+    assert!(o.status.success(), "stacksym failed");
+    util::resolved(&String::from_utf8_lossy(&o.stdout))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:.200}: {e}")))
+        .collect()
+}
+
+fn funcs(s: &Value) -> Vec<String> {
+    s["frames"].as_array().map(|f| f.iter().filter_map(|x| x["func"].as_str().map(String::from)).collect()).unwrap_or_default()
+}
+
+fn stat(recs: &[Value], k: &str) -> u64 {
+    recs.iter().find(|r| r["type"] == "stats").and_then(|r| r["counts"][k].as_u64()).unwrap_or(0)
+}
+
+#[test]
+fn changing_data_on_the_stack_keeps_one_stack_per_path() {
+    if util::skip_without_root("fingerprint") {
+        return;
+    }
+    let dir = util::scratch("fingerprint-datawords");
+    // No frame pointers: bp is data, as in Debian's binaries.
+    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-fno-optimize-sibling-calls"];
+    let prog = util::build_c_with("tests/programs/capture/datawords.c", &dir, "datawords", &flags);
+    let out = dir.join("off.jsonl");
+    let blocks = 100u64;
+    let o = Command::new(util::bin("offcputime"))
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg(blocks.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "offcputime failed: {}", o.status);
+    let truth: Value = serde_json::from_slice(&o.stdout).expect("the workload's JSON line");
+    let recs = records(&out);
+    // Off-CPU time by which of the three places its stack passes through.
+    let places = ["counter", "via_a", "via_b"];
+    let mut got: HashMap<&str, u64> = HashMap::new();
+    for s in recs.iter().filter(|r| r["type"] == "stack" && r["kind"] == "off") {
+        let f = funcs(s);
+        let hit: Vec<&str> = places.iter().copied().filter(|p| f.iter().any(|x| x == p)).collect();
+        assert!(hit.len() <= 1, "one stack through {hit:?}: {f:?}");
+        if let Some(p) = hit.first() {
+            *got.entry(p).or_default() += s["ns"].as_u64().unwrap();
+        }
+    }
+    for p in places {
+        // Each block is timed around the syscall: its own clock holds the
+        // block and a few µs of the syscall's way in and out.
+        let own = truth[format!("{p}_ns")].as_u64().unwrap();
+        let seen = got.get(p).copied().unwrap_or(0);
+        let slack = own / 50 + 2_000_000;
+        assert!(seen.abs_diff(own) <= slack, "{p}: {seen} ns under its stack, its own clock says {own} ns (merged with another place's, or lost)");
+    }
+    // One stack copy per place (and a few for the program's start and
+    // exit), not one per block: the counter's data changes at every one.
+    let copies = stat(&recs, "new_stacks");
+    assert!(copies < blocks / 4, "{copies} stack copies for {} blocks in 3 places", 3 * blocks);
+    assert_eq!(stat(&recs, "lost_stacks"), 0, "no stack was lost");
+}
+
+#[test]
+fn runnable_at_the_start_keeps_its_stack() {
+    if util::skip_without_root("fingerprint") {
+        return;
+    }
+    // Three shells spinning on CPU 0: at any moment two of them are
+    // runnable, not running, as the capture starts.
+    let kids: Vec<_> = (0..3)
+        .map(|_| Command::new("taskset").args(["-c", "0", "sh", "-c", "while :; do :; done"]).spawn().unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let dir = util::scratch("fingerprint-runnable");
+    let mut lost = Vec::new();
+    let mut r_ns = 0;
+    for k in &kids {
+        let out = dir.join(format!("off-{}.jsonl", k.id()));
+        let st = Command::new(util::bin("offcputime"))
+            .args(["-p", &k.id().to_string(), "-d", "1", "-o"])
+            .arg(&out)
+            .stderr(Stdio::inherit())
+            .status()
+            .unwrap();
+        assert!(st.success(), "offcputime -p {} failed", k.id());
+        for s in records(&out).iter().filter(|r| r["type"] == "stack" && r["kind"] == "off") {
+            let f = funcs(s);
+            if s["state"] == "R" {
+                r_ns += s["ns"].as_u64().unwrap();
+            }
+            if f.iter().any(|x| x == "[lost stack]") {
+                lost.push(format!("{} {} ns", s["state"], s["ns"]));
+            }
+        }
+    }
+    for mut k in kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    // Each shell waits for the CPU two thirds of the time.
+    assert!(r_ns > 1_000_000_000, "only {r_ns} ns runnable in 3 s of 3 shells sharing a CPU");
+    assert!(lost.is_empty(), "[lost stack] in a -p capture of runnable threads: {lost:?}");
+}
