@@ -164,8 +164,10 @@ static __always_inline bool is_target(struct task_struct *t)
 }
 
 /* The entry of a thread seen for the first time: accounting begins at the
- * capture start, or at the thread's birth when it was born later. */
-static __always_inline struct wc_thread *thread_new(struct task_struct *t, __u64 now)
+ * capture start, or at the thread's birth when it was born later. A
+ * function of its own: its zeroed entry on the stack and the fingerprint's
+ * calls (fingerprint.bpf.h) did not fit in 512 bytes together. */
+static __noinline struct wc_thread *thread_new(struct task_struct *t, __u64 now)
 {
 	struct wc_thread z = {};
 	__u32 tid = BPF_CORE_READ(t, pid);

@@ -55,26 +55,33 @@ static __noinline bool after_call(__u64 v)
 /* The part of the fingerprint the stack gives: the return addresses
  * among the words w[0..n) (w[WC_FP_WORDS]: the one above bp's frame).
  * Checking a word reads code, so the result is kept per thread with a
- * hash of the candidates it came from: a thread blocking where it
- * blocked last time, whatever its data words, costs no read. */
+ * hash of the candidates it came from, for its last two places: a thread
+ * blocking where it blocked before, whatever its data words, costs no
+ * read. */
 static __noinline __u64 stack_part(struct wc_thread *th, __u64 *w, __u64 sp, __u64 bp_off)
 {
-	__u64 cand = mix(0x5eed, bp_off);
+	__u64 cand = mix(0x5eed, bp_off) | 1; /* never 0, the empty entry */
 	for (int i = 0; i <= WC_FP_WORDS; i++) {
 		__u64 v = w[i];
 		if (code_candidate(v, sp))
 			cand = mix(mix(cand, i), v);
 	}
-	if (th->fp_cand == cand && cand)
-		return th->fp_ret;
+	if (th->fp_cand[0] == cand)
+		return th->fp_ret[0];
+	if (th->fp_cand[1] == cand)
+		return th->fp_ret[1];
 	__u64 ret = mix(0x7e7, bp_off);
 	for (int i = 0; i <= WC_FP_WORDS; i++) {
 		__u64 v = w[i];
 		if (code_candidate(v, sp) && after_call(v))
 			ret = mix(mix(ret, i), v);
 	}
-	th->fp_cand = cand;
-	th->fp_ret = ret;
+	/* Two places: a thread blocks in one and is preempted in another
+	 * (a pipe's reader woken by a write of its peer's, on one CPU). */
+	th->fp_cand[1] = th->fp_cand[0];
+	th->fp_ret[1] = th->fp_ret[0];
+	th->fp_cand[0] = cand;
+	th->fp_ret[0] = ret;
 	return ret;
 }
 

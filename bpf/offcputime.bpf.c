@@ -16,6 +16,10 @@
 const volatile __u64 min_block_ns = 1000; /* a "short block" in the stats */
 const volatile __u64 max_block_ns = (__u64)-1;
 const volatile long state_filter = -1;
+/* --check-fingerprints: copy the stack at every block, seen or not, so
+ * that user space can tell whether one fingerprint ever stood for two
+ * stacks (a test of fingerprint.bpf.h, costly: a copy per switch). */
+const volatile bool fp_check = false;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -203,9 +207,9 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	/* A failed copy (ring buffer full) keeps the real fingerprint for the
 	 * time and is not marked seen: the next block here copies again, and
 	 * only a fingerprint that never got its stack ends as [lost stack]. */
-	if (fp != th->cur_fp || th->need_stack) {
+	if (fp != th->cur_fp || th->need_stack || fp_check) {
 		th->need_stack = 0;
-		if (!bpf_map_lookup_elem(&seen, &fp)) {
+		if (fp_check || !bpf_map_lookup_elem(&seen, &fp)) {
 			if (emit_stack(ctx, cur, regs, fp, 0, st, now, 2)) {
 				th->need_stack = 1;
 			} else {

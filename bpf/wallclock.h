@@ -102,10 +102,10 @@ struct wc_thread {
 	 * thread alive then that it did not visit is hidden from BPF. */
 	__u32 snapped;
 	char comm[WC_COMM_LEN];
-	/* The last stack fingerprint's return-address part, and a hash of
-	 * the words it was found among (bpf/fingerprint.bpf.h). */
-	__u64 fp_cand;
-	__u64 fp_ret;
+	/* The return-address part of the last two stack fingerprints, and
+	 * a hash of the words each was found among (bpf/fingerprint.bpf.h). */
+	__u64 fp_cand[2];
+	__u64 fp_ret[2];
 };
 
 struct wc_okey {

@@ -173,9 +173,12 @@ fn idle_machine_example() {
         .collect();
     let count = |k: &str| stats.map_or(0, |s| u(&s["counts"][k]));
     eprintln!(
-        "[lost stack] {lost} ns of {alive} ns thread-time; ringbuf_drops {}, ustack_cut {}, missed_switches {}",
+        "[lost stack] {lost} ns of {alive} ns thread-time ({:.3}%); map_full {}, ringbuf_drops {}, ustack_cut {}, new_stacks {}, missed_switches {}",
+        lost as f64 * 100.0 / alive.max(1) as f64,
+        count("map_full"),
         count("ringbuf_drops"),
         count("ustack_cut"),
+        count("new_stacks"),
         count("missed_switches")
     );
     assert!(lost * 200 < alive, "[lost stack] {lost} ns of {alive} ns thread-time: {worst:?}; {stats:?}");

@@ -164,6 +164,12 @@ pub struct Cli {
     /// With --timeline: size of its ring buffer, MiB (a power of two).
     #[arg(long = "timeline-mb", default_value_t = 16, value_name = "MB", requires = "timeline")]
     pub timeline_mb: u32,
+    /// Test of the stack fingerprints: copy the stack at every block and
+    /// say on stderr how many copies found their fingerprint's stack
+    /// already sent with another user or kernel stack (costly: a copy per
+    /// context switch).
+    #[arg(long = "check-fingerprints", hide = true)]
+    pub check_fingerprints: bool,
     /// Capture duration in seconds (same as -d).
     #[arg(value_name = "DURATION")]
     pub duration: Option<f64>,
@@ -211,6 +217,7 @@ impl driver::Tool for Off<'_> {
         ro.max_block_ns = cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000));
         ro.state_filter = cli.state.unwrap_or(-1);
         ro.snap_runnable = true;
+        ro.fp_check = cli.check_fingerprints;
         open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
         open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
         ro.timeline_on = cli.timeline;
@@ -418,7 +425,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let mut off = Off {
         cli: &cli,
         retired: Vec::new(),
-        stacks: collect::Stacks::default(),
+        stacks: collect::Stacks::checking(cli.check_fingerprints),
         timeline: Default::default(),
         probes,
         probe_drain: Default::default(),
@@ -523,6 +530,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             s.counts.extend(pcounts);
             records.push(Record::Stats(s));
         }
+    }
+    if let Some(c) = stacks.check() {
+        eprintln!("offcputime: {c}");
     }
     if let Some(Record::Stats(st)) = records.last() {
         if let Some(w) = lost_warning(&st.counts) {

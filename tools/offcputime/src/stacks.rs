@@ -29,6 +29,49 @@ pub struct Stacks {
     /// a thread's fingerprints are its own (BPF mixes its tid in), so
     /// those sent before it exited go with it (`forget`).
     sent_by: HashMap<u32, Vec<(u64, u64)>>,
+    /// --check-fingerprints: what the copies of known fingerprints found.
+    check: Option<Check>,
+}
+
+/// Copies of a stack whose fingerprint was already known (BPF sends one
+/// at every block under --check-fingerprints), and how many of them
+/// unwound to another stack than the fingerprint's first: blocks whose
+/// time the fingerprint would have put under the wrong stack.
+#[derive(Default, Debug)]
+pub struct Check {
+    pub copies: u64,
+    /// Blocked (S, D, other), and preempted (R).
+    pub user_differs: u64,
+    pub user_differs_r: u64,
+    pub kernel_differs: u64,
+    /// A copy cut short (the ring buffer filling) that agrees with the
+    /// first as far as it goes.
+    pub cut: u64,
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "fingerprint check: {} copies of known fingerprints, {} with another user stack ({} blocked, {} preempted), {} with another kernel stack, {} cut short",
+            self.copies,
+            self.user_differs + self.user_differs_r,
+            self.user_differs,
+            self.user_differs_r,
+            self.kernel_differs,
+            self.cut
+        )
+    }
+}
+
+/// Whether two root-first stacks are one, `a` or `b` possibly cut short
+/// at the root (a copy that ends early loses its outer frames).
+fn same_or_cut(a: &[u64], b: &[u64]) -> Option<bool> {
+    if a == b {
+        return Some(true);
+    }
+    let n = a.len().min(b.len());
+    (a[a.len() - n..] == b[b.len() - n..] && n > 0).then_some(false)
 }
 
 impl Stacks {
@@ -43,7 +86,18 @@ impl Stacks {
         } else {
             self.comm.insert(e.tid, event::comm_str(&e.comm));
         }
-        if self.by_fp.contains_key(&e.fp) {
+        if let Some((u, k)) = self.by_fp.get(&e.fp) {
+            if let Some(c) = self.check.as_mut() {
+                c.copies += 1;
+                let (nu, nk) = (unwind.event_stack(&e), e.kstack_root_first());
+                match same_or_cut(u, &nu) {
+                    Some(true) => {}
+                    Some(false) => c.cut += 1,
+                    None if e.state == event::ST_R => c.user_differs_r += 1,
+                    None => c.user_differs += 1,
+                }
+                c.kernel_differs += u64::from(k[..] != nk[..]);
+            }
             return;
         }
         let ustack = unwind.event_stack(&e);
@@ -85,6 +139,15 @@ impl Stacks {
             true
         });
         gone
+    }
+
+    /// Stacks that check their fingerprints (--check-fingerprints).
+    pub fn checking(on: bool) -> Stacks {
+        Stacks { check: on.then(Check::default), ..Default::default() }
+    }
+
+    pub fn check(&self) -> Option<&Check> {
+        self.check.as_ref()
     }
 
     pub fn get(&self, fp: u64) -> Option<&(Addrs, Addrs)> {
