@@ -92,8 +92,14 @@ static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 
 	__u64 fp = mix(0, ip);
 	fp = mix(fp, sp);
 	/* The syscall number; for an interrupted thread, -1 whatever the
-	 * vector (timer or IPI) that stopped it. */
-	fp = mix(fp, (long)nr < 0 ? (__u64)-1 : nr);
+	 * vector (timer or IPI) that stopped it, and bp whatever it holds: a
+	 * thread preempted in user code has a new ip at most preemptions
+	 * anyway, and bp (a callee-saved register, set by the callers) tells
+	 * apart paths that differ deeper than the words below reach. */
+	if ((long)nr < 0)
+		fp = mix(mix(fp, (__u64)-1), bp);
+	else
+		fp = mix(fp, nr);
 	__u32 zero = 0;
 	struct kscratch *ks = bpf_map_lookup_elem(&kscratch, &zero);
 	if (!ks)

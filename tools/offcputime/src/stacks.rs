@@ -65,11 +65,14 @@ impl std::fmt::Display for Check {
 }
 
 /// Whether two root-first stacks are one, `a` or `b` possibly cut short
-/// at the root (a copy that ends early loses its outer frames).
+/// at the root (a copy that ends early, or that missed a page, loses its
+/// outer frames and begins with `[truncated]`).
 fn same_or_cut(a: &[u64], b: &[u64]) -> Option<bool> {
     if a == b {
         return Some(true);
     }
+    let leaf = |s: &[u64]| s.iter().position(|&x| x < wallclock_stream::NAMED_ADDR_BASE).unwrap_or(0);
+    let (a, b) = (&a[leaf(a)..], &b[leaf(b)..]);
     let n = a.len().min(b.len());
     (a[a.len() - n..] == b[b.len() - n..] && n > 0).then_some(false)
 }
