@@ -284,12 +284,12 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
  * copy when the ring buffer is more than half full, WC_USTACK_TIGHTER when
  * more than three quarters (the leaf and a few callers): a burst of new stacks
  * (a browser starting: a few thousand in half a second) while the
- * consumer waits for a CPU on a loaded machine. A reservation holds the
- * whole struct, 64K of ring whatever the copy used, so 16 MiB held a few
- * hundred and the rest were dropped: [lost stack] for every thread that
- * blocked once there and exited (most of a browser's). A stack cut short
- * ends in [truncated] where its copy ends. Such an event is built in
- * ev_scratch, one entry per CPU (set at load): the programs that send
+ * consumer waits for a CPU on a loaded machine. Dropped, they were
+ * [lost stack] for every thread that blocked once there and exited (most
+ * of a browser's). A stack cut short ends in [truncated] where its copy
+ * ends. Every stack event is built in ev_scratch and sent at the size
+ * its copy used (see emit_stack), one entry per CPU (set at load): the
+ * programs that send
  * stacks run with interrupts off (sched_switch, sched_waking) or in the
  * timer interrupt (oncputime's samples), so none interrupts another on
  * its CPU while it builds one. */
@@ -388,36 +388,31 @@ static __always_inline void fill_event(void *ctx, struct task_struct *cur, struc
 }
 
 /* Fill and send a stack event for `current` (see fill_stack): 0, or -1
- * when the ring buffer had no room (counted). */
+ * when the ring buffer had no room (counted). Always through the per-CPU
+ * scratch event and sent at the size the copy used: a reservation takes
+ * the whole struct (64K and more) of ring whatever the copy used, and a
+ * loaded machine's burst of new stacks (mostly threads preempted at a new
+ * ip, a few K of stack each) filled a 16 MiB ring with a few hundred,
+ * then had them cut short, then lost. One more memcpy per new stack. */
 static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs,
 				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
 {
-	struct wc_event *e;
 	__u32 room = ring_room();
-	if (room < WC_USTACK_MAX) {
-		__u32 cpu = bpf_get_smp_processor_id();
-		e = bpf_map_lookup_elem(&ev_scratch, &cpu);
-		if (!e)
-			goto drop;
-		fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
-		__u32 n = e->ustack_bytes;
-		if (room > WC_USTACK_TIGHT)
-			room = WC_USTACK_TIGHT; /* a bound the verifier sees */
-		if (n > room) {
-			n = room;
-			e->ustack_bytes = n;
-			stat_add(WC_STAT_USTACK_CUT, 1);
-		}
-		if (bpf_ringbuf_output(&events, e, offsetof(struct wc_event, ustack) + n, 0))
-			goto drop;
-		stat_add(WC_STAT_NEW_STACKS, 1);
-		return 0;
-	}
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct wc_event *e = bpf_map_lookup_elem(&ev_scratch, &cpu);
 	if (!e)
 		goto drop;
 	fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
-	bpf_ringbuf_submit(e, 0);
+	__u32 n = e->ustack_bytes;
+	if (n > WC_USTACK_MAX)
+		n = WC_USTACK_MAX; /* a bound the verifier sees */
+	if (n > room) {
+		n = room;
+		e->ustack_bytes = n;
+		stat_add(WC_STAT_USTACK_CUT, 1);
+	}
+	if (bpf_ringbuf_output(&events, e, offsetof(struct wc_event, ustack) + n, 0))
+		goto drop;
 	stat_add(WC_STAT_NEW_STACKS, 1);
 	return 0;
 drop:
