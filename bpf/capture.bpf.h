@@ -387,8 +387,19 @@ static __always_inline void fill_event(void *ctx, struct task_struct *cur, struc
 	fill_stack(ctx, cur, regs, e, kskip);
 }
 
+/* Whether this CPU's scratch event is being built: a program in process
+ * context (a uprobe's, --probe) can be interrupted by one that sends a
+ * stack from an interrupt (sched_waking's, --wakers); the one inside
+ * then reserves its event in the ring instead. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ev_busy SEC(".maps");
+
 /* Fill and send a stack event for `current` (see fill_stack): 0, or -1
- * when the ring buffer had no room (counted). Always through the per-CPU
+ * when the ring buffer had no room (counted). Built in the per-CPU
  * scratch event and sent at the size the copy used: a reservation takes
  * the whole struct (64K and more) of ring whatever the copy used, and a
  * loaded machine's burst of new stacks (mostly threads preempted at a new
@@ -398,10 +409,23 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 				      __u64 fp, __u32 kind, __u32 state, __u64 now, __u32 kskip)
 {
 	__u32 room = ring_room();
+	__u32 zero = 0;
+	__u32 *busy = bpf_map_lookup_elem(&ev_busy, &zero);
+	struct wc_event *e;
+	if (!busy || *busy) {
+		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e)
+			goto drop;
+		fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
+		bpf_ringbuf_submit(e, 0);
+		stat_add(WC_STAT_NEW_STACKS, 1);
+		return 0;
+	}
 	__u32 cpu = bpf_get_smp_processor_id();
-	struct wc_event *e = bpf_map_lookup_elem(&ev_scratch, &cpu);
+	e = bpf_map_lookup_elem(&ev_scratch, &cpu);
 	if (!e)
 		goto drop;
+	*busy = 1;
 	fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
 	__u32 n = e->ustack_bytes;
 	if (n > WC_USTACK_MAX)
@@ -411,7 +435,9 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e->ustack_bytes = n;
 		stat_add(WC_STAT_USTACK_CUT, 1);
 	}
-	if (bpf_ringbuf_output(&events, e, offsetof(struct wc_event, ustack) + n, 0))
+	long err = bpf_ringbuf_output(&events, e, offsetof(struct wc_event, ustack) + n, 0);
+	*busy = 0;
+	if (err)
 		goto drop;
 	stat_add(WC_STAT_NEW_STACKS, 1);
 	return 0;
