@@ -13,6 +13,10 @@
 
 use super::Unwind;
 
+/// How far past a process's exit a stack handled must be before its
+/// maps go: stacks of several CPUs come a little out of time order.
+const EXIT_SLACK: u64 = 200_000_000;
+
 /// Whether process `pid` still exists (a zombie does, until reaped).
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -36,18 +40,33 @@ impl Unwind {
             return;
         }
         self.reaper.last = Some(std::time::Instant::now());
+        if let Some(log) = self.log.as_mut() {
+            log.sync(u64::MAX);
+        }
+        // The count alone let a process go while its stacks waited in the
+        // ring buffer (the drain holds off while its queue is full): its
+        // later stacks found no maps. A stack handled from after its exit
+        // (by the kernel's record of it) says its own came before.
+        let after_exit = |u: &Unwind, pid: u32| {
+            let exit = u.log.as_ref().and_then(|l| l.exits.get(&pid).copied());
+            exit.is_none_or(|t| u.last_ts > t.saturating_add(EXIT_SLACK))
+        };
         let mut pending = std::mem::take(&mut self.reaper.pending);
         pending.retain_mut(|(pid, mark)| match *mark {
             None => {
                 *mark = Some(sent);
                 true
             }
-            Some(m) if m <= handled => {
+            Some(m) if m <= handled && after_exit(self, *pid) => {
                 self.forget(*pid);
                 false
             }
             Some(_) => true,
         });
+        let (last, procs) = (self.last_ts, &self.procs);
+        if let Some(log) = self.log.as_mut() {
+            log.forget_exited(last.saturating_sub(EXIT_SLACK), |p| procs.contains_key(&p));
+        }
         // Marked at the next turn: what the process sent before its exit
         // may not have left the ring buffer yet.
         let exited = self.procs.keys().copied().filter(|pid| !pending.iter().any(|(p, _)| p == pid) && !alive(*pid));
@@ -76,6 +95,9 @@ impl Unwind {
         }
         self.exec_ino.remove(&pid);
         self.reloads.remove(&pid);
+        if let Some(log) = self.log.as_mut() {
+            log.forget(pid);
+        }
     }
 
     /// [`Unwind::trim`], at most every 200 ms: at the start of a

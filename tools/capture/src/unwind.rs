@@ -176,6 +176,9 @@ struct Proc {
     /// Identity (device, inode) of the executable the maps belong to: an
     /// exec replaces every mapping, so the old ones must not linger.
     exe: Option<(u64, u64)>,
+    /// The image of the mmap log (`mmaplog::Gen::since`) the maps are of,
+    /// when they come from there.
+    since: Option<u64>,
     maps: Vec<MapEntry>,
     /// AVMA ranges of the functions a stack begins in (`go_roots`).
     roots: Vec<(u64, u64)>,
@@ -187,7 +190,7 @@ struct Proc {
 
 impl Proc {
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, since: None, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -221,6 +224,14 @@ pub struct Unwind {
     gone_spool: Option<crate::spool::Spool>,
     /// A write to it failed: it keeps what it took, the rest stays here.
     gone_spool_failed: bool,
+    /// The kernel's records of every mapping made (see mmaplog): the maps
+    /// of a process at the time of its stack, not at the time /proc is
+    /// read (when there is none, /proc alone).
+    log: Option<crate::mmaplog::MmapLog>,
+    /// The time of the stack event being unwound (None: now).
+    at: Option<u64>,
+    /// The latest time of a stack event handled.
+    last_ts: u64,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -229,7 +240,7 @@ fn exe_identity(pid: u32) -> Option<(u64, u64)> {
     Some((m.dev(), m.ino()))
 }
 
-fn parse_maps(pid: u32) -> Vec<MapEntry> {
+pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
     let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
     maps.into_iter()
         .filter(|m| m.executable())
@@ -244,6 +255,17 @@ fn parse_maps(pid: u32) -> Vec<MapEntry> {
             e
         })
         .collect()
+}
+
+/// Whether the thread of `e` has not yet run in user space: a new
+/// thread or process switched out on its way there (its kernel stack
+/// begins in `ret_from_fork_asm`). Its user stack is then the one
+/// instruction it is to start at.
+fn not_started(e: &WcEvent) -> bool {
+    static RANGES: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
+    let r = RANGES.get_or_init(|| crate::procfs::ranges_of(&["ret_from_fork_asm"]));
+    let root = e.kstack_root_first().first().copied().unwrap_or(0);
+    r.iter().any(|&(a, b)| root >= a && root < b)
 }
 
 /// Frames from `addr` with `regs` (leaf first), and whether the walk
@@ -304,7 +326,30 @@ impl Unwind {
     /// runs another image than the one its stacks being unwound come from
     /// (an exec whose event is still to come).
     pub fn refresh(&mut self, pid: u32) {
-        let maps = parse_maps(pid);
+        let ts = self.at.unwrap_or(u64::MAX);
+        if let Some(log) = self.log.as_mut() {
+            log.sync(ts);
+        }
+        if let Some((since, maps)) = self.logged(pid, ts, 0).filter(|(s, _)| s.is_some()) {
+            // Exact: the image the stack ran in. Another image's maps
+            // (an exec whose marker did not come) serve its earlier stacks.
+            let mut proc = match self.procs.remove(&pid) {
+                Some(p) if p.since == since => p,
+                Some(old) => {
+                    self.retired.entry(pid).or_default().extend(old.maps);
+                    Proc::new(None)
+                }
+                None => Proc::new(None),
+            };
+            proc.since = since;
+            self.add_maps(&mut proc, maps);
+            self.procs.insert(pid, proc);
+            return;
+        }
+        let maps = match self.logged(pid, ts, 0) {
+            Some((_, maps)) => maps,
+            None => parse_maps(pid),
+        };
         if maps.is_empty() {
             return;
         }
@@ -322,11 +367,45 @@ impl Unwind {
         self.procs.insert(pid, proc);
     }
 
+    /// The mappings of `pid` at `ts` from the mmap log, and the image's
+    /// start when they are exact (all made during the capture); None when
+    /// the log does not know the process. Inexact: /proc's (or the fork
+    /// parent's, `depth` forks up) with what the log adds.
+    fn logged(&mut self, pid: u32, ts: u64, depth: u32) -> Option<(Option<u64>, Vec<MapEntry>)> {
+        let g = self.log.as_ref()?.gen_at(pid, ts)?;
+        let made: Vec<MapEntry> = g.maps.iter().filter(|(t, _)| *t <= ts).map(|(_, m)| m.clone()).collect();
+        if g.exact {
+            return Some((Some(g.since), made));
+        }
+        let (parent, since) = (g.parent, g.since);
+        let mut maps = match parent {
+            Some(pp) if depth < 8 => match self.logged(pp, since, depth + 1) {
+                Some((_, m)) => m,
+                None => match self.procs.get(&pp) {
+                    Some(p) => p.maps.clone(),
+                    None => parse_maps(pp),
+                },
+            },
+            _ => parse_maps(pid),
+        };
+        maps.extend(made);
+        Some((None, maps))
+    }
+
     /// A new process `child` of `parent`: until it execs, it runs its
     /// parent's image at its parent's addresses.
-    pub fn fork(&mut self, parent: u32, child: u32) {
+    pub fn fork(&mut self, parent: u32, child: u32, ts: u64) {
         if self.procs.contains_key(&child) {
             return;
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.sync(ts);
+            if log.gen_at(child, ts).is_some() {
+                self.at = Some(ts);
+                self.refresh(child);
+                self.at = None;
+                return;
+            }
         }
         // Read the parent now: what it mapped since its maps were last read
         // (libc, when they were read just after its own exec) is the child's.
@@ -341,13 +420,25 @@ impl Unwind {
 
     /// `pid` exec'd the file with inode `ino`: its mappings so far serve
     /// only the stacks that came before; read the new ones while it lives.
-    pub fn exec(&mut self, pid: u32, ino: u64) {
+    pub fn exec(&mut self, pid: u32, ino: u64, ts: u64) {
         if let Some(old) = self.procs.remove(&pid) {
             self.retired.entry(pid).or_default().extend(old.maps);
         }
         self.exec_ino.insert(pid, ino);
         self.reloads.remove(&pid);
+        self.at = Some(ts);
         self.refresh(pid);
+        self.at = None;
+    }
+
+    /// Learn the mappings from the kernel's records (see mmaplog).
+    pub fn use_log(&mut self, log: crate::mmaplog::MmapLog) {
+        self.log = Some(log);
+    }
+
+    /// Records of the mmap log the kernel could not write.
+    pub fn log_lost(&self) -> u64 {
+        self.log.as_ref().map_or(0, |l| l.lost)
     }
 
     fn add_maps(&mut self, proc: &mut Proc, maps: Vec<MapEntry>) {
@@ -395,6 +486,10 @@ impl Unwind {
         if ip == 0 {
             return Vec::new();
         }
+        if self.mid_exec(pid, ip) {
+            self.truncated.insert(pid);
+            return vec![TRUNCATED_ADDR, ip];
+        }
         if !self.covered(pid, ip) {
             self.reload(pid);
         }
@@ -425,7 +520,16 @@ impl Unwind {
     /// The user stack of a stack event, root first: unwound, with the
     /// Python frames it carries put where the interpreter ran them.
     pub fn event_stack(&mut self, e: &WcEvent) -> Vec<u64> {
+        self.at = Some(e.ts);
+        self.last_ts = self.last_ts.max(e.ts);
         let mut native = self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        self.at = None;
+        if native.first() == Some(&TRUNCATED_ADDR) && not_started(e) {
+            // Its one frame: `clone3`'s child side has no unwind rule, and
+            // a word of the new stack was read as its caller (make's
+            // posix_spawn child: `[unknown]+0x5920090720;clone3`).
+            native = vec![e.ip];
+        }
         if e.py_n > 0 && self.python.is_python(e.pid) {
             // Under -X perf too: the Python frames read from the
             // interpreter stand for its trampolines' perf-map names (the
@@ -438,6 +542,36 @@ impl Unwind {
             });
         }
         self.python.splice(e, native)
+    }
+
+    /// Whether a stack of `pid` at `ip` was taken in the middle of its
+    /// exec (by the log's records): the new image's memory is in place
+    /// while the registers are still the old image's, so the stack copy
+    /// comes from the new memory (a word of it read as the caller:
+    /// `[unknown]+0x5920090720` under a make child's libc, 40 ms of a
+    /// 10 s capture's build). Such a stack comes before the exec's
+    /// marker (bpf/tree.bpf.h), after the kernel's record of it. Only
+    /// `ip` is kept, named against the old image's maps (retired).
+    fn mid_exec(&mut self, pid: u32, ip: u64) -> bool {
+        let (Some(ts), Some(log)) = (self.at, self.log.as_mut()) else { return false };
+        log.sync(ts);
+        let Some(g) = log.gen_at(pid, ts).filter(|g| g.exec && g.since > 0) else { return false };
+        let hit = |m: &MapEntry| ip >= m.start && ip < m.end;
+        if g.maps.iter().any(|(t, m)| *t <= ts && hit(m)) {
+            return false;
+        }
+        let since = g.since;
+        let Some((_, before)) = self.logged(pid, since - 1, 0) else { return false };
+        if !before.iter().any(hit) {
+            return false;
+        }
+        let r = self.retired.entry(pid).or_default();
+        for m in before {
+            if !r.iter().any(|o| o.start == m.start && o.path == m.path) {
+                r.push(m);
+            }
+        }
+        true
     }
 
     fn reload(&mut self, pid: u32) -> bool {
@@ -500,7 +634,14 @@ impl Unwind {
 
     /// The Maps record of a process, when its mappings were read.
     pub fn maps_record(&self, pid: u32) -> Option<Maps> {
-        let cur = self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid))?;
+        // A stack cut short names TRUNCATED_ADDR, whether or not any
+        // mapping of its process was known.
+        let none = Vec::new();
+        let cur = match self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid)) {
+            Some(c) => c,
+            None if self.truncated.contains(&pid) => &none,
+            None => return None,
+        };
         let mut maps = cur.clone();
         // Before-exec mappings, where they do not collide with the current ones.
         for old in self.retired.get(&pid).into_iter().flatten() {
@@ -518,7 +659,7 @@ impl Unwind {
 
     /// The Maps record of every process whose mappings were read, by pid.
     pub fn maps_records(&self) -> Vec<Maps> {
-        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).copied().collect();
+        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).chain(self.truncated.iter()).copied().collect();
         pids.sort_unstable();
         pids.dedup();
         pids.into_iter().filter_map(|pid| self.maps_record(pid)).collect()
