@@ -9,6 +9,9 @@
 //! mappings (kept for the Maps record: its earlier stacks point into them)
 //! and names the inode of the new executable, so that /proc/PID/maps of a
 //! still later image, read before that exec's event came, is not taken.
+//! Where the kernel's mmap records can be read (mmaplog), the mappings are
+//! those the process had at the time of each stack (images.rs), /proc only
+//! for what was mapped before the capture.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +30,8 @@ use crate::python::trampoline::Trampolines;
 
 #[path = "reap.rs"]
 mod reap;
+#[path = "images.rs"]
+mod images;
 
 /// The kernel maps nothing below this (vm.mmap_min_addr's default).
 const MIN_CODE_ADDR: u64 = 0x10000;
@@ -257,17 +262,6 @@ pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
         .collect()
 }
 
-/// Whether the thread of `e` has not yet run in user space: a new
-/// thread or process switched out on its way there (its kernel stack
-/// begins in `ret_from_fork_asm`). Its user stack is then the one
-/// instruction it is to start at.
-fn not_started(e: &WcEvent) -> bool {
-    static RANGES: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
-    let r = RANGES.get_or_init(|| crate::procfs::ranges_of(&["ret_from_fork_asm"]));
-    let root = e.kstack_root_first().first().copied().unwrap_or(0);
-    r.iter().any(|&(a, b)| root >= a && root < b)
-}
-
 /// Frames from `addr` with `regs` (leaf first), and whether the walk
 /// reached the stack's start (see `Unwind::unwind_known`).
 fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
@@ -322,125 +316,6 @@ impl Unwind {
         Self::default()
     }
 
-    /// Read (or re-read) the mappings of `pid` while it lives, unless it
-    /// runs another image than the one its stacks being unwound come from
-    /// (an exec whose event is still to come).
-    pub fn refresh(&mut self, pid: u32) {
-        let ts = self.at.unwrap_or(u64::MAX);
-        if let Some(log) = self.log.as_mut() {
-            log.sync(ts);
-        }
-        if let Some((since, maps)) = self.logged(pid, ts, 0).filter(|(s, _)| s.is_some()) {
-            // Exact: the image the stack ran in. Another image's maps
-            // (an exec whose marker did not come) serve its earlier stacks.
-            let mut proc = match self.procs.remove(&pid) {
-                Some(p) if p.since == since => p,
-                Some(old) => {
-                    self.retired.entry(pid).or_default().extend(old.maps);
-                    Proc::new(None)
-                }
-                None => Proc::new(None),
-            };
-            proc.since = since;
-            self.add_maps(&mut proc, maps);
-            self.procs.insert(pid, proc);
-            return;
-        }
-        let maps = match self.logged(pid, ts, 0) {
-            Some((_, maps)) => maps,
-            None => parse_maps(pid),
-        };
-        if maps.is_empty() {
-            return;
-        }
-        let exe = exe_identity(pid);
-        let same_image = match (self.procs.get(&pid), self.exec_ino.get(&pid)) {
-            (Some(p), _) => p.exe == exe,
-            (None, Some(&ino)) => exe.is_some_and(|e| e.1 == ino),
-            (None, None) => true,
-        };
-        if !same_image {
-            return;
-        }
-        let mut proc = self.procs.remove(&pid).unwrap_or_else(|| Proc::new(exe));
-        self.add_maps(&mut proc, maps);
-        self.procs.insert(pid, proc);
-    }
-
-    /// The mappings of `pid` at `ts` from the mmap log, and the image's
-    /// start when they are exact (all made during the capture); None when
-    /// the log does not know the process. Inexact: /proc's (or the fork
-    /// parent's, `depth` forks up) with what the log adds.
-    fn logged(&mut self, pid: u32, ts: u64, depth: u32) -> Option<(Option<u64>, Vec<MapEntry>)> {
-        let g = self.log.as_ref()?.gen_at(pid, ts)?;
-        let made: Vec<MapEntry> = g.maps.iter().filter(|(t, _)| *t <= ts).map(|(_, m)| m.clone()).collect();
-        if g.exact {
-            return Some((Some(g.since), made));
-        }
-        let (parent, since) = (g.parent, g.since);
-        let mut maps = match parent {
-            Some(pp) if depth < 8 => match self.logged(pp, since, depth + 1) {
-                Some((_, m)) => m,
-                None => match self.procs.get(&pp) {
-                    Some(p) => p.maps.clone(),
-                    None => parse_maps(pp),
-                },
-            },
-            _ => parse_maps(pid),
-        };
-        maps.extend(made);
-        Some((None, maps))
-    }
-
-    /// A new process `child` of `parent`: until it execs, it runs its
-    /// parent's image at its parent's addresses.
-    pub fn fork(&mut self, parent: u32, child: u32, ts: u64) {
-        if self.procs.contains_key(&child) {
-            return;
-        }
-        if let Some(log) = self.log.as_mut() {
-            log.sync(ts);
-            if log.gen_at(child, ts).is_some() {
-                self.at = Some(ts);
-                self.refresh(child);
-                self.at = None;
-                return;
-            }
-        }
-        // Read the parent now: what it mapped since its maps were last read
-        // (libc, when they were read just after its own exec) is the child's.
-        self.refresh(parent);
-        let Some(p) = self.procs.get(&parent) else { return };
-        let (exe, maps) = (p.exe, p.maps.clone());
-        self.trampolines.fork(parent, child);
-        let mut proc = Proc::new(exe);
-        self.add_maps(&mut proc, maps);
-        self.procs.insert(child, proc);
-    }
-
-    /// `pid` exec'd the file with inode `ino`: its mappings so far serve
-    /// only the stacks that came before; read the new ones while it lives.
-    pub fn exec(&mut self, pid: u32, ino: u64, ts: u64) {
-        if let Some(old) = self.procs.remove(&pid) {
-            self.retired.entry(pid).or_default().extend(old.maps);
-        }
-        self.exec_ino.insert(pid, ino);
-        self.reloads.remove(&pid);
-        self.at = Some(ts);
-        self.refresh(pid);
-        self.at = None;
-    }
-
-    /// Learn the mappings from the kernel's records (see mmaplog).
-    pub fn use_log(&mut self, log: crate::mmaplog::MmapLog) {
-        self.log = Some(log);
-    }
-
-    /// Records of the mmap log the kernel could not write.
-    pub fn log_lost(&self) -> u64 {
-        self.log.as_ref().map_or(0, |l| l.lost)
-    }
-
     fn add_maps(&mut self, proc: &mut Proc, maps: Vec<MapEntry>) {
         for mut m in maps {
             if proc.maps.iter().any(|o| o.start == m.start && o.path == m.path) {
@@ -486,10 +361,6 @@ impl Unwind {
         if ip == 0 {
             return Vec::new();
         }
-        if self.mid_exec(pid, ip) {
-            self.truncated.insert(pid);
-            return vec![TRUNCATED_ADDR, ip];
-        }
         if !self.covered(pid, ip) {
             self.reload(pid);
         }
@@ -522,9 +393,14 @@ impl Unwind {
     pub fn event_stack(&mut self, e: &WcEvent) -> Vec<u64> {
         self.at = Some(e.ts);
         self.last_ts = self.last_ts.max(e.ts);
-        let mut native = self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        let mut native = if e.ip != 0 && images::in_exec(e) && self.mid_exec(e.pid, e.ip) {
+            self.truncated.insert(e.pid);
+            vec![TRUNCATED_ADDR, e.ip]
+        } else {
+            self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes())
+        };
         self.at = None;
-        if native.first() == Some(&TRUNCATED_ADDR) && not_started(e) {
+        if native.first() == Some(&TRUNCATED_ADDR) && images::not_started(e) {
             // Its one frame: `clone3`'s child side has no unwind rule, and
             // a word of the new stack was read as its caller (make's
             // posix_spawn child: `[unknown]+0x5920090720;clone3`).
@@ -542,36 +418,6 @@ impl Unwind {
             });
         }
         self.python.splice(e, native)
-    }
-
-    /// Whether a stack of `pid` at `ip` was taken in the middle of its
-    /// exec (by the log's records): the new image's memory is in place
-    /// while the registers are still the old image's, so the stack copy
-    /// comes from the new memory (a word of it read as the caller:
-    /// `[unknown]+0x5920090720` under a make child's libc, 40 ms of a
-    /// 10 s capture's build). Such a stack comes before the exec's
-    /// marker (bpf/tree.bpf.h), after the kernel's record of it. Only
-    /// `ip` is kept, named against the old image's maps (retired).
-    fn mid_exec(&mut self, pid: u32, ip: u64) -> bool {
-        let (Some(ts), Some(log)) = (self.at, self.log.as_mut()) else { return false };
-        log.sync(ts);
-        let Some(g) = log.gen_at(pid, ts).filter(|g| g.exec && g.since > 0) else { return false };
-        let hit = |m: &MapEntry| ip >= m.start && ip < m.end;
-        if g.maps.iter().any(|(t, m)| *t <= ts && hit(m)) {
-            return false;
-        }
-        let since = g.since;
-        let Some((_, before)) = self.logged(pid, since - 1, 0) else { return false };
-        if !before.iter().any(hit) {
-            return false;
-        }
-        let r = self.retired.entry(pid).or_default();
-        for m in before {
-            if !r.iter().any(|o| o.start == m.start && o.path == m.path) {
-                r.push(m);
-            }
-        }
-        true
     }
 
     fn reload(&mut self, pid: u32) -> bool {
