@@ -103,6 +103,7 @@ impl Unwind {
     /// A new process `child` of `parent`: until it execs, it runs its
     /// parent's image at its parent's addresses.
     pub fn fork(&mut self, parent: u32, child: u32, ts: u64) {
+        self.last_ts = self.last_ts.max(ts);
         if self.procs.contains_key(&child) {
             return;
         }
@@ -129,6 +130,7 @@ impl Unwind {
     /// `pid` exec'd the file with inode `ino`: its mappings so far serve
     /// only the stacks that came before; read the new ones while it lives.
     pub fn exec(&mut self, pid: u32, ino: u64, ts: u64) {
+        self.last_ts = self.last_ts.max(ts);
         if let Some(old) = self.procs.remove(&pid) {
             self.retired.entry(pid).or_default().extend(old.maps);
         }
