@@ -305,9 +305,12 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     bpf::put_u32_set(skel.maps().tgids, &sess.pids)?;
     bpf::put_u32_set(skel.maps().tids, &args.tids)?;
     // Before the programs: the maps of the first stacks' processes.
-    let log = crate::mmaplog::MmapLog::open()
+    let log = (std::env::var_os("WALLCLOCK_NO_MMAP_LOG").is_none())
+        .then(crate::mmaplog::MmapLog::open)
+        .transpose()
         .inspect_err(|e| eprintln!("{}: warning: the kernel's mmap records (perf_event_open): {e}: maps are read from /proc alone, late for short processes", T::NAME))
-        .ok();
+        .ok()
+        .flatten();
     let links = tool.attach(&skel, btf)?;
     let tree_links = attach_tree(&skel, btf, sess.follow)?;
     // Children of -p -C created while loading: the fork hook missed them.

@@ -197,7 +197,10 @@ fn mmap2(r: &[u8]) -> Option<(u32, MapEntry)> {
     let name = r.get(72..r.len().saturating_sub(16))?;
     let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
     let mut path = String::from_utf8_lossy(name).into_owned();
-    if !(path.starts_with('/') || path == "[vdso]") {
+    // perf's names for memory of no file: "//anon" (CPython's -X perf
+    // trampolines, a JIT's code: taken for a file, the walk did not step
+    // through them and Python's stacks fell apart), "/anon_hugepage".
+    if !(path.starts_with('/') || path == "[vdso]") || path.starts_with("//") || path.starts_with("/anon_hugepage") {
         return None;
     }
     if let Some(p) = path.strip_suffix(" (deleted)") {

@@ -421,8 +421,15 @@ impl Unwind {
     }
 
     fn reload(&mut self, pid: u32) -> bool {
+        // The cap bounds the reads of /proc. The log's maps are in memory
+        // and, taken as of each stack's time, must be taken again for a
+        // library mapped since: capped, a Python importing its modules
+        // (and each stack through its -X perf trampolines, outside every
+        // file) used the 64 up early, and its later stacks were walked
+        // without libpython (a stale word then taken for the caller).
+        let logged = self.log.as_ref().and_then(|l| l.gen_at(pid, self.at.unwrap_or(u64::MAX))).is_some_and(|g| g.exact);
         let n = self.reloads.entry(pid).or_default();
-        if *n >= 64 {
+        if *n >= 64 && !logged {
             return false;
         }
         *n += 1;
