@@ -44,6 +44,10 @@ pub struct Gen {
     pub parent: Option<u32>,
     /// It began with an exec.
     pub exec: bool,
+    /// It has (or had) executable memory of no file (a JIT's): a return
+    /// address outside every file mapping may be code. Else it is not,
+    /// and a walk that reads one read a data word.
+    pub anon_code: bool,
     /// Executable file mappings and the time each was made.
     pub maps: Vec<(u64, MapEntry)>,
 }
@@ -181,6 +185,17 @@ impl Ring {
     }
 }
 
+/// An MMAP2 record of executable memory of no file.
+fn is_anon(r: &[u8]) -> bool {
+    r.get(72..).is_some_and(|n| n.starts_with(b"//anon") || n.starts_with(b"/anon_hugepage"))
+}
+
+/// Whether process `pid` has executable memory of no file now.
+fn anon_code(pid: u32) -> bool {
+    let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
+    maps.iter().any(|m| m.executable() && !(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')))
+}
+
 fn u32_at(r: &[u8], at: usize) -> u32 {
     r.get(at..at + 4).map_or(0, |b| u32::from_ne_bytes(b.try_into().unwrap()))
 }
@@ -239,7 +254,7 @@ impl MmapLog {
         for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
             let maps: Vec<(u64, MapEntry)> = crate::unwind::parse_maps(pid).into_iter().map(|m| (0, m)).collect();
             if !maps.is_empty() {
-                self.procs.insert(pid, vec![Gen { since: 0, exact: true, parent: None, exec: false, maps }]);
+                self.procs.insert(pid, vec![Gen { since: 0, exact: true, parent: None, exec: false, anon_code: anon_code(pid), maps }]);
             }
         }
     }
@@ -268,28 +283,33 @@ impl MmapLog {
         let (kind, misc) = (u32_at(r, 0), u16::from_ne_bytes([r[4], r[5]]));
         match kind {
             RECORD_MMAP2 => {
+                if is_anon(r) {
+                    if let Some(g) = self.procs.get_mut(&u32_at(r, 8)).and_then(|g| g.last_mut()) {
+                        g.anon_code = true;
+                    }
+                }
                 if let Some((pid, m)) = mmap2(r) {
                     let gens = self.procs.entry(pid).or_default();
                     if gens.is_empty() {
-                        gens.push(Gen { since: 0, exact: false, parent: None, exec: false, maps: Vec::new() });
+                        gens.push(Gen { since: 0, exact: false, parent: None, exec: false, anon_code: true, maps: Vec::new() });
                     }
                     gens.last_mut().unwrap().maps.push((ts, m));
                 }
             }
             RECORD_COMM if misc & MISC_COMM_EXEC != 0 => {
                 let gens = self.procs.entry(u32_at(r, 8)).or_default();
-                gens.push(Gen { since: ts, exact: true, parent: None, exec: true, maps: Vec::new() });
+                gens.push(Gen { since: ts, exact: true, parent: None, exec: true, anon_code: false, maps: Vec::new() });
             }
             RECORD_FORK => {
                 let (pid, ppid) = (u32_at(r, 8), u32_at(r, 12));
                 if pid == ppid {
                     return; // a thread
                 }
-                let (exact, maps) = match self.gen_at(ppid, ts) {
-                    Some(g) => (g.exact, g.maps.iter().filter(|(t, _)| *t <= ts).cloned().collect()),
-                    None => (false, Vec::new()),
+                let (exact, anon_code, maps) = match self.gen_at(ppid, ts) {
+                    Some(g) => (g.exact, g.anon_code, g.maps.iter().filter(|(t, _)| *t <= ts).cloned().collect()),
+                    None => (false, true, Vec::new()),
                 };
-                let gen = Gen { since: ts, exact, parent: (!exact).then_some(ppid), exec: false, maps };
+                let gen = Gen { since: ts, exact, parent: (!exact).then_some(ppid), exec: false, anon_code, maps };
                 // A pid used again: the earlier process's stacks may still
                 // be queued, and find its images by their time.
                 self.procs.entry(pid).or_default().push(gen);

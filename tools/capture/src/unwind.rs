@@ -184,6 +184,8 @@ struct Proc {
     /// The image of the mmap log (`mmaplog::Gen::since`) the maps are of,
     /// when they come from there.
     since: Option<u64>,
+    /// By the log, it has no executable memory outside its files.
+    no_anon_code: bool,
     maps: Vec<MapEntry>,
     /// AVMA ranges of the functions a stack begins in (`go_roots`).
     roots: Vec<(u64, u64)>,
@@ -195,7 +197,7 @@ struct Proc {
 
 impl Proc {
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, since: None, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, since: None, no_anon_code: false, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -291,6 +293,13 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, re
         // other such code (a JIT's) is walked by its frame pointers,
         // framehop's rule for an address in no module.
         let anon = !p.maps.iter().any(|m| a >= m.start && a < m.end);
+        // A caller outside every file of a process with no other code: a
+        // data word taken for one (a stack cut in JIT code, for stacksym,
+        // in a C program: `_dl_runtime_resolve_xsavec`'s realigned frame).
+        if anon && p.no_anon_code && addr.is_return_address() {
+            out.pop();
+            return (out, false);
+        }
         let leaf = !addr.is_return_address();
         let step = anon.then(|| tr.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
         let ret = match step {
@@ -363,6 +372,10 @@ impl Unwind {
         }
         if !self.covered(pid, ip) {
             self.reload(pid);
+        }
+        // As of this stack: a JIT may have made code since the maps were read.
+        if let (Some(log), Some(p)) = (self.log.as_ref(), self.procs.get_mut(&pid)) {
+            p.no_anon_code = p.since.is_some() && log.gen_at(pid, self.at.unwrap_or(u64::MAX)).is_some_and(|g| g.exact && !g.anon_code);
         }
         let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack, false);
         // A caller outside every known mapping: a library mapped since the
