@@ -373,10 +373,16 @@ impl Unwind {
         if !self.covered(pid, ip) {
             self.reload(pid);
         }
-        // As of this stack: a JIT may have made code since the maps were read.
-        if let (Some(log), Some(p)) = (self.log.as_ref(), self.procs.get_mut(&pid)) {
-            p.no_anon_code = p.since.is_some() && log.gen_at(pid, self.at.unwrap_or(u64::MAX)).is_some_and(|g| g.exact && !g.anon_code);
-        }
+        // As of this stack (a JIT may have made code since), and only once
+        // the maps are current (below): before, a library not yet read
+        // is outside them too.
+        let no_anon = match (self.log.as_ref(), self.procs.get_mut(&pid)) {
+            (Some(log), Some(p)) => {
+                p.no_anon_code = false;
+                p.since.is_some() && log.gen_at(pid, self.at.unwrap_or(u64::MAX)).is_some_and(|g| g.exact && !g.anon_code)
+            }
+            _ => false,
+        };
         let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack, false);
         // A caller outside every known mapping: a library mapped since the
         // last read of the maps (libc itself, when they were read just
@@ -390,6 +396,9 @@ impl Unwind {
         // for by a scan (`unwind_known`) even past such a frame.
         let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) {
             self.reload(pid);
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.no_anon_code = no_anon;
+            }
             self.unwind_known(pid, ip, sp, bp, stack, true)
         } else {
             (v, whole)
