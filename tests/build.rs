@@ -4,8 +4,12 @@
 //! driver, `gcc -v` each cc1, as and collect2, `collect2 -v` each ld), the
 //! folded stacks hold each thread's whole time (the on-CPU time of the
 //! processes no sample fell in included), no frame is left `[unknown]` at
-//! an address inside a binary the stream maps for that process, and the
-//! default graph roots the processes by command name. Real BPF: root only.
+//! an address inside a binary that process mapped (as the process itself
+//! read /proc/self/maps at its exit: a preloaded library writes them, an
+//! independent record of the cc, cc1 and as that exec'd, ran and exited
+//! while their stacks waited to be unwound), no stack is taken for one
+//! cut in JIT code (a C build runs none), and the default graph roots the
+//! processes by command name. Real BPF: root only.
 
 mod util;
 
@@ -63,6 +67,46 @@ fn counted(stdout: &str, stderr: &str, src: &std::path::Path) -> BTreeMap<String
     n
 }
 
+/// A library that, preloaded, writes its process's /proc/self/maps into
+/// `$WC_TEST_MAPS_DIR/PID` at exit.
+fn maps_dumper(dir: &Path) -> PathBuf {
+    let c = dir.join("dumpmaps.c");
+    std::fs::write(
+        &c,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         __attribute__((destructor)) static void dump(void) {\n\
+         const char *d = getenv(\"WC_TEST_MAPS_DIR\"); if (!d) return;\n\
+         char p[4096], buf[65536]; snprintf(p, sizeof p, \"%s/%d\", d, (int)getpid());\n\
+         FILE *in = fopen(\"/proc/self/maps\", \"r\"), *out = fopen(p, \"w\"); size_t n;\n\
+         if (in && out) while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);\n\
+         if (in) fclose(in); if (out) fclose(out); }\n",
+    )
+    .unwrap();
+    let so = dir.join("dumpmaps.so");
+    let st = Command::new("gcc").args(["-shared", "-fPIC", "-O2", "-o"]).arg(&so).arg(&c).status().expect("gcc");
+    assert!(st.success());
+    so
+}
+
+/// The executable file mappings each process wrote at its exit, by pid.
+fn dumped_maps(dir: &Path) -> HashMap<u64, Vec<(u64, u64, String)>> {
+    let mut by_pid: HashMap<u64, Vec<(u64, u64, String)>> = HashMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u64>() else { continue };
+        for l in std::fs::read_to_string(e.path()).unwrap_or_default().lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Code: an executable mapping of a file.
+            let code = f.get(1).is_some_and(|perms| perms.contains('x'));
+            let (Some(range), Some(path), true) = (f.first(), f.get(5).filter(|p| p.starts_with('/')), code) else { continue };
+            let (lo, hi) = range.split_once('-').unwrap();
+            let r = (u64::from_str_radix(lo, 16).unwrap(), u64::from_str_radix(hi, 16).unwrap(), path.to_string());
+            by_pid.entry(pid).or_default().push(r);
+        }
+    }
+    by_pid
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
@@ -75,6 +119,9 @@ fn make_j2_under_wallclock() {
     let dir = util::scratch("build");
     let src = dir.join("proj");
     project(&src, FILES);
+    let dumped = dir.join("maps");
+    std::fs::create_dir_all(&dumped).unwrap();
+    let preload = maps_dumper(&dir);
     let prefix = dir.join("out/b");
     let t0 = Instant::now();
     let out = Command::new("bash")
@@ -82,6 +129,8 @@ fn make_j2_under_wallclock() {
         .args(["-o", prefix.to_str().unwrap(), "--", "make", "-j2", "CC=gcc -v -Wl,-v"])
         .current_dir(&src)
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .env("LD_PRELOAD", &preload)
+        .env("WC_TEST_MAPS_DIR", &dumped)
         .output()
         .expect("run scripts/wallclock");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -130,7 +179,15 @@ fn make_j2_under_wallclock() {
     eprintln!("on-CPU: report {on_all} ns, folded {on_folded} ns, {} threads", threads.len());
     assert!(folded.contains("[on-CPU, not sampled]"), "a build of {FILES} files has unsampled processes");
 
-    // No [unknown] frame at an address the stream maps for its process.
+    // No [unknown] frame at an address the stream maps for its process,
+    // or that the process itself says it mapped (every process of the
+    // build wrote its maps: the check is not empty), and no stack cut in
+    // JIT code.
+    let dumps = dumped_maps(&dumped);
+    for p in report["processes"].as_array().unwrap() {
+        assert!(dumps.contains_key(&u(&p["pid"])), "no maps written at the exit of {p}");
+    }
+    assert!(!folded.contains("[stack cut in JIT code"), "a C build's stacks taken for JIT code: {}", folded.lines().filter(|l| l.contains("[stack cut in JIT code")).take(5).collect::<Vec<_>>().join("\n"));
     let text = std::fs::read_to_string(&stream).unwrap();
     let recs: Vec<Value> = util::resolved(&text).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let mut maps: HashMap<u64, Vec<(u64, u64, String)>> = HashMap::new();
@@ -146,8 +203,10 @@ fn make_j2_under_wallclock() {
             let Some(hex) = f["func"].as_str().and_then(|n| n.strip_prefix("[unknown]+0x")) else { continue };
             unknown += 1;
             let a = u64::from_str_radix(hex, 16).unwrap();
-            let inside = maps.get(&u(&s["pid"])).into_iter().flatten().find(|(lo, hi, _)| (*lo..*hi).contains(&a));
-            assert!(inside.is_none(), "[unknown]+0x{hex} of pid {} lies in {inside:?}", s["pid"]);
+            assert!(a < wallclock_stream::NAMED_ADDR_BASE, "[unknown]+0x{hex} of pid {}: an address the capture names, without its name", s["pid"]);
+            let pid = u(&s["pid"]);
+            let inside = maps.get(&pid).into_iter().chain(dumps.get(&pid)).flatten().find(|(lo, hi, _)| (*lo..*hi).contains(&a));
+            assert!(inside.is_none(), "[unknown]+0x{hex} of pid {pid} ({}) lies in {inside:?}", s["comm"]);
         }
     }
     eprintln!("[unknown] frames outside every recorded mapping: {unknown}");

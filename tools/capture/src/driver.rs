@@ -304,12 +304,22 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     }
     bpf::put_u32_set(skel.maps().tgids, &sess.pids)?;
     bpf::put_u32_set(skel.maps().tids, &args.tids)?;
+    // Before the programs: the maps of the first stacks' processes.
+    let log = (std::env::var_os("WALLCLOCK_NO_MMAP_LOG").is_none())
+        .then(crate::mmaplog::MmapLog::open)
+        .transpose()
+        .inspect_err(|e| eprintln!("{}: warning: the kernel's mmap records (perf_event_open): {e}: maps are read from /proc alone, late for short processes", T::NAME))
+        .ok()
+        .flatten();
     let links = tool.attach(&skel, btf)?;
     let tree_links = attach_tree(&skel, btf, sess.follow)?;
     // Children of -p -C created while loading: the fork hook missed them.
     let late = sess.late_children();
     bpf::put_u32_set(skel.maps().tgids, &late)?;
     let mut unwind = Unwind::new();
+    if let Some(log) = log {
+        unwind.use_log(log);
+    }
     if req.spool_maps {
         match crate::spool::Spool::new() {
             Ok(s) => unwind.spool_gone(s),
@@ -396,6 +406,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     std::thread::sleep(Duration::from_millis(5));
     drain.finish(|e| event(tool, e, &mut unwind));
     unwind.trim();
+    if unwind.log_lost() > 0 {
+        eprintln!("{}: warning: {} of the kernel's mmap records were lost (its buffer full): some short processes' frames may stay unnamed", T::NAME, unwind.log_lost());
+    }
     drop(links);
     drop(tree_links);
 

@@ -16,6 +16,7 @@ pub mod jvm;
 mod leafscan;
 mod skel_glue;
 pub mod launch;
+pub mod mmaplog;
 pub mod output;
 pub mod privs;
 pub mod probe;

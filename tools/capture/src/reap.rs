@@ -13,6 +13,10 @@
 
 use super::Unwind;
 
+/// How far past a process's exit a stack handled must be before its
+/// maps go: stacks of several CPUs come a little out of time order.
+const EXIT_SLACK: u64 = 200_000_000;
+
 /// Whether process `pid` still exists (a zombie does, until reaped).
 fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -28,21 +32,58 @@ pub(super) struct Reaper {
 }
 
 impl Unwind {
-    /// A turn of the capture loop (the work is done once a second):
-    /// `sent` and `handled` count the ring buffer's events so far, sent
-    /// by the drain thread and handled by the unwinder.
+    /// A turn of the capture loop (the work is done once a second, or
+    /// every 200 ms with the mmap log): `sent` and `handled` count the
+    /// ring buffer's events so far, sent by the drain thread and handled
+    /// by the unwinder.
     pub fn reap(&mut self, sent: u64, handled: u64) {
-        if self.reaper.last.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+        let every = std::time::Duration::from_millis(if self.log.is_some() { 200 } else { 1000 });
+        if self.reaper.last.is_some_and(|t| t.elapsed() < every) {
             return;
         }
         self.reaper.last = Some(std::time::Instant::now());
+        // With the kernel's record of each exit, a process goes once a
+        // stack from after its exit was handled (the ring buffer is read
+        // in order): its own came before. Its unwinder (80 KB) went 2-3 s
+        // after its exit otherwise, and every short process of a build
+        // has one now that its maps are known: 20 MB more at the peak of
+        // a 30 s system-wide capture.
+        let last = self.last_ts;
+        let exited: Vec<u32> = match self.log.as_mut() {
+            Some(log) => {
+                log.sync(u64::MAX);
+                let gone = |p: &u32| log.exits.get(p).is_some_and(|&t| last > t.saturating_add(EXIT_SLACK));
+                self.procs.keys().copied().filter(gone).collect()
+            }
+            None => Vec::new(),
+        };
+        for pid in exited {
+            self.forget(pid);
+        }
+        let procs = &self.procs;
+        if let Some(log) = self.log.as_mut() {
+            log.forget_exited(last.saturating_sub(EXIT_SLACK), |p| procs.contains_key(&p));
+        }
+        // Else (no log, or its record of the exit lost), by /proc, once a
+        // second. The count alone let a process go while its stacks
+        // waited in the ring buffer (the drain holds off while its queue
+        // is full): its later stacks found no maps.
+        if self.reaper.trimmed.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+            return;
+        }
+        let after_exit = |u: &Unwind, pid: u32| {
+            let exit = u.log.as_ref().and_then(|l| l.exits.get(&pid).copied());
+            exit.is_none_or(|t| u.last_ts > t.saturating_add(EXIT_SLACK))
+        };
         let mut pending = std::mem::take(&mut self.reaper.pending);
         pending.retain_mut(|(pid, mark)| match *mark {
+            // Gone already (by the log's record of its exit).
+            _ if !self.procs.contains_key(pid) => false,
             None => {
                 *mark = Some(sent);
                 true
             }
-            Some(m) if m <= handled => {
+            Some(m) if m <= handled && after_exit(self, *pid) => {
                 self.forget(*pid);
                 false
             }
@@ -62,6 +103,9 @@ impl Unwind {
     /// used no more; what follows stays in memory).
     fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
+            if let Some(log) = self.log.as_mut() {
+                log.forget(pid);
+            }
             self.gone.insert(pid, p.maps);
             if let (Some(m), true) = (self.maps_record(pid), self.gone_spool.is_some() && !self.gone_spool_failed) {
                 match self.gone_spool.as_mut().map(|s| s.push(&wallclock_stream::Record::Maps(m))) {

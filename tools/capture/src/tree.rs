@@ -26,10 +26,13 @@ pub fn marker(data: &[u8], unwind: &mut Unwind) -> bool {
     let fp = data
         .get(offset_of!(WcEvent, fp)..offset_of!(WcEvent, fp) + 8)
         .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()));
+    let ts = data
+        .get(offset_of!(WcEvent, ts)..offset_of!(WcEvent, ts) + 8)
+        .map_or(u64::MAX, |b| u64::from_ne_bytes(b.try_into().unwrap()));
     if kind == KIND_EXEC {
-        unwind.exec(pid, fp);
+        unwind.exec(pid, fp, ts);
     } else {
-        unwind.fork(fp as u32, pid);
+        unwind.fork(fp as u32, pid, ts);
     }
     true
 }

@@ -9,6 +9,9 @@
 //! mappings (kept for the Maps record: its earlier stacks point into them)
 //! and names the inode of the new executable, so that /proc/PID/maps of a
 //! still later image, read before that exec's event came, is not taken.
+//! Where the kernel's mmap records can be read (mmaplog), the mappings are
+//! those the process had at the time of each stack (images.rs), /proc only
+//! for what was mapped before the capture.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +30,8 @@ use crate::python::trampoline::Trampolines;
 
 #[path = "reap.rs"]
 mod reap;
+#[path = "images.rs"]
+mod images;
 
 /// The kernel maps nothing below this (vm.mmap_min_addr's default).
 const MIN_CODE_ADDR: u64 = 0x10000;
@@ -176,6 +181,11 @@ struct Proc {
     /// Identity (device, inode) of the executable the maps belong to: an
     /// exec replaces every mapping, so the old ones must not linger.
     exe: Option<(u64, u64)>,
+    /// The image of the mmap log (`mmaplog::Gen::since`) the maps are of,
+    /// when they come from there.
+    since: Option<u64>,
+    /// By the log, it has no executable memory outside its files.
+    no_anon_code: bool,
     maps: Vec<MapEntry>,
     /// AVMA ranges of the functions a stack begins in (`go_roots`).
     roots: Vec<(u64, u64)>,
@@ -187,7 +197,7 @@ struct Proc {
 
 impl Proc {
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, since: None, no_anon_code: false, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -221,6 +231,14 @@ pub struct Unwind {
     gone_spool: Option<crate::spool::Spool>,
     /// A write to it failed: it keeps what it took, the rest stays here.
     gone_spool_failed: bool,
+    /// The kernel's records of every mapping made (see mmaplog): the maps
+    /// of a process at the time of its stack, not at the time /proc is
+    /// read (when there is none, /proc alone).
+    log: Option<crate::mmaplog::MmapLog>,
+    /// The time of the stack event being unwound (None: now).
+    at: Option<u64>,
+    /// The latest time of a stack event handled.
+    last_ts: u64,
 }
 
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
@@ -229,7 +247,7 @@ fn exe_identity(pid: u32) -> Option<(u64, u64)> {
     Some((m.dev(), m.ino()))
 }
 
-fn parse_maps(pid: u32) -> Vec<MapEntry> {
+pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
     let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
     maps.into_iter()
         .filter(|m| m.executable())
@@ -275,6 +293,13 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, re
         // other such code (a JIT's) is walked by its frame pointers,
         // framehop's rule for an address in no module.
         let anon = !p.maps.iter().any(|m| a >= m.start && a < m.end);
+        // A caller outside every file of a process with no other code: a
+        // data word taken for one (a stack cut in JIT code, for stacksym,
+        // in a C program: `_dl_runtime_resolve_xsavec`'s realigned frame).
+        if anon && p.no_anon_code && addr.is_return_address() {
+            out.pop();
+            return (out, false);
+        }
         let leaf = !addr.is_return_address();
         let step = anon.then(|| tr.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
         let ret = match step {
@@ -298,56 +323,6 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, re
 impl Unwind {
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Read (or re-read) the mappings of `pid` while it lives, unless it
-    /// runs another image than the one its stacks being unwound come from
-    /// (an exec whose event is still to come).
-    pub fn refresh(&mut self, pid: u32) {
-        let maps = parse_maps(pid);
-        if maps.is_empty() {
-            return;
-        }
-        let exe = exe_identity(pid);
-        let same_image = match (self.procs.get(&pid), self.exec_ino.get(&pid)) {
-            (Some(p), _) => p.exe == exe,
-            (None, Some(&ino)) => exe.is_some_and(|e| e.1 == ino),
-            (None, None) => true,
-        };
-        if !same_image {
-            return;
-        }
-        let mut proc = self.procs.remove(&pid).unwrap_or_else(|| Proc::new(exe));
-        self.add_maps(&mut proc, maps);
-        self.procs.insert(pid, proc);
-    }
-
-    /// A new process `child` of `parent`: until it execs, it runs its
-    /// parent's image at its parent's addresses.
-    pub fn fork(&mut self, parent: u32, child: u32) {
-        if self.procs.contains_key(&child) {
-            return;
-        }
-        // Read the parent now: what it mapped since its maps were last read
-        // (libc, when they were read just after its own exec) is the child's.
-        self.refresh(parent);
-        let Some(p) = self.procs.get(&parent) else { return };
-        let (exe, maps) = (p.exe, p.maps.clone());
-        self.trampolines.fork(parent, child);
-        let mut proc = Proc::new(exe);
-        self.add_maps(&mut proc, maps);
-        self.procs.insert(child, proc);
-    }
-
-    /// `pid` exec'd the file with inode `ino`: its mappings so far serve
-    /// only the stacks that came before; read the new ones while it lives.
-    pub fn exec(&mut self, pid: u32, ino: u64) {
-        if let Some(old) = self.procs.remove(&pid) {
-            self.retired.entry(pid).or_default().extend(old.maps);
-        }
-        self.exec_ino.insert(pid, ino);
-        self.reloads.remove(&pid);
-        self.refresh(pid);
     }
 
     fn add_maps(&mut self, proc: &mut Proc, maps: Vec<MapEntry>) {
@@ -398,6 +373,16 @@ impl Unwind {
         if !self.covered(pid, ip) {
             self.reload(pid);
         }
+        // As of this stack (a JIT may have made code since), and only once
+        // the maps are current (below): before, a library not yet read
+        // is outside them too.
+        let no_anon = match (self.log.as_ref(), self.procs.get_mut(&pid)) {
+            (Some(log), Some(p)) => {
+                p.no_anon_code = false;
+                p.since.is_some() && log.gen_at(pid, self.at.unwrap_or(u64::MAX)).is_some_and(|g| g.exact && !g.anon_code)
+            }
+            _ => false,
+        };
         let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack, false);
         // A caller outside every known mapping: a library mapped since the
         // last read of the maps (libc itself, when they were read just
@@ -411,6 +396,9 @@ impl Unwind {
         // for by a scan (`unwind_known`) even past such a frame.
         let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) {
             self.reload(pid);
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.no_anon_code = no_anon;
+            }
             self.unwind_known(pid, ip, sp, bp, stack, true)
         } else {
             (v, whole)
@@ -425,7 +413,21 @@ impl Unwind {
     /// The user stack of a stack event, root first: unwound, with the
     /// Python frames it carries put where the interpreter ran them.
     pub fn event_stack(&mut self, e: &WcEvent) -> Vec<u64> {
-        let mut native = self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes());
+        self.at = Some(e.ts);
+        self.last_ts = self.last_ts.max(e.ts);
+        let mut native = if e.ip != 0 && images::in_exec(e) && self.mid_exec(e.pid, e.ip) {
+            self.truncated.insert(e.pid);
+            vec![TRUNCATED_ADDR, e.ip]
+        } else {
+            self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes())
+        };
+        self.at = None;
+        if native.first() == Some(&TRUNCATED_ADDR) && images::not_started(e) {
+            // Its one frame: `clone3`'s child side has no unwind rule, and
+            // a word of the new stack was read as its caller (make's
+            // posix_spawn child: `[unknown]+0x5920090720;clone3`).
+            native = vec![e.ip];
+        }
         if e.py_n > 0 && self.python.is_python(e.pid) {
             // Under -X perf too: the Python frames read from the
             // interpreter stand for its trampolines' perf-map names (the
@@ -441,8 +443,15 @@ impl Unwind {
     }
 
     fn reload(&mut self, pid: u32) -> bool {
+        // The cap bounds the reads of /proc. The log's maps are in memory
+        // and, taken as of each stack's time, must be taken again for a
+        // library mapped since: capped, a Python importing its modules
+        // (and each stack through its -X perf trampolines, outside every
+        // file) used the 64 up early, and its later stacks were walked
+        // without libpython (a stale word then taken for the caller).
+        let logged = self.log.as_ref().and_then(|l| l.gen_at(pid, self.at.unwrap_or(u64::MAX))).is_some_and(|g| g.exact);
         let n = self.reloads.entry(pid).or_default();
-        if *n >= 64 {
+        if *n >= 64 && !logged {
             return false;
         }
         *n += 1;
@@ -500,7 +509,14 @@ impl Unwind {
 
     /// The Maps record of a process, when its mappings were read.
     pub fn maps_record(&self, pid: u32) -> Option<Maps> {
-        let cur = self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid))?;
+        // A stack cut short names TRUNCATED_ADDR, whether or not any
+        // mapping of its process was known.
+        let none = Vec::new();
+        let cur = match self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid)) {
+            Some(c) => c,
+            None if self.truncated.contains(&pid) => &none,
+            None => return None,
+        };
         let mut maps = cur.clone();
         // Before-exec mappings, where they do not collide with the current ones.
         for old in self.retired.get(&pid).into_iter().flatten() {
@@ -518,7 +534,7 @@ impl Unwind {
 
     /// The Maps record of every process whose mappings were read, by pid.
     pub fn maps_records(&self) -> Vec<Maps> {
-        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).copied().collect();
+        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).chain(self.truncated.iter()).copied().collect();
         pids.sort_unstable();
         pids.dedup();
         pids.into_iter().filter_map(|pid| self.maps_record(pid)).collect()

@@ -1,0 +1,394 @@
+//! The mappings of every process as the kernel made them, from its own
+//! records (perf's PERF_RECORD_MMAP2, COMM with the exec flag, FORK and
+//! EXIT, on a dummy software event per CPU), as `perf record` learns
+//! them: each comes when the mapping is made, with its time.
+//!
+//! Reading /proc/PID/maps when a stack event is handled came too late for
+//! a build's short processes: the event waits in the queue while the
+//! process execs, maps libc, runs and exits, and its maps were then read
+//! before the loader had mapped libc (an `as` whose record held itself
+//! and libbfd, not libc), of the next image, or not at all (the process
+//! gone): 3,300 of a 30 s capture's build processes had stacks cut short
+//! and their libc frames unnamed. Here the maps of a process at the time
+//! of a stack are those it had made by then, since its last exec.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use wallclock_stream::MapEntry;
+
+/// Pages of each CPU's buffer (512 KB: 4,000 records), emptied every
+/// [`EVERY`] by a thread of its own: the main thread, busy unwinding a
+/// burst of stacks for a second, left it to fill (records lost, and with
+/// them every map of a build's process).
+const PAGES: usize = 128;
+const EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+const RECORD_LOST: u32 = 2;
+const RECORD_COMM: u32 = 3;
+const RECORD_EXIT: u32 = 4;
+const RECORD_FORK: u32 = 7;
+const RECORD_MMAP2: u32 = 10;
+const MISC_COMM_EXEC: u16 = 1 << 13;
+
+/// The mappings of one image of a process (from an exec or a fork made
+/// during the capture, or from its start for a process older than it).
+pub struct Gen {
+    /// When it began (0: before the capture).
+    pub since: u64,
+    /// Its mappings are all here: it began during the capture with an
+    /// exec, or with a fork of a process whose image is exact. Else /proc
+    /// (or the parent's maps) gives what was mapped before the capture.
+    pub exact: bool,
+    /// A fork's parent, whose mappings at the fork the child has.
+    pub parent: Option<u32>,
+    /// It began with an exec.
+    pub exec: bool,
+    /// It has (or had) executable memory of no file (a JIT's): a return
+    /// address outside every file mapping may be code. Else it is not,
+    /// and a walk that reads one read a data word.
+    pub anon_code: bool,
+    /// Executable file mappings and the time each was made.
+    pub maps: Vec<(u64, MapEntry)>,
+}
+
+/// The buffers, and the records taken out of them not yet applied.
+struct Taken {
+    rings: Vec<Ring>,
+    recs: Vec<Vec<u8>>,
+    /// Every record made before this time (less the slack of one being
+    /// written) is among `recs` or applied.
+    read_at: u64,
+}
+
+// SAFETY: the rings' mappings are only touched under the mutex.
+unsafe impl Send for Taken {}
+
+impl Taken {
+    fn take(&mut self) {
+        self.read_at = crate::target::monotonic_ns();
+        for r in &mut self.rings {
+            r.take(&mut self.recs);
+        }
+    }
+}
+
+/// The per-CPU record buffers and what they said, by process.
+pub struct MmapLog {
+    taken: Arc<Mutex<Taken>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    procs: HashMap<u32, Vec<Gen>>,
+    /// Processes that exited (their main thread), and when.
+    pub exits: HashMap<u32, u64>,
+    /// Records the kernel could not write (a buffer full).
+    pub lost: u64,
+}
+
+impl Drop for MmapLog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+struct Ring {
+    fd: i32,
+    base: *mut u8,
+    len: usize,
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: base/len is the mapping made in `open_ring`, fd its event.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+            libc::close(self.fd);
+        }
+    }
+}
+
+fn open_ring(cpu: u32) -> std::io::Result<Ring> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct Attr {
+        type_: u32,
+        size: u32,
+        config: u64,
+        sample_period: u64,
+        sample_type: u64,
+        read_format: u64,
+        flags: u64,
+        wakeup_events: u32,
+        bp_type: u32,
+        config1: u64,
+        config2: u64,
+        branch_sample_type: u64,
+        sample_regs_user: u64,
+        sample_stack_user: u32,
+        clockid: i32,
+        rest: [u64; 4],
+    }
+    const SAMPLE_TID: u64 = 1 << 1;
+    const SAMPLE_TIME: u64 = 1 << 2;
+    // mmap, comm, task, sample_id_all, mmap2, comm_exec, use_clockid.
+    let flags = 1 << 8 | 1 << 9 | 1 << 13 | 1 << 18 | 1 << 23 | 1 << 24 | 1 << 25;
+    let attr = Attr {
+        type_: 1,  // PERF_TYPE_SOFTWARE
+        config: 9, // PERF_COUNT_SW_DUMMY
+        size: std::mem::size_of::<Attr>() as u32,
+        sample_type: SAMPLE_TID | SAMPLE_TIME,
+        flags,
+        // bpf_ktime_get_ns's clock: the stack events' times.
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    // SAFETY: attr is a valid perf_event_attr of the size given.
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, -1i32, cpu as i32, -1i32, 8u64) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = fd as i32;
+    let len = (PAGES + 1) * 4096;
+    // SAFETY: maps the event's buffer, as perf_event_open(2) says.
+    let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+    if base == libc::MAP_FAILED {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: fd was opened above and is not used again.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    Ok(Ring { fd, base: base.cast(), len })
+}
+
+impl Ring {
+    /// The records written since the last read, each whole.
+    fn take(&mut self, out: &mut Vec<Vec<u8>>) {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // SAFETY: data_head and data_tail of struct perf_event_mmap_page,
+        // at 1024 and 1032, shared with the kernel as atomics.
+        let (head, tail) = unsafe { (&*(self.base.add(1024) as *const AtomicU64), &*(self.base.add(1032) as *const AtomicU64)) };
+        let h = head.load(Ordering::Acquire);
+        let mut t = tail.load(Ordering::Relaxed);
+        let size = (PAGES * 4096) as u64;
+        // SAFETY: the data pages follow the first page.
+        let data = unsafe { std::slice::from_raw_parts(self.base.add(4096), PAGES * 4096) };
+        let at = |off: u64, n: usize| -> Vec<u8> { (0..n as u64).map(|i| data[((off + i) % size) as usize]).collect() };
+        while t + 8 <= h {
+            let hdr = at(t, 8);
+            let len = u16::from_ne_bytes([hdr[6], hdr[7]]) as u64;
+            if len < 8 || t + len > h {
+                break;
+            }
+            out.push(at(t, len as usize));
+            t += len;
+        }
+        tail.store(t, Ordering::Release);
+    }
+}
+
+/// An MMAP2 record of executable memory of no file.
+fn is_anon(r: &[u8]) -> bool {
+    r.get(72..).is_some_and(|n| n.starts_with(b"//anon") || n.starts_with(b"/anon_hugepage"))
+}
+
+/// Whether process `pid` has executable memory of no file now.
+fn anon_code(pid: u32) -> bool {
+    let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
+    maps.iter().any(|m| m.executable() && !(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')))
+}
+
+fn u32_at(r: &[u8], at: usize) -> u32 {
+    r.get(at..at + 4).map_or(0, |b| u32::from_ne_bytes(b.try_into().unwrap()))
+}
+fn u64_at(r: &[u8], at: usize) -> u64 {
+    r.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
+}
+
+/// An MMAP2 record's pid and mapping: a file's (or the vDSO's), as
+/// `unwind::parse_maps` keeps them.
+fn mmap2(r: &[u8]) -> Option<(u32, MapEntry)> {
+    let (pid, start, len, pgoff) = (u32_at(r, 8), u64_at(r, 16), u64_at(r, 24), u64_at(r, 32));
+    // maj, min, ino, ino_generation, prot, flags: 32 bytes; the sample
+    // id (pid, tid, time) ends the record.
+    let name = r.get(72..r.len().saturating_sub(16))?;
+    let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+    let mut path = String::from_utf8_lossy(name).into_owned();
+    // perf's names for memory of no file: "//anon" (CPython's -X perf
+    // trampolines, a JIT's code: taken for a file, the walk did not step
+    // through them and Python's stacks fell apart), "/anon_hugepage".
+    if !(path.starts_with('/') || path == "[vdso]") || path.starts_with("//") || path.starts_with("/anon_hugepage") {
+        return None;
+    }
+    if let Some(p) = path.strip_suffix(" (deleted)") {
+        path = p.to_string();
+    }
+    Some((pid, MapEntry { start, end: start + len, offset: pgoff, path, build_id: None }))
+}
+
+impl MmapLog {
+    /// A buffer on every online CPU; an error when one cannot be made
+    /// (the capture then reads /proc alone, as before).
+    pub fn open() -> std::io::Result<MmapLog> {
+        let rings = crate::bpf::online_cpus().into_iter().map(open_ring).collect::<std::io::Result<Vec<_>>>()?;
+        let taken = Arc::new(Mutex::new(Taken { rings, recs: Vec::new(), read_at: 0 }));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (t, s) = (taken.clone(), stop.clone());
+        std::thread::Builder::new().name("mmaplog".into()).spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(EVERY);
+                t.lock().unwrap_or_else(|e| e.into_inner()).take();
+            }
+        })?;
+        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), lost: 0 };
+        log.synthesize();
+        Ok(log)
+    }
+
+    /// The maps of every process alive now, from /proc, as `perf record`
+    /// synthesizes them at its start: with the records from now on they
+    /// are whole. Read later (when a stack of the process was handled),
+    /// a process that exited by then had none (a build's, blocked at the
+    /// start of a system-wide capture whose first seconds unwind the
+    /// stacks of every thread).
+    fn synthesize(&mut self) {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return };
+        for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+            let maps: Vec<(u64, MapEntry)> = crate::unwind::parse_maps(pid).into_iter().map(|m| (0, m)).collect();
+            if !maps.is_empty() {
+                self.procs.insert(pid, vec![Gen { since: 0, exact: true, parent: None, exec: false, anon_code: anon_code(pid), maps }]);
+            }
+        }
+    }
+
+    /// Read what is new, when a stack of time `ts` may need it: every
+    /// record made before `ts` is then applied.
+    pub fn sync(&mut self, ts: u64) {
+        // A record's time is taken a little before it is in the buffer.
+        const SLACK: u64 = 1_000_000;
+        let mut recs = {
+            let mut t = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+            if ts.saturating_add(SLACK) >= t.read_at {
+                t.take();
+            }
+            std::mem::take(&mut t.recs)
+        };
+        // Across CPUs by time: a process that moved applies in order.
+        let time = |r: &Vec<u8>| u64_at(r, r.len().saturating_sub(8));
+        recs.sort_by_key(time);
+        for r in &recs {
+            self.apply(r, time(r));
+        }
+    }
+
+    fn apply(&mut self, r: &[u8], ts: u64) {
+        let (kind, misc) = (u32_at(r, 0), u16::from_ne_bytes([r[4], r[5]]));
+        match kind {
+            RECORD_MMAP2 => {
+                if is_anon(r) {
+                    if let Some(g) = self.procs.get_mut(&u32_at(r, 8)).and_then(|g| g.last_mut()) {
+                        g.anon_code = true;
+                    }
+                }
+                if let Some((pid, m)) = mmap2(r) {
+                    let gens = self.procs.entry(pid).or_default();
+                    if gens.is_empty() {
+                        gens.push(Gen { since: 0, exact: false, parent: None, exec: false, anon_code: true, maps: Vec::new() });
+                    }
+                    gens.last_mut().unwrap().maps.push((ts, m));
+                }
+            }
+            RECORD_COMM if misc & MISC_COMM_EXEC != 0 => {
+                let gens = self.procs.entry(u32_at(r, 8)).or_default();
+                gens.push(Gen { since: ts, exact: true, parent: None, exec: true, anon_code: false, maps: Vec::new() });
+            }
+            RECORD_FORK => {
+                let (pid, ppid) = (u32_at(r, 8), u32_at(r, 12));
+                if pid == ppid {
+                    return; // a thread
+                }
+                let (exact, anon_code, maps) = match self.gen_at(ppid, ts) {
+                    Some(g) => (g.exact, g.anon_code, g.maps.iter().filter(|(t, _)| *t <= ts).cloned().collect()),
+                    None => (false, true, Vec::new()),
+                };
+                let gen = Gen { since: ts, exact, parent: (!exact).then_some(ppid), exec: false, anon_code, maps };
+                // A pid used again: the earlier process's stacks may still
+                // be queued, and find its images by their time.
+                self.procs.entry(pid).or_default().push(gen);
+            }
+            RECORD_EXIT if u32_at(r, 8) == u32_at(r, 16) => {
+                self.exits.insert(u32_at(r, 8), ts);
+            }
+            RECORD_LOST => self.lost += u64_at(r, 16),
+            _ => {}
+        }
+    }
+
+    /// The image `pid` ran at time `ts`, when one is known here.
+    pub fn gen_at(&self, pid: u32, ts: u64) -> Option<&Gen> {
+        self.procs.get(&pid)?.iter().rev().find(|g| g.since <= ts)
+    }
+
+    /// Forget `pid` (its Maps record is made).
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.exits.remove(&pid);
+    }
+
+    /// Forget the processes that exited before `ts` and are not in
+    /// `keep`: no stack of theirs is still to come.
+    pub fn forget_exited(&mut self, ts: u64, keep: impl Fn(u32) -> bool) {
+        let newer = |p: u32, t: u64| self.procs.get(&p).and_then(|g| g.last()).is_some_and(|g| g.since > t);
+        let (mut gone, mut reused) = (Vec::new(), Vec::new());
+        for (&p, &t) in self.exits.iter().filter(|&(&p, &t)| t < ts && !keep(p)) {
+            if newer(p, t) {
+                reused.push(p);
+            } else {
+                gone.push(p);
+            }
+        }
+        for p in gone {
+            self.forget(p);
+        }
+        // The pid's new process exits later, and says so then.
+        for p in reused {
+            self.exits.remove(&p);
+        }
+    }
+
+    /// Processes known here (for the tests and the stats).
+    pub fn len(&self) -> usize {
+        self.procs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process started and gone before the log is read: its image's
+    /// maps (libc, mapped by the loader after the exec) are all there,
+    /// with the exec and the fork before it.
+    #[test]
+    fn a_short_process_has_its_maps_after_it_is_gone() {
+        let Ok(mut log) = MmapLog::open() else {
+            eprintln!("skipped: perf_event_open refused (not root?)");
+            return;
+        };
+        let child = std::process::Command::new("/bin/true").spawn().unwrap();
+        let pid = child.id();
+        child.wait_with_output().unwrap();
+        log.sync(u64::MAX);
+        let gens = log.procs.get(&pid).expect("the child's records");
+        assert!(gens.len() >= 2, "a fork and an exec: {}", gens.len());
+        let g = log.gen_at(pid, u64::MAX).unwrap();
+        assert!(g.exact && g.exec);
+        let names: Vec<&str> = g.maps.iter().map(|(_, m)| m.path.as_str()).collect();
+        eprintln!("{names:?}");
+        assert!(names.iter().any(|p| p.ends_with("/true")), "{names:?}");
+        assert!(names.iter().any(|p| p.contains("/libc.so")), "{names:?}");
+        assert!(log.exits.contains_key(&pid));
+    }
+}
