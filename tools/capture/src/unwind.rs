@@ -296,7 +296,7 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, re
         // A caller outside every file of a process with no other code: a
         // data word taken for one (a stack cut in JIT code, for stacksym,
         // in a C program: `_dl_runtime_resolve_xsavec`'s realigned frame).
-        if anon && p.no_anon_code && addr.is_return_address() {
+        if anon && p.no_anon_code && addr.is_return_address() && !special_code(pid, a) {
             out.pop();
             return (out, false);
         }
@@ -318,6 +318,18 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, re
             Err(_) => return (out, false),
         }
     }
+}
+
+/// Whether `a` lies in executable memory of `pid` as /proc shows it now,
+/// though the kernel's mmap records named none there: `[uprobes]`, where a
+/// uretprobe (a span's exit, or another tool's) puts the return address of
+/// the function it watches, is made without such a record (and a lost
+/// record would leave a file out). Read only on the rare path where a
+/// caller is about to be taken for a data word; a process gone by then
+/// has nothing to show, and the word is taken for data.
+fn special_code(pid: u32, a: u64) -> bool {
+    let Some(maps) = wallclock_stream::procmaps::read(pid) else { return false };
+    maps.iter().any(|m| m.executable() && a >= m.entry.start && a < m.entry.end)
 }
 
 impl Unwind {
