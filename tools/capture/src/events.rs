@@ -96,34 +96,17 @@ impl Event {
     /// A perf event on one CPU, every task, sampling as asked (the clock
     /// at `freq` Hz).
     pub fn open(&self, cpu: u32, freq: u64) -> Result<i32> {
-        #[repr(C)]
-        #[derive(Default)]
-        struct Attr {
-            type_: u32,
-            size: u32,
-            config: u64,
-            sample_period_or_freq: u64,
-            sample_type: u64,
-            read_format: u64,
-            flags: u64,
-            rest: [u64; 10],
-        }
-        let attr = Attr {
+        let attr = PerfAttr {
             type_: self.type_,
-            size: std::mem::size_of::<Attr>() as u32,
             config: self.config,
-            sample_period_or_freq: if self.is_clock() { freq } else { self.period },
+            sample_period: if self.is_clock() { freq } else { self.period },
             flags: if self.is_clock() { 1 << 10 } else { 0 }, // freq
             ..Default::default()
         };
-        // SAFETY: attr is a valid perf_event_attr prefix of the size given.
-        let fd = unsafe {
-            libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, -1i32, cpu as i32, -1i32, 8u64 /* PERF_FLAG_FD_CLOEXEC */)
+        let e = match perf_event_open(&attr, cpu) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => e,
         };
-        if fd >= 0 {
-            return Ok(fd as i32);
-        }
-        let e = std::io::Error::last_os_error();
         let no_pmu = matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV));
         if self.type_ != SOFTWARE && no_pmu {
             bail!(
@@ -135,6 +118,45 @@ impl Event {
         }
         Err(anyhow!("perf_event_open({}, cpu {cpu}): {e}", self.name))
     }
+}
+
+/// `struct perf_event_attr` up to `clockid` (PERF_ATTR_SIZE_VER7 with the
+/// padding), for every event this crate opens: the sampling events here
+/// and the mmap log's dummy event (`crate::mmaplog`).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct PerfAttr {
+    pub type_: u32,
+    pub size: u32,
+    pub config: u64,
+    /// Or the frequency, with the freq flag.
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    pub wakeup_events: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+    pub branch_sample_type: u64,
+    pub sample_regs_user: u64,
+    pub sample_stack_user: u32,
+    pub clockid: i32,
+    pub rest: [u64; 4],
+}
+
+/// perf_event_open(2) of `attr` on one CPU, every task, close-on-exec
+/// (`attr.size` is filled in here).
+pub(crate) fn perf_event_open(attr: &PerfAttr, cpu: u32) -> std::io::Result<i32> {
+    let attr = PerfAttr { size: std::mem::size_of::<PerfAttr>() as u32, ..*attr };
+    // SAFETY: attr is a valid perf_event_attr of the size given.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfAttr, -1i32, cpu as i32, -1i32, 8u64 /* PERF_FLAG_FD_CLOEXEC */)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd as i32)
 }
 
 /// The event sources the kernel lists, for the message.

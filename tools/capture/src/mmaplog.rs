@@ -107,46 +107,20 @@ impl Drop for Ring {
 }
 
 fn open_ring(cpu: u32) -> std::io::Result<Ring> {
-    #[repr(C)]
-    #[derive(Default)]
-    struct Attr {
-        type_: u32,
-        size: u32,
-        config: u64,
-        sample_period: u64,
-        sample_type: u64,
-        read_format: u64,
-        flags: u64,
-        wakeup_events: u32,
-        bp_type: u32,
-        config1: u64,
-        config2: u64,
-        branch_sample_type: u64,
-        sample_regs_user: u64,
-        sample_stack_user: u32,
-        clockid: i32,
-        rest: [u64; 4],
-    }
     const SAMPLE_TID: u64 = 1 << 1;
     const SAMPLE_TIME: u64 = 1 << 2;
     // mmap, comm, task, sample_id_all, mmap2, comm_exec, use_clockid.
     let flags = 1 << 8 | 1 << 9 | 1 << 13 | 1 << 18 | 1 << 23 | 1 << 24 | 1 << 25;
-    let attr = Attr {
+    let attr = crate::events::PerfAttr {
         type_: 1,  // PERF_TYPE_SOFTWARE
         config: 9, // PERF_COUNT_SW_DUMMY
-        size: std::mem::size_of::<Attr>() as u32,
         sample_type: SAMPLE_TID | SAMPLE_TIME,
         flags,
         // bpf_ktime_get_ns's clock: the stack events' times.
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
-    // SAFETY: attr is a valid perf_event_attr of the size given.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, -1i32, cpu as i32, -1i32, 8u64) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let fd = fd as i32;
+    let fd = crate::events::perf_event_open(&attr, cpu)?;
     let len = (PAGES + 1) * 4096;
     // SAFETY: maps the event's buffer, as perf_event_open(2) says.
     let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
