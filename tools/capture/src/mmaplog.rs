@@ -164,9 +164,8 @@ fn is_anon(r: &[u8]) -> bool {
     r.get(72..).is_some_and(|n| n.starts_with(b"//anon") || n.starts_with(b"/anon_hugepage"))
 }
 
-/// Whether process `pid` has executable memory of no file now.
-fn anon_code(pid: u32) -> bool {
-    let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
+/// Whether these lines of a /proc/PID/maps hold executable memory of no file.
+fn anon_code(maps: &[wallclock_stream::procmaps::ProcMap]) -> bool {
     maps.iter().any(|m| m.executable() && !(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')))
 }
 
@@ -226,9 +225,12 @@ impl MmapLog {
     fn synthesize(&mut self) {
         let Ok(dir) = std::fs::read_dir("/proc") else { return };
         for pid in dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
-            let maps: Vec<(u64, MapEntry)> = crate::unwind::parse_maps(pid).into_iter().map(|m| (0, m)).collect();
+            // One read of the file for both.
+            let lines = wallclock_stream::procmaps::read(pid).unwrap_or_default();
+            let anon_code = anon_code(&lines);
+            let maps: Vec<(u64, MapEntry)> = crate::unwind::code_files(lines).into_iter().map(|m| (0, m)).collect();
             if !maps.is_empty() {
-                self.procs.insert(pid, vec![Gen { since: 0, exact: true, parent: None, exec: false, anon_code: anon_code(pid), maps }]);
+                self.procs.insert(pid, vec![Gen { since: 0, exact: true, parent: None, exec: false, anon_code, maps }]);
             }
         }
     }

@@ -248,7 +248,12 @@ fn exe_identity(pid: u32) -> Option<(u64, u64)> {
 }
 
 pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
-    let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
+    code_files(wallclock_stream::procmaps::read(pid).unwrap_or_default())
+}
+
+/// Of the lines of a /proc/PID/maps, the executable mappings the
+/// unwinder keeps.
+pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<MapEntry> {
     maps.into_iter()
         .filter(|m| m.executable())
         // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
