@@ -49,14 +49,10 @@ impl Unwind {
         // has one now that its maps are known: 20 MB more at the peak of
         // a 30 s system-wide capture.
         let last = self.last_ts;
-        let exited: Vec<u32> = match self.log.as_mut() {
-            Some(log) => {
-                log.sync(u64::MAX);
-                let gone = |p: &u32| log.exits.get(p).is_some_and(|&t| last > t.saturating_add(EXIT_SLACK));
-                self.procs.keys().copied().filter(gone).collect()
-            }
-            None => Vec::new(),
-        };
+        if let Some(log) = self.log.as_mut() {
+            log.sync(u64::MAX);
+        }
+        let exited: Vec<u32> = self.procs.keys().copied().filter(|&p| self.past_exit(p) == Some(true)).collect();
         for pid in exited {
             self.forget(pid);
         }
@@ -71,10 +67,6 @@ impl Unwind {
         if self.reaper.trimmed.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
             return;
         }
-        let after_exit = |u: &Unwind, pid: u32| {
-            let exit = u.log.as_ref().and_then(|l| l.exits.get(&pid).copied());
-            exit.is_none_or(|t| u.last_ts > t.saturating_add(EXIT_SLACK))
-        };
         let mut pending = std::mem::take(&mut self.reaper.pending);
         pending.retain_mut(|(pid, mark)| match *mark {
             // Gone already (by the log's record of its exit).
@@ -83,7 +75,7 @@ impl Unwind {
                 *mark = Some(sent);
                 true
             }
-            Some(m) if m <= handled && after_exit(self, *pid) => {
+            Some(m) if m <= handled && self.past_exit(*pid) != Some(false) => {
                 self.forget(*pid);
                 false
             }
@@ -96,6 +88,13 @@ impl Unwind {
         pending.extend(exited.into_iter().map(|pid| (pid, None)));
         self.reaper.pending = pending;
         self.trim();
+    }
+
+    /// By the mmap log's record of its exit: whether a stack from well
+    /// after the exit of `pid` was handled (None: no record of its exit).
+    fn past_exit(&self, pid: u32) -> Option<bool> {
+        let exit = *self.log.as_ref()?.exits.get(&pid)?;
+        Some(self.last_ts > exit.saturating_add(EXIT_SLACK))
     }
 
     /// Keep only the mappings of `pid`, for its Maps record: in the
