@@ -3,7 +3,9 @@
 //! holds, and never one for two paths. Against a workload that times its
 //! own blocks (tests/programs/capture/datawords.c): the time under each of
 //! its three blocking places is its own clock's, and the capture copied
-//! a few stacks, not one per block; and against threads spinning on one
+//! a few stacks, not one per block; against a workload reading a pipe
+//! and a socket from one call site (tests/programs/capture/fdkinds.c):
+//! each kind's time under its own kernel path; and against threads spinning on one
 //! CPU, runnable at the start of a `-p` capture: their wait until their
 //! first run keeps the stack they were preempted in. Root only (skips,
 //! saying so, otherwise).
@@ -80,6 +82,53 @@ fn changing_data_on_the_stack_keeps_one_stack_per_path() {
     let copies = stat(&recs, "new_stacks");
     assert!(copies < blocks / 4, "{copies} stack copies for {} blocks in 3 places", 3 * blocks);
     assert_eq!(stat(&recs, "lost_stacks"), 0, "no stack was lost");
+}
+
+#[test]
+fn one_call_site_on_two_kinds_of_file_keeps_both_kernel_paths() {
+    if util::skip_without_root("fingerprint") {
+        return;
+    }
+    let dir = util::scratch("fingerprint-fdkinds");
+    let prog = util::build_c_with("tests/programs/capture/fdkinds.c", &dir, "fdkinds", &["-O2", "-g", "-pthread"]);
+    let out = dir.join("off.jsonl");
+    let o = Command::new(util::bin("offcputime"))
+        .arg("-o")
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg("100")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "offcputime failed: {}", o.status);
+    let truth: Value = serde_json::from_slice(&o.stdout).expect("the workload's JSON line");
+    // Sleeping time under read_one, by the kernel path its stack holds:
+    // the pipe's (pipe_read, anon_pipe_read) or the socket's (unix_stream_*).
+    let (mut pipe, mut sock) = (0u64, 0u64);
+    for s in records(&out).iter().filter(|r| r["type"] == "stack" && r["kind"] == "off" && r["state"] == "S") {
+        let f = funcs(s);
+        if !f.iter().any(|x| x == "read_one") {
+            continue;
+        }
+        let is_pipe = f.iter().any(|x| x.contains("pipe_read"));
+        let is_sock = f.iter().any(|x| x.starts_with("unix_stream"));
+        assert!(!(is_pipe && is_sock), "one stack with both kernel paths: {f:?}");
+        let ns = s["ns"].as_u64().unwrap();
+        if is_pipe {
+            pipe += ns;
+        } else if is_sock {
+            sock += ns;
+        }
+    }
+    for (kind, seen) in [("pipe", pipe), ("sock", sock)] {
+        let own = truth[format!("{kind}_ns")].as_u64().unwrap();
+        let slack = own / 20 + 2_000_000;
+        assert!(
+            seen.abs_diff(own) <= slack,
+            "{kind}: {seen} ns under its kernel path, its own clock says {own} ns (the other kind's blocks took its stack?)"
+        );
+    }
 }
 
 #[test]
