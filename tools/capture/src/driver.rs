@@ -305,8 +305,11 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     bpf::put_u32_set(skel.maps().tgids, &sess.pids)?;
     bpf::put_u32_set(skel.maps().tids, &args.tids)?;
     // Before the programs: the maps of the first stacks' processes.
+    // Targets named by pid: their maps only (processes met later come
+    // with their fork records, or are read from /proc as before).
+    let only = (!sess.system_wide() && sess.cgroup.is_none()).then(|| sess.pids.clone());
     let log = (std::env::var_os("WALLCLOCK_NO_MMAP_LOG").is_none())
-        .then(crate::mmaplog::MmapLog::open)
+        .then(|| crate::mmaplog::MmapLog::open(only.as_deref()))
         .transpose()
         .inspect_err(|e| eprintln!("{}: warning: the kernel's mmap records (perf_event_open): {e}: maps are read from /proc alone, late for short processes", T::NAME))
         .ok()
@@ -317,7 +320,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let late = sess.late_children();
     bpf::put_u32_set(skel.maps().tgids, &late)?;
     let mut unwind = Unwind::new();
-    if let Some(log) = log {
+    if let Some(mut log) = log {
+        if only.is_some() {
+            log.synthesize(late.iter().copied());
+        }
         unwind.use_log(log);
     }
     if req.spool_maps {
