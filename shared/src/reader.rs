@@ -8,8 +8,9 @@ use std::fmt;
 use std::io::{BufRead, Cursor};
 
 use crate::binary;
+use crate::fastjson::{AddrText, ListSpans};
 use crate::folded;
-use crate::record::{Kind, Record, FORMAT_NAME, VERSION_MAJOR, VERSION_MINOR};
+use crate::record::{Kind, Record, Stack, FORMAT_NAME, VERSION_MAJOR, VERSION_MINOR};
 use crate::table::Defs;
 
 /// How to read input that is not JSON records.
@@ -76,7 +77,17 @@ pub struct Reader<R: BufRead> {
     warned_waker: bool,
     /// Unknown record types already warned about.
     unknown: Vec<String>,
+    /// Stack records handed back ([`Reader::recycle`]), read into again.
+    spare: Vec<Stack>,
+    /// The address lists' text, with [`Reader::keep_address_text`].
+    text: Option<AddrText>,
 }
+
+/// Stack records kept to be read into again: a chunk of stacksym's.
+const SPARE: usize = 1 << 13;
+/// Addresses a kept stack record may have room for (a hostile record's
+/// huge list is not kept).
+const SPARE_ADDRS: usize = 1 << 10;
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: &str, opts: ReaderOptions) -> Self {
@@ -97,7 +108,30 @@ impl<R: BufRead> Reader<R> {
             warned_newer: false,
             warned_waker: false,
             unknown: Vec::new(),
+            spare: Vec::new(),
+            text: None,
         }
+    }
+
+    /// Keep the text of each stack record's address lists as it was read,
+    /// to be written back as is ([`Reader::address_text`]).
+    pub fn keep_address_text(mut self) -> Self {
+        self.text = Some(AddrText::default());
+        self
+    }
+
+    /// With [`Reader::keep_address_text`]: the address lists of the
+    /// records returned since it was last cleared, one entry per record.
+    pub fn address_text(&mut self) -> Option<&mut AddrText> {
+        self.text.as_mut()
+    }
+
+    /// Stack records done with, whose allocations the next ones read reuse.
+    pub fn recycle(&mut self, stacks: &mut Vec<Stack>) {
+        let small = |s: &Stack| s.ustack.capacity() + s.kstack.capacity() <= SPARE_ADDRS && s.comm.capacity() <= 64;
+        let room = SPARE.saturating_sub(self.spare.len());
+        self.spare.extend(stacks.drain(..).filter(small).take(room));
+        stacks.clear();
     }
 
     /// Return stack records of the stack table as they come, `stack_id`
@@ -239,7 +273,7 @@ impl<R: BufRead> Reader<R> {
     /// A record's object without its `type` (see [`fast_object`]): a
     /// plain stack or stackdef record by hand ([`crate::fastjson`]), the
     /// rest by serde.
-    fn parse_fast(&self, obj: &str, which: usize) -> Result<Record, ParseError> {
+    fn parse_fast(&mut self, obj: &str, which: usize) -> Result<Record, ParseError> {
         let whole = |end: usize| end == obj.len();
         if which == STACKDEF {
             if let Some((d, _)) = crate::fastjson::parse_stackdef(obj.as_bytes()).filter(|(_, e)| whole(*e)) {
@@ -247,7 +281,12 @@ impl<R: BufRead> Reader<R> {
             }
         }
         if which == STACK {
-            if let Some((s, _)) = fast_stack(obj.as_bytes(), self).filter(|(_, e)| whole(*e)) {
+            let b = obj.as_bytes();
+            let skip = self.keep_ids && self.skip_named_addrs;
+            if let Some((s, _, spans)) = fast_stack(b, &self.defs, skip, &mut self.spare).filter(|(_, e, _)| whole(*e)) {
+                if let Some(t) = &mut self.text {
+                    t.stage(b, &spans);
+                }
                 return Ok(Record::Stack(s));
             }
         }
@@ -260,25 +299,32 @@ impl<R: BufRead> Reader<R> {
     /// each line out was a tenth of reading `stacksym`'s output.
     fn in_place(&mut self) -> Option<Record> {
         let b = self.inner.fill_buf().ok()?;
-        let (rec, end) = if b.starts_with(FAST[STACK].0) {
+        // The line must end there, as a line the serde path trims would.
+        let line_end = |end: usize| match b.get(end..end + 2) {
+            Some([b'\n', _]) => Some(end + 1),
+            Some([b'\r', b'\n']) => Some(end + 2),
+            _ => None,
+        };
+        let (rec, next) = if b.starts_with(FAST[STACK].0) {
             let at = FAST[STACK].0.len() - 1;
             let skip = self.keep_ids && self.skip_named_addrs;
-            let (s, end) = fast_stack_in(&b[at..], &self.defs, skip)?;
-            (Record::Stack(s), at + end)
+            let (s, end, spans) = fast_stack(&b[at..], &self.defs, skip, &mut self.spare)?;
+            let Some(next) = line_end(at + end) else {
+                self.spare.push(s);
+                return None;
+            };
+            if let Some(t) = &mut self.text {
+                t.stage(&b[at..], &spans);
+            }
+            (Record::Stack(s), next)
         } else if b.starts_with(FAST[STACKDEF].0) {
             let at = FAST[STACKDEF].0.len() - 1;
             let (d, end) = crate::fastjson::parse_stackdef(&b[at..])?;
-            (Record::StackDef(d), at + end)
+            (Record::StackDef(d), line_end(at + end)?)
         } else {
             return None;
         };
-        // The line must end there, as a line the serde path trims would.
-        let nl = match b.get(end..end + 2)? {
-            [b'\n', _] => 1,
-            [b'\r', b'\n'] => 2,
-            _ => return None,
-        };
-        self.inner.consume(end + nl);
+        self.inner.consume(next);
         Some(rec)
     }
 
@@ -353,15 +399,20 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
-/// A plain stack record by [`crate::fastjson::parse_stack`], its
-/// addresses left out where the reader is asked to and the table names it.
-fn fast_stack<R: BufRead>(b: &[u8], r: &Reader<R>) -> Option<(crate::record::Stack, usize)> {
-    fast_stack_in(b, &r.defs, r.keep_ids && r.skip_named_addrs)
-}
-
-fn fast_stack_in(b: &[u8], defs: &Defs, skip: bool) -> Option<(crate::record::Stack, usize)> {
+/// A plain stack record by [`crate::fastjson::parse_stack_into`] (into a
+/// record of `spare` when there is one), its addresses left out with
+/// `skip` where the table names it; the index after it and where its
+/// address lists lie.
+fn fast_stack(b: &[u8], defs: &Defs, skip: bool, spare: &mut Vec<Stack>) -> Option<(Stack, usize, ListSpans)> {
     let named = |id: u32| defs.has_frames(id);
-    crate::fastjson::parse_stack(b, skip.then_some(&named as &dyn Fn(u32) -> bool))
+    let mut s = spare.pop().unwrap_or_else(|| Stack::new(Kind::Other, 0, 0, ""));
+    match crate::fastjson::parse_stack_into(b, skip.then_some(&named as &dyn Fn(u32) -> bool), &mut s) {
+        Some((end, spans)) => Some((s, end, spans)),
+        None => {
+            spare.push(s);
+            None
+        }
+    }
 }
 
 /// How a record's object without its `type` is read.
@@ -431,9 +482,15 @@ impl<R: BufRead> Iterator for Reader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            if let Some(t) = &mut self.text {
+                t.unstage();
+            }
             match self.next_raw()? {
                 Ok(rec) => {
                     if let Some(res) = self.settle(rec) {
+                        if let (Ok(_), Some(t)) = (&res, &mut self.text) {
+                            t.commit();
+                        }
                         return Some(res);
                     }
                 }
@@ -569,6 +626,48 @@ mod tests {
             let recs = read(&format!("{h}\n{{\"type\":\"{t}\",\"bogus\":1}}\n"));
             let e = recs[1].as_ref().unwrap_err();
             assert_eq!(e.line, 2, "{t}: {e}");
+        }
+    }
+
+    /// The kept text of each record's address lists is that record's,
+    /// whichever path read it; records read by serde have none.
+    #[test]
+    fn address_text_one_entry_per_record() {
+        let h = serde_json::to_string(&Record::Header(Header::new("x", "0"))).unwrap();
+        let text = format!(
+            "{h}\n{}\n{}\n{}\n\n{}\n",
+            r#"{"type":"stack","kind":"on","ustack":[1,22],"kstack":[333],"pid":1,"ns":1,"count":1}"#,
+            r#"{"type":"stack", "kind":"on","ustack":[4],"pid":1,"ns":1,"count":1}"#,
+            r#"{"type":"stack","kind":"off","kstack":[55,6],"pid":2,"ns":1,"count":1}"#,
+            r#"{"type":"stack","kind":"off","ustack":[7],"ns":1,"count":1,"waker":{"context":"thread","pid":1,"tid":1}}"#,
+        );
+        // Small buffers: records cut across them are read line by line.
+        for cap in [8, 64, 1 << 16] {
+            let input = std::io::BufReader::with_capacity(cap, text.as_bytes());
+            let mut r = Reader::new(input, "t", ReaderOptions::default()).keep_address_text();
+            let mut recs = Vec::new();
+            let mut done = Vec::new();
+            while let Some(rec) = r.next() {
+                let rec = rec.unwrap();
+                if let Record::Stack(s) = &rec {
+                    done.push(s.clone());
+                }
+                recs.push(rec);
+            }
+            let t = r.address_text().unwrap();
+            let b = |x: &'static str| x.as_bytes();
+            assert_eq!(recs.len(), 5);
+            assert_eq!(t.get(0), None, "header");
+            assert_eq!(t.get(1), Some((b("[1,22]"), b("[333]"))), "buffer of {cap}");
+            assert_eq!(t.get(2), None, "read by serde");
+            assert_eq!(t.get(3), Some((b(""), b("[55,6]"))), "buffer of {cap}");
+            assert_eq!(t.get(4), None, "a waker: serde");
+            assert_eq!(t.get(5), None);
+            t.clear();
+            assert_eq!(t.get(1), None);
+            // Records handed back are read into again, reset.
+            r.recycle(&mut done);
+            assert!(done.is_empty());
         }
     }
 

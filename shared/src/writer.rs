@@ -155,6 +155,21 @@ impl<W: Write> Writer<W> {
     /// first use in this output, then the record carries `stack_id` and no
     /// frames. `s.frames` is ignored.
     pub fn write_stack_in(&mut self, mut s: Stack, table: &StackTable, id: u32) -> io::Result<()> {
+        self.write_stack_lists_in(&mut s, table, id, None)
+    }
+
+    /// [`Writer::write_stack_in`] for a record the caller keeps (to read
+    /// into again: its `frames` are emptied, its `stack_id` set), its
+    /// address lists copied from `lists` where given (the text of
+    /// `s.ustack` and `s.kstack` as read: see
+    /// [`fastjson::write_stack_lists`]).
+    pub fn write_stack_lists_in(
+        &mut self,
+        s: &mut Stack,
+        table: &StackTable,
+        id: u32,
+        lists: Option<(&[u8], &[u8])>,
+    ) -> io::Result<()> {
         let d = &mut self.defined;
         if d.generation != table.generation() {
             *d = Defined { generation: table.generation(), ..Defined::default() };
@@ -172,9 +187,22 @@ impl<W: Write> Writer<W> {
             }
             self.write(&Record::StackDef(StackDef { id: out_id, frames: ids }))?;
         }
-        s.frames = Vec::new();
+        s.frames.clear();
         s.stack_id = Some(out_id);
-        self.write(&Record::Stack(s))
+        if self.format == Format::Json {
+            self.buf.clear();
+            if fastjson::write_stack_lists(&mut self.buf, s, lists) {
+                self.buf.push(b'\n');
+                return self.out.write_all(&self.buf);
+            }
+        }
+        // Serde's or bincode's: the record lent to a `Record` and back.
+        let rec = Record::Stack(std::mem::replace(s, Stack::new(crate::Kind::Other, 0, 0, "")));
+        let res = self.write(&rec);
+        if let Record::Stack(back) = rec {
+            *s = back;
+        }
+        res
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

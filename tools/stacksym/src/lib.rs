@@ -51,7 +51,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_stream_output};
-use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
+use wallclock_stream::fastjson::AddrText;
+use wallclock_stream::{Reader, ReaderOptions, Record, Stack, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use jit::{CUT, CUT_JVM};
@@ -188,23 +189,32 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
     let out = &mut Writer::from_env(out)?;
     let mut chunk: Vec<Record> = Vec::with_capacity(1024);
     let mut trailer = false;
-    for rec in Reader::new(input, name, ReaderOptions::default()) {
+    // The addresses are written back as read: their text is kept (unless
+    // they are dropped), and the records' allocations are read into again.
+    let mut reader = Reader::new(input, name, ReaderOptions::default());
+    if !engine.options().strip {
+        reader = reader.keep_address_text();
+    }
+    let mut done = Vec::with_capacity(CHUNK);
+    while let Some(rec) = reader.next() {
         match rec {
             Ok(r) => {
                 trailer = matches!(r, Record::Stats(_));
                 chunk.push(r);
                 if chunk.len() >= CHUNK {
-                    write_chunk(engine, &mut chunk, out)?;
+                    write_chunk(engine, &mut chunk, reader.address_text().map(|t| &*t), out, &mut done)?;
+                    reader.address_text().map(AddrText::clear);
+                    reader.recycle(&mut done);
                 }
             }
             Err(e) => {
-                write_chunk(engine, &mut chunk, out)?;
+                write_chunk(engine, &mut chunk, reader.address_text().map(|t| &*t), out, &mut done)?;
                 out.flush()?;
                 return Err(e.into());
             }
         }
     }
-    write_chunk(engine, &mut chunk, out)?;
+    write_chunk(engine, &mut chunk, reader.address_text().map(|t| &*t), out, &mut done)?;
     // No trailer to carry what stayed unnamed (a stream cut short): add one.
     let counts = engine.take_counts();
     if !trailer && !counts.is_empty() {
@@ -213,7 +223,16 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
     Ok(())
 }
 
-fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
+/// Symbolize and write `chunk` (emptied), its address lists' text in
+/// `text` (one entry per record) where kept; its stack records, written,
+/// go to `done`.
+fn write_chunk<W: Write>(
+    engine: &mut Engine,
+    chunk: &mut Vec<Record>,
+    text: Option<&AddrText>,
+    out: &mut Writer<W>,
+    done: &mut Vec<Stack>,
+) -> Result<()> {
     engine.learn_maps(chunk);
     // Wakers' stacks are named inside their records (their frames stay
     // inline: a waker is rarer than the stacks it woke).
@@ -254,18 +273,21 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
     }
     // Every stack with frames is written through the stack table: each
     // distinct frame and stack is defined once, records carry its id.
-    for (r, id) in chunk.drain(..).zip(ids) {
+    for (i, (r, id)) in chunk.drain(..).zip(ids).enumerate() {
+        let lists = text.and_then(|t| t.get(i));
         match (r, id) {
             (Record::Stack(mut s), Some(id)) => {
                 if engine.options().strip {
                     s.ustack.clear();
                     s.kstack.clear();
                 }
-                out.write_stack_in(s, engine.table(), id)?;
+                out.write_stack_lists_in(&mut s, engine.table(), id, lists)?;
+                done.push(s);
             }
-            (Record::Stack(s), None) if !s.frames.is_empty() => {
+            (Record::Stack(mut s), None) if !s.frames.is_empty() => {
                 let id = engine.stack_of(&s.frames);
-                out.write_stack_in(s, engine.table(), id)?;
+                out.write_stack_lists_in(&mut s, engine.table(), id, lists)?;
+                done.push(s);
             }
             (r, _) => out.write(&r)?,
         }
