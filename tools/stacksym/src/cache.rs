@@ -24,7 +24,7 @@ use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::Frame;
 
 use crate::engine::{Engine, Space};
-use crate::known::Known;
+use crate::knownstacks::KnownStacks;
 
 /// Cached addresses of all processes at which the caches of processes
 /// no longer met are dropped (a few hundred bytes each, stack included).
@@ -48,8 +48,8 @@ pub(crate) struct Addr {
 pub(crate) struct SpaceCache {
     /// By (address, is a return address).
     pub(crate) addrs: FastMap<(u64, bool), Addr>,
-    /// Stacks written before, by a hash of their addresses.
-    pub(crate) known: FastMap<u64, Known>,
+    /// Stacks written before.
+    pub(crate) known: KnownStacks,
     /// The batch ([`Engine::prepare`]) that last met it.
     pub(crate) used: u64,
     /// Unnamed addresses already counted in the trailer by a cache of

@@ -227,7 +227,7 @@ impl Engine {
         for s in stacks {
             // Met in this batch (kept), whether known or not.
             self.space_mut(Space::User(s.pid));
-            if self.known(s).is_some() {
+            if self.known(s) {
                 continue;
             }
             for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {

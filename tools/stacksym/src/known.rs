@@ -3,49 +3,59 @@
 //! were a third of stacksym's time, measured with oncputime). Kept with
 //! the addresses of the stack's process (crate::cache), and dropped with
 //! them.
+//!
+//! Kept compact ([`crate::knownstacks`]) and looked up a group of records
+//! at a time ([`Engine::known_ids`]).
 
-use std::hash::BuildHasher;
-
-use wallclock_stream::fasthash::FastHash;
-use wallclock_stream::Stack;
+use wallclock_stream::{Record, Stack};
 
 use crate::engine::{Engine, Space};
-use crate::gil;
+use crate::knownstacks::Key;
 
-/// A stack written before.
-pub(crate) struct Known {
-    /// `ustack.len()`, `ustack`, `kstack`: to tell a hash collision.
-    addrs: Box<[u64]>,
-    pid: u32,
-    /// Whether it may wait for the GIL ([`gil::blocked`]).
-    blocked: bool,
-    /// Its id in the engine's table.
-    id: u32,
-    /// The modules it has unnamed frames in (`Engine::modules`).
-    unnamed: Box<[u32]>,
-}
-
-impl Known {
-    fn is(&self, s: &Stack) -> bool {
-        let n = s.ustack.len();
-        self.pid == s.pid
-            && self.blocked == gil::blocked(s)
-            && self.addrs.len() == 1 + n + s.kstack.len()
-            && self.addrs[0] == n as u64
-            && self.addrs[1..1 + n] == s.ustack[..]
-            && self.addrs[1 + n..] == s.kstack[..]
-    }
-}
-
-/// What the frames of a stack depend on: its addresses, its pid, and
-/// whether it is blocked (the `[GIL]` frame).
-fn hash(s: &Stack) -> u64 {
-    FastHash.hash_one((s.pid, gil::blocked(s), &s.ustack, &s.kstack))
-}
+/// Records looked up together by [`Engine::known_ids`].
+const GROUP: usize = 16;
 
 impl Engine {
-    pub(crate) fn known(&self, s: &Stack) -> Option<&Known> {
-        self.spaces.get(&s.pid)?.known.get(&hash(s)).filter(|k| k.is(s))
+    /// [`Engine::symbolized_known`] of each record of `records` that is a
+    /// stack needing names (`None` for the others), a group of records
+    /// at a time, each step's memory fetched for the whole group before
+    /// it is read: one record after the other, each waited for its two
+    /// cache misses (the slot, the stack) in turn.
+    pub fn known_ids(&mut self, records: &[Record]) -> Vec<Option<u32>> {
+        let mut ids = vec![None; records.len()];
+        let generation = self.generation;
+        let mut todo: Vec<(&Stack, usize, Key)> = Vec::with_capacity(GROUP);
+        for (g, group) in records.chunks(GROUP).enumerate() {
+            todo.clear();
+            for (j, r) in group.iter().enumerate() {
+                let Record::Stack(s) = r else { continue };
+                if !self.needs(s) {
+                    continue;
+                }
+                let Some(c) = self.spaces.get_mut(&s.pid) else { continue };
+                // Still in use: not to be dropped (crate::cache).
+                c.used = generation;
+                let Some(key) = Key::of(s) else { continue };
+                c.known.prefetch_slot(key);
+                todo.push((s, g * GROUP + j, key));
+            }
+            for &(s, _, key) in &todo {
+                self.spaces[&s.pid].known.prefetch_stack(key);
+            }
+            for &(s, i, key) in &todo {
+                let Some((id, unnamed)) = self.spaces[&s.pid].known.get(key, s) else { continue };
+                crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);
+                self.note_cut(s, id);
+                ids[i] = Some(id);
+            }
+        }
+        ids
+    }
+
+    /// Whether `s` was met before.
+    pub(crate) fn known(&self, s: &Stack) -> bool {
+        let Some(c) = self.spaces.get(&s.pid) else { return false };
+        Key::of(s).is_some_and(|key| c.known.get(key, s).is_some())
     }
 
     /// The table id of the stack of `s`'s frames when `s` was met before
@@ -56,9 +66,8 @@ impl Engine {
         let c = self.spaces.get_mut(&s.pid)?;
         // Still in use: not to be dropped (crate::cache).
         c.used = generation;
-        let k = c.known.get(&hash(s)).filter(|k| k.is(s))?;
-        crate::unnamed::add_time(&mut self.unnamed_time, &k.unnamed, s);
-        let id = k.id;
+        let (id, unnamed) = c.known.get(Key::of(s)?, s)?;
+        crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);
         self.note_cut(s, id);
         Some(id)
     }
@@ -73,13 +82,10 @@ impl Engine {
         let id = self.stack_id(s);
         let unnamed = self.unnamed_modules(s);
         self.add_unnamed_time(&unnamed, s);
-        let mut addrs = Vec::with_capacity(1 + s.ustack.len() + s.kstack.len());
-        addrs.push(s.ustack.len() as u64);
-        addrs.extend_from_slice(&s.ustack);
-        addrs.extend_from_slice(&s.kstack);
-        let known = Known { addrs: addrs.into(), pid: s.pid, blocked: gil::blocked(s), id, unnamed };
-        self.space_mut(Space::User(s.pid)).known.insert(hash(s), known);
         self.note_cut(s, id);
+        if let Some(key) = Key::of(s) {
+            self.space_mut(Space::User(s.pid)).known.insert(key, s, id, &unnamed);
+        }
         id
     }
 }

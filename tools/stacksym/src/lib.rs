@@ -38,6 +38,7 @@ mod evict;
 mod gil;
 mod jit;
 mod known;
+mod knownstacks;
 mod names;
 mod procmaps;
 mod resolve;
@@ -249,13 +250,7 @@ fn write_chunk<W: Write>(
     // to resolve and again for the id). No table id is taken across a
     // bound_memory, which may empty the table.
     engine.bound_memory();
-    let mut ids: Vec<Option<u32>> = chunk
-        .iter()
-        .map(|r| match r {
-            Record::Stack(s) if engine.needs(s) => engine.symbolized_known(s),
-            _ => None,
-        })
-        .collect();
+    let mut ids = engine.known_ids(chunk);
     engine.prepare_new(chunk, &ids);
     // Each other stack's table id (its unnamed time counted) before the trailer.
     for (r, id) in chunk.iter().zip(ids.iter_mut()) {
