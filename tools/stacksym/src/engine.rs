@@ -290,7 +290,11 @@ impl Engine {
                 if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
                     out.push(self.gil_id);
                 }
-                out.extend_from_slice(ids);
+                // One at a time: a call to memcpy for an address's one
+                // or two frames cost more than the copy.
+                for &f in ids.iter() {
+                    out.push(f);
+                }
             }
         }
     }
