@@ -37,6 +37,7 @@ mod engine;
 mod evict;
 mod gil;
 mod jit;
+mod kallsyms;
 mod known;
 mod knownstacks;
 mod names;
@@ -156,6 +157,7 @@ pub fn command() -> clap::Command {
 pub fn run(cli: &Cli) -> Result<i32> {
     let mut out = open_stream_output(cli.output.as_deref())?;
     let mut engine = Engine::new(cli.options());
+    engine.read_kallsyms_ahead();
     for p in &cli.maps {
         let (name, input) = open_input(p)?;
         for rec in Reader::new(input, &name, ReaderOptions::default()) {

@@ -10,6 +10,7 @@
 //! (the filters leave through `process::exit`, without destructors, and a
 //! signal skips them too).
 
+use std::ffi::CStr;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -35,17 +36,24 @@ impl VdsoFile {
         if !image.starts_with(b"\x7fELF") {
             return None;
         }
-        // SAFETY: a NUL-terminated name; the new descriptor is ours alone.
-        let fd = unsafe { libc::memfd_create(c"wallclock-vdso".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let mut file = unsafe { File::from_raw_fd(fd) };
-        file.write_all(image).ok()?;
-        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let (path, file) = memory_file(c"wallclock-vdso", image)?;
         Some(VdsoFile { path, _file: file })
     }
+}
+
+/// A memory file named `name` holding `bytes`, and the path it is read by
+/// (valid while the file is open).
+pub(crate) fn memory_file(name: &CStr, bytes: &[u8]) -> Option<(PathBuf, File)> {
+    // SAFETY: a NUL-terminated name; the new descriptor is ours alone.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    file.write_all(bytes).ok()?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    Some((path, file))
 }
 
 #[cfg(test)]
