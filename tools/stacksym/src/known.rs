@@ -12,42 +12,51 @@ use wallclock_stream::{Record, Stack};
 use crate::engine::{Engine, Space};
 use crate::knownstacks::Key;
 
-/// Records looked up together by [`Engine::known_ids`].
-const GROUP: usize = 16;
+/// How many records ahead of its lookup a record's slot is fetched; its
+/// stack is fetched half as far ahead, once its slot is in.
+const AHEAD: usize = 16;
 
 impl Engine {
     /// [`Engine::symbolized_known`] of each record of `records` that is a
-    /// stack needing names (`None` for the others), a group of records
-    /// at a time, each step's memory fetched for the whole group before
-    /// it is read: one record after the other, each waited for its two
-    /// cache misses (the slot, the stack) in turn.
+    /// stack needing names (`None` for the others), the memory of each
+    /// lookup fetched ahead of it: one record after the other, each
+    /// waited for its two cache misses (the slot, the stack) in turn.
     pub fn known_ids(&mut self, records: &[Record]) -> Vec<Option<u32>> {
-        let mut ids = vec![None; records.len()];
         let generation = self.generation;
-        let mut todo: Vec<(&Stack, usize, Key)> = Vec::with_capacity(GROUP);
-        for (g, group) in records.chunks(GROUP).enumerate() {
-            todo.clear();
-            for (j, r) in group.iter().enumerate() {
-                let Record::Stack(s) = r else { continue };
-                if !self.needs(s) {
-                    continue;
-                }
-                let Some(c) = self.spaces.get_mut(&s.pid) else { continue };
-                // Still in use: not to be dropped (crate::cache).
-                c.used = generation;
-                let Some(key) = Key::of(s) else { continue };
-                c.known.prefetch_slot(key);
-                todo.push((s, g * GROUP + j, key));
+        let mut todo: Vec<(&Stack, usize, Key)> = Vec::with_capacity(records.len());
+        for (i, r) in records.iter().enumerate() {
+            let Record::Stack(s) = r else { continue };
+            if !self.needs(s) {
+                continue;
             }
-            for &(s, _, key) in &todo {
-                self.spaces[&s.pid].known.prefetch_stack(key);
+            let Some(c) = self.spaces.get_mut(&s.pid) else { continue };
+            // Still in use: not to be dropped (crate::cache).
+            c.used = generation;
+            if let Some(key) = Key::of(s) {
+                todo.push((s, i, key));
             }
-            for &(s, i, key) in &todo {
-                let Some((id, unnamed)) = self.spaces[&s.pid].known.get(key, s) else { continue };
-                crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);
-                self.note_cut(s, id);
-                ids[i] = Some(id);
+        }
+        let known = |(s, _, _): &(&Stack, usize, Key)| &self.spaces[&s.pid].known;
+        let mut found = Vec::with_capacity(todo.len());
+        for t in todo.iter().take(AHEAD) {
+            known(t).prefetch_slot(t.2);
+        }
+        for (j, t) in todo.iter().enumerate() {
+            if let Some(ahead) = todo.get(j + AHEAD) {
+                known(ahead).prefetch_slot(ahead.2);
             }
+            if let Some(ahead) = todo.get(j + AHEAD / 2) {
+                known(ahead).prefetch_stack(ahead.2);
+            }
+            if let Some((id, unnamed)) = known(t).get(t.2, t.0) {
+                crate::unnamed::add_time(&mut self.unnamed_time, unnamed, t.0);
+                found.push((t.0, t.1, id));
+            }
+        }
+        let mut ids = vec![None; records.len()];
+        for (s, i, id) in found {
+            self.note_cut(s, id);
+            ids[i] = Some(id);
         }
         ids
     }
