@@ -77,17 +77,10 @@ pub struct Reader<R: BufRead> {
     warned_waker: bool,
     /// Unknown record types already warned about.
     unknown: Vec<String>,
-    /// Stack records handed back ([`Reader::recycle`]), read into again.
-    spare: Vec<Stack>,
     /// The address lists' text, with [`Reader::keep_address_text`].
     text: Option<AddrText>,
 }
 
-/// Stack records kept to be read into again: a chunk of stacksym's.
-const SPARE: usize = 1 << 13;
-/// Addresses a kept stack record may have room for (a hostile record's
-/// huge list is not kept).
-const SPARE_ADDRS: usize = 1 << 10;
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: &str, opts: ReaderOptions) -> Self {
@@ -108,7 +101,6 @@ impl<R: BufRead> Reader<R> {
             warned_newer: false,
             warned_waker: false,
             unknown: Vec::new(),
-            spare: Vec::new(),
             text: None,
         }
     }
@@ -124,19 +116,6 @@ impl<R: BufRead> Reader<R> {
     /// records returned since it was last cleared, one entry per record.
     pub fn address_text(&mut self) -> Option<&mut AddrText> {
         self.text.as_mut()
-    }
-
-    /// Stack records done with, whose allocations the next ones read reuse.
-    pub fn recycle(&mut self, stacks: &mut Vec<Stack>) {
-        // Taken over whole where none are left (each record moved once
-        // more was a fiftieth of stacksym's run).
-        if self.spare.is_empty() {
-            std::mem::swap(&mut self.spare, stacks);
-        } else {
-            self.spare.append(stacks);
-        }
-        self.spare.retain(|s| s.ustack.capacity() + s.kstack.capacity() <= SPARE_ADDRS && s.comm.capacity() <= 64);
-        self.spare.truncate(SPARE);
     }
 
     /// Return stack records of the stack table as they come, `stack_id`
@@ -173,26 +152,63 @@ impl<R: BufRead> Reader<R> {
                 None
             }
             Record::StackDef(d) => self.defs.define_stack(d).err().map(|m| Err(self.err(m))),
-            Record::Stack(mut s) if s.stack_id.is_some() => {
-                let id = s.stack_id.unwrap_or_default();
-                if !s.frames.is_empty() {
-                    return Some(Err(self.err(format!("stack record has both frames and stack_id {id}"))));
-                }
-                if self.keep_ids {
-                    if !self.defs.has_stack(id) {
-                        return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))));
-                    }
-                } else {
-                    match self.defs.frames(id) {
-                        Some(f) => s.frames = f,
-                        None => return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it")))),
-                    }
-                    s.stack_id = None;
-                }
-                Some(Ok(Record::Stack(s)))
-            }
+            Record::Stack(mut s) => Some(self.settle_stack(&mut s).map(|()| Record::Stack(s))),
             r => Some(Ok(r)),
         }
+    }
+
+    /// A stack record's `stack_id` checked, and resolved to its frames
+    /// unless asked to keep it.
+    fn settle_stack(&mut self, s: &mut Stack) -> Result<(), ParseError> {
+        let Some(id) = s.stack_id else { return Ok(()) };
+        if !s.frames.is_empty() {
+            return Err(self.err(format!("stack record has both frames and stack_id {id}")));
+        }
+        if self.keep_ids {
+            if !self.defs.has_stack(id) {
+                return Err(self.err(format!("stack_id {id}: no stackdef record before it defines it")));
+            }
+        } else {
+            match self.defs.frames(id) {
+                Some(f) => s.frames = f,
+                None => return Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))),
+            }
+            s.stack_id = None;
+        }
+        Ok(())
+    }
+
+    /// The next record (as [`Iterator::next`] reads it) into `slot`: a
+    /// plain stack record that lies whole in the input's buffer is read
+    /// into the stack record `slot` holds, its allocations reused and
+    /// nothing moved (moving each 360-byte record from the reader to the
+    /// tool's chunk, and its stack back to be read into again, was a
+    /// twelfth of stacksym's run; allocating its lists, a tenth); any
+    /// other record is put in `slot`. `None` at the end of the input.
+    pub fn next_into(&mut self, slot: &mut Record) -> Option<Result<(), ParseError>> {
+        if let Some(t) = &mut self.text {
+            t.unstage();
+        }
+        if !self.done && !self.binary && self.collapsed.is_none() && !self.at_binary() {
+            if !matches!(slot, Record::Stack(_)) {
+                *slot = Record::Stack(Stack::new(Kind::Other, 0, 0, ""));
+            }
+            let Record::Stack(s) = slot else { unreachable!("made a stack record above") };
+            if self.stack_in_place(s) {
+                self.line_no += 1;
+                self.seen_data = true;
+                // What [`Reader::vet`] checks of such a record: it has
+                // no frames, GPU name or waker.
+                crate::names::check_in_place(&mut s.comm);
+                let res = self.settle_stack(s);
+                if let (Ok(()), Some(t)) = (&res, &mut self.text) {
+                    t.commit();
+                }
+                return Some(res);
+            }
+        }
+        let res = self.next()?;
+        Some(res.map(|r| *slot = r))
     }
 
     /// What a reader of this version can say about a record it read: a
@@ -288,7 +304,8 @@ impl<R: BufRead> Reader<R> {
         if which == STACK {
             let b = obj.as_bytes();
             let skip = self.keep_ids && self.skip_named_addrs;
-            if let Some((s, _, spans)) = fast_stack(b, &self.defs, skip, &mut self.spare).filter(|(_, e, _)| whole(*e)) {
+            let mut s = Stack::new(Kind::Other, 0, 0, "");
+            if let Some((_, spans)) = fast_stack(b, &self.defs, skip, &mut s).filter(|(e, _)| whole(*e)) {
                 if let Some(t) = &mut self.text {
                     t.stage(b, &spans);
                 }
@@ -303,34 +320,37 @@ impl<R: BufRead> Reader<R> {
     /// consumed) for anything else, read line by line as before. Copying
     /// each line out was a tenth of reading `stacksym`'s output.
     fn in_place(&mut self) -> Option<Record> {
+        let mut s = Stack::new(Kind::Other, 0, 0, "");
+        if self.stack_in_place(&mut s) {
+            return Some(Record::Stack(s));
+        }
         let b = self.inner.fill_buf().ok()?;
-        // The line must end there, as a line the serde path trims would.
-        let line_end = |end: usize| match b.get(end..end + 2) {
-            Some([b'\n', _]) => Some(end + 1),
-            Some([b'\r', b'\n']) => Some(end + 2),
-            _ => None,
-        };
-        let (rec, next) = if b.starts_with(FAST[STACK].0) {
-            let at = FAST[STACK].0.len() - 1;
-            let skip = self.keep_ids && self.skip_named_addrs;
-            let (s, end, spans) = fast_stack(&b[at..], &self.defs, skip, &mut self.spare)?;
-            let Some(next) = line_end(at + end) else {
-                self.spare.push(s);
-                return None;
-            };
-            if let Some(t) = &mut self.text {
-                t.stage(&b[at..], &spans);
-            }
-            (Record::Stack(s), next)
-        } else if b.starts_with(FAST[STACKDEF].0) {
-            let at = FAST[STACKDEF].0.len() - 1;
-            let (d, end) = crate::fastjson::parse_stackdef(&b[at..])?;
-            (Record::StackDef(d), line_end(at + end)?)
-        } else {
+        if !b.starts_with(FAST[STACKDEF].0) {
             return None;
-        };
+        }
+        let at = FAST[STACKDEF].0.len() - 1;
+        let (d, end) = crate::fastjson::parse_stackdef(&b[at..])?;
+        let next = line_end(b, at + end)?;
         self.inner.consume(next);
-        Some(rec)
+        Some(Record::StackDef(d))
+    }
+
+    /// [`Reader::in_place`] for a plain stack record, read into `s`
+    /// (anything in `s` when there is none: `false`, nothing consumed).
+    fn stack_in_place(&mut self, s: &mut Stack) -> bool {
+        let Ok(b) = self.inner.fill_buf() else { return false };
+        if !b.starts_with(FAST[STACK].0) {
+            return false;
+        }
+        let at = FAST[STACK].0.len() - 1;
+        let skip = self.keep_ids && self.skip_named_addrs;
+        let Some((end, spans)) = fast_stack(&b[at..], &self.defs, skip, s) else { return false };
+        let Some(next) = line_end(b, at + end) else { return false };
+        if let Some(t) = &mut self.text {
+            t.stage(&b[at..], &spans);
+        }
+        self.inner.consume(next);
+        true
     }
 
     fn parse(&mut self, line: &str) -> Result<Record, ParseError> {
@@ -404,19 +424,21 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
-/// A plain stack record by [`crate::fastjson::parse_stack_into`] (into a
-/// record of `spare` when there is one), its addresses left out with
-/// `skip` where the table names it; the index after it and where its
-/// address lists lie.
-fn fast_stack(b: &[u8], defs: &Defs, skip: bool, spare: &mut Vec<Stack>) -> Option<(Stack, usize, ListSpans)> {
+/// A plain stack record by [`crate::fastjson::parse_stack_into`] into `s`,
+/// its addresses left out with `skip` where the table names it; the index
+/// after it and where its address lists lie.
+fn fast_stack(b: &[u8], defs: &Defs, skip: bool, s: &mut Stack) -> Option<(usize, ListSpans)> {
     let named = |id: u32| defs.has_frames(id);
-    let mut s = spare.pop().unwrap_or_else(|| Stack::new(Kind::Other, 0, 0, ""));
-    match crate::fastjson::parse_stack_into(b, skip.then_some(&named as &dyn Fn(u32) -> bool), &mut s) {
-        Some((end, spans)) => Some((s, end, spans)),
-        None => {
-            spare.push(s);
-            None
-        }
+    crate::fastjson::parse_stack_into(b, skip.then_some(&named as &dyn Fn(u32) -> bool), s)
+}
+
+/// The index after the line feed that must end a record read in place at
+/// `b[..end]`, as a line the serde path trims would end.
+fn line_end(b: &[u8], end: usize) -> Option<usize> {
+    match b.get(end..end + 2) {
+        Some([b'\n', _]) => Some(end + 1),
+        Some([b'\r', b'\n']) => Some(end + 2),
+        _ => None,
     }
 }
 
@@ -634,45 +656,48 @@ mod tests {
         }
     }
 
-    /// The kept text of each record's address lists is that record's,
-    /// whichever path read it; records read by serde have none.
+    /// `next_into` reads what `next` reads, whatever the slot held and
+    /// whichever path reads the record; the kept text of each record's
+    /// address lists is that record's, and records read by serde have none.
     #[test]
-    fn address_text_one_entry_per_record() {
+    fn next_into_reads_as_next_and_keeps_address_text() {
         let h = serde_json::to_string(&Record::Header(Header::new("x", "0"))).unwrap();
         let text = format!(
-            "{h}\n{}\n{}\n{}\n\n{}\n",
-            r#"{"type":"stack","kind":"on","ustack":[1,22],"kstack":[333],"pid":1,"ns":1,"count":1}"#,
+            "{h}\n{}\n{}\n{}\n\n{}\n{}\n{}\n{}\n",
+            r#"{"type":"stack","kind":"on","ustack":[1,22],"kstack":[333],"pid":1,"comm":"a","ns":1,"count":1}"#,
             r#"{"type":"stack", "kind":"on","ustack":[4],"pid":1,"ns":1,"count":1}"#,
-            r#"{"type":"stack","kind":"off","kstack":[55,6],"pid":2,"ns":1,"count":1}"#,
+            r#"{"type":"stack","kind":"off","state":"S","kstack":[55,6],"pid":2,"ns":1,"count":1}"#,
             r#"{"type":"stack","kind":"off","ustack":[7],"ns":1,"count":1,"waker":{"context":"thread","pid":1,"tid":1}}"#,
+            r#"{"type":"frame","id":0,"frame":{"func":"f"}}"#,
+            r#"{"type":"stackdef","id":0,"frames":[0]}"#,
+            r#"{"type":"stack","kind":"on","ustack":[9],"stack_id":0,"ns":1,"count":1}"#,
         );
         // Small buffers: records cut across them are read line by line.
         for cap in [8, 64, 1 << 16] {
-            let input = std::io::BufReader::with_capacity(cap, text.as_bytes());
-            let mut r = Reader::new(input, "t", ReaderOptions::default()).keep_address_text();
-            let mut recs = Vec::new();
-            let mut done = Vec::new();
-            while let Some(rec) = r.next() {
-                let rec = rec.unwrap();
-                if let Record::Stack(s) = &rec {
-                    done.push(s.clone());
-                }
-                recs.push(rec);
+            let input = || std::io::BufReader::with_capacity(cap, text.as_bytes());
+            let want: Vec<Record> = Reader::new(input(), "t", ReaderOptions::default()).map(Result::unwrap).collect();
+            let mut r = Reader::new(input(), "t", ReaderOptions::default()).keep_address_text();
+            let mut old = Stack::new(Kind::Gpu, 9, 9, "old");
+            old.ustack = vec![5; 30];
+            old.frames = vec![crate::Frame::named("g")];
+            let mut slots = [Record::Header(Header::new("y", "1")), Record::Stack(old)];
+            let mut got = Vec::new();
+            while let Some(res) = r.next_into(&mut slots[got.len() % 2]) {
+                res.unwrap();
+                got.push(slots[got.len() % 2].clone());
             }
+            assert_eq!(got, want, "buffer of {cap}");
             let t = r.address_text().unwrap();
             let b = |x: &'static str| x.as_bytes();
-            assert_eq!(recs.len(), 5);
             assert_eq!(t.get(0), None, "header");
             assert_eq!(t.get(1), Some((b("[1,22]"), b("[333]"))), "buffer of {cap}");
             assert_eq!(t.get(2), None, "read by serde");
             assert_eq!(t.get(3), Some((b(""), b("[55,6]"))), "buffer of {cap}");
             assert_eq!(t.get(4), None, "a waker: serde");
-            assert_eq!(t.get(5), None);
+            assert_eq!(t.get(5), Some((b("[9]"), b(""))), "buffer of {cap}");
+            assert_eq!(t.get(6), None);
             t.clear();
             assert_eq!(t.get(1), None);
-            // Records handed back are read into again, reset.
-            r.recycle(&mut done);
-            assert!(done.is_empty());
         }
     }
 

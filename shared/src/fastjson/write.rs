@@ -111,7 +111,7 @@ pub fn write_u64(out: &mut Vec<u8>, v: u64) {
     // less below the power of 10 that many digits start at. (19 compares
     // for every number, mostly of 1 to 7 digits, were a third of the
     // writing once addresses were copied as read.)
-    let guess = ((64 - (v | 1).leading_zeros()) * 1233 >> 12) as usize;
+    let guess = (((64 - (v | 1).leading_zeros()) * 1233) >> 12) as usize;
     let n = guess + 1 - usize::from(guess > 0 && v < POW10[guess - 1]);
     // Room for the longest number, cut to its length after. Cut into
     // chunks of 8 digits first, each written on its own: one chain of

@@ -54,7 +54,7 @@ use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_stream_output};
 use wallclock_stream::fastjson::AddrText;
-use wallclock_stream::{Reader, ReaderOptions, Record, Stack, Writer};
+use wallclock_stream::{Kind, Reader, ReaderOptions, Record, Stack, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use jit::{CUT, CUT_JVM};
@@ -190,34 +190,39 @@ pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, mut out: W) -> R
 /// and line) is returned. The output's framing is `WALLCLOCK_STREAM_FORMAT`'s.
 pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name: &str, out: &mut W) -> Result<()> {
     let out = &mut Writer::from_env(out)?;
-    let mut chunk: Vec<Record> = Vec::with_capacity(1024);
     let mut trailer = false;
     // The addresses are written back as read: their text is kept (unless
-    // they are dropped), and the records' allocations are read into again.
+    // they are dropped). The chunk's records are read into again, chunk
+    // after chunk (see `Reader::next_into`); `n` of them hold this one's.
     let mut reader = Reader::new(input, name, ReaderOptions::default());
     if !engine.options().strip {
         reader = reader.keep_address_text();
     }
-    let mut done = Vec::with_capacity(CHUNK);
-    while let Some(rec) = reader.next() {
-        match rec {
-            Ok(r) => {
-                trailer = matches!(r, Record::Stats(_));
-                chunk.push(r);
-                if chunk.len() >= CHUNK {
-                    write_chunk(engine, &mut chunk, reader.address_text().map(|t| &*t), out, &mut done)?;
+    let mut chunk: Vec<Record> = Vec::new();
+    let mut n = 0;
+    loop {
+        if n == chunk.len() {
+            chunk.push(Record::Stack(Stack::new(Kind::Other, 0, 0, "")));
+        }
+        match reader.next_into(&mut chunk[n]) {
+            None => break,
+            Some(Ok(())) => {
+                trailer = matches!(chunk[n], Record::Stats(_));
+                n += 1;
+                if n >= CHUNK {
+                    write_chunk(engine, &mut chunk[..n], reader.address_text().map(|t| &*t), out)?;
                     reader.address_text().map(AddrText::clear);
-                    reader.recycle(&mut done);
+                    n = 0;
                 }
             }
-            Err(e) => {
-                write_chunk(engine, &mut chunk, reader.address_text().map(|t| &*t), out, &mut done)?;
+            Some(Err(e)) => {
+                write_chunk(engine, &mut chunk[..n], reader.address_text().map(|t| &*t), out)?;
                 out.flush()?;
                 return Err(e.into());
             }
         }
     }
-    write_chunk(engine, &mut chunk, reader.address_text().map(|t| &*t), out, &mut done)?;
+    write_chunk(engine, &mut chunk[..n], reader.address_text().map(|t| &*t), out)?;
     // No trailer to carry what stayed unnamed (a stream cut short): add one.
     let counts = engine.take_counts();
     if !trailer && !counts.is_empty() {
@@ -226,16 +231,13 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
     Ok(())
 }
 
-/// Symbolize and write `chunk` (emptied), its address lists' text in
-/// `text` (one entry per record) where kept; its stack records, written,
-/// go to `done`.
-fn write_chunk<W: Write>(
-    engine: &mut Engine,
-    chunk: &mut Vec<Record>,
-    text: Option<&AddrText>,
-    out: &mut Writer<W>,
-    done: &mut Vec<Stack>,
-) -> Result<()> {
+/// Addresses a record of the chunk may keep room for once written (a
+/// hostile record's huge lists are let go).
+const KEPT_ADDRS: usize = 1 << 10;
+
+/// Symbolize and write `chunk`, its address lists' text in `text` (one
+/// entry per record) where kept.
+fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut [Record], text: Option<&AddrText>, out: &mut Writer<W>) -> Result<()> {
     engine.learn_maps(chunk);
     // Wakers' stacks are named inside their records (their frames stay
     // inline: a waker is rarer than the stacks it woke).
@@ -270,23 +272,26 @@ fn write_chunk<W: Write>(
     }
     // Every stack with frames is written through the stack table: each
     // distinct frame and stack is defined once, records carry its id.
-    for (i, (r, id)) in chunk.drain(..).zip(ids).enumerate() {
+    for (i, (r, id)) in chunk.iter_mut().zip(ids).enumerate() {
         let lists = text.and_then(|t| t.get(i));
-        match (r, id) {
-            (Record::Stack(mut s), Some(id)) => {
+        match (&mut *r, id) {
+            (Record::Stack(s), Some(id)) => {
                 if engine.options().strip {
                     s.ustack.clear();
                     s.kstack.clear();
                 }
-                out.write_stack_lists_in(&mut s, engine.table(), id, lists)?;
-                done.push(s);
+                out.write_stack_lists_in(s, engine.table(), id, lists)?;
             }
-            (Record::Stack(mut s), None) if !s.frames.is_empty() => {
+            (Record::Stack(s), None) if !s.frames.is_empty() => {
                 let id = engine.stack_of(&s.frames);
-                out.write_stack_lists_in(&mut s, engine.table(), id, lists)?;
-                done.push(s);
+                out.write_stack_lists_in(s, engine.table(), id, lists)?;
             }
-            (r, _) => out.write(&r)?,
+            (r, _) => out.write(r)?,
+        }
+        if let Record::Stack(s) = r {
+            if s.ustack.capacity() + s.kstack.capacity() > KEPT_ADDRS {
+                *s = Stack::new(Kind::Other, 0, 0, "");
+            }
         }
     }
     Ok(())
