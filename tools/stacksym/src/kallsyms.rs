@@ -15,16 +15,20 @@ pub(crate) enum Kallsyms {
     /// Not asked for: the symbolizer reads `/proc/kallsyms`.
     #[default]
     Off,
-    Reading(JoinHandle<Option<(PathBuf, File)>>),
+    Reading(JoinHandle<Option<File>>),
     /// The copy, if one was made.
     Read(Option<(PathBuf, File)>),
 }
 
 impl Kallsyms {
     pub(crate) fn start() -> Kallsyms {
-        let reading = std::thread::Builder::new().name("kallsyms".into()).spawn(|| {
-            let text = std::fs::read("/proc/kallsyms").ok()?;
-            crate::vdso::memory_file(c"wallclock-kallsyms", &text)
+        // Copied a block at a time, with no allocation on the thread: not
+        // 5 MB, nor a memory arena of the thread's own, more at the start.
+        let reading = std::thread::Builder::new().name("kallsyms".into()).stack_size(1 << 16).spawn(|| {
+            let mut proc = File::open("/proc/kallsyms").ok()?;
+            let mut file = crate::vdso::memory_file(c"wallclock-kallsyms")?;
+            std::io::copy(&mut proc, &mut file).ok()?;
+            Some(file)
         });
         reading.map(Kallsyms::Reading).unwrap_or_default()
     }
@@ -33,7 +37,8 @@ impl Kallsyms {
     pub(crate) fn path(&mut self) -> Option<&Path> {
         if let Kallsyms::Reading(_) = self {
             let Kallsyms::Reading(t) = std::mem::take(self) else { unreachable!() };
-            *self = Kallsyms::Read(t.join().ok().flatten());
+            let file = t.join().ok().flatten();
+            *self = Kallsyms::Read(file.map(|f| (crate::vdso::path_of(&f), f)));
         }
         match self {
             Kallsyms::Read(Some((path, _))) => Some(path),

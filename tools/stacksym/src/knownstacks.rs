@@ -207,7 +207,7 @@ impl KnownStacks {
         if (self.used + 1) * 4 <= self.slots.len() * 3 {
             return;
         }
-        let n = (self.slots.len() * 2).max(64);
+        let n = (self.slots.len() * 2).max(8);
         self.slots = vec![Slot::default(); n];
         self.shift = 64 - n.trailing_zeros();
         let mut at = 0;

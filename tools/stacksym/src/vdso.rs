@@ -36,24 +36,23 @@ impl VdsoFile {
         if !image.starts_with(b"\x7fELF") {
             return None;
         }
-        let (path, file) = memory_file(c"wallclock-vdso", image)?;
-        Some(VdsoFile { path, _file: file })
+        let mut file = memory_file(c"wallclock-vdso")?;
+        file.write_all(image).ok()?;
+        Some(VdsoFile { path: path_of(&file), _file: file })
     }
 }
 
-/// A memory file named `name` holding `bytes`, and the path it is read by
-/// (valid while the file is open).
-pub(crate) fn memory_file(name: &CStr, bytes: &[u8]) -> Option<(PathBuf, File)> {
+/// A new, empty memory file named `name`.
+pub(crate) fn memory_file(name: &CStr) -> Option<File> {
     // SAFETY: a NUL-terminated name; the new descriptor is ours alone.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
     // SAFETY: `fd` was just opened and is owned by nothing else.
-    let mut file = unsafe { File::from_raw_fd(fd) };
-    file.write_all(bytes).ok()?;
-    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-    Some((path, file))
+    (fd >= 0).then(|| unsafe { File::from_raw_fd(fd) })
+}
+
+/// The path a memory file is read by (while it is open).
+pub(crate) fn path_of(file: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 #[cfg(test)]
