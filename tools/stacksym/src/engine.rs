@@ -211,7 +211,9 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        self.prepare(todo.into_iter());
+        // Those `known` says were not met need not be looked up again.
+        let looked_up = known.len() == records.len();
+        self.prepare_stacks(todo.into_iter(), !looked_up);
     }
 
     /// Empty the caches and the table once [`CACHE_MAX`] addresses were
@@ -230,6 +232,11 @@ impl Engine {
 
     /// Resolve every address of `stacks` not already cached.
     pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
+        self.prepare_stacks(stacks, true);
+    }
+
+    /// [`Engine::prepare`], stacks met before skipped where `check_known`.
+    fn prepare_stacks<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>, check_known: bool) {
         self.bound_memory();
         self.next_batch();
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
@@ -238,7 +245,7 @@ impl Engine {
         for s in stacks {
             // Met in this batch (kept), whether known or not.
             self.space_mut(Space::User(s.pid));
-            if self.known(s) {
+            if check_known && self.known(s) {
                 continue;
             }
             for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
