@@ -41,6 +41,9 @@ pub(crate) struct Addr {
     pub(crate) ids: Rc<[u32]>,
     /// The module it is left unnamed in (`Engine::modules`), or [`NAMED`].
     pub(crate) unnamed: u32,
+    /// Whether its first frame is in CPython (where a `[GIL]` frame may
+    /// go: [`crate::gil::before`]), known without a look at the frame.
+    pub(crate) cpython: bool,
 }
 
 /// What is cached of one address space.
@@ -165,7 +168,8 @@ impl Engine {
     /// Remember the frames of `addr` in `space`: count it when unnamed.
     pub(crate) fn remember(&mut self, space: Space, addr: u64, ret: bool, ids: Rc<[u32]>) {
         let unnamed = self.note_unnamed(space, (addr, ret), &ids);
-        self.space_mut(space).addrs.insert((addr, ret), Addr { ids, unnamed });
+        let cpython = ids.first().is_some_and(|&f| crate::gil::in_cpython(self.table.frame(f)));
+        self.space_mut(space).addrs.insert((addr, ret), Addr { ids, unnamed, cpython });
         self.remembered += 1;
     }
 

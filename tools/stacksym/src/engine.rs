@@ -292,8 +292,8 @@ impl Engine {
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
             let user = matches!(space, Space::User(_));
             let Some(cache) = self.space(space) else { continue };
-            let ids_of = |i: usize| Some(&cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()))?.ids);
-            let first = |i: usize| Some(self.table.frame(*ids_of(i)?.first()?));
+            let addr_of = |i: usize| cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()));
+            let first = |i: usize| Some(self.table.frame(*addr_of(i)?.ids.first()?));
             // A stack cut in JIT code says so at its root (crate::jit),
             // instead of the capture's plainer `[truncated]`.
             let mut skip = 0;
@@ -307,15 +307,16 @@ impl Engine {
             // Each address looked up once, the next one's frames (for
             // the `[GIL]` frame) kept for its turn: three lookups an
             // address, mostly cache misses, were a tenth of stacksym's run.
+            // Only an address whose first frame is in CPython is looked at.
             let gil = user && blocked;
-            let mut next = ids_of(skip);
+            let mut next = addr_of(skip);
             for i in skip..addrs.len() {
-                let Some(ids) = std::mem::replace(&mut next, ids_of(i + 1)) else { continue };
-                let frame = |ids: &Rc<[u32]>| ids.first().map(|&f| self.table.frame(f));
-                if gil && frame(ids).is_some_and(|f| gil::before(f, next.and_then(frame))) {
+                let Some(a) = std::mem::replace(&mut next, addr_of(i + 1)) else { continue };
+                let frame = |a: &crate::cache::Addr| a.ids.first().map(|&f| self.table.frame(f));
+                if gil && a.cpython && frame(a).is_some_and(|f| gil::before(f, next.and_then(frame))) {
                     out.push(self.gil_id);
                 }
-                out.extend_from_slice(ids);
+                out.extend_from_slice(&a.ids);
             }
         }
     }
