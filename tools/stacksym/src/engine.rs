@@ -188,7 +188,7 @@ impl Engine {
     }
 
     pub fn needs(&self, s: &Stack) -> bool {
-        (!s.ustack.is_empty() || !s.kstack.is_empty()) && (s.frames.is_empty() || self.opts.force)
+        needs(s, self.opts.force)
     }
 
     /// Learn the maps records among `records`, then resolve the addresses
@@ -360,6 +360,11 @@ impl Engine {
             eprintln!("{tool}: warning: {what}");
         }
     }
+}
+
+/// Whether `s` has addresses to name: it has no frames, or `force`.
+pub(crate) fn needs(s: &Stack, force: bool) -> bool {
+    (!s.ustack.is_empty() || !s.kstack.is_empty()) && (s.frames.is_empty() || force)
 }
 
 /// Addresses cached before the cache is emptied (bounds memory on huge,

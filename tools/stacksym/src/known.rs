@@ -10,7 +10,7 @@
 use wallclock_stream::{Record, Stack};
 
 use crate::engine::{Engine, Space};
-use crate::knownstacks::Key;
+use crate::knownstacks::{Key, KnownStacks};
 
 /// How many records ahead of its lookup a record's slot is fetched; its
 /// stack is fetched half as far ahead, once its slot is in.
@@ -22,35 +22,49 @@ impl Engine {
     /// lookup fetched ahead of it: one record after the other, each
     /// waited for its two cache misses (the slot, the stack) in turn.
     pub fn known_ids(&mut self, records: &[Record]) -> Vec<Option<u32>> {
-        let generation = self.generation;
-        let mut todo: Vec<(&Stack, usize, Key)> = Vec::with_capacity(records.len());
-        for (i, r) in records.iter().enumerate() {
-            let Record::Stack(s) = r else { continue };
-            if !self.needs(s) {
-                continue;
-            }
-            let Some(c) = self.spaces.get_mut(&s.pid) else { continue };
-            // Still in use: not to be dropped (crate::cache).
-            c.used = generation;
-            if let Some(key) = Key::of(s) {
-                todo.push((s, i, key));
+        let force = self.opts.force;
+        let stacks = || {
+            records.iter().enumerate().filter_map(move |(i, r)| match r {
+                Record::Stack(s) if crate::engine::needs(s, force) => Some((i, s)),
+                _ => None,
+            })
+        };
+        // Their processes still in use: not to be dropped (crate::cache).
+        let mut last = None;
+        let used: Vec<u32> = stacks().map(|(_, s)| s.pid).filter(|&p| last.replace(p) != Some(p)).collect();
+        for pid in used {
+            if let Some(c) = self.spaces.get_mut(&pid) {
+                c.used = self.generation;
             }
         }
-        let known = |(s, _, _): &(&Stack, usize, Key)| &self.spaces[&s.pid].known;
+        // Each stack with its process's table (found again only when the
+        // process changes from one record to the next).
+        let mut last: Option<(u32, Option<&KnownStacks>)> = None;
+        let mut todo: Vec<(&Stack, usize, Key, &KnownStacks)> = Vec::with_capacity(records.len());
+        for (i, s) in stacks() {
+            let known = match last {
+                Some((pid, k)) if pid == s.pid => k,
+                _ => self.spaces.get(&s.pid).map(|c| &c.known),
+            };
+            last = Some((s.pid, known));
+            if let (Some(k), Some(key)) = (known, Key::of(s)) {
+                todo.push((s, i, key, k));
+            }
+        }
         let mut found = Vec::with_capacity(todo.len());
-        for t in todo.iter().take(AHEAD) {
-            known(t).prefetch_slot(t.2);
+        for &(_, _, key, k) in todo.iter().take(AHEAD) {
+            k.prefetch_slot(key);
         }
-        for (j, t) in todo.iter().enumerate() {
-            if let Some(ahead) = todo.get(j + AHEAD) {
-                known(ahead).prefetch_slot(ahead.2);
+        for (j, &(s, i, key, k)) in todo.iter().enumerate() {
+            if let Some(&(_, _, key, k)) = todo.get(j + AHEAD) {
+                k.prefetch_slot(key);
             }
-            if let Some(ahead) = todo.get(j + AHEAD / 2) {
-                known(ahead).prefetch_stack(ahead.2);
+            if let Some(&(_, _, key, k)) = todo.get(j + AHEAD / 2) {
+                k.prefetch_stack(key);
             }
-            if let Some((id, unnamed)) = known(t).get(t.2, t.0) {
-                crate::unnamed::add_time(&mut self.unnamed_time, unnamed, t.0);
-                found.push((t.0, t.1, id));
+            if let Some((id, unnamed)) = k.get(key, s) {
+                crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);
+                found.push((s, i, id));
             }
         }
         let mut ids = vec![None; records.len()];
