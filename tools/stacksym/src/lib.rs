@@ -293,6 +293,10 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut [Record], text: Option
         if let Record::Stack(s) = r {
             if s.ustack.capacity() + s.kstack.capacity() > KEPT_ADDRS {
                 *s = Stack::new(Kind::Other, 0, 0, "");
+            } else if s.frames.capacity() > 0 {
+                // A stream symbolized before: its frames come from its
+                // table, never read into this record's.
+                s.frames = Vec::new();
             }
         }
     }
