@@ -8,8 +8,9 @@ use std::fmt;
 use std::io::{BufRead, Cursor};
 
 use crate::binary;
+use crate::fastjson::{AddrText, ListSpans};
 use crate::folded;
-use crate::record::{Kind, Record, FORMAT_NAME, VERSION_MAJOR, VERSION_MINOR};
+use crate::record::{Kind, Record, Stack, FORMAT_NAME, VERSION_MAJOR, VERSION_MINOR};
 use crate::table::Defs;
 
 /// How to read input that is not JSON records.
@@ -76,7 +77,10 @@ pub struct Reader<R: BufRead> {
     warned_waker: bool,
     /// Unknown record types already warned about.
     unknown: Vec<String>,
+    /// The address lists' text, with [`Reader::keep_address_text`].
+    text: Option<AddrText>,
 }
+
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, name: &str, opts: ReaderOptions) -> Self {
@@ -97,7 +101,21 @@ impl<R: BufRead> Reader<R> {
             warned_newer: false,
             warned_waker: false,
             unknown: Vec::new(),
+            text: None,
         }
+    }
+
+    /// Keep the text of each stack record's address lists as it was read,
+    /// to be written back as is ([`Reader::address_text`]).
+    pub fn keep_address_text(mut self) -> Self {
+        self.text = Some(AddrText::default());
+        self
+    }
+
+    /// With [`Reader::keep_address_text`]: the address lists of the
+    /// records returned since it was last cleared, one entry per record.
+    pub fn address_text(&mut self) -> Option<&mut AddrText> {
+        self.text.as_mut()
     }
 
     /// Return stack records of the stack table as they come, `stack_id`
@@ -134,26 +152,63 @@ impl<R: BufRead> Reader<R> {
                 None
             }
             Record::StackDef(d) => self.defs.define_stack(d).err().map(|m| Err(self.err(m))),
-            Record::Stack(mut s) if s.stack_id.is_some() => {
-                let id = s.stack_id.unwrap_or_default();
-                if !s.frames.is_empty() {
-                    return Some(Err(self.err(format!("stack record has both frames and stack_id {id}"))));
-                }
-                if self.keep_ids {
-                    if !self.defs.has_stack(id) {
-                        return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))));
-                    }
-                } else {
-                    match self.defs.frames(id) {
-                        Some(f) => s.frames = f,
-                        None => return Some(Err(self.err(format!("stack_id {id}: no stackdef record before it defines it")))),
-                    }
-                    s.stack_id = None;
-                }
-                Some(Ok(Record::Stack(s)))
-            }
+            Record::Stack(mut s) => Some(self.settle_stack(&mut s).map(|()| Record::Stack(s))),
             r => Some(Ok(r)),
         }
+    }
+
+    /// A stack record's `stack_id` checked, and resolved to its frames
+    /// unless asked to keep it.
+    fn settle_stack(&mut self, s: &mut Stack) -> Result<(), ParseError> {
+        let Some(id) = s.stack_id else { return Ok(()) };
+        if !s.frames.is_empty() {
+            return Err(self.err(format!("stack record has both frames and stack_id {id}")));
+        }
+        if self.keep_ids {
+            if !self.defs.has_stack(id) {
+                return Err(self.err(format!("stack_id {id}: no stackdef record before it defines it")));
+            }
+        } else {
+            match self.defs.frames(id) {
+                Some(f) => s.frames = f,
+                None => return Err(self.err(format!("stack_id {id}: no stackdef record before it defines it"))),
+            }
+            s.stack_id = None;
+        }
+        Ok(())
+    }
+
+    /// The next record (as [`Iterator::next`] reads it) into `slot`: a
+    /// plain stack record that lies whole in the input's buffer is read
+    /// into the stack record `slot` holds, its allocations reused and
+    /// nothing moved (moving each 360-byte record from the reader to the
+    /// tool's chunk, and its stack back to be read into again, was a
+    /// twelfth of stacksym's run; allocating its lists, a tenth); any
+    /// other record is put in `slot`. `None` at the end of the input.
+    pub fn next_into(&mut self, slot: &mut Record) -> Option<Result<(), ParseError>> {
+        if let Some(t) = &mut self.text {
+            t.unstage();
+        }
+        if !self.done && !self.binary && self.collapsed.is_none() && !self.at_binary() {
+            if !matches!(slot, Record::Stack(_)) {
+                *slot = Record::Stack(Stack::new(Kind::Other, 0, 0, ""));
+            }
+            let Record::Stack(s) = slot else { unreachable!("made a stack record above") };
+            if self.stack_in_place(s) {
+                self.line_no += 1;
+                self.seen_data = true;
+                // What [`Reader::vet`] checks of such a record: it has
+                // no frames, GPU name or waker.
+                crate::names::check_in_place(&mut s.comm);
+                let res = self.settle_stack(s);
+                if let (Ok(()), Some(t)) = (&res, &mut self.text) {
+                    t.commit();
+                }
+                return Some(res);
+            }
+        }
+        let res = self.next()?;
+        Some(res.map(|r| *slot = r))
     }
 
     /// What a reader of this version can say about a record it read: a
@@ -239,7 +294,7 @@ impl<R: BufRead> Reader<R> {
     /// A record's object without its `type` (see [`fast_object`]): a
     /// plain stack or stackdef record by hand ([`crate::fastjson`]), the
     /// rest by serde.
-    fn parse_fast(&self, obj: &str, which: usize) -> Result<Record, ParseError> {
+    fn parse_fast(&mut self, obj: &str, which: usize) -> Result<Record, ParseError> {
         let whole = |end: usize| end == obj.len();
         if which == STACKDEF {
             if let Some((d, _)) = crate::fastjson::parse_stackdef(obj.as_bytes()).filter(|(_, e)| whole(*e)) {
@@ -247,7 +302,13 @@ impl<R: BufRead> Reader<R> {
             }
         }
         if which == STACK {
-            if let Some((s, _)) = fast_stack(obj.as_bytes(), self).filter(|(_, e)| whole(*e)) {
+            let b = obj.as_bytes();
+            let skip = self.keep_ids && self.skip_named_addrs;
+            let mut s = Stack::new(Kind::Other, 0, 0, "");
+            if let Some((_, spans)) = fast_stack(b, &self.defs, skip, &mut s).filter(|(e, _)| whole(*e)) {
+                if let Some(t) = &mut self.text {
+                    t.stage(b, &spans);
+                }
                 return Ok(Record::Stack(s));
             }
         }
@@ -259,27 +320,37 @@ impl<R: BufRead> Reader<R> {
     /// consumed) for anything else, read line by line as before. Copying
     /// each line out was a tenth of reading `stacksym`'s output.
     fn in_place(&mut self) -> Option<Record> {
+        let mut s = Stack::new(Kind::Other, 0, 0, "");
+        if self.stack_in_place(&mut s) {
+            return Some(Record::Stack(s));
+        }
         let b = self.inner.fill_buf().ok()?;
-        let (rec, end) = if b.starts_with(FAST[STACK].0) {
-            let at = FAST[STACK].0.len() - 1;
-            let skip = self.keep_ids && self.skip_named_addrs;
-            let (s, end) = fast_stack_in(&b[at..], &self.defs, skip)?;
-            (Record::Stack(s), at + end)
-        } else if b.starts_with(FAST[STACKDEF].0) {
-            let at = FAST[STACKDEF].0.len() - 1;
-            let (d, end) = crate::fastjson::parse_stackdef(&b[at..])?;
-            (Record::StackDef(d), at + end)
-        } else {
+        if !b.starts_with(FAST[STACKDEF].0) {
             return None;
-        };
-        // The line must end there, as a line the serde path trims would.
-        let nl = match b.get(end..end + 2)? {
-            [b'\n', _] => 1,
-            [b'\r', b'\n'] => 2,
-            _ => return None,
-        };
-        self.inner.consume(end + nl);
-        Some(rec)
+        }
+        let at = FAST[STACKDEF].0.len() - 1;
+        let (d, end) = crate::fastjson::parse_stackdef(&b[at..])?;
+        let next = line_end(b, at + end)?;
+        self.inner.consume(next);
+        Some(Record::StackDef(d))
+    }
+
+    /// [`Reader::in_place`] for a plain stack record, read into `s`
+    /// (anything in `s` when there is none: `false`, nothing consumed).
+    fn stack_in_place(&mut self, s: &mut Stack) -> bool {
+        let Ok(b) = self.inner.fill_buf() else { return false };
+        if !b.starts_with(FAST[STACK].0) {
+            return false;
+        }
+        let at = FAST[STACK].0.len() - 1;
+        let skip = self.keep_ids && self.skip_named_addrs;
+        let Some((end, spans)) = fast_stack(&b[at..], &self.defs, skip, s) else { return false };
+        let Some(next) = line_end(b, at + end) else { return false };
+        if let Some(t) = &mut self.text {
+            t.stage(&b[at..], &spans);
+        }
+        self.inner.consume(next);
+        true
     }
 
     fn parse(&mut self, line: &str) -> Result<Record, ParseError> {
@@ -353,15 +424,22 @@ impl<R: BufRead> Reader<R> {
     }
 }
 
-/// A plain stack record by [`crate::fastjson::parse_stack`], its
-/// addresses left out where the reader is asked to and the table names it.
-fn fast_stack<R: BufRead>(b: &[u8], r: &Reader<R>) -> Option<(crate::record::Stack, usize)> {
-    fast_stack_in(b, &r.defs, r.keep_ids && r.skip_named_addrs)
+/// A plain stack record by [`crate::fastjson::parse_stack_into`] into `s`,
+/// its addresses left out with `skip` where the table names it; the index
+/// after it and where its address lists lie.
+fn fast_stack(b: &[u8], defs: &Defs, skip: bool, s: &mut Stack) -> Option<(usize, ListSpans)> {
+    let named = |id: u32| defs.has_frames(id);
+    crate::fastjson::parse_stack_into(b, skip.then_some(&named as &dyn Fn(u32) -> bool), s)
 }
 
-fn fast_stack_in(b: &[u8], defs: &Defs, skip: bool) -> Option<(crate::record::Stack, usize)> {
-    let named = |id: u32| defs.has_frames(id);
-    crate::fastjson::parse_stack(b, skip.then_some(&named as &dyn Fn(u32) -> bool))
+/// The index after the line feed that must end a record read in place at
+/// `b[..end]`, as a line the serde path trims would end.
+fn line_end(b: &[u8], end: usize) -> Option<usize> {
+    match b.get(end..end + 2) {
+        Some([b'\n', _]) => Some(end + 1),
+        Some([b'\r', b'\n']) => Some(end + 2),
+        _ => None,
+    }
 }
 
 /// How a record's object without its `type` is read.
@@ -431,9 +509,15 @@ impl<R: BufRead> Iterator for Reader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            if let Some(t) = &mut self.text {
+                t.unstage();
+            }
             match self.next_raw()? {
                 Ok(rec) => {
                     if let Some(res) = self.settle(rec) {
+                        if let (Ok(_), Some(t)) = (&res, &mut self.text) {
+                            t.commit();
+                        }
                         return Some(res);
                     }
                 }
@@ -569,6 +653,51 @@ mod tests {
             let recs = read(&format!("{h}\n{{\"type\":\"{t}\",\"bogus\":1}}\n"));
             let e = recs[1].as_ref().unwrap_err();
             assert_eq!(e.line, 2, "{t}: {e}");
+        }
+    }
+
+    /// `next_into` reads what `next` reads, whatever the slot held and
+    /// whichever path reads the record; the kept text of each record's
+    /// address lists is that record's, and records read by serde have none.
+    #[test]
+    fn next_into_reads_as_next_and_keeps_address_text() {
+        let h = serde_json::to_string(&Record::Header(Header::new("x", "0"))).unwrap();
+        let text = format!(
+            "{h}\n{}\n{}\n{}\n\n{}\n{}\n{}\n{}\n",
+            r#"{"type":"stack","kind":"on","ustack":[1,22],"kstack":[333],"pid":1,"comm":"a","ns":1,"count":1}"#,
+            r#"{"type":"stack", "kind":"on","ustack":[4],"pid":1,"ns":1,"count":1}"#,
+            r#"{"type":"stack","kind":"off","state":"S","kstack":[55,6],"pid":2,"ns":1,"count":1}"#,
+            r#"{"type":"stack","kind":"off","ustack":[7],"ns":1,"count":1,"waker":{"context":"thread","pid":1,"tid":1}}"#,
+            r#"{"type":"frame","id":0,"frame":{"func":"f"}}"#,
+            r#"{"type":"stackdef","id":0,"frames":[0]}"#,
+            r#"{"type":"stack","kind":"on","ustack":[9],"stack_id":0,"ns":1,"count":1}"#,
+        );
+        // Small buffers: records cut across them are read line by line.
+        for cap in [8, 64, 1 << 16] {
+            let input = || std::io::BufReader::with_capacity(cap, text.as_bytes());
+            let want: Vec<Record> = Reader::new(input(), "t", ReaderOptions::default()).map(Result::unwrap).collect();
+            let mut r = Reader::new(input(), "t", ReaderOptions::default()).keep_address_text();
+            let mut old = Stack::new(Kind::Gpu, 9, 9, "old");
+            old.ustack = vec![5; 30];
+            old.frames = vec![crate::Frame::named("g")];
+            let mut slots = [Record::Header(Header::new("y", "1")), Record::Stack(old)];
+            let mut got = Vec::new();
+            while let Some(res) = r.next_into(&mut slots[got.len() % 2]) {
+                res.unwrap();
+                got.push(slots[got.len() % 2].clone());
+            }
+            assert_eq!(got, want, "buffer of {cap}");
+            let t = r.address_text().unwrap();
+            let b = |x: &'static str| x.as_bytes();
+            assert_eq!(t.get(0), None, "header");
+            assert_eq!(t.get(1), Some((b("[1,22]"), b("[333]"))), "buffer of {cap}");
+            assert_eq!(t.get(2), None, "read by serde");
+            assert_eq!(t.get(3), Some((b(""), b("[55,6]"))), "buffer of {cap}");
+            assert_eq!(t.get(4), None, "a waker: serde");
+            assert_eq!(t.get(5), Some((b("[9]"), b(""))), "buffer of {cap}");
+            assert_eq!(t.get(6), None);
+            t.clear();
+            assert_eq!(t.get(1), None);
         }
     }
 

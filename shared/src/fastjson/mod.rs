@@ -15,10 +15,12 @@
 use crate::record::{Kind, Stack, StackDef, State};
 
 mod number;
+mod text;
 mod write;
 
 use number::{check_list, number, read_list};
-pub use write::{write_stack, write_stackdef, write_u64};
+pub use text::AddrText;
+pub use write::{write_stack, write_stack_lists, write_stackdef, write_u64};
 
 /// Reads a plain `stack` object (the record without its `"type"`: `b[0]`
 /// is the `{`, or the `,` after the type, and is not looked at) and the
@@ -29,9 +31,28 @@ pub use write::{write_stack, write_stackdef, write_u64};
 /// draw a stack from its frames never look at them.
 pub fn parse_stack(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>) -> Option<(Stack, usize)> {
     let mut s = Stack::new(Kind::Other, 0, 0, "");
+    parse_stack_into(b, skip, &mut s).map(|(end, _)| (s, end))
+}
+
+/// Where the address lists of a stack record lie in its text (empty
+/// ranges for lists it has not). A list that was read is written the
+/// same way again: digits with no sign or leading zero, commas, no space.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListSpans {
+    pub ustack: std::ops::Range<usize>,
+    pub kstack: std::ops::Range<usize>,
+}
+
+/// [`parse_stack`] into `s`, whose allocations are reused (a `comm`,
+/// `ustack` and `kstack` allocated and freed per record were a tenth of
+/// stacksym's run), and where its address lists lie. On `None`, `s` holds
+/// anything.
+pub fn parse_stack_into(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>, s: &mut Stack) -> Option<(usize, ListSpans)> {
+    reset(s);
     let mut seen = 0u16;
     let mut kind = false;
     let (mut ustack, mut kstack) = (None, None);
+    let mut spans = ListSpans::default();
     let mut i = 1;
     if b.get(i) == Some(&b'}') {
         return None; // no kind: serde's error
@@ -83,19 +104,35 @@ pub fn parse_stack(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>) -> Option<(Stac
             }
             b"comm" => {
                 let (v, at) = string(b, i)?;
-                s.comm = std::str::from_utf8(v).ok()?.to_string();
+                s.comm.push_str(std::str::from_utf8(v).ok()?);
                 i = at;
                 4
             }
+            // Read at once unless they may be skipped (known only once
+            // `stack_id` is read): then checked here, read at the end.
             b"ustack" => {
-                let (end, n) = check_list(b, i)?;
-                ustack = Some((i, n));
+                let end = match skip {
+                    None => read_list(b, i, &mut s.ustack)?,
+                    Some(_) => {
+                        let (end, n) = check_list(b, i)?;
+                        ustack = Some((i, n));
+                        end
+                    }
+                };
+                spans.ustack = i..end;
                 i = end;
                 5
             }
             b"kstack" => {
-                let (end, n) = check_list(b, i)?;
-                kstack = Some((i, n));
+                let end = match skip {
+                    None => read_list(b, i, &mut s.kstack)?,
+                    Some(_) => {
+                        let (end, n) = check_list(b, i)?;
+                        kstack = Some((i, n));
+                        end
+                    }
+                };
+                spans.kstack = i..end;
                 i = end;
                 6
             }
@@ -139,11 +176,28 @@ pub fn parse_stack(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>) -> Option<(Stac
     if !skipped {
         for (span, into) in [(ustack, &mut s.ustack), (kstack, &mut s.kstack)] {
             if let Some((from, n)) = span {
-                read_list(b, from, n, into)?;
+                into.reserve_exact(n);
+                read_list(b, from, into)?;
             }
         }
     }
-    Some((s, i + 1))
+    Some((i + 1, spans))
+}
+
+/// Every field of `s` as [`Stack::new`] leaves it, its allocations kept.
+fn reset(s: &mut Stack) {
+    // Named one by one: a field added to `Stack` must be reset here too.
+    let Stack { kind, state, pid, tid, comm, ustack, kstack, frames, stack_id, ns, count, gpu, waker } = s;
+    *kind = Kind::Other;
+    *state = None;
+    (*pid, *tid, *ns, *count) = (0, 0, 0, 0);
+    comm.clear();
+    ustack.clear();
+    kstack.clear();
+    frames.clear();
+    *stack_id = None;
+    *gpu = None;
+    *waker = None;
 }
 
 /// Reads a plain `stackdef` object (`{"id":N,"frames":[...]}` in this
@@ -161,8 +215,7 @@ pub fn parse_stackdef(b: &[u8]) -> Option<(StackDef, usize)> {
         return None;
     }
     let mut frames = Vec::new();
-    let (end, n) = check_list(b, at + FRAMES.len())?;
-    read_list(b, at + FRAMES.len(), n, &mut frames)?;
+    let end = read_list(b, at + FRAMES.len(), &mut frames)?;
     if b.get(end) != Some(&b'}') {
         return None;
     }
@@ -237,6 +290,29 @@ mod tests {
         assert!(s.ustack.is_empty() && s.kstack.is_empty() && s.stack_id == Some(7));
         let bad = r#"{"kind":"on","ustack":[1,x],"stack_id":1}"#;
         assert!(stack(bad, Some(&yes)).is_none());
+    }
+
+    /// A record read into one used before reads as serde reads it, and
+    /// its lists' spans are the text serde writes for them.
+    #[test]
+    fn reads_into_a_used_record_and_finds_its_lists() {
+        let lines = [
+            r#"{"kind":"off","state":"S","pid":42,"tid":43,"comm":"w","ustack":[1,18446744073709551615],"kstack":[0],"stack_id":7,"ns":5,"count":1}"#,
+            r#"{"kind":"on","kstack":[3,4],"ns":2}"#,
+            r#"{"ustack":[10,200],"kind":"gpu","comm":"x"}"#,
+            r#"{"kind":"other"}"#,
+        ];
+        let mut s = Stack::new(Kind::Off, 9, 9, "old");
+        s.ustack = vec![5; 40];
+        s.frames = vec![crate::Frame::named("f")];
+        for l in lines.iter().chain(lines.iter().rev()) {
+            let (end, spans) = parse_stack_into(l.as_bytes(), None, &mut s).unwrap();
+            assert_eq!(end, l.len());
+            assert_eq!(Some(&s), serde(l).as_ref(), "{l}");
+            let list = |v: &Vec<u64>| if v.is_empty() { String::new() } else { serde_json::to_string(v).unwrap() };
+            assert_eq!(&l[spans.ustack], list(&s.ustack), "{l}");
+            assert_eq!(&l[spans.kstack], list(&s.kstack), "{l}");
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::Frame;
 
 use crate::engine::{Engine, Space};
-use crate::known::Known;
+use crate::knownstacks::KnownStacks;
 
 /// Cached addresses of all processes at which the caches of processes
 /// no longer met are dropped (a few hundred bytes each, stack included).
@@ -41,6 +41,9 @@ pub(crate) struct Addr {
     pub(crate) ids: Rc<[u32]>,
     /// The module it is left unnamed in (`Engine::modules`), or [`NAMED`].
     pub(crate) unnamed: u32,
+    /// Whether its first frame is in CPython (where a `[GIL]` frame may
+    /// go: [`crate::gil::before`]), known without a look at the frame.
+    pub(crate) cpython: bool,
 }
 
 /// What is cached of one address space.
@@ -48,8 +51,8 @@ pub(crate) struct Addr {
 pub(crate) struct SpaceCache {
     /// By (address, is a return address).
     pub(crate) addrs: FastMap<(u64, bool), Addr>,
-    /// Stacks written before, by a hash of their addresses.
-    pub(crate) known: FastMap<u64, Known>,
+    /// Stacks written before.
+    pub(crate) known: KnownStacks,
     /// The batch ([`Engine::prepare`]) that last met it.
     pub(crate) used: u64,
     /// Unnamed addresses already counted in the trailer by a cache of
@@ -165,7 +168,8 @@ impl Engine {
     /// Remember the frames of `addr` in `space`: count it when unnamed.
     pub(crate) fn remember(&mut self, space: Space, addr: u64, ret: bool, ids: Rc<[u32]>) {
         let unnamed = self.note_unnamed(space, (addr, ret), &ids);
-        self.space_mut(space).addrs.insert((addr, ret), Addr { ids, unnamed });
+        let cpython = ids.first().is_some_and(|&f| crate::gil::in_cpython(self.table.frame(f)));
+        self.space_mut(space).addrs.insert((addr, ret), Addr { ids, unnamed, cpython });
         self.remembered += 1;
     }
 

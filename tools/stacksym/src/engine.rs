@@ -121,6 +121,8 @@ pub struct Engine {
     pub(crate) open_files: HashSet<Rc<str>>,
     /// Whether each file is big (crate::evict).
     pub(crate) file_sizes: HashMap<Rc<str>, bool>,
+    /// The kernel's symbols read ahead ([`Engine::read_kallsyms_ahead`]).
+    pub(crate) kallsyms: crate::kallsyms::Kallsyms,
 }
 
 impl Engine {
@@ -167,9 +169,18 @@ impl Engine {
             cut_warned: HashSet::new(),
             open_files: HashSet::new(),
             file_sizes: HashMap::new(),
+            kallsyms: Default::default(),
         };
         e.intern_cut_markers();
         e
+    }
+
+    /// Read `/proc/kallsyms` (unless `--kallsyms` names a file) on a
+    /// thread of its own from now on (see [`crate::kallsyms`]).
+    pub fn read_kallsyms_ahead(&mut self) {
+        if self.opts.kallsyms.is_none() {
+            self.kallsyms = crate::kallsyms::Kallsyms::start();
+        }
     }
 
     pub fn options(&self) -> &Options {
@@ -177,7 +188,7 @@ impl Engine {
     }
 
     pub fn needs(&self, s: &Stack) -> bool {
-        (!s.ustack.is_empty() || !s.kstack.is_empty()) && (s.frames.is_empty() || self.opts.force)
+        needs(s, self.opts.force)
     }
 
     /// Learn the maps records among `records`, then resolve the addresses
@@ -200,7 +211,9 @@ impl Engine {
                 _ => None,
             })
             .collect();
-        self.prepare(todo.into_iter());
+        // Those `known` says were not met need not be looked up again.
+        let looked_up = known.len() == records.len();
+        self.prepare_stacks(todo.into_iter(), !looked_up);
     }
 
     /// Empty the caches and the table once [`CACHE_MAX`] addresses were
@@ -219,6 +232,11 @@ impl Engine {
 
     /// Resolve every address of `stacks` not already cached.
     pub fn prepare<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>) {
+        self.prepare_stacks(stacks, true);
+    }
+
+    /// [`Engine::prepare`], stacks met before skipped where `check_known`.
+    fn prepare_stacks<'a>(&mut self, stacks: impl Iterator<Item = &'a Stack>, check_known: bool) {
         self.bound_memory();
         self.next_batch();
         let mut user: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
@@ -227,7 +245,7 @@ impl Engine {
         for s in stacks {
             // Met in this batch (kept), whether known or not.
             self.space_mut(Space::User(s.pid));
-            if self.known(s).is_some() {
+            if check_known && self.known(s) {
                 continue;
             }
             for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
@@ -244,13 +262,6 @@ impl Engine {
                 }
             }
         }
-        if !kernel.is_empty() {
-            let frames = self.resolve_kernel(&kernel);
-            for ((a, ret), f) in kernel.into_iter().zip(frames) {
-                let ids = self.intern(&f);
-                self.remember(Space::Kernel, a, ret, ids);
-            }
-        }
         let pids = self.by_image(user.keys().copied());
         let mut open = std::mem::take(&mut self.open_files);
         let plan = self.eviction_plan(&pids, &user, &mut open);
@@ -263,6 +274,14 @@ impl Engine {
             }
         }
         self.open_files = open;
+        // The kernel's last: its symbols are read meanwhile (crate::kallsyms).
+        if !kernel.is_empty() {
+            let frames = self.resolve_kernel(&kernel);
+            for ((a, ret), f) in kernel.into_iter().zip(frames) {
+                let ids = self.intern(&f);
+                self.remember(Space::Kernel, a, ret, ids);
+            }
+        }
     }
 
     /// The frames of `s` (root first: the user part, then the kernel part)
@@ -273,8 +292,8 @@ impl Engine {
         for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
             let user = matches!(space, Space::User(_));
             let Some(cache) = self.space(space) else { continue };
-            let ids_of = |i: usize| Some(&cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()))?.ids);
-            let first = |i: usize| Some(self.table.frame(*ids_of(i)?.first()?));
+            let addr_of = |i: usize| cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()));
+            let first = |i: usize| Some(self.table.frame(*addr_of(i)?.ids.first()?));
             // A stack cut in JIT code says so at its root (crate::jit),
             // instead of the capture's plainer `[truncated]`.
             let mut skip = 0;
@@ -285,12 +304,19 @@ impl Engine {
                     skip = truncated as usize;
                 }
             }
+            // Each address looked up once, the next one's frames (for
+            // the `[GIL]` frame) kept for its turn: three lookups an
+            // address, mostly cache misses, were a tenth of stacksym's run.
+            // Only an address whose first frame is in CPython is looked at.
+            let gil = user && blocked;
+            let mut next = addr_of(skip);
             for i in skip..addrs.len() {
-                let Some(ids) = ids_of(i) else { continue };
-                if user && blocked && first(i).is_some_and(|f| gil::before(f, first(i + 1))) {
+                let Some(a) = std::mem::replace(&mut next, addr_of(i + 1)) else { continue };
+                let frame = |a: &crate::cache::Addr| a.ids.first().map(|&f| self.table.frame(f));
+                if gil && a.cpython && frame(a).is_some_and(|f| gil::before(f, next.and_then(frame))) {
                     out.push(self.gil_id);
                 }
-                out.extend_from_slice(ids);
+                out.extend_from_slice(&a.ids);
             }
         }
     }
@@ -334,6 +360,11 @@ impl Engine {
             eprintln!("{tool}: warning: {what}");
         }
     }
+}
+
+/// Whether `s` has addresses to name: it has no frames, or `force`.
+pub(crate) fn needs(s: &Stack, force: bool) -> bool {
+    (!s.ustack.is_empty() || !s.kstack.is_empty()) && (s.frames.is_empty() || force)
 }
 
 /// Addresses cached before the cache is emptied (bounds memory on huge,

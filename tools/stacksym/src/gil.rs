@@ -25,7 +25,7 @@ pub fn blocked(s: &Stack) -> bool {
 }
 
 /// Whether `f` is in the interpreter: `python3.X` or `libpython3.X.so`.
-fn in_cpython(f: &Frame) -> bool {
+pub(crate) fn in_cpython(f: &Frame) -> bool {
     f.module.as_deref().is_some_and(|m| m.starts_with("python") || m.starts_with("libpython"))
 }
 

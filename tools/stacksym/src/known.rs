@@ -3,49 +3,82 @@
 //! were a third of stacksym's time, measured with oncputime). Kept with
 //! the addresses of the stack's process (crate::cache), and dropped with
 //! them.
+//!
+//! Kept compact ([`crate::knownstacks`]) and looked up a group of records
+//! at a time ([`Engine::known_ids`]).
 
-use std::hash::BuildHasher;
-
-use wallclock_stream::fasthash::FastHash;
-use wallclock_stream::Stack;
+use wallclock_stream::{Record, Stack};
 
 use crate::engine::{Engine, Space};
-use crate::gil;
+use crate::knownstacks::{Key, KnownStacks};
 
-/// A stack written before.
-pub(crate) struct Known {
-    /// `ustack.len()`, `ustack`, `kstack`: to tell a hash collision.
-    addrs: Box<[u64]>,
-    pid: u32,
-    /// Whether it may wait for the GIL ([`gil::blocked`]).
-    blocked: bool,
-    /// Its id in the engine's table.
-    id: u32,
-    /// The modules it has unnamed frames in (`Engine::modules`).
-    unnamed: Box<[u32]>,
-}
-
-impl Known {
-    fn is(&self, s: &Stack) -> bool {
-        let n = s.ustack.len();
-        self.pid == s.pid
-            && self.blocked == gil::blocked(s)
-            && self.addrs.len() == 1 + n + s.kstack.len()
-            && self.addrs[0] == n as u64
-            && self.addrs[1..1 + n] == s.ustack[..]
-            && self.addrs[1 + n..] == s.kstack[..]
-    }
-}
-
-/// What the frames of a stack depend on: its addresses, its pid, and
-/// whether it is blocked (the `[GIL]` frame).
-fn hash(s: &Stack) -> u64 {
-    FastHash.hash_one((s.pid, gil::blocked(s), &s.ustack, &s.kstack))
-}
+/// How many records ahead of its lookup a record's slot is fetched; its
+/// stack is fetched half as far ahead, once its slot is in.
+const AHEAD: usize = 16;
 
 impl Engine {
-    pub(crate) fn known(&self, s: &Stack) -> Option<&Known> {
-        self.spaces.get(&s.pid)?.known.get(&hash(s)).filter(|k| k.is(s))
+    /// [`Engine::symbolized_known`] of each record of `records` that is a
+    /// stack needing names (`None` for the others), the memory of each
+    /// lookup fetched ahead of it: one record after the other, each
+    /// waited for its two cache misses (the slot, the stack) in turn.
+    pub fn known_ids(&mut self, records: &[Record]) -> Vec<Option<u32>> {
+        let force = self.opts.force;
+        let stacks = || {
+            records.iter().enumerate().filter_map(move |(i, r)| match r {
+                Record::Stack(s) if crate::engine::needs(s, force) => Some((i, s)),
+                _ => None,
+            })
+        };
+        // Their processes still in use: not to be dropped (crate::cache).
+        let mut last = None;
+        let used: Vec<u32> = stacks().map(|(_, s)| s.pid).filter(|&p| last.replace(p) != Some(p)).collect();
+        for pid in used {
+            if let Some(c) = self.spaces.get_mut(&pid) {
+                c.used = self.generation;
+            }
+        }
+        // Each stack with its process's table (found again only when the
+        // process changes from one record to the next).
+        let mut last: Option<(u32, Option<&KnownStacks>)> = None;
+        let mut todo: Vec<(&Stack, usize, Key, &KnownStacks)> = Vec::with_capacity(records.len());
+        for (i, s) in stacks() {
+            let known = match last {
+                Some((pid, k)) if pid == s.pid => k,
+                _ => self.spaces.get(&s.pid).map(|c| &c.known),
+            };
+            last = Some((s.pid, known));
+            if let (Some(k), Some(key)) = (known, Key::of(s)) {
+                todo.push((s, i, key, k));
+            }
+        }
+        let mut found = Vec::with_capacity(todo.len());
+        for &(_, _, key, k) in todo.iter().take(AHEAD) {
+            k.prefetch_slot(key);
+        }
+        for (j, &(s, i, key, k)) in todo.iter().enumerate() {
+            if let Some(&(_, _, key, k)) = todo.get(j + AHEAD) {
+                k.prefetch_slot(key);
+            }
+            if let Some(&(_, _, key, k)) = todo.get(j + AHEAD / 2) {
+                k.prefetch_stack(key);
+            }
+            if let Some((id, unnamed)) = k.get(key, s) {
+                crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);
+                found.push((s, i, id));
+            }
+        }
+        let mut ids = vec![None; records.len()];
+        for (s, i, id) in found {
+            self.note_cut(s, id);
+            ids[i] = Some(id);
+        }
+        ids
+    }
+
+    /// Whether `s` was met before.
+    pub(crate) fn known(&self, s: &Stack) -> bool {
+        let Some(c) = self.spaces.get(&s.pid) else { return false };
+        Key::of(s).is_some_and(|key| c.known.get(key, s).is_some())
     }
 
     /// The table id of the stack of `s`'s frames when `s` was met before
@@ -56,9 +89,8 @@ impl Engine {
         let c = self.spaces.get_mut(&s.pid)?;
         // Still in use: not to be dropped (crate::cache).
         c.used = generation;
-        let k = c.known.get(&hash(s)).filter(|k| k.is(s))?;
-        crate::unnamed::add_time(&mut self.unnamed_time, &k.unnamed, s);
-        let id = k.id;
+        let (id, unnamed) = c.known.get(Key::of(s)?, s)?;
+        crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);
         self.note_cut(s, id);
         Some(id)
     }
@@ -73,13 +105,10 @@ impl Engine {
         let id = self.stack_id(s);
         let unnamed = self.unnamed_modules(s);
         self.add_unnamed_time(&unnamed, s);
-        let mut addrs = Vec::with_capacity(1 + s.ustack.len() + s.kstack.len());
-        addrs.push(s.ustack.len() as u64);
-        addrs.extend_from_slice(&s.ustack);
-        addrs.extend_from_slice(&s.kstack);
-        let known = Known { addrs: addrs.into(), pid: s.pid, blocked: gil::blocked(s), id, unnamed };
-        self.space_mut(Space::User(s.pid)).known.insert(hash(s), known);
         self.note_cut(s, id);
+        if let Some(key) = Key::of(s) {
+            self.space_mut(Space::User(s.pid)).known.insert(key, s, id, &unnamed);
+        }
         id
     }
 }

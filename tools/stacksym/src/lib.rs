@@ -37,7 +37,9 @@ mod engine;
 mod evict;
 mod gil;
 mod jit;
+mod kallsyms;
 mod known;
+mod knownstacks;
 mod names;
 mod procmaps;
 mod resolve;
@@ -51,7 +53,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Parser;
 use wallclock_stream::cli::{inputs_or_stdin, open_input, open_stream_output};
-use wallclock_stream::{Reader, ReaderOptions, Record, Writer};
+use wallclock_stream::fastjson::AddrText;
+use wallclock_stream::{Kind, Reader, ReaderOptions, Record, Stack, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
 pub use jit::{CUT, CUT_JVM};
@@ -59,11 +62,13 @@ pub use names::demangle;
 pub use wakers::name_wakers;
 
 /// Records symbolized together: addresses are deduplicated within a chunk
-/// and cached across chunks. 4k, not 64k: the records of a chunk are held
-/// parsed, and the caches of the processes met in the last two chunks
-/// are kept (crate::cache): 30 s of a machine running builds took 12 MB
-/// more at 8k, 30 MB more at 64k.
-const CHUNK: usize = 1 << 12;
+/// and cached across chunks. 2k, not 64k: the records of a chunk are held
+/// parsed (and the text of their addresses), and the caches of the
+/// processes met in the last two chunks are kept (crate::cache): 30 s of
+/// a machine running builds took 12 MB more at 8k than at 4k, 30 MB more
+/// at 64k; at 2k, 2 MB less than at 4k (and no slower: a chunk's records
+/// stay in the caches of the CPU).
+const CHUNK: usize = 1 << 11;
 
 const EXAMPLES: &str = "\
 EXAMPLES:
@@ -154,6 +159,7 @@ pub fn command() -> clap::Command {
 pub fn run(cli: &Cli) -> Result<i32> {
     let mut out = open_stream_output(cli.output.as_deref())?;
     let mut engine = Engine::new(cli.options());
+    engine.read_kallsyms_ahead();
     for p in &cli.maps {
         let (name, input) = open_input(p)?;
         for rec in Reader::new(input, &name, ReaderOptions::default()) {
@@ -186,25 +192,39 @@ pub fn symbolize<R: BufRead, W: Write>(opts: Options, input: R, mut out: W) -> R
 /// and line) is returned. The output's framing is `WALLCLOCK_STREAM_FORMAT`'s.
 pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name: &str, out: &mut W) -> Result<()> {
     let out = &mut Writer::from_env(out)?;
-    let mut chunk: Vec<Record> = Vec::with_capacity(1024);
     let mut trailer = false;
-    for rec in Reader::new(input, name, ReaderOptions::default()) {
-        match rec {
-            Ok(r) => {
-                trailer = matches!(r, Record::Stats(_));
-                chunk.push(r);
-                if chunk.len() >= CHUNK {
-                    write_chunk(engine, &mut chunk, out)?;
+    // The addresses are written back as read: their text is kept (unless
+    // they are dropped). The chunk's records are read into again, chunk
+    // after chunk (see `Reader::next_into`); `n` of them hold this one's.
+    let mut reader = Reader::new(input, name, ReaderOptions::default());
+    if !engine.options().strip {
+        reader = reader.keep_address_text();
+    }
+    let mut chunk: Vec<Record> = Vec::new();
+    let mut n = 0;
+    loop {
+        if n == chunk.len() {
+            chunk.push(Record::Stack(Stack::new(Kind::Other, 0, 0, "")));
+        }
+        match reader.next_into(&mut chunk[n]) {
+            None => break,
+            Some(Ok(())) => {
+                trailer = matches!(chunk[n], Record::Stats(_));
+                n += 1;
+                if n >= CHUNK {
+                    write_chunk(engine, &mut chunk[..n], reader.address_text().map(|t| &*t), out)?;
+                    reader.address_text().map(AddrText::clear);
+                    n = 0;
                 }
             }
-            Err(e) => {
-                write_chunk(engine, &mut chunk, out)?;
+            Some(Err(e)) => {
+                write_chunk(engine, &mut chunk[..n], reader.address_text().map(|t| &*t), out)?;
                 out.flush()?;
                 return Err(e.into());
             }
         }
     }
-    write_chunk(engine, &mut chunk, out)?;
+    write_chunk(engine, &mut chunk[..n], reader.address_text().map(|t| &*t), out)?;
     // No trailer to carry what stayed unnamed (a stream cut short): add one.
     let counts = engine.take_counts();
     if !trailer && !counts.is_empty() {
@@ -213,7 +233,13 @@ pub fn symbolize_into<R: BufRead, W: Write>(engine: &mut Engine, input: R, name:
     Ok(())
 }
 
-fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut Writer<W>) -> Result<()> {
+/// Addresses a record of the chunk may keep room for once written (a
+/// hostile record's huge lists are let go).
+const KEPT_ADDRS: usize = 1 << 10;
+
+/// Symbolize and write `chunk`, its address lists' text in `text` (one
+/// entry per record) where kept.
+fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut [Record], text: Option<&AddrText>, out: &mut Writer<W>) -> Result<()> {
     engine.learn_maps(chunk);
     // Wakers' stacks are named inside their records (their frames stay
     // inline: a waker is rarer than the stacks it woke).
@@ -230,13 +256,7 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
     // to resolve and again for the id). No table id is taken across a
     // bound_memory, which may empty the table.
     engine.bound_memory();
-    let mut ids: Vec<Option<u32>> = chunk
-        .iter()
-        .map(|r| match r {
-            Record::Stack(s) if engine.needs(s) => engine.symbolized_known(s),
-            _ => None,
-        })
-        .collect();
+    let mut ids = engine.known_ids(chunk);
     engine.prepare_new(chunk, &ids);
     // Each other stack's table id (its unnamed time counted) before the trailer.
     for (r, id) in chunk.iter().zip(ids.iter_mut()) {
@@ -254,20 +274,30 @@ fn write_chunk<W: Write>(engine: &mut Engine, chunk: &mut Vec<Record>, out: &mut
     }
     // Every stack with frames is written through the stack table: each
     // distinct frame and stack is defined once, records carry its id.
-    for (r, id) in chunk.drain(..).zip(ids) {
-        match (r, id) {
-            (Record::Stack(mut s), Some(id)) => {
+    for (i, (r, id)) in chunk.iter_mut().zip(ids).enumerate() {
+        let lists = text.and_then(|t| t.get(i));
+        match (&mut *r, id) {
+            (Record::Stack(s), Some(id)) => {
                 if engine.options().strip {
                     s.ustack.clear();
                     s.kstack.clear();
                 }
-                out.write_stack_in(s, engine.table(), id)?;
+                out.write_stack_lists_in(s, engine.table(), id, lists)?;
             }
             (Record::Stack(s), None) if !s.frames.is_empty() => {
                 let id = engine.stack_of(&s.frames);
-                out.write_stack_in(s, engine.table(), id)?;
+                out.write_stack_lists_in(s, engine.table(), id, lists)?;
             }
-            (r, _) => out.write(&r)?,
+            (r, _) => out.write(r)?,
+        }
+        if let Record::Stack(s) = r {
+            if s.ustack.capacity() + s.kstack.capacity() > KEPT_ADDRS {
+                *s = Stack::new(Kind::Other, 0, 0, "");
+            } else if s.frames.capacity() > 0 {
+                // A stream symbolized before: its frames come from its
+                // table, never read into this record's.
+                s.frames = Vec::new();
+            }
         }
     }
     Ok(())

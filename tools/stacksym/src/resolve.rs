@@ -28,9 +28,10 @@ pub(crate) struct Item {
 impl Engine {
     pub(crate) fn resolve_kernel(&mut self, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
         let lookups: Vec<u64> = keys.iter().map(|&(a, ret)| lookup(a, ret)).collect();
-        let kallsyms = match &self.opts.kallsyms {
-            Some(p) => MaybeDefault::Some(p.clone()),
-            None => MaybeDefault::Default,
+        let kallsyms = match (&self.opts.kallsyms, self.kallsyms.path()) {
+            (Some(p), _) => MaybeDefault::Some(p.clone()),
+            (None, Some(p)) => MaybeDefault::Some(p.to_path_buf()),
+            (None, None) => MaybeDefault::Default,
         };
         let src = Source::Kernel(Kernel { kallsyms, ..Kernel::default() });
         let unresolved = |a: u64| vec![Frame { module: Some(KERNEL_MODULE.into()), ..Frame::kernel(names::module_offset(KERNEL_MODULE, a)) }];

@@ -55,7 +55,7 @@ impl Engine {
 
     /// Add the time of `s` to each of `mods`.
     pub(crate) fn add_unnamed_time(&mut self, mods: &[u32], s: &Stack) {
-        add_time(&mut self.unnamed_time, mods, s);
+        add_time(&mut self.unnamed_time, mods.iter().copied(), s);
     }
 
     /// The `unnamed_*:MODULE` and `bad_names` counts gathered since the
@@ -79,8 +79,8 @@ impl Engine {
 
 /// Add the time of `s` to each of `mods` in `time` (the engine's
 /// `unnamed_time`, borrowed apart from the rest of it).
-pub(crate) fn add_time(time: &mut BTreeMap<u32, (u64, u64)>, mods: &[u32], s: &Stack) {
-    for &m in mods {
+pub(crate) fn add_time(time: &mut BTreeMap<u32, (u64, u64)>, mods: impl IntoIterator<Item = u32>, s: &Stack) {
+    for m in mods {
         let t = time.entry(m).or_default();
         *t = (t.0 + s.ns, t.1 + s.count);
     }

@@ -10,6 +10,7 @@
 //! (the filters leave through `process::exit`, without destructors, and a
 //! signal skips them too).
 
+use std::ffi::CStr;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -35,17 +36,23 @@ impl VdsoFile {
         if !image.starts_with(b"\x7fELF") {
             return None;
         }
-        // SAFETY: a NUL-terminated name; the new descriptor is ours alone.
-        let fd = unsafe { libc::memfd_create(c"wallclock-vdso".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: `fd` was just opened and is owned by nothing else.
-        let mut file = unsafe { File::from_raw_fd(fd) };
+        let mut file = memory_file(c"wallclock-vdso")?;
         file.write_all(image).ok()?;
-        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        Some(VdsoFile { path, _file: file })
+        Some(VdsoFile { path: path_of(&file), _file: file })
     }
+}
+
+/// A new, empty memory file named `name`.
+pub(crate) fn memory_file(name: &CStr) -> Option<File> {
+    // SAFETY: a NUL-terminated name; the new descriptor is ours alone.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    (fd >= 0).then(|| unsafe { File::from_raw_fd(fd) })
+}
+
+/// The path a memory file is read by (while it is open).
+pub(crate) fn path_of(file: &File) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 #[cfg(test)]
