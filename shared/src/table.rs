@@ -84,18 +84,30 @@ impl StackTable {
     /// The id of the stack of these frame ids (root first).
     pub fn stack_id(&mut self, frames: &[u32]) -> u32 {
         let h = FastHash.hash_one(frames);
-        let mut at = self.by_hash.get(&h).copied().unwrap_or(u32::MAX);
-        while at != u32::MAX {
-            if self.stack(at) == frames {
-                return at;
-            }
-            at = self.same_hash[at as usize];
+        if let Some(id) = self.find_hashed(frames, h) {
+            return id;
         }
         let id = self.stack_count() as u32;
         self.arena.extend_from_slice(frames);
         self.ends.push(self.arena.len());
         self.same_hash.push(self.by_hash.insert(h, id).unwrap_or(u32::MAX));
         id
+    }
+
+    /// The id of the stack of these frame ids, if interned.
+    pub fn find_stack(&self, frames: &[u32]) -> Option<u32> {
+        self.find_hashed(frames, FastHash.hash_one(frames))
+    }
+
+    fn find_hashed(&self, frames: &[u32], h: u64) -> Option<u32> {
+        let mut at = self.by_hash.get(&h).copied().unwrap_or(u32::MAX);
+        while at != u32::MAX {
+            if self.stack(at) == frames {
+                return Some(at);
+            }
+            at = self.same_hash[at as usize];
+        }
+        None
     }
 
     /// The id of the stack of these frames (each interned).
@@ -241,6 +253,7 @@ mod tests {
         assert_eq!(t.stack_of(&[Frame::named("main"), Frame::kernel("read")]), a);
         assert_ne!(a, b);
         assert_eq!(t.frame_count(), 2);
+        assert_eq!((t.find_stack(&[0, 1]), t.find_stack(&[1])), (Some(a), None));
         assert_eq!(t.frames_of(a).map(|f| f.func.as_str()).collect::<Vec<_>>(), ["main", "read"]);
         let g = t.generation();
         t.clear();

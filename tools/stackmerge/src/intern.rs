@@ -109,24 +109,41 @@ impl Interned {
     }
 }
 
+impl Interned {
+    /// The table's stacks of one frame named `func` (a few at most).
+    pub fn single_frame_stacks(&self, func: &str) -> Vec<u32> {
+        let t = &self.table;
+        (0..t.frame_count() as u32).filter(|&f| t.frame(f).func == func).filter_map(|f| t.find_stack(&[f])).collect()
+    }
+}
+
 /// One input's stack table ids mapped to the merger's, each with its [`Memo`].
 #[derive(Default)]
 pub(crate) struct InputIds {
     generation: u64,
-    stacks: IdMap<(u32, Memo)>,
+    stacks: IdMap<InputStack>,
     frames: IdMap<u32>,
+}
+
+/// What the merger knows of one input stack id.
+pub(crate) struct InputStack {
+    /// The merger's table id of its frames.
+    pub id: u32,
+    pub memo: Memo,
+    /// The [`crate::named::NamedAgg`] slot its last record was summed in
+    /// (`u32::MAX`: none yet).
+    pub slot: u32,
 }
 
 impl InputIds {
     /// The merger's id of the input's stack `id` (defined: the reader
-    /// checked), and its memo.
-    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> (u32, &mut Memo) {
+    /// checked), its memo and slot.
+    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> &mut InputStack {
         if self.generation != defs.generation() {
             *self = InputIds { generation: defs.generation(), ..InputIds::default() };
         }
         if self.stacks.contains(id) {
-            let (g, memo) = self.stacks.get_mut(id).expect("just checked");
-            return (*g, memo);
+            return self.stacks.get_mut(id).expect("just checked");
         }
         let frames = defs.stack(id).unwrap_or_default();
         let ids: Vec<u32> = frames
@@ -141,9 +158,8 @@ impl InputIds {
             })
             .collect();
         let g = table.stack_id(&ids);
-        self.stacks.insert(id, (g, None));
-        let (_, memo) = self.stacks.get_mut(id).expect("just inserted");
-        (g, memo)
+        self.stacks.insert(id, InputStack { id: g, memo: None, slot: u32::MAX });
+        self.stacks.get_mut(id).expect("just inserted")
     }
 }
 

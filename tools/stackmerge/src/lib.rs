@@ -16,9 +16,11 @@
 //! (`[runnable]`, `[sleep]`, `[io]`, `[other]`). GPU time never enters a
 //! thread's wall-clock accounting.
 
+mod finish;
 mod intern;
 mod key;
 mod merge;
+mod named;
 mod output;
 mod symbolize;
 mod unsampled;
@@ -31,7 +33,8 @@ use clap::Parser;
 use wallclock_stream::units::Unit;
 use wallclock_stream::Kind;
 
-pub use merge::{InputRole, Merged, Merger};
+pub use finish::Merged;
+pub use merge::{InputRole, Merger};
 pub use unsampled::NOT_SAMPLED_FRAME;
 
 const EXAMPLES: &str = "EXAMPLES:

@@ -12,11 +12,13 @@ use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, Stats, Thread,
+    Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, Stats, Thread,
 };
 
-use crate::intern::{ranks, InputIds, Interned, Memo};
-use crate::key::{order, Agg, Comms, Key};
+use crate::finish::{sorted, Merged};
+use crate::intern::{InputIds, Interned, Memo};
+use crate::key::{Agg, Comms, Key};
+use crate::named::{Named, NamedAgg};
 use crate::Options;
 
 /// What an input was given as: it decides the kind of unmarked folded
@@ -46,9 +48,8 @@ pub struct Merger {
     /// Samples per thread over all inputs: the denominators.
     thread_samples: FastMap<(u32, u32), u64>,
     agg: FastMap<Key, Agg>,
-    /// The bulk of a symbolized stream, aggregated first on a small key
-    /// (see [`Named`]), into `agg` when the reading is done.
-    named: FastMap<Named, Agg>,
+    /// The bulk of a symbolized stream, aggregated on a small key.
+    named: NamedAgg,
     comms: Comms,
     /// Every distinct stack of frames, interned: keys hold its id.
     interned: Interned,
@@ -68,7 +69,7 @@ impl Merger {
             folded_on_input: false,
             thread_samples: FastMap::default(),
             agg: FastMap::default(),
-            named: FastMap::default(),
+            named: NamedAgg::default(),
             comms: Comms::default(),
             interned: Interned::default(),
         }
@@ -174,29 +175,47 @@ impl Merger {
         if !self.opts.wakers {
             s.waker = None;
         }
-        let (base, memo) = match s.stack_id.take() {
-            Some(id) => {
-                let (base, memo) = ids.stack(id, defs, &mut self.interned.table);
-                (Some(base), Some(memo))
-            }
-            None => (None, None),
+        let input = match s.stack_id.take() {
+            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table)),
+            None => None,
         };
         if scale.is_some() {
             *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
         }
-        if base.is_some() && s.gpu.is_none() && s.waker.is_none() {
-            let frames = self.interned.frames(&mut s, base, memo);
-            if let Some(frames) = frames {
-                let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, tid: s.tid, comm: self.comms.id(s.comm), scale };
-                self.named.entry(key).or_default().add(Agg { ns: s.ns, count: s.count, launch_delay_ns: None });
-                return;
-            }
-            let (key, v) = Key::of(s, frames, scale, &mut self.comms);
+        let Some(input) = input else {
+            let (key, v) = self.key_of(s, None, None, scale);
+            self.agg.entry(key).or_default().add(v);
+            return;
+        };
+        let base = Some(input.id);
+        if s.gpu.is_some() || s.waker.is_some() {
+            let (key, v) = self.key_of(s, base, Some(&mut input.memo), scale);
             self.agg.entry(key).or_default().add(v);
             return;
         }
-        let (key, v) = self.key_of(s, base, memo, scale);
-        self.agg.entry(key).or_default().add(v);
+        let Some(frames) = self.interned.frames(&mut s, base, Some(&mut input.memo)) else {
+            let (key, v) = Key::of(s, None, scale, &mut self.comms);
+            self.agg.entry(key).or_default().add(v);
+            return;
+        };
+        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: None };
+        // Where this input stack's last record went, most often this one's
+        // place too: checked field by field, the thread name as text.
+        if let Some((k, into)) = self.named.items.get_mut(input.slot as usize) {
+            if k.frames == frames
+                && k.pid == s.pid
+                && k.tid == s.tid
+                && k.kind == s.kind
+                && k.state == s.state
+                && k.scale == scale
+                && self.comms.name(k.comm) == s.comm
+            {
+                into.add(v);
+                return;
+            }
+        }
+        let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, tid: s.tid, comm: self.comms.id(s.comm), scale };
+        input.slot = self.named.add(key, v);
     }
 
     /// A stack's aggregation key and value: its frames (those of table
@@ -212,25 +231,45 @@ impl Merger {
     /// Samples become ns (each thread's exact on-CPU time divided by its
     /// samples, else samples / freq), filters and roles applied.
     pub fn finish(mut self) -> Merged {
-        for (n, v) in std::mem::take(&mut self.named) {
-            self.agg.entry(n.key()).or_default().add(v);
+        // A stack that came both by a stack id and with its frames written
+        // out has one key: summed before its samples become ns.
+        let mut named = std::mem::take(&mut self.named);
+        for (k, v) in std::mem::take(&mut self.agg) {
+            match Named::of(&k) {
+                Some(n) => {
+                    named.add(n, v);
+                }
+                None => {
+                    self.agg.insert(k, v);
+                }
+            }
         }
+        let mut items = named.into_items();
         // A thread's steal is one stack made from its merged record (two
         // inputs may each carry one for the same thread).
         let steals: Vec<Stack> = self.threads.values().filter_map(steal_stack).filter(|s| keep(s, &self.opts)).collect();
-        let t = &self.interned.table;
-        let threads = &self.threads;
-        self.agg.retain(|k, _| {
-            !(k.kind == Kind::On
-                && k.frames.is_some_and(|id| t.stack(id).len() == 1 && t.frame(t.stack(id)[0]).func == STEAL_FRAME)
-                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
-        });
+        let steal_ids = self.interned.single_frame_stacks(STEAL_FRAME);
+        if !steal_ids.is_empty() {
+            let threads = &self.threads;
+            let stale = |kind: Kind, frames: Option<u32>, pid: u32, tid: u32| {
+                kind == Kind::On
+                    && frames.is_some_and(|id| steal_ids.contains(&id))
+                    && threads.get(&(pid, tid)).is_some_and(|t| t.steal_ns.is_some())
+            };
+            items.retain(|(n, _)| !stale(n.kind, Some(n.frames), n.pid, n.tid));
+            self.agg.retain(|k, _| !stale(k.kind, k.frames, k.pid, k.tid));
+        }
         for s in steals {
             let (key, v) = self.key_of(s, None, None, None);
-            self.agg.entry(key).or_default().add(v);
+            // Unscaled: summed with a same key when sorted, as well as now.
+            match Named::of(&key) {
+                Some(n) => items.push((n, v)),
+                None => self.agg.entry(key).or_default().add(v),
+            }
         }
         let opts = &self.opts;
         crate::unsampled::add(
+            &mut items,
             &mut self.agg,
             &mut self.interned,
             &mut self.comms,
@@ -267,35 +306,41 @@ impl Merger {
         if !any_stats {
             stats.end_ns = header.end_ns;
         }
-        let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
+        // Each thread's exact on-CPU time and samples, looked up once per
+        // run of its stacks rather than per stack.
+        let mut last: Option<((u32, u32), Option<u64>, Option<u64>)> = None;
+        let mut ns_of = |pid: u32, tid: u32, count: u64, freq: u64| {
+            let (on, denom) = match last {
+                Some((t, on, denom)) if t == (pid, tid) => (on, denom),
+                _ => {
+                    let t = threads.get(&(pid, tid));
+                    let denom = t
+                        .and_then(|t| t.samples)
+                        .filter(|n| *n > 0)
+                        .or_else(|| thread_samples.get(&(pid, tid)).copied());
+                    let on = t.and_then(sampled_on_ns);
+                    last = Some(((pid, tid), on, denom));
+                    (on, denom)
+                }
+            };
+            match (on, denom) {
+                (Some(on), Some(n)) if n > 0 => scale_samples(on, count, n),
+                _ => samples_to_ns(count, freq),
+            }
+        };
+        for (n, v) in &mut items {
+            if let Some(freq) = n.scale.take() {
+                v.ns = ns_of(n.pid, n.tid, v.count, freq);
+            }
+        }
+        let mut keys: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
         for (mut key, mut v) in agg {
             if let Some(freq) = key.scale.take() {
-                let t = threads.get(&(key.pid, key.tid));
-                let denom = t
-                    .and_then(|t| t.samples)
-                    .filter(|n| *n > 0)
-                    .or_else(|| thread_samples.get(&(key.pid, key.tid)).copied());
-                v.ns = match (t.and_then(sampled_on_ns), denom) {
-                    (Some(on), Some(n)) if n > 0 => scale_samples(on, v.count, n),
-                    _ => samples_to_ns(v.count, freq),
-                };
+                v.ns = ns_of(key.pid, key.tid, v.count, freq);
             }
-            done.push((key, v));
+            keys.push((key, v));
         }
-        // Sorted once at the end; a stack that came both as samples and as
-        // time (or at two frequencies) now has one key: merge neighbours.
-        // In the order of the frames themselves (not of their ids).
-        let rank = ranks(&table, done.iter().filter_map(|(k, _)| k.frames));
-        let comm_rank = comms.ranks();
-        done.sort_unstable_by(|a, b| order(&a.0, &rank, &comm_rank).cmp(&order(&b.0, &rank, &comm_rank)));
-        done.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                kept.1.add(later.1);
-            }
-            same
-        });
-        let stacks = done.into_iter().map(|(k, v)| k.into_stack(v, &comms)).collect();
+        let items = sorted(items, keys, &table, &comms);
         let threads: BTreeMap<(u32, u32), Thread> = threads
             .into_iter()
             .filter(|((pid, tid), _)| {
@@ -309,57 +354,10 @@ impl Merger {
             })
             .collect();
         maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, stacks, stats, table };
+        let mut merged = Merged { header, threads, maps, items, stats, table, comms };
         crate::symbolize::name_frames(&mut merged);
         merged
     }
-}
-
-/// The key of a stack with frames and nothing else to tell it by (no
-/// addresses kept, no GPU detail, no waker): what [`Key::of`] makes of
-/// it, in 32 bytes instead of 120. Hashing and comparing the full key for
-/// each of 1M records was a quarter of stackmerge's time; each distinct
-/// one is made into a [`Key`] once, at the end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Named {
-    frames: u32,
-    kind: Kind,
-    state: Option<wallclock_stream::State>,
-    pid: u32,
-    tid: u32,
-    comm: u32,
-    scale: Option<u64>,
-}
-
-impl Named {
-    fn key(self) -> Key {
-        Key {
-            kind: self.kind,
-            state: self.state,
-            pid: self.pid,
-            tid: self.tid,
-            comm: self.comm,
-            ulen: 0,
-            addrs: Vec::new(),
-            frames: Some(self.frames),
-            gpu: None,
-            scale: self.scale,
-            waker: None,
-        }
-    }
-}
-
-/// The merged view.
-#[derive(Debug, Clone)]
-pub struct Merged {
-    pub header: Header,
-    pub threads: BTreeMap<(u32, u32), Thread>,
-    pub maps: Vec<Maps>,
-    /// Aggregated, in ns, off-CPU leaf appended where frames exist; the
-    /// frames are `stack_id`'s in `table`.
-    pub stacks: Vec<Stack>,
-    pub stats: Stats,
-    pub table: StackTable,
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
@@ -445,6 +443,6 @@ pub(crate) mod tests {
         let mut m = Merger::new(&opts());
         let err = m.read(InputRole::Off, &b"a;b 1\nbroken\n"[..], "x").unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
-        assert_eq!(m.finish().stacks.len(), 1);
+        assert_eq!(m.finish().len(), 1);
     }
 }
