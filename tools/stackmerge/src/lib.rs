@@ -22,6 +22,7 @@ mod key;
 mod merge;
 mod named;
 mod output;
+mod stream_out;
 mod symbolize;
 mod unsampled;
 
@@ -217,6 +218,6 @@ pub fn write(m: &mut Merged, opts: &Options, out: &mut dyn Write) -> Result<()> 
     if opts.folded {
         output::write_folded(m, opts, out)
     } else {
-        output::write_stream(m, out)
+        stream_out::write_stream(m, out)
     }
 }

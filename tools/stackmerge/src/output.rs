@@ -6,9 +6,9 @@ use std::io::Write;
 use anyhow::Result;
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
-use wallclock_stream::{folded, Frame, FrameDef, Kind, Record, Stack, StackDef, StackTable, Waker, Writer};
+use wallclock_stream::{folded, Frame, Kind, Stack, Waker};
 
-use crate::finish::{Item, Merged};
+use crate::finish::Merged;
 use crate::Options;
 
 /// Frames for display: symbolized frames, else the raw addresses in hex
@@ -141,96 +141,3 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
     Ok(())
 }
 
-/// The stream: header, threads, maps, stacks, stats. The threads, maps
-/// and stacks are taken out of `m` as they are written.
-pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
-    let mut w = Writer::from_env(out)?;
-    w.write(&Record::Header(m.header.clone()))?;
-    for t in std::mem::take(&mut m.threads).into_values() {
-        w.write(&Record::Thread(t))?;
-    }
-    for mp in m.maps.drain(..) {
-        w.write(&Record::Maps(mp))?;
-    }
-    let mut defs = Defined::default();
-    // One record, its fields set for each stack: no record, thread name
-    // or frame list made per stack.
-    let mut rec = Record::Stack(Stack::new(Kind::On, 0, 0, ""));
-    let mut def = Record::StackDef(StackDef { id: 0, frames: Vec::new() });
-    let mut comm = u32::MAX;
-    for item in std::mem::take(&mut m.items) {
-        match item {
-            Item::Named(n, v) => {
-                let id = defs.define(&mut w, &mut def, &m.table, n.frames)?;
-                let Record::Stack(s) = &mut rec else { unreachable!() };
-                if comm != n.comm {
-                    comm = n.comm;
-                    s.comm.clear();
-                    s.comm.push_str(m.comms.name(n.comm));
-                }
-                (s.kind, s.state, s.pid, s.tid) = (n.kind, n.state, n.pid, n.tid);
-                (s.stack_id, s.ns, s.count) = (Some(id), v.ns, v.count);
-                w.write(&rec)?;
-            }
-            Item::Full(s) => {
-                let mut s = *s;
-                if let Some(id) = s.stack_id {
-                    s.stack_id = Some(defs.define(&mut w, &mut def, &m.table, id)?);
-                    s.frames = Vec::new();
-                }
-                w.write(&Record::Stack(s))?;
-            }
-        }
-    }
-    w.write(&Record::Stats(m.stats.clone()))?;
-    Ok(())
-}
-
-/// The table's frames and stacks defined in the output so far, numbered
-/// in the order of their first use (as [`Writer::write_stack_in`] does:
-/// the same records make the same bytes, whatever the table's ids).
-#[derive(Default)]
-struct Defined {
-    /// Table id -> output id + 1 (0: not defined yet).
-    frames: Vec<u32>,
-    stacks: Vec<u32>,
-    next_frame: u32,
-    next_stack: u32,
-}
-
-/// The output id of table id `id` in `ids`, and whether it is new.
-fn number(ids: &mut Vec<u32>, next: &mut u32, id: u32) -> (u32, bool) {
-    let i = id as usize;
-    if i >= ids.len() {
-        ids.resize(i + 1, 0);
-    }
-    if ids[i] > 0 {
-        return (ids[i] - 1, false);
-    }
-    *next += 1;
-    ids[i] = *next;
-    (*next - 1, true)
-}
-
-impl Defined {
-    /// The output id of table stack `id`, defined (its new frames, then
-    /// itself, `def` holding the record) before its first use.
-    fn define<W: Write>(&mut self, w: &mut Writer<W>, def: &mut Record, table: &StackTable, id: u32) -> Result<u32> {
-        let (out, new) = number(&mut self.stacks, &mut self.next_stack, id);
-        if !new {
-            return Ok(out);
-        }
-        let Record::StackDef(d) = def else { unreachable!() };
-        d.id = out;
-        d.frames.clear();
-        for &f in table.stack(id) {
-            let (out_f, new) = number(&mut self.frames, &mut self.next_frame, f);
-            if new {
-                w.write(&Record::Frame(FrameDef { id: out_f, frame: table.frame(f).clone() }))?;
-            }
-            d.frames.push(out_f);
-        }
-        w.write(def)?;
-        Ok(out)
-    }
-}
