@@ -1,7 +1,6 @@
 //! Stacks as ids: the merger's table of every distinct stack of frames
 //! (keys hold an id, not a list of frames), each input's stack table ids
-//! mapped to it, the kind's leaf frame appended once, and the order of the
-//! stacks by their frames.
+//! mapped to it, and the kind's leaf frame appended once.
 
 use std::borrow::Cow;
 
@@ -161,39 +160,4 @@ impl InputIds {
         self.stacks.insert(id, InputStack { id: g, memo: None, slot: u32::MAX });
         self.stacks.get_mut(id).expect("just inserted")
     }
-}
-
-/// The place of each stack of `used` (table ids) in the order of its
-/// frames (lexicographic, as `Vec<Frame>` compares), computed once for
-/// all; other stacks get 0. Only the stacks the merge writes are ranked
-/// (the table also holds each input stack before its leaf frame). Each
-/// stack is laid out as its frames' ranks in big-endian bytes, side by
-/// side, so that comparing two is one `memcmp` over one array (a shorter
-/// stack that is a prefix of another sorts first, as with `Vec<Frame>`).
-pub(crate) fn ranks(t: &StackTable, used: impl Iterator<Item = u32>) -> Vec<u32> {
-    let mut frames: Vec<u32> = (0..t.frame_count() as u32).collect();
-    frames.sort_unstable_by(|a, b| t.frame(*a).cmp(t.frame(*b)));
-    let mut frank = vec![[0u8; 4]; frames.len()];
-    for (i, f) in frames.into_iter().enumerate() {
-        frank[f as usize] = (i as u32).to_be_bytes();
-    }
-    let mut ids: Vec<u32> = used.collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut seqs: Vec<u8> = Vec::with_capacity(ids.iter().map(|&id| 4 * t.stack(id).len()).sum());
-    let mut stacks: Vec<(u32, u32, u32)> = Vec::with_capacity(ids.len());
-    for id in ids {
-        let start = seqs.len() as u32;
-        for &f in t.stack(id) {
-            seqs.extend_from_slice(&frank[f as usize]);
-        }
-        stacks.push((id, start, seqs.len() as u32));
-    }
-    let seq = |&(_, a, b): &(u32, u32, u32)| &seqs[a as usize..b as usize];
-    stacks.sort_unstable_by(|a, b| seq(a).cmp(seq(b)));
-    let mut rank = vec![0u32; t.stack_count()];
-    for (i, (id, _, _)) in stacks.into_iter().enumerate() {
-        rank[id as usize] = i as u32;
-    }
-    rank
 }
