@@ -25,6 +25,9 @@ pub struct Merged {
     pub stats: Stats,
     pub table: StackTable,
     pub(crate) comms: Comms,
+    /// The named entries' unnamed frames, counted (see
+    /// [`crate::symbolize`]).
+    pub(crate) unnamed: crate::symbolize::Unnamed,
 }
 
 /// One merged stack: most often one of frames only, kept as its small key
@@ -173,31 +176,37 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
             _ => full(a, b),
         })
     });
-    let mut summed: Vec<(u32, Agg)> = Vec::with_capacity(es.len());
+    // One pass in the sorted order: each named entry read once.
+    let mut out: Vec<Item> = Vec::with_capacity(es.len());
+    let (keys, key_sums): (Vec<Key>, Vec<Agg>) = keys.into_iter().unzip();
+    let mut keys: Vec<Option<Key>> = keys.into_iter().map(Some).collect();
+    // A run of equal keys, summed, not yet made a record.
+    let mut run: Option<(usize, Agg)> = None;
+    let end_run = |run: &mut Option<(usize, Agg)>, out: &mut Vec<Item>, keys: &mut [Option<Key>]| {
+        if let Some((i, v)) = run.take() {
+            let k = keys[i].take().expect("each key once");
+            out.push(Item::Full(Box::new(k.into_stack(v, comms))));
+        }
+    };
     for e in es {
-        let v = match e.src & KEY {
-            0 => named[e.src as usize].1,
-            _ => keys[(e.src & !KEY) as usize].1,
-        };
-        let same = |a: u32| match (a & KEY, e.src & KEY) {
-            (0, 0) => named[a as usize].0 == named[e.src as usize].0,
-            (KEY, KEY) => keys[(a & !KEY) as usize].0 == keys[(e.src & !KEY) as usize].0,
-            _ => false,
-        };
-        match summed.last_mut() {
-            Some((last, into)) if same(*last) => into.add(v),
-            _ => summed.push((e.src, v)),
+        if e.src & KEY == 0 {
+            end_run(&mut run, &mut out, &mut keys);
+            let (n, v) = named[e.src as usize];
+            match out.last_mut() {
+                Some(Item::Named(m, into)) if *m == n => into.add(v),
+                _ => out.push(Item::Named(n, v)),
+            }
+            continue;
+        }
+        let i = (e.src & !KEY) as usize;
+        match &mut run {
+            Some((j, into)) if keys[*j] == keys[i] => into.add(key_sums[i]),
+            _ => {
+                end_run(&mut run, &mut out, &mut keys);
+                run = Some((i, key_sums[i]));
+            }
         }
     }
-    let mut keys: Vec<Option<Key>> = keys.into_iter().map(|(k, _)| Some(k)).collect();
-    summed
-        .into_iter()
-        .map(|(src, v)| match src & KEY {
-            0 => Item::Named(named[src as usize].0, v),
-            _ => {
-                let k = keys[(src & !KEY) as usize].take().expect("each key once");
-                Item::Full(Box::new(k.into_stack(v, comms)))
-            }
-        })
-        .collect()
+    end_run(&mut run, &mut out, &mut keys);
+    out
 }

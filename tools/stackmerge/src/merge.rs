@@ -340,6 +340,8 @@ impl Merger {
             }
             keys.push((key, v));
         }
+        let mut unnamed = Default::default();
+        crate::symbolize::count_stacks(&table, items.iter().map(|(n, v)| (n.frames, v.ns, v.count)), &mut unnamed);
         let items = sorted(items, keys, &table, &comms);
         let threads: BTreeMap<(u32, u32), Thread> = threads
             .into_iter()
@@ -354,7 +356,7 @@ impl Merger {
             })
             .collect();
         maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, items, stats, table, comms };
+        let mut merged = Merged { header, threads, maps, items, stats, table, comms, unnamed };
         crate::symbolize::name_frames(&mut merged);
         merged
     }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use stacksym::{Engine, Options};
 use wallclock_stream::accounting::kind_leaf;
-use wallclock_stream::{Frame, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
+use wallclock_stream::{Frame, Stack, StackTable, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
 use crate::finish::{Item, Merged};
 
@@ -72,12 +72,14 @@ pub fn name_frames(m: &mut Merged) {
     count_unnamed(m);
 }
 
-/// Time and events of the stacks with unnamed frames, per module (a stack
-/// once per module), replacing what the inputs said.
-fn count_unnamed(m: &mut Merged) {
-    let table = &m.table;
-    // Each table frame's module when it is unnamed (as an index of
-    // `modules`), found once per frame rather than once per stack it is in.
+/// Per module with unnamed frames: the time and events of the stacks with
+/// one (a stack once per module).
+pub(crate) type Unnamed = BTreeMap<String, (u64, u64)>;
+
+/// Count `stacks` (table stack, ns, count) into `into`. Each table frame's
+/// module when it is unnamed is found once per frame rather than once per
+/// stack it is in.
+pub(crate) fn count_stacks(table: &StackTable, stacks: impl Iterator<Item = (u32, u64, u64)>, into: &mut Unnamed) {
     let mut modules: Vec<&str> = Vec::new();
     let unnamed: Vec<u32> = (0..table.frame_count() as u32)
         .map(|f| match table.frame(f).unnamed_module() {
@@ -91,48 +93,55 @@ fn count_unnamed(m: &mut Merged) {
             None => u32::MAX,
         })
         .collect();
-    let mut by_module: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    if modules.is_empty() {
+        return;
+    }
     // Per module: (ns, count, in any stack).
     let mut sums = vec![(0u64, 0u64, false); modules.len()];
     let mut seen: Vec<u32> = Vec::new();
-    let mut seen_names: Vec<&str> = Vec::new();
-    for item in &m.items {
-        let (id, s) = match item {
-            Item::Named(n, v) => (Some(n.frames), (v.ns, v.count)),
-            Item::Full(s) => (s.stack_id, (s.ns, s.count)),
-        };
-        match (id, item) {
-            (Some(_), _) if modules.is_empty() => {}
-            (Some(id), _) => {
-                seen.clear();
-                for &f in table.stack(id) {
-                    let i = unnamed[f as usize];
-                    if i != u32::MAX && !seen.contains(&i) {
-                        seen.push(i);
-                        let e = &mut sums[i as usize];
-                        *e = (e.0 + s.0, e.1 + s.1, true);
-                    }
-                }
+    for (id, ns, count) in stacks {
+        seen.clear();
+        for &f in table.stack(id) {
+            let i = unnamed[f as usize];
+            if i != u32::MAX && !seen.contains(&i) {
+                seen.push(i);
+                let e = &mut sums[i as usize];
+                *e = (e.0 + ns, e.1 + count, true);
             }
-            (None, Item::Full(st)) => {
-                seen_names.clear();
-                for module in st.frames.iter().filter_map(Frame::unnamed_module) {
-                    if !seen_names.contains(&module) {
-                        seen_names.push(module);
-                        let e = by_module.entry(module).or_default();
-                        e.0 += s.0;
-                        e.1 += s.1;
-                    }
-                }
-            }
-            (None, Item::Named(..)) => {}
         }
     }
     for (module, (ns, count, found)) in modules.iter().zip(sums) {
         if found {
-            let e = by_module.entry(module).or_default();
+            let e = into.entry(module.to_string()).or_default();
             e.0 += ns;
             e.1 += count;
+        }
+    }
+}
+
+/// Time and events of the stacks with unnamed frames, per module, replacing
+/// what the inputs said: the named entries' counted before they were
+/// sorted (`m.unnamed`, from their frames read in the order they were
+/// interned rather than scattered), the records' now.
+fn count_unnamed(m: &mut Merged) {
+    let mut by_module = std::mem::take(&mut m.unnamed);
+    let full = || {
+        m.items.iter().filter_map(|i| match i {
+            Item::Full(s) => Some(s),
+            Item::Named(..) => None,
+        })
+    };
+    count_stacks(&m.table, full().filter_map(|s| Some((s.stack_id?, s.ns, s.count))), &mut by_module);
+    let mut seen: Vec<&str> = Vec::new();
+    for s in full().filter(|s| s.stack_id.is_none()) {
+        seen.clear();
+        for module in s.frames.iter().filter_map(Frame::unnamed_module) {
+            if !seen.contains(&module) {
+                seen.push(module);
+                let e = by_module.entry(module.to_string()).or_default();
+                e.0 += s.ns;
+                e.1 += s.count;
+            }
         }
     }
     let counts = &mut m.stats.counts;
