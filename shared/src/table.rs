@@ -116,6 +116,23 @@ impl StackTable {
         self.stack_id(&ids)
     }
 
+    /// Asks the CPU for where stack `id`'s frames are (see [`prefetch`]),
+    /// a few stacks before they are read: a walk of stacks in an order
+    /// other than their ids' waits on memory for each one otherwise.
+    pub fn prefetch_place(&self, id: u32) {
+        if let Some(e) = self.ends.get(id as usize) {
+            prefetch(e);
+        }
+    }
+
+    /// Asks the CPU for stack `id`'s frames (its place should be in the
+    /// cache by now: [`StackTable::prefetch_place`]).
+    pub fn prefetch_frames(&self, id: u32) {
+        if let Some(f) = self.ends.get(id as usize).and_then(|&at| self.arena.get(at)) {
+            prefetch(f);
+        }
+    }
+
     pub fn frame(&self, id: u32) -> &Frame {
         &self.frames[id as usize]
     }
@@ -149,6 +166,19 @@ impl StackTable {
     pub fn generation(&self) -> u64 {
         self.generation
     }
+}
+
+/// A hint to the CPU to bring `p` into its cache.
+#[inline]
+pub fn prefetch<T>(p: &T) {
+    // SAFETY: SSE is in every x86_64 CPU (the target's baseline), and a
+    // prefetch is a hint: it neither faults nor changes memory.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const T as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// The definitions a reader has read.

@@ -14,9 +14,13 @@ use std::io::Write;
 
 use anyhow::Result;
 use wallclock_stream::fastjson::{write_stack, write_u64};
+use wallclock_stream::table::prefetch;
 use wallclock_stream::{Format, FrameDef, Kind, Record, Stack, StackDef, StackTable, Writer};
 
 use crate::finish::{Item, Merged};
+
+/// How many stacks ahead of the one written its frames are asked for.
+const AHEAD: usize = 8;
 
 /// Bytes gathered before they are handed to the output.
 const CHUNK: usize = 1 << 20;
@@ -41,8 +45,25 @@ pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
     // made per stack.
     let mut rec = Stack::new(Kind::On, 0, 0, "");
     let mut comm = u32::MAX;
-    for item in std::mem::take(&mut m.items) {
-        match item {
+    let mut items = std::mem::take(&mut m.items);
+    // Stacks are read in the merged order, scattered in the table: asked
+    // for ahead of their turn (their place, then their frames).
+    let frames_at = |items: &[Item], i: usize| match items.get(i) {
+        Some(Item::Named(n, _)) => Some(n.frames),
+        Some(Item::Full(s)) => s.stack_id,
+        None => None,
+    };
+    for i in 0..items.len() {
+        if let Some(id) = frames_at(&items, i + 2 * AHEAD) {
+            m.table.prefetch_place(id);
+        }
+        if let Some(id) = frames_at(&items, i + AHEAD) {
+            m.table.prefetch_frames(id);
+            if let Some(d) = o.ids.stacks.get(id as usize) {
+                prefetch(d);
+            }
+        }
+        match &mut items[i] {
             Item::Named(n, v) => {
                 let id = o.define(&m.table, n.frames)?;
                 if comm != n.comm {
@@ -55,7 +76,7 @@ pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
                 o.stack(&rec, json)?;
             }
             Item::Full(s) => {
-                let mut s = *s;
+                let mut s = std::mem::replace(&mut **s, Stack::new(Kind::On, 0, 0, ""));
                 if let Some(id) = s.stack_id {
                     s.stack_id = Some(o.define(&m.table, id)?);
                     s.frames = Vec::new();
