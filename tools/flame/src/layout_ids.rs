@@ -46,9 +46,32 @@ fn ranks(seqs: &Seqs) -> Vec<u32> {
 }
 
 /// Sorts `entries` as [`crate::layout::sort_entries`] sorts their texts.
+///
+/// Each entry is sorted on the ranks of its first names packed in one
+/// number (0 past its end: a prefix sorts first), its other names
+/// compared only when those are equal: comparing two lists of ranks,
+/// names looked up in scattered stacks, for each comparison was a fifth
+/// of flame's run on a merged stream of 200k stacks.
 pub fn sort(seqs: &Seqs, entries: &mut [IdEntry]) {
     let rank = ranks(seqs);
-    entries.sort_unstable_by(|a, b| names(seqs, a).map(|n| rank[n as usize]).cmp(names(seqs, b).map(|n| rank[n as usize])));
+    let bits = (u32::BITS - (rank.len() as u32).leading_zeros()).max(1);
+    let per = 128 / bits;
+    let mut keys: Vec<(u128, u32)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let mut ns = names(seqs, e);
+            let p = (0..per).fold(0u128, |p, _| p << bits | ns.next().map_or(0, |n| u128::from(rank[n as usize]) + 1));
+            (p, i as u32)
+        })
+        .collect();
+    let full = |a: u32, b: u32| {
+        let ranks = |e: u32| names(seqs, &entries[e as usize]).map(|n| rank[n as usize]);
+        ranks(a).cmp(ranks(b))
+    };
+    keys.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| full(a.1, b.1)));
+    let sorted: Vec<IdEntry> = keys.into_iter().map(|(_, i)| entries[i as usize]).collect();
+    entries.copy_from_slice(&sorted);
 }
 
 /// [`crate::layout::boxes`] of sorted entries.
