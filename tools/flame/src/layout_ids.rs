@@ -56,12 +56,23 @@ pub fn sort(seqs: &Seqs, entries: &mut [IdEntry]) {
     let rank = ranks(seqs);
     let bits = (u32::BITS - (rank.len() as u32).leading_zeros()).max(1);
     let per = 128 / bits;
+    // Each stack's prefix, made in the order the stacks lie in memory
+    // (the entries come in a hash map's order); an entry with a root
+    // shifts its stack's prefix one place for it.
+    let pre = |names: &[u32]| {
+        let mut ns = names.iter();
+        (0..per).fold(0u128, |p, _| p << bits | ns.next().map_or(0, |&n| u128::from(rank[n as usize]) + 1))
+    };
+    let by_seq: Vec<u128> = (0..seqs.len() as u32).map(|id| pre(seqs.seq(id))).collect();
     let mut keys: Vec<(u128, u32)> = entries
         .iter()
         .enumerate()
         .map(|(i, e)| {
-            let mut ns = names(seqs, e);
-            let p = (0..per).fold(0u128, |p, _| p << bits | ns.next().map_or(0, |n| u128::from(rank[n as usize]) + 1));
+            let p = by_seq[e.seq as usize];
+            let p = match e.root {
+                u32::MAX => p,
+                r => (u128::from(rank[r as usize]) + 1) << (bits * (per - 1)) | p >> bits,
+            };
             (p, i as u32)
         })
         .collect();

@@ -57,6 +57,15 @@ impl Seqs {
         self.push(ids)
     }
 
+    /// How many stacks there are (ids from 0).
+    pub fn len(&self) -> usize {
+        self.ends.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The names of stack `id`, root first.
     pub fn seq(&self, id: u32) -> &[u32] {
         let i = id as usize;
