@@ -47,7 +47,7 @@ pub struct ThreadName {
 pub struct Profile {
     /// Stream stacks: (tid, or 0 unless split per thread; pid; folded
     /// stack as an id of [`Profile::text`]) -> ns by kind.
-    pub stream: HashMap<(u32, u32, u32), Mix, FastHash>,
+    pub stream: crate::stream_stacks::StreamStacks,
     /// Each stream stack as names (see [`crate::seqs`]), made once per
     /// distinct stack; its folded text only where asked for.
     pub seqs: crate::seqs::Seqs,
@@ -297,7 +297,7 @@ impl Profile {
                         }
                         _ => self.text_id(stack_text(&s)),
                     };
-                    self.stream.entry((tid, s.pid, text)).or_default()[kind_index(s.kind)] += s.ns;
+                    self.stream.add(tid, s.pid, text, kind_index(s.kind), s.ns);
                 }
                 _ => {}
             }
