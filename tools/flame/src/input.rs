@@ -243,7 +243,10 @@ impl Profile {
         // (stack id, state leaf) -> stack id of `seqs`, for the table's
         // current definitions.
         let mut frame_names = wallclock_stream::idmap::IdMap::<u32>::default();
-        let mut by_stack: HashMap<(u32, u8), u32, FastHash> = HashMap::default();
+        // By stack id, each leaf's (u32::MAX: not made yet): a merged
+        // stream's stack ids come in order, each new, so a hash map lookup
+        // per record only ever missed.
+        let mut by_stack = wallclock_stream::idmap::IdMap::<[u32; 5]>::default();
         let mut generation = reader.defs().generation();
         while let Some(rec) = reader.next() {
             match rec? {
@@ -278,19 +281,26 @@ impl Profile {
                         Some(id) if defs.stack(id).is_some_and(|f| !f.is_empty()) => {
                             if generation != defs.generation() {
                                 generation = defs.generation();
-                                by_stack.clear();
+                                by_stack = Default::default();
                                 frame_names = Default::default();
                             }
                             let leaf = match (s.kind, s.state) {
                                 (Kind::Off, Some(st)) => st as u8 + 1,
                                 _ => 0,
                             };
-                            match by_stack.get(&(id, leaf)) {
-                                Some(&t) => t,
+                            match by_stack.get(id).map(|t| t[leaf as usize]).filter(|&t| t != u32::MAX) {
+                                Some(t) => t,
                                 None => {
                                     let ids = defs.stack(id).unwrap_or_default();
                                     let t = table_seq(&mut self.seqs, &mut frame_names, defs, ids, &s);
-                                    by_stack.insert((id, leaf), t);
+                                    match by_stack.get_mut(id) {
+                                        Some(ts) => ts[leaf as usize] = t,
+                                        None => {
+                                            let mut ts = [u32::MAX; 5];
+                                            ts[leaf as usize] = t;
+                                            by_stack.insert(id, ts);
+                                        }
+                                    }
                                     t
                                 }
                             }
