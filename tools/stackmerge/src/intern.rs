@@ -9,6 +9,9 @@ use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::idmap::IdMap;
 use wallclock_stream::{Defs, Frame, Kind, Stack, StackTable};
 
+use crate::key::Agg;
+use crate::named::{Named, NamedAgg};
+
 /// The merger's stacks.
 #[derive(Default)]
 pub(crate) struct Interned {
@@ -116,12 +119,15 @@ impl Interned {
     }
 }
 
-/// One input's stack table ids mapped to the merger's, each with its [`Memo`].
+/// One input's stack table ids mapped to the merger's, each with its
+/// [`Memo`] and the sums of its last key.
 #[derive(Default)]
 pub(crate) struct InputIds {
     generation: u64,
     stacks: IdMap<InputStack>,
     frames: IdMap<u32>,
+    /// The input ids whose `last` is set (each once).
+    pub pending: Vec<u32>,
 }
 
 /// What the merger knows of one input stack id.
@@ -129,16 +135,32 @@ pub(crate) struct InputStack {
     /// The merger's table id of its frames.
     pub id: u32,
     pub memo: Memo,
-    /// The [`crate::named::NamedAgg`] slot its last record was summed in
-    /// (`u32::MAX`: none yet).
-    pub slot: u32,
+    /// The key of its last record and its slot in the
+    /// [`crate::named::NamedAgg`]; the records of that key since, summed
+    /// here (`ns`, `count`) rather than in the slot: the slot is one more
+    /// place in memory to wait for per record.
+    pub last: Option<(Named, u32)>,
+    pub ns: u64,
+    pub count: u64,
+}
+
+impl InputStack {
+    /// Add what is summed here to the last key's slot.
+    pub fn settle(&mut self, named: &mut NamedAgg) {
+        if let Some((_, slot)) = self.last {
+            let v = Agg { ns: std::mem::take(&mut self.ns), count: std::mem::take(&mut self.count), launch_delay_ns: None };
+            named.items[slot as usize].1.add(v);
+        }
+    }
 }
 
 impl InputIds {
     /// The merger's id of the input's stack `id` (defined: the reader
-    /// checked), its memo and slot.
-    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> &mut InputStack {
+    /// checked), its memo and last key. Ids defined again: what was
+    /// learnt of them is settled into `named` and forgotten.
+    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable, named: &mut NamedAgg) -> &mut InputStack {
         if self.generation != defs.generation() {
+            self.flush(named);
             *self = InputIds { generation: defs.generation(), ..InputIds::default() };
         }
         if self.stacks.contains(id) {
@@ -157,7 +179,18 @@ impl InputIds {
             })
             .collect();
         let g = table.stack_id(&ids);
-        self.stacks.insert(id, InputStack { id: g, memo: None, slot: u32::MAX });
+        self.stacks.insert(id, InputStack { id: g, memo: None, last: None, ns: 0, count: 0 });
         self.stacks.get_mut(id).expect("just inserted")
+    }
+
+    /// Settle every stack's sums into `named` (the input ends, or its ids
+    /// are defined again), in the order the stacks came.
+    pub fn flush(&mut self, named: &mut NamedAgg) {
+        for id in std::mem::take(&mut self.pending) {
+            if let Some(e) = self.stacks.get_mut(id) {
+                e.settle(named);
+                e.last = None;
+            }
+        }
     }
 }

@@ -86,12 +86,19 @@ impl Merger {
     }
 
     /// Read one input (`name` is for error messages).
-    pub fn read<R: BufRead>(&mut self, role: InputRole, mut r: R, name: &str) -> Result<()> {
+    pub fn read<R: BufRead>(&mut self, role: InputRole, r: R, name: &str) -> Result<()> {
+        let mut ids = InputIds::default();
+        let res = self.read_records(role, r, name, &mut ids);
+        // What its stacks' last records summed goes in, also after a bad line.
+        ids.flush(&mut self.named);
+        res
+    }
+
+    fn read_records<R: BufRead>(&mut self, role: InputRole, mut r: R, name: &str, ids: &mut InputIds) -> Result<()> {
         let perf_script = r.fill_buf().is_ok_and(|b| sniff(b) == InputKind::PerfScript);
         let mut header_seen = false;
         let mut freq = self.opts.freq;
         let mut counted = false;
-        let mut ids = InputIds::default();
         let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids().skip_named_addresses();
         while let Some(rec) = reader.next() {
             match rec? {
@@ -154,7 +161,7 @@ impl Merger {
                     if role == InputRole::On && !header_seen {
                         self.folded_on_input = true;
                     }
-                    self.add(s, role, perf_script, scale, reader.defs(), &mut ids);
+                    self.add(s, role, perf_script, scale, reader.defs(), ids);
                 }
             }
         }
@@ -175,8 +182,9 @@ impl Merger {
         if !self.opts.wakers {
             s.waker = None;
         }
-        let input = match s.stack_id.take() {
-            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table)),
+        let input_id = s.stack_id.take();
+        let input = match input_id {
+            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table, &mut self.named)),
             None => None,
         };
         if scale.is_some() {
@@ -198,24 +206,36 @@ impl Merger {
             self.agg.entry(key).or_default().add(v);
             return;
         };
-        let v = Agg { ns: s.ns, count: s.count, launch_delay_ns: None };
-        // Where this input stack's last record went, most often this one's
-        // place too: checked field by field, the thread name as text.
-        if let Some((k, into)) = self.named.items.get_mut(input.slot as usize) {
-            if k.frames == frames
-                && k.pid == s.pid
-                && k.tid == s.tid
-                && k.kind == s.kind
-                && k.state == s.state
-                && k.scale == scale
-                && self.comms.name(k.comm) == s.comm
+        // The key of this input stack's last record, most often this
+        // one's too (checked field by field, the thread name as text):
+        // summed beside it, the merged entry left alone until the key
+        // changes or the input ends.
+        let first = match &input.last {
+            Some((k, _))
+                if k.frames == frames
+                    && k.pid == s.pid
+                    && k.tid == s.tid
+                    && k.kind == s.kind
+                    && k.state == s.state
+                    && k.scale == scale
+                    && self.comms.name(k.comm) == s.comm =>
             {
-                into.add(v);
+                input.ns += s.ns;
+                input.count += s.count;
                 return;
             }
-        }
+            Some(_) => {
+                input.settle(&mut self.named);
+                false
+            }
+            None => true,
+        };
         let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, tid: s.tid, comm: self.comms.id(s.comm), scale };
-        input.slot = self.named.add(key, v);
+        let slot = self.named.add(key, Agg { ns: s.ns, count: s.count, launch_delay_ns: None });
+        input.last = Some((key, slot));
+        if first {
+            ids.pending.extend(input_id);
+        }
     }
 
     /// A stack's aggregation key and value: its frames (those of table
