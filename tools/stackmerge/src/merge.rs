@@ -187,9 +187,6 @@ impl Merger {
             Some(id) => Some(ids.stack(id, defs, &mut self.interned.table, &mut self.named)),
             None => None,
         };
-        if scale.is_some() {
-            *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
-        }
         let Some(input) = input else {
             let (key, v) = self.key_of(s, None, None, scale);
             self.agg.entry(key).or_default().add(v);
@@ -251,6 +248,22 @@ impl Merger {
     /// Samples become ns (each thread's exact on-CPU time divided by its
     /// samples, else samples / freq), filters and roles applied.
     pub fn finish(mut self) -> Merged {
+        // Each thread's samples: what its keys still to be scaled count
+        // (every record kept is summed under one, with its `scale`),
+        // added up once here rather than once per record.
+        let mut last: Option<((u32, u32), &mut u64)> = None;
+        let scaled = self.named.items.iter().filter(|(n, _)| n.scale.is_some()).map(|(n, v)| (n.pid, n.tid, v.count));
+        let scaled = scaled.chain(self.agg.iter().filter(|(k, _)| k.scale.is_some()).map(|(k, v)| (k.pid, k.tid, v.count)));
+        for (pid, tid, count) in scaled {
+            match &mut last {
+                Some((t, n)) if *t == (pid, tid) => **n += count,
+                _ => {
+                    let n = self.thread_samples.entry((pid, tid)).or_insert(0);
+                    *n += count;
+                    last = Some(((pid, tid), n));
+                }
+            }
+        }
         // A stack that came both by a stack id and with its frames written
         // out has one key: summed before its samples become ns.
         let mut named = std::mem::take(&mut self.named);
