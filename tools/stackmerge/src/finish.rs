@@ -10,6 +10,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use wallclock_stream::table::prefetch;
 use wallclock_stream::{Header, Kind, Maps, Stack, StackTable, State, Stats, Thread};
 
 use crate::key::{Agg, Comms, Key};
@@ -188,7 +189,12 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
             out.push(Item::Full(Box::new(k.into_stack(v, comms))));
         }
     };
-    for e in es {
+    for (i, e) in es.iter().enumerate() {
+        // The entries are read in the sorted order, scattered: asked for
+        // a few ahead.
+        if let Some(ahead) = es.get(i + 8).filter(|a| a.src & KEY == 0) {
+            prefetch(&named[ahead.src as usize]);
+        }
         if e.src & KEY == 0 {
             end_run(&mut run, &mut out, &mut keys);
             let (n, v) = named[e.src as usize];
