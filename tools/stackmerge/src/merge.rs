@@ -341,10 +341,11 @@ impl Merger {
         }
         // Each thread's exact on-CPU time and samples, looked up once per
         // run of its stacks rather than per stack.
-        let mut last: Option<((u32, u32), Option<u64>, Option<u64>)> = None;
+        type OnAndSamples = (Option<u64>, Option<u64>);
+        let mut last: Option<((u32, u32), OnAndSamples)> = None;
         let mut ns_of = |pid: u32, tid: u32, count: u64, freq: u64| {
             let (on, denom) = match last {
-                Some((t, on, denom)) if t == (pid, tid) => (on, denom),
+                Some((t, (on, denom))) if t == (pid, tid) => (on, denom),
                 _ => {
                     let t = threads.get(&(pid, tid));
                     let denom = t
@@ -352,7 +353,7 @@ impl Merger {
                         .filter(|n| *n > 0)
                         .or_else(|| thread_samples.get(&(pid, tid)).copied());
                     let on = t.and_then(sampled_on_ns);
-                    last = Some(((pid, tid), on, denom));
+                    last = Some(((pid, tid), (on, denom)));
                     (on, denom)
                 }
             };
