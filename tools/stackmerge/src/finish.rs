@@ -162,6 +162,10 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
             (k.ustack(), k.kstack(), k.frames, k.gpu.as_deref(), k.scale)
         }
     };
+    let waker = |e: &Entry| match e.src & KEY {
+        0 => None,
+        _ => keys[(e.src & !KEY) as usize].0.waker.as_deref(),
+    };
     let full = |a: &Entry, b: &Entry| {
         let (a, b) = (view(a), view(b));
         (a.0, a.1).cmp(&(b.0, b.1))
@@ -171,6 +175,9 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
             })
             .then_with(|| (a.3, a.4).cmp(&(b.3, b.4)))
     };
+    // Records that differ only in their waker (--wakers) in the wakers'
+    // order: any other order of them was the hash map's.
+    let full = |a: &Entry, b: &Entry| full(a, b).then_with(|| waker(a).cmp(&waker(b)));
     es.sort_unstable_by(|a, b| {
         a.hi.cmp(&b.hi).then_with(|| match (a.src & KEY, b.src & KEY) {
             (0, 0) => a.pre.cmp(&b.pre).then_with(|| fo.cmp(a.frames, b.frames)),
