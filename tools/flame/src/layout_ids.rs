@@ -130,6 +130,14 @@ pub fn boxes<'a>(seqs: &'a Seqs, entries: &[IdEntry], min_width: f64) -> (Vec<Fr
     let mut prev: Vec<u32> = Vec::new();
     let mut cur: Vec<u32> = Vec::new();
     for (k, e) in entries.iter().enumerate() {
+        // The stacks are read in the sorted order, scattered: asked for
+        // ahead (where each lies, then its names).
+        if let Some(a) = entries.get(k + 16) {
+            seqs.prefetch_place(a.seq);
+        }
+        if let Some(a) = entries.get(k + 8) {
+            seqs.prefetch_names(a.seq);
+        }
         cur.clear();
         cur.extend(names(seqs, e));
         let shared = if k == 0 {

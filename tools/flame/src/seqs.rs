@@ -72,6 +72,21 @@ impl Seqs {
         &self.arena[self.ends[i]..self.ends[i + 1]]
     }
 
+    /// Asks the CPU for where stack `id`'s names lie, a few stacks before
+    /// they are read (see [`wallclock_stream::table::prefetch`]).
+    pub fn prefetch_place(&self, id: u32) {
+        if let Some(e) = self.ends.get(id as usize) {
+            wallclock_stream::table::prefetch(e);
+        }
+    }
+
+    /// Asks for stack `id`'s names (its place should be cached by now).
+    pub fn prefetch_names(&self, id: u32) {
+        if let Some(n) = self.ends.get(id as usize).and_then(|&at| self.arena.get(at)) {
+            wallclock_stream::table::prefetch(n);
+        }
+    }
+
     /// The folded text of stack `id`: its names joined by `;`.
     pub fn text(&self, id: u32) -> String {
         let seq = self.seq(id);
