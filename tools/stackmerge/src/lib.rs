@@ -21,6 +21,7 @@ mod intern;
 mod key;
 mod merge;
 mod named;
+mod order;
 mod output;
 mod stream_out;
 mod symbolize;
@@ -34,7 +35,7 @@ use clap::Parser;
 use wallclock_stream::units::Unit;
 use wallclock_stream::Kind;
 
-pub use finish::Merged;
+pub use order::Merged;
 pub use merge::{InputRole, Merger};
 pub use unsampled::NOT_SAMPLED_FRAME;
 

@@ -1,13 +1,12 @@
-//! Reading the inputs, putting every stack in ns, aggregating, writing.
+//! Reading the inputs and aggregating their stacks as they come (the end
+//! of the merge is [`crate::finish`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use wallclock_stream::accounting::{
-    merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
-};
+use wallclock_stream::accounting::merge_thread;
 use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
@@ -15,7 +14,6 @@ use wallclock_stream::{
     Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, Stats, Thread,
 };
 
-use crate::finish::{sorted, Merged};
 use crate::intern::{InputIds, Interned, Memo};
 use crate::key::{Agg, Comms, Key};
 use crate::named::{Named, NamedAgg};
@@ -35,24 +33,24 @@ pub enum InputRole {
 /// lines), and puts everything in ns when done, once every thread's exact
 /// on-CPU time is known.
 pub struct Merger {
-    opts: Options,
-    header: Header,
-    clock: Option<(String, String)>,
+    pub(crate) opts: Options,
+    pub(crate) header: Header,
+    pub(crate) clock: Option<(String, String)>,
     /// The first header's sampled event (None: time) and its input.
-    unit: Option<(Option<String>, String)>,
-    threads: BTreeMap<(u32, u32), Thread>,
-    maps: Vec<Maps>,
-    stats: Stats,
-    any_stats: bool,
-    folded_on_input: bool,
+    pub(crate) unit: Option<(Option<String>, String)>,
+    pub(crate) threads: BTreeMap<(u32, u32), Thread>,
+    pub(crate) maps: Vec<Maps>,
+    pub(crate) stats: Stats,
+    pub(crate) any_stats: bool,
+    pub(crate) folded_on_input: bool,
     /// Samples per thread over all inputs: the denominators.
-    thread_samples: FastMap<(u32, u32), u64>,
-    agg: FastMap<Key, Agg>,
+    pub(crate) thread_samples: FastMap<(u32, u32), u64>,
+    pub(crate) agg: FastMap<Key, Agg>,
     /// The bulk of a symbolized stream, aggregated on a small key.
-    named: NamedAgg,
-    comms: Comms,
+    pub(crate) named: NamedAgg,
+    pub(crate) comms: Comms,
     /// Every distinct stack of frames, interned: keys hold its id.
-    interned: Interned,
+    pub(crate) interned: Interned,
 }
 
 impl Merger {
@@ -240,159 +238,9 @@ impl Merger {
     /// appended once (a re-merge does not add a second). Unsymbolized
     /// stacks keep their addresses for a later `stacksym`; their leaf is
     /// added when they are written folded.
-    fn key_of(&mut self, mut s: Stack, base: Option<u32>, memo: Option<&mut Memo>, scale: Option<u64>) -> (Key, Agg) {
+    pub(crate) fn key_of(&mut self, mut s: Stack, base: Option<u32>, memo: Option<&mut Memo>, scale: Option<u64>) -> (Key, Agg) {
         let frames = self.interned.frames(&mut s, base, memo);
         Key::of(s, frames, scale, &mut self.comms)
-    }
-
-    /// Samples become ns (each thread's exact on-CPU time divided by its
-    /// samples, else samples / freq), filters and roles applied.
-    pub fn finish(mut self) -> Merged {
-        // Each thread's samples: what its keys still to be scaled count
-        // (every record kept is summed under one, with its `scale`),
-        // added up once here rather than once per record.
-        let mut last: Option<((u32, u32), &mut u64)> = None;
-        let scaled = self.named.items.iter().filter(|(n, _)| n.scale.is_some()).map(|(n, v)| (n.pid, n.tid, v.count));
-        let scaled = scaled.chain(self.agg.iter().filter(|(k, _)| k.scale.is_some()).map(|(k, v)| (k.pid, k.tid, v.count)));
-        for (pid, tid, count) in scaled {
-            match &mut last {
-                Some((t, n)) if *t == (pid, tid) => **n += count,
-                _ => {
-                    let n = self.thread_samples.entry((pid, tid)).or_insert(0);
-                    *n += count;
-                    last = Some(((pid, tid), n));
-                }
-            }
-        }
-        // A stack that came both by a stack id and with its frames written
-        // out has one key: summed before its samples become ns.
-        let mut named = std::mem::take(&mut self.named);
-        for (k, v) in std::mem::take(&mut self.agg) {
-            match Named::of(&k) {
-                Some(n) => {
-                    named.add(n, v);
-                }
-                None => {
-                    self.agg.insert(k, v);
-                }
-            }
-        }
-        let mut items = named.into_items();
-        // A thread's steal is one stack made from its merged record (two
-        // inputs may each carry one for the same thread).
-        let steals: Vec<Stack> = self.threads.values().filter_map(steal_stack).filter(|s| keep(s, &self.opts)).collect();
-        let steal_ids = self.interned.single_frame_stacks(STEAL_FRAME);
-        if !steal_ids.is_empty() {
-            let threads = &self.threads;
-            let stale = |kind: Kind, frames: Option<u32>, pid: u32, tid: u32| {
-                kind == Kind::On
-                    && frames.is_some_and(|id| steal_ids.contains(&id))
-                    && threads.get(&(pid, tid)).is_some_and(|t| t.steal_ns.is_some())
-            };
-            items.retain(|(n, _)| !stale(n.kind, Some(n.frames), n.pid, n.tid));
-            self.agg.retain(|k, _| !stale(k.kind, k.frames, k.pid, k.tid));
-        }
-        for s in steals {
-            let (key, v) = self.key_of(s, None, None, None);
-            // Unscaled: summed with a same key when sorted, as well as now.
-            match Named::of(&key) {
-                Some(n) => items.push((n, v)),
-                None => self.agg.entry(key).or_default().add(v),
-            }
-        }
-        let opts = &self.opts;
-        crate::unsampled::add(
-            &mut items,
-            &mut self.agg,
-            &mut self.interned,
-            &mut self.comms,
-            &self.threads,
-            &self.thread_samples,
-            |s| keep(s, opts),
-        );
-        let Merger {
-            opts,
-            mut header,
-            threads,
-            mut maps,
-            mut stats,
-            any_stats,
-            folded_on_input,
-            thread_samples,
-            agg,
-            interned,
-            comms,
-            ..
-        } = self;
-        let table = interned.table;
-        if header.freq_hz.is_none() && folded_on_input {
-            header.freq_hz = Some(opts.freq);
-        }
-        header.pids = header
-            .pids
-            .iter()
-            .copied()
-            .filter(|p| opts.pids.is_empty() || opts.pids.contains(p))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !any_stats {
-            stats.end_ns = header.end_ns;
-        }
-        // Each thread's exact on-CPU time and samples, looked up once per
-        // run of its stacks rather than per stack.
-        type OnAndSamples = (Option<u64>, Option<u64>);
-        let mut last: Option<((u32, u32), OnAndSamples)> = None;
-        let mut ns_of = |pid: u32, tid: u32, count: u64, freq: u64| {
-            let (on, denom) = match last {
-                Some((t, (on, denom))) if t == (pid, tid) => (on, denom),
-                _ => {
-                    let t = threads.get(&(pid, tid));
-                    let denom = t
-                        .and_then(|t| t.samples)
-                        .filter(|n| *n > 0)
-                        .or_else(|| thread_samples.get(&(pid, tid)).copied());
-                    let on = t.and_then(sampled_on_ns);
-                    last = Some(((pid, tid), (on, denom)));
-                    (on, denom)
-                }
-            };
-            match (on, denom) {
-                (Some(on), Some(n)) if n > 0 => scale_samples(on, count, n),
-                _ => samples_to_ns(count, freq),
-            }
-        };
-        for (n, v) in &mut items {
-            if let Some(freq) = n.scale.take() {
-                v.ns = ns_of(n.pid, n.tid, v.count, freq);
-            }
-        }
-        let mut keys: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
-        for (mut key, mut v) in agg {
-            if let Some(freq) = key.scale.take() {
-                v.ns = ns_of(key.pid, key.tid, v.count, freq);
-            }
-            keys.push((key, v));
-        }
-        let mut unnamed = Default::default();
-        crate::symbolize::count_stacks(&table, items.iter().map(|(n, v)| (n.frames, v.ns, v.count)), &mut unnamed);
-        let items = sorted(items, keys, &table, &comms);
-        let threads: BTreeMap<(u32, u32), Thread> = threads
-            .into_iter()
-            .filter(|((pid, tid), _)| {
-                (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid))
-            })
-            .map(|(k, mut t)| {
-                if t.role.is_none() {
-                    t.role = Some(role_for(&t));
-                }
-                (k, t)
-            })
-            .collect();
-        maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, items, stats, table, comms, unnamed };
-        crate::symbolize::name_frames(&mut merged);
-        merged
     }
 }
 
@@ -439,7 +287,7 @@ fn kind_in(s: &Stack, role: InputRole) -> Kind {
     }
 }
 
-fn keep(s: &Stack, opts: &Options) -> bool {
+pub(crate) fn keep(s: &Stack, opts: &Options) -> bool {
     (opts.pids.is_empty() || opts.pids.contains(&s.pid))
         && (opts.tids.is_empty() || opts.tids.contains(&s.tid))
         && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))

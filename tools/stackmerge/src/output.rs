@@ -8,7 +8,7 @@ use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::{folded, Frame, Kind, Stack, Waker};
 
-use crate::finish::Merged;
+use crate::order::Merged;
 use crate::Options;
 
 /// Frames for display: symbolized frames, else the raw addresses in hex

@@ -17,7 +17,7 @@ use wallclock_stream::fastjson::{write_stack, write_u64};
 use wallclock_stream::table::prefetch;
 use wallclock_stream::{Format, FrameDef, Kind, Record, Stack, StackDef, StackTable, Writer};
 
-use crate::finish::{Item, Merged};
+use crate::order::{Item, Merged};
 
 /// How many stacks ahead of the one written its frames are asked for.
 const AHEAD: usize = 8;

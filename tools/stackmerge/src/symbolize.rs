@@ -13,7 +13,7 @@ use stacksym::{Engine, Options};
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::{Frame, Stack, StackTable, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
-use crate::finish::{Item, Merged};
+use crate::order::{Item, Merged};
 
 fn needs(s: &Stack) -> bool {
     s.frames.is_empty() && s.stack_id.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty())
