@@ -84,12 +84,8 @@ impl StackTable {
     /// The id of the stack of these frame ids (root first).
     pub fn stack_id(&mut self, frames: &[u32]) -> u32 {
         let h = FastHash.hash_one(frames);
-        let mut at = self.by_hash.get(&h).copied().unwrap_or(u32::MAX);
-        while at != u32::MAX {
-            if self.stack(at) == frames {
-                return at;
-            }
-            at = self.same_hash[at as usize];
+        if let Some(id) = self.find_hashed(frames, h) {
+            return id;
         }
         let id = self.stack_count() as u32;
         self.arena.extend_from_slice(frames);
@@ -98,10 +94,43 @@ impl StackTable {
         id
     }
 
+    /// The id of the stack of these frame ids, if interned.
+    pub fn find_stack(&self, frames: &[u32]) -> Option<u32> {
+        self.find_hashed(frames, FastHash.hash_one(frames))
+    }
+
+    fn find_hashed(&self, frames: &[u32], h: u64) -> Option<u32> {
+        let mut at = self.by_hash.get(&h).copied().unwrap_or(u32::MAX);
+        while at != u32::MAX {
+            if self.stack(at) == frames {
+                return Some(at);
+            }
+            at = self.same_hash[at as usize];
+        }
+        None
+    }
+
     /// The id of the stack of these frames (each interned).
     pub fn stack_of(&mut self, frames: &[Frame]) -> u32 {
         let ids: Vec<u32> = frames.iter().map(|f| self.frame_id(f)).collect();
         self.stack_id(&ids)
+    }
+
+    /// Asks the CPU for where stack `id`'s frames are (see [`prefetch`]),
+    /// a few stacks before they are read: a walk of stacks in an order
+    /// other than their ids' waits on memory for each one otherwise.
+    pub fn prefetch_place(&self, id: u32) {
+        if let Some(e) = self.ends.get(id as usize) {
+            prefetch(e);
+        }
+    }
+
+    /// Asks the CPU for stack `id`'s frames (its place should be in the
+    /// cache by now: [`StackTable::prefetch_place`]).
+    pub fn prefetch_frames(&self, id: u32) {
+        if let Some(f) = self.ends.get(id as usize).and_then(|&at| self.arena.get(at)) {
+            prefetch(f);
+        }
     }
 
     pub fn frame(&self, id: u32) -> &Frame {
@@ -137,6 +166,19 @@ impl StackTable {
     pub fn generation(&self) -> u64 {
         self.generation
     }
+}
+
+/// A hint to the CPU to bring `p` into its cache.
+#[inline]
+pub fn prefetch<T>(p: &T) {
+    // SAFETY: SSE is in every x86_64 CPU (the target's baseline), and a
+    // prefetch is a hint: it neither faults nor changes memory.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const T as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// The definitions a reader has read.
@@ -241,6 +283,7 @@ mod tests {
         assert_eq!(t.stack_of(&[Frame::named("main"), Frame::kernel("read")]), a);
         assert_ne!(a, b);
         assert_eq!(t.frame_count(), 2);
+        assert_eq!((t.find_stack(&[0, 1]), t.find_stack(&[1])), (Some(a), None));
         assert_eq!(t.frames_of(a).map(|f| f.func.as_str()).collect::<Vec<_>>(), ["main", "read"]);
         let g = t.generation();
         t.clear();

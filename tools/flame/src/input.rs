@@ -47,7 +47,7 @@ pub struct ThreadName {
 pub struct Profile {
     /// Stream stacks: (tid, or 0 unless split per thread; pid; folded
     /// stack as an id of [`Profile::text`]) -> ns by kind.
-    pub stream: HashMap<(u32, u32, u32), Mix, FastHash>,
+    pub stream: crate::stream_stacks::StreamStacks,
     /// Each stream stack as names (see [`crate::seqs`]), made once per
     /// distinct stack; its folded text only where asked for.
     pub seqs: crate::seqs::Seqs,
@@ -243,7 +243,10 @@ impl Profile {
         // (stack id, state leaf) -> stack id of `seqs`, for the table's
         // current definitions.
         let mut frame_names = wallclock_stream::idmap::IdMap::<u32>::default();
-        let mut by_stack: HashMap<(u32, u8), u32, FastHash> = HashMap::default();
+        // By stack id, each leaf's (u32::MAX: not made yet): a merged
+        // stream's stack ids come in order, each new, so a hash map lookup
+        // per record only ever missed.
+        let mut by_stack = wallclock_stream::idmap::IdMap::<[u32; 5]>::default();
         let mut generation = reader.defs().generation();
         while let Some(rec) = reader.next() {
             match rec? {
@@ -278,26 +281,33 @@ impl Profile {
                         Some(id) if defs.stack(id).is_some_and(|f| !f.is_empty()) => {
                             if generation != defs.generation() {
                                 generation = defs.generation();
-                                by_stack.clear();
+                                by_stack = Default::default();
                                 frame_names = Default::default();
                             }
                             let leaf = match (s.kind, s.state) {
                                 (Kind::Off, Some(st)) => st as u8 + 1,
                                 _ => 0,
                             };
-                            match by_stack.get(&(id, leaf)) {
-                                Some(&t) => t,
+                            match by_stack.get(id).map(|t| t[leaf as usize]).filter(|&t| t != u32::MAX) {
+                                Some(t) => t,
                                 None => {
                                     let ids = defs.stack(id).unwrap_or_default();
                                     let t = table_seq(&mut self.seqs, &mut frame_names, defs, ids, &s);
-                                    by_stack.insert((id, leaf), t);
+                                    match by_stack.get_mut(id) {
+                                        Some(ts) => ts[leaf as usize] = t,
+                                        None => {
+                                            let mut ts = [u32::MAX; 5];
+                                            ts[leaf as usize] = t;
+                                            by_stack.insert(id, ts);
+                                        }
+                                    }
                                     t
                                 }
                             }
                         }
                         _ => self.text_id(stack_text(&s)),
                     };
-                    self.stream.entry((tid, s.pid, text)).or_default()[kind_index(s.kind)] += s.ns;
+                    self.stream.add(tid, s.pid, text, kind_index(s.kind), s.ns);
                 }
                 _ => {}
             }

@@ -20,6 +20,7 @@ pub mod layout_ids;
 pub mod render;
 pub mod seqs;
 pub mod stack_table;
+pub mod stream_stacks;
 pub mod svg;
 pub mod title;
 
@@ -196,7 +197,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
             let entries = p
                 .stream
                 .iter()
-                .map(|(&(_, pid, seq), &mix)| layout_ids::IdEntry { root: roots.get(&pid).copied().unwrap_or(u32::MAX), seq, mix })
+                .map(|((_, pid, seq), mix)| layout_ids::IdEntry { root: roots.get(&pid).copied().unwrap_or(u32::MAX), seq, mix })
                 .collect();
             write_to(cli.output.as_deref(), |w| render::render_ids(&p.seqs, entries, &opts, w))?;
             std::mem::forget(p);
@@ -218,7 +219,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
     }
     let dir = cli.output.as_deref().expect("clap requires -o");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let texts: Vec<(u32, String, input::Mix)> = p.stream.iter().map(|((tid, _, k), mix)| (*tid, p.text(*k), *mix)).collect();
+    let texts: Vec<(u32, String, input::Mix)> = p.stream.iter().map(|((tid, _, k), mix)| (tid, p.text(k), mix)).collect();
     let mut by_tid: std::collections::BTreeMap<u32, Vec<Entry<'_>>> = Default::default();
     for (tid, text, mix) in &texts {
         by_tid.entry(*tid).or_default().push(Entry { stack: text, mix: *mix, before: 0 });
@@ -278,9 +279,9 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool, by_command: bool) -> Vec
     let mut out: Vec<_> = p
         .stream
         .iter()
-        .map(|((_, pid, k), m)| match names.get(pid) {
-            Some(root) => (Cow::Owned(format!("{};{}", wallclock_stream::folded::escape(root), p.text(*k))), *m),
-            None => (Cow::<str>::Owned(p.text(*k)), *m),
+        .map(|((_, pid, k), m)| match names.get(&pid) {
+            Some(root) => (Cow::Owned(format!("{};{}", wallclock_stream::folded::escape(root), p.text(k))), m),
+            None => (Cow::<str>::Owned(p.text(k)), m),
         })
         .collect();
     if by_command && roots {

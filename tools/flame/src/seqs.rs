@@ -57,10 +57,34 @@ impl Seqs {
         self.push(ids)
     }
 
+    /// How many stacks there are (ids from 0).
+    pub fn len(&self) -> usize {
+        self.ends.len().saturating_sub(1)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The names of stack `id`, root first.
     pub fn seq(&self, id: u32) -> &[u32] {
         let i = id as usize;
         &self.arena[self.ends[i]..self.ends[i + 1]]
+    }
+
+    /// Asks the CPU for where stack `id`'s names lie, a few stacks before
+    /// they are read (see [`wallclock_stream::table::prefetch`]).
+    pub fn prefetch_place(&self, id: u32) {
+        if let Some(e) = self.ends.get(id as usize) {
+            wallclock_stream::table::prefetch(e);
+        }
+    }
+
+    /// Asks for stack `id`'s names (its place should be cached by now).
+    pub fn prefetch_names(&self, id: u32) {
+        if let Some(n) = self.ends.get(id as usize).and_then(|&at| self.arena.get(at)) {
+            wallclock_stream::table::prefetch(n);
+        }
     }
 
     /// The folded text of stack `id`: its names joined by `;`.

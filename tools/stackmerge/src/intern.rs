@@ -1,7 +1,6 @@
 //! Stacks as ids: the merger's table of every distinct stack of frames
 //! (keys hold an id, not a list of frames), each input's stack table ids
-//! mapped to it, the kind's leaf frame appended once, and the order of the
-//! stacks by their frames.
+//! mapped to it, and the kind's leaf frame appended once.
 
 use std::borrow::Cow;
 
@@ -9,6 +8,9 @@ use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::idmap::IdMap;
 use wallclock_stream::{Defs, Frame, Kind, Stack, StackTable};
+
+use crate::key::Agg;
+use crate::named::{Named, NamedAgg};
 
 /// The merger's stacks.
 #[derive(Default)]
@@ -109,24 +111,60 @@ impl Interned {
     }
 }
 
-/// One input's stack table ids mapped to the merger's, each with its [`Memo`].
+impl Interned {
+    /// The table's stacks of one frame named `func` (a few at most).
+    pub fn single_frame_stacks(&self, func: &str) -> Vec<u32> {
+        let t = &self.table;
+        (0..t.frame_count() as u32).filter(|&f| t.frame(f).func == func).filter_map(|f| t.find_stack(&[f])).collect()
+    }
+}
+
+/// One input's stack table ids mapped to the merger's, each with its
+/// [`Memo`] and the sums of its last key.
 #[derive(Default)]
 pub(crate) struct InputIds {
     generation: u64,
-    stacks: IdMap<(u32, Memo)>,
+    stacks: IdMap<InputStack>,
     frames: IdMap<u32>,
+    /// The input ids whose `last` is set (each once).
+    pub pending: Vec<u32>,
+}
+
+/// What the merger knows of one input stack id.
+pub(crate) struct InputStack {
+    /// The merger's table id of its frames.
+    pub id: u32,
+    pub memo: Memo,
+    /// The key of its last record and its slot in the
+    /// [`crate::named::NamedAgg`]; the records of that key since, summed
+    /// here (`ns`, `count`) rather than in the slot: the slot is one more
+    /// place in memory to wait for per record.
+    pub last: Option<(Named, u32)>,
+    pub ns: u64,
+    pub count: u64,
+}
+
+impl InputStack {
+    /// Add what is summed here to the last key's slot.
+    pub fn settle(&mut self, named: &mut NamedAgg) {
+        if let Some((_, slot)) = self.last {
+            let v = Agg { ns: std::mem::take(&mut self.ns), count: std::mem::take(&mut self.count), launch_delay_ns: None };
+            named.items[slot as usize].1.add(v);
+        }
+    }
 }
 
 impl InputIds {
     /// The merger's id of the input's stack `id` (defined: the reader
-    /// checked), and its memo.
-    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable) -> (u32, &mut Memo) {
+    /// checked), its memo and last key. Ids defined again: what was
+    /// learnt of them is settled into `named` and forgotten.
+    pub fn stack(&mut self, id: u32, defs: &Defs, table: &mut StackTable, named: &mut NamedAgg) -> &mut InputStack {
         if self.generation != defs.generation() {
+            self.flush(named);
             *self = InputIds { generation: defs.generation(), ..InputIds::default() };
         }
         if self.stacks.contains(id) {
-            let (g, memo) = self.stacks.get_mut(id).expect("just checked");
-            return (*g, memo);
+            return self.stacks.get_mut(id).expect("just checked");
         }
         let frames = defs.stack(id).unwrap_or_default();
         let ids: Vec<u32> = frames
@@ -141,43 +179,18 @@ impl InputIds {
             })
             .collect();
         let g = table.stack_id(&ids);
-        self.stacks.insert(id, (g, None));
-        let (_, memo) = self.stacks.get_mut(id).expect("just inserted");
-        (g, memo)
+        self.stacks.insert(id, InputStack { id: g, memo: None, last: None, ns: 0, count: 0 });
+        self.stacks.get_mut(id).expect("just inserted")
     }
-}
 
-/// The place of each stack of `used` (table ids) in the order of its
-/// frames (lexicographic, as `Vec<Frame>` compares), computed once for
-/// all; other stacks get 0. Only the stacks the merge writes are ranked
-/// (the table also holds each input stack before its leaf frame). Each
-/// stack is laid out as its frames' ranks in big-endian bytes, side by
-/// side, so that comparing two is one `memcmp` over one array (a shorter
-/// stack that is a prefix of another sorts first, as with `Vec<Frame>`).
-pub(crate) fn ranks(t: &StackTable, used: impl Iterator<Item = u32>) -> Vec<u32> {
-    let mut frames: Vec<u32> = (0..t.frame_count() as u32).collect();
-    frames.sort_unstable_by(|a, b| t.frame(*a).cmp(t.frame(*b)));
-    let mut frank = vec![[0u8; 4]; frames.len()];
-    for (i, f) in frames.into_iter().enumerate() {
-        frank[f as usize] = (i as u32).to_be_bytes();
-    }
-    let mut ids: Vec<u32> = used.collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut seqs: Vec<u8> = Vec::with_capacity(ids.iter().map(|&id| 4 * t.stack(id).len()).sum());
-    let mut stacks: Vec<(u32, u32, u32)> = Vec::with_capacity(ids.len());
-    for id in ids {
-        let start = seqs.len() as u32;
-        for &f in t.stack(id) {
-            seqs.extend_from_slice(&frank[f as usize]);
+    /// Settle every stack's sums into `named` (the input ends, or its ids
+    /// are defined again), in the order the stacks came.
+    pub fn flush(&mut self, named: &mut NamedAgg) {
+        for id in std::mem::take(&mut self.pending) {
+            if let Some(e) = self.stacks.get_mut(id) {
+                e.settle(named);
+                e.last = None;
+            }
         }
-        stacks.push((id, start, seqs.len() as u32));
     }
-    let seq = |&(_, a, b): &(u32, u32, u32)| &seqs[a as usize..b as usize];
-    stacks.sort_unstable_by(|a, b| seq(a).cmp(seq(b)));
-    let mut rank = vec![0u32; t.stack_count()];
-    for (i, (id, _, _)) in stacks.into_iter().enumerate() {
-        rank[id as usize] = i as u32;
-    }
-    rank
 }

@@ -148,26 +148,3 @@ impl Key {
         }
     }
 }
-
-/// `Key`'s fields in their order (the thread name by its place among the
-/// names, `comm_rank` from [`Comms::ranks`]; the addresses as user then
-/// kernel stack), the frames by `rank` (see [`crate::intern::ranks`]).
-#[allow(clippy::type_complexity)]
-pub(crate) fn order<'k>(
-    k: &'k Key,
-    rank: &[u32],
-    comm_rank: &[u32],
-) -> (Kind, Option<State>, u32, u32, u32, &'k [u64], &'k [u64], Option<u32>, Option<&'k GpuKey>, Option<u64>) {
-    (
-        k.kind,
-        k.state,
-        k.pid,
-        k.tid,
-        comm_rank[k.comm as usize],
-        k.ustack(),
-        k.kstack(),
-        k.frames.map(|id| rank[id as usize]),
-        k.gpu.as_deref(),
-        k.scale,
-    )
-}

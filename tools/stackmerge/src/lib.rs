@@ -16,10 +16,14 @@
 //! (`[runnable]`, `[sleep]`, `[io]`, `[other]`). GPU time never enters a
 //! thread's wall-clock accounting.
 
+mod finish;
 mod intern;
 mod key;
 mod merge;
+mod named;
+mod order;
 mod output;
+mod stream_out;
 mod symbolize;
 mod unsampled;
 
@@ -31,7 +35,8 @@ use clap::Parser;
 use wallclock_stream::units::Unit;
 use wallclock_stream::Kind;
 
-pub use merge::{InputRole, Merged, Merger};
+pub use order::Merged;
+pub use merge::{InputRole, Merger};
 pub use unsampled::NOT_SAMPLED_FRAME;
 
 const EXAMPLES: &str = "EXAMPLES:
@@ -214,6 +219,6 @@ pub fn write(m: &mut Merged, opts: &Options, out: &mut dyn Write) -> Result<()> 
     if opts.folded {
         output::write_folded(m, opts, out)
     } else {
-        output::write_stream(m, out)
+        stream_out::write_stream(m, out)
     }
 }

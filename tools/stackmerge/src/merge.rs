@@ -1,22 +1,22 @@
-//! Reading the inputs, putting every stack in ns, aggregating, writing.
+//! Reading the inputs and aggregating their stacks as they come (the end
+//! of the merge is [`crate::finish`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use wallclock_stream::accounting::{
-    merge_thread, role_for, sampled_on_ns, samples_to_ns, scale_samples, steal_stack, STEAL_FRAME,
-};
+use wallclock_stream::accounting::merge_thread;
 use wallclock_stream::cli::open_input;
 use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::sniff::{sniff, InputKind};
 use wallclock_stream::{
-    Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, StackTable, Stats, Thread,
+    Defs, Header, Kind, Maps, Reader, ReaderOptions, Record, Stack, Stats, Thread,
 };
 
-use crate::intern::{ranks, InputIds, Interned, Memo};
-use crate::key::{order, Agg, Comms, Key};
+use crate::intern::{InputIds, Interned, Memo};
+use crate::key::{Agg, Comms, Key};
+use crate::named::{Named, NamedAgg};
 use crate::Options;
 
 /// What an input was given as: it decides the kind of unmarked folded
@@ -33,25 +33,24 @@ pub enum InputRole {
 /// lines), and puts everything in ns when done, once every thread's exact
 /// on-CPU time is known.
 pub struct Merger {
-    opts: Options,
-    header: Header,
-    clock: Option<(String, String)>,
+    pub(crate) opts: Options,
+    pub(crate) header: Header,
+    pub(crate) clock: Option<(String, String)>,
     /// The first header's sampled event (None: time) and its input.
-    unit: Option<(Option<String>, String)>,
-    threads: BTreeMap<(u32, u32), Thread>,
-    maps: Vec<Maps>,
-    stats: Stats,
-    any_stats: bool,
-    folded_on_input: bool,
+    pub(crate) unit: Option<(Option<String>, String)>,
+    pub(crate) threads: BTreeMap<(u32, u32), Thread>,
+    pub(crate) maps: Vec<Maps>,
+    pub(crate) stats: Stats,
+    pub(crate) any_stats: bool,
+    pub(crate) folded_on_input: bool,
     /// Samples per thread over all inputs: the denominators.
-    thread_samples: FastMap<(u32, u32), u64>,
-    agg: FastMap<Key, Agg>,
-    /// The bulk of a symbolized stream, aggregated first on a small key
-    /// (see [`Named`]), into `agg` when the reading is done.
-    named: FastMap<Named, Agg>,
-    comms: Comms,
+    pub(crate) thread_samples: FastMap<(u32, u32), u64>,
+    pub(crate) agg: FastMap<Key, Agg>,
+    /// The bulk of a symbolized stream, aggregated on a small key.
+    pub(crate) named: NamedAgg,
+    pub(crate) comms: Comms,
     /// Every distinct stack of frames, interned: keys hold its id.
-    interned: Interned,
+    pub(crate) interned: Interned,
 }
 
 impl Merger {
@@ -68,7 +67,7 @@ impl Merger {
             folded_on_input: false,
             thread_samples: FastMap::default(),
             agg: FastMap::default(),
-            named: FastMap::default(),
+            named: NamedAgg::default(),
             comms: Comms::default(),
             interned: Interned::default(),
         }
@@ -85,12 +84,19 @@ impl Merger {
     }
 
     /// Read one input (`name` is for error messages).
-    pub fn read<R: BufRead>(&mut self, role: InputRole, mut r: R, name: &str) -> Result<()> {
+    pub fn read<R: BufRead>(&mut self, role: InputRole, r: R, name: &str) -> Result<()> {
+        let mut ids = InputIds::default();
+        let res = self.read_records(role, r, name, &mut ids);
+        // What its stacks' last records summed goes in, also after a bad line.
+        ids.flush(&mut self.named);
+        res
+    }
+
+    fn read_records<R: BufRead>(&mut self, role: InputRole, mut r: R, name: &str, ids: &mut InputIds) -> Result<()> {
         let perf_script = r.fill_buf().is_ok_and(|b| sniff(b) == InputKind::PerfScript);
         let mut header_seen = false;
         let mut freq = self.opts.freq;
         let mut counted = false;
-        let mut ids = InputIds::default();
         let mut reader = Reader::new(r, name, ReaderOptions::default()).keep_stack_ids().skip_named_addresses();
         while let Some(rec) = reader.next() {
             match rec? {
@@ -153,7 +159,7 @@ impl Merger {
                     if role == InputRole::On && !header_seen {
                         self.folded_on_input = true;
                     }
-                    self.add(s, role, perf_script, scale, reader.defs(), &mut ids);
+                    self.add(s, role, perf_script, scale, reader.defs(), ids);
                 }
             }
         }
@@ -174,29 +180,57 @@ impl Merger {
         if !self.opts.wakers {
             s.waker = None;
         }
-        let (base, memo) = match s.stack_id.take() {
-            Some(id) => {
-                let (base, memo) = ids.stack(id, defs, &mut self.interned.table);
-                (Some(base), Some(memo))
-            }
-            None => (None, None),
+        let input_id = s.stack_id.take();
+        let input = match input_id {
+            Some(id) => Some(ids.stack(id, defs, &mut self.interned.table, &mut self.named)),
+            None => None,
         };
-        if scale.is_some() {
-            *self.thread_samples.entry((s.pid, s.tid)).or_insert(0) += s.count;
-        }
-        if base.is_some() && s.gpu.is_none() && s.waker.is_none() {
-            let frames = self.interned.frames(&mut s, base, memo);
-            if let Some(frames) = frames {
-                let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, tid: s.tid, comm: self.comms.id(s.comm), scale };
-                self.named.entry(key).or_default().add(Agg { ns: s.ns, count: s.count, launch_delay_ns: None });
-                return;
-            }
-            let (key, v) = Key::of(s, frames, scale, &mut self.comms);
+        let Some(input) = input else {
+            let (key, v) = self.key_of(s, None, None, scale);
+            self.agg.entry(key).or_default().add(v);
+            return;
+        };
+        let base = Some(input.id);
+        if s.gpu.is_some() || s.waker.is_some() {
+            let (key, v) = self.key_of(s, base, Some(&mut input.memo), scale);
             self.agg.entry(key).or_default().add(v);
             return;
         }
-        let (key, v) = self.key_of(s, base, memo, scale);
-        self.agg.entry(key).or_default().add(v);
+        let Some(frames) = self.interned.frames(&mut s, base, Some(&mut input.memo)) else {
+            let (key, v) = Key::of(s, None, scale, &mut self.comms);
+            self.agg.entry(key).or_default().add(v);
+            return;
+        };
+        // The key of this input stack's last record, most often this
+        // one's too (checked field by field, the thread name as text):
+        // summed beside it, the merged entry left alone until the key
+        // changes or the input ends.
+        let first = match &input.last {
+            Some((k, _))
+                if k.frames == frames
+                    && k.pid == s.pid
+                    && k.tid == s.tid
+                    && k.kind == s.kind
+                    && k.state == s.state
+                    && k.scale == scale
+                    && self.comms.name(k.comm) == s.comm =>
+            {
+                input.ns += s.ns;
+                input.count += s.count;
+                return;
+            }
+            Some(_) => {
+                input.settle(&mut self.named);
+                false
+            }
+            None => true,
+        };
+        let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, tid: s.tid, comm: self.comms.id(s.comm), scale };
+        let slot = self.named.add(key, Agg { ns: s.ns, count: s.count, launch_delay_ns: None });
+        input.last = Some((key, slot));
+        if first {
+            ids.pending.extend(input_id);
+        }
     }
 
     /// A stack's aggregation key and value: its frames (those of table
@@ -204,162 +238,10 @@ impl Merger {
     /// appended once (a re-merge does not add a second). Unsymbolized
     /// stacks keep their addresses for a later `stacksym`; their leaf is
     /// added when they are written folded.
-    fn key_of(&mut self, mut s: Stack, base: Option<u32>, memo: Option<&mut Memo>, scale: Option<u64>) -> (Key, Agg) {
+    pub(crate) fn key_of(&mut self, mut s: Stack, base: Option<u32>, memo: Option<&mut Memo>, scale: Option<u64>) -> (Key, Agg) {
         let frames = self.interned.frames(&mut s, base, memo);
         Key::of(s, frames, scale, &mut self.comms)
     }
-
-    /// Samples become ns (each thread's exact on-CPU time divided by its
-    /// samples, else samples / freq), filters and roles applied.
-    pub fn finish(mut self) -> Merged {
-        for (n, v) in std::mem::take(&mut self.named) {
-            self.agg.entry(n.key()).or_default().add(v);
-        }
-        // A thread's steal is one stack made from its merged record (two
-        // inputs may each carry one for the same thread).
-        let steals: Vec<Stack> = self.threads.values().filter_map(steal_stack).filter(|s| keep(s, &self.opts)).collect();
-        let t = &self.interned.table;
-        let threads = &self.threads;
-        self.agg.retain(|k, _| {
-            !(k.kind == Kind::On
-                && k.frames.is_some_and(|id| t.stack(id).len() == 1 && t.frame(t.stack(id)[0]).func == STEAL_FRAME)
-                && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.steal_ns.is_some()))
-        });
-        for s in steals {
-            let (key, v) = self.key_of(s, None, None, None);
-            self.agg.entry(key).or_default().add(v);
-        }
-        let opts = &self.opts;
-        crate::unsampled::add(
-            &mut self.agg,
-            &mut self.interned,
-            &mut self.comms,
-            &self.threads,
-            &self.thread_samples,
-            |s| keep(s, opts),
-        );
-        let Merger {
-            opts,
-            mut header,
-            threads,
-            mut maps,
-            mut stats,
-            any_stats,
-            folded_on_input,
-            thread_samples,
-            agg,
-            interned,
-            comms,
-            ..
-        } = self;
-        let table = interned.table;
-        if header.freq_hz.is_none() && folded_on_input {
-            header.freq_hz = Some(opts.freq);
-        }
-        header.pids = header
-            .pids
-            .iter()
-            .copied()
-            .filter(|p| opts.pids.is_empty() || opts.pids.contains(p))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !any_stats {
-            stats.end_ns = header.end_ns;
-        }
-        let mut done: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
-        for (mut key, mut v) in agg {
-            if let Some(freq) = key.scale.take() {
-                let t = threads.get(&(key.pid, key.tid));
-                let denom = t
-                    .and_then(|t| t.samples)
-                    .filter(|n| *n > 0)
-                    .or_else(|| thread_samples.get(&(key.pid, key.tid)).copied());
-                v.ns = match (t.and_then(sampled_on_ns), denom) {
-                    (Some(on), Some(n)) if n > 0 => scale_samples(on, v.count, n),
-                    _ => samples_to_ns(v.count, freq),
-                };
-            }
-            done.push((key, v));
-        }
-        // Sorted once at the end; a stack that came both as samples and as
-        // time (or at two frequencies) now has one key: merge neighbours.
-        // In the order of the frames themselves (not of their ids).
-        let rank = ranks(&table, done.iter().filter_map(|(k, _)| k.frames));
-        let comm_rank = comms.ranks();
-        done.sort_unstable_by(|a, b| order(&a.0, &rank, &comm_rank).cmp(&order(&b.0, &rank, &comm_rank)));
-        done.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                kept.1.add(later.1);
-            }
-            same
-        });
-        let stacks = done.into_iter().map(|(k, v)| k.into_stack(v, &comms)).collect();
-        let threads: BTreeMap<(u32, u32), Thread> = threads
-            .into_iter()
-            .filter(|((pid, tid), _)| {
-                (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid))
-            })
-            .map(|(k, mut t)| {
-                if t.role.is_none() {
-                    t.role = Some(role_for(&t));
-                }
-                (k, t)
-            })
-            .collect();
-        maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, stacks, stats, table };
-        crate::symbolize::name_frames(&mut merged);
-        merged
-    }
-}
-
-/// The key of a stack with frames and nothing else to tell it by (no
-/// addresses kept, no GPU detail, no waker): what [`Key::of`] makes of
-/// it, in 32 bytes instead of 120. Hashing and comparing the full key for
-/// each of 1M records was a quarter of stackmerge's time; each distinct
-/// one is made into a [`Key`] once, at the end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Named {
-    frames: u32,
-    kind: Kind,
-    state: Option<wallclock_stream::State>,
-    pid: u32,
-    tid: u32,
-    comm: u32,
-    scale: Option<u64>,
-}
-
-impl Named {
-    fn key(self) -> Key {
-        Key {
-            kind: self.kind,
-            state: self.state,
-            pid: self.pid,
-            tid: self.tid,
-            comm: self.comm,
-            ulen: 0,
-            addrs: Vec::new(),
-            frames: Some(self.frames),
-            gpu: None,
-            scale: self.scale,
-            waker: None,
-        }
-    }
-}
-
-/// The merged view.
-#[derive(Debug, Clone)]
-pub struct Merged {
-    pub header: Header,
-    pub threads: BTreeMap<(u32, u32), Thread>,
-    pub maps: Vec<Maps>,
-    /// Aggregated, in ns, off-CPU leaf appended where frames exist; the
-    /// frames are `stack_id`'s in `table`.
-    pub stacks: Vec<Stack>,
-    pub stats: Stats,
-    pub table: StackTable,
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
@@ -405,7 +287,7 @@ fn kind_in(s: &Stack, role: InputRole) -> Kind {
     }
 }
 
-fn keep(s: &Stack, opts: &Options) -> bool {
+pub(crate) fn keep(s: &Stack, opts: &Options) -> bool {
     (opts.pids.is_empty() || opts.pids.contains(&s.pid))
         && (opts.tids.is_empty() || opts.tids.contains(&s.tid))
         && (opts.kinds.is_empty() || opts.kinds.contains(&s.kind))
@@ -445,6 +327,6 @@ pub(crate) mod tests {
         let mut m = Merger::new(&opts());
         let err = m.read(InputRole::Off, &b"a;b 1\nbroken\n"[..], "x").unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
-        assert_eq!(m.finish().stacks.len(), 1);
+        assert_eq!(m.finish().len(), 1);
     }
 }

@@ -6,9 +6,10 @@ use std::io::Write;
 use anyhow::Result;
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
-use wallclock_stream::{folded, Frame, Kind, Record, Stack, Waker, Writer};
+use wallclock_stream::{folded, Frame, Kind, Stack, Waker};
 
-use crate::{Merged, Options};
+use crate::order::Merged;
+use crate::Options;
 
 /// Frames for display: symbolized frames, else the raw addresses in hex
 /// (user root first, then kernel), then the state leaf.
@@ -89,12 +90,13 @@ fn push_waker(text: &mut String, w: &Waker) {
 
 /// Folded lines: values summed per line in ns, then converted once.
 pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<()> {
-    let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.stacks.len());
+    let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.len());
     // The text of each table stack, made once (threads share stacks).
     let mut texts: FastMap<u32, String> = FastMap::default();
-    let pids: std::collections::BTreeSet<u32> = m.stacks.iter().map(|s| s.pid).filter(|&p| p != 0).collect();
+    let pids: std::collections::BTreeSet<u32> = (0..m.len()).map(|i| m.stack(i).pid).filter(|&p| p != 0).collect();
     let by_command = opts.roots.by_command(pids.len());
-    for s in &m.stacks {
+    for i in 0..m.len() {
+        let s = &*m.stack(i);
         let root = root_of(s, m, opts, by_command);
         let mut text = match s.stack_id {
             Some(id) => {
@@ -139,24 +141,3 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
     Ok(())
 }
 
-/// The stream: header, threads, maps, stacks, stats. The threads, maps
-/// and stacks are taken out of `m` as they are written.
-pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
-    let mut w = Writer::from_env(out)?;
-    let table = &m.table;
-    w.write(&Record::Header(m.header.clone()))?;
-    for t in std::mem::take(&mut m.threads).into_values() {
-        w.write(&Record::Thread(t))?;
-    }
-    for mp in m.maps.drain(..) {
-        w.write(&Record::Maps(mp))?;
-    }
-    for s in m.stacks.drain(..) {
-        match s.stack_id {
-            Some(id) => w.write_stack_in(s, table, id)?,
-            None => w.write(&Record::Stack(s))?,
-        }
-    }
-    w.write(&Record::Stats(m.stats.clone()))?;
-    Ok(())
-}

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 
 use stacksym::{Engine, Options};
 use wallclock_stream::accounting::kind_leaf;
-use wallclock_stream::{Frame, Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
+use wallclock_stream::{Frame, Stack, StackTable, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
-use crate::Merged;
+use crate::order::{Item, Merged};
 
 fn needs(s: &Stack) -> bool {
     s.frames.is_empty() && s.stack_id.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty())
@@ -30,31 +30,41 @@ fn waker_needs(s: &Stack) -> bool {
     s.waker.as_deref().is_some_and(needs)
 }
 
+/// The records that came without a stack table's frames.
+fn full(m: &mut Merged) -> impl Iterator<Item = &mut Stack> {
+    m.items.iter_mut().filter_map(|i| match i {
+        Item::Full(s) => Some(&mut **s),
+        Item::Named(..) => None,
+    })
+}
+
 /// Name the frames of every stack that has addresses and no frames.
 pub fn name_frames(m: &mut Merged) {
-    if m.stacks.iter().any(waker_needs) {
+    if full(m).any(|s| waker_needs(s)) {
         let mut engine = Engine::new(Options { tool: "stackmerge", ..Options::default() });
         for mp in &m.maps {
             engine.add_maps(mp);
         }
-        let mut woken: Vec<&mut Stack> = m.stacks.iter_mut().filter(|s| waker_needs(s)).collect();
+        let mut woken: Vec<&mut Stack> = full(m).filter(|s| waker_needs(s)).collect();
         stacksym::name_wakers(&mut engine, &mut woken);
     }
-    if m.stacks.iter().any(needs) {
+    if full(m).any(|s| needs(s)) {
         let mut engine = Engine::new(Options { tool: "stackmerge", ..Options::default() });
         for mp in &m.maps {
             engine.add_maps(mp);
         }
-        engine.prepare(m.stacks.iter().filter(|s| needs(s)));
-        for s in m.stacks.iter_mut().filter(|s| needs(s)) {
+        engine.prepare(full(m).filter(|s| needs(s)).map(|s| &*s));
+        let mut table = std::mem::take(&mut m.table);
+        for s in full(m).filter(|s| needs(s)) {
             let mut frames = engine.frames(s);
             if let Some(leaf) = kind_leaf(s) {
                 frames.push(Frame::named(leaf));
             }
             if !frames.is_empty() {
-                s.stack_id = Some(m.table.stack_of(&frames));
+                s.stack_id = Some(table.stack_of(&frames));
             }
         }
+        m.table = table;
         for (k, v) in engine.take_counts().into_iter().filter(|(k, _)| k.starts_with(UNNAMED_ADDRS)) {
             *m.stats.counts.entry(k).or_insert(0) += v;
         }
@@ -62,27 +72,73 @@ pub fn name_frames(m: &mut Merged) {
     count_unnamed(m);
 }
 
-/// Time and events of the stacks with unnamed frames, per module (a stack
-/// once per module), replacing what the inputs said.
-fn count_unnamed(m: &mut Merged) {
-    let mut by_module: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    let mut seen: Vec<&str> = Vec::new();
-    let table = &m.table;
-    // Each table frame's module when it is unnamed, found once per frame
-    // rather than once per stack it is in.
-    let unnamed: Vec<Option<&str>> = (0..table.frame_count() as u32).map(|f| table.frame(f).unnamed_module()).collect();
-    let any_unnamed = unnamed.iter().any(Option::is_some);
-    for s in &m.stacks {
+/// Per module with unnamed frames: the time and events of the stacks with
+/// one (a stack once per module).
+pub(crate) type Unnamed = BTreeMap<String, (u64, u64)>;
+
+/// Count `stacks` (table stack, ns, count) into `into`. Each table frame's
+/// module when it is unnamed is found once per frame rather than once per
+/// stack it is in.
+pub(crate) fn count_stacks(table: &StackTable, stacks: impl Iterator<Item = (u32, u64, u64)>, into: &mut Unnamed) {
+    let mut modules: Vec<&str> = Vec::new();
+    let unnamed: Vec<u32> = (0..table.frame_count() as u32)
+        .map(|f| match table.frame(f).unnamed_module() {
+            Some(module) => match modules.iter().position(|&m| m == module) {
+                Some(i) => i as u32,
+                None => {
+                    modules.push(module);
+                    (modules.len() - 1) as u32
+                }
+            },
+            None => u32::MAX,
+        })
+        .collect();
+    if modules.is_empty() {
+        return;
+    }
+    // Per module: (ns, count, in any stack).
+    let mut sums = vec![(0u64, 0u64, false); modules.len()];
+    let mut seen: Vec<u32> = Vec::new();
+    for (id, ns, count) in stacks {
         seen.clear();
-        let modules: Box<dyn Iterator<Item = &str>> = match s.stack_id {
-            Some(_) if !any_unnamed => continue,
-            Some(id) => Box::new(table.stack(id).iter().filter_map(|&f| unnamed[f as usize])),
-            None => Box::new(s.frames.iter().filter_map(Frame::unnamed_module)),
-        };
-        for module in modules {
+        for &f in table.stack(id) {
+            let i = unnamed[f as usize];
+            if i != u32::MAX && !seen.contains(&i) {
+                seen.push(i);
+                let e = &mut sums[i as usize];
+                *e = (e.0 + ns, e.1 + count, true);
+            }
+        }
+    }
+    for (module, (ns, count, found)) in modules.iter().zip(sums) {
+        if found {
+            let e = into.entry(module.to_string()).or_default();
+            e.0 += ns;
+            e.1 += count;
+        }
+    }
+}
+
+/// Time and events of the stacks with unnamed frames, per module, replacing
+/// what the inputs said: the named entries' counted before they were
+/// sorted (`m.unnamed`, from their frames read in the order they were
+/// interned rather than scattered), the records' now.
+fn count_unnamed(m: &mut Merged) {
+    let mut by_module = std::mem::take(&mut m.unnamed);
+    let full = || {
+        m.items.iter().filter_map(|i| match i {
+            Item::Full(s) => Some(s),
+            Item::Named(..) => None,
+        })
+    };
+    count_stacks(&m.table, full().filter_map(|s| Some((s.stack_id?, s.ns, s.count))), &mut by_module);
+    let mut seen: Vec<&str> = Vec::new();
+    for s in full().filter(|s| s.stack_id.is_none()) {
+        seen.clear();
+        for module in s.frames.iter().filter_map(Frame::unnamed_module) {
             if !seen.contains(&module) {
                 seen.push(module);
-                let e = by_module.entry(module).or_default();
+                let e = by_module.entry(module.to_string()).or_default();
                 e.0 += s.ns;
                 e.1 += s.count;
             }

@@ -9,17 +9,14 @@ use std::collections::BTreeMap;
 
 use wallclock_stream::accounting::sampled_on_ns;
 use wallclock_stream::fasthash::FastMap;
-use wallclock_stream::{Frame, Kind, Stack, StackTable, Thread};
+use wallclock_stream::{Frame, Kind, Stack, Thread};
 
 use crate::intern::Interned;
 use crate::key::{Agg, Comms, Key};
+use crate::named::Named;
 
 /// The leaf frame of a thread's on-CPU time that no sample fell in.
 pub const NOT_SAMPLED_FRAME: &str = "[on-CPU, not sampled]";
-
-fn is_marked(t: &StackTable, frames: Option<u32>) -> bool {
-    frames.is_some_and(|id| t.stack(id).last().is_some_and(|&f| t.frame(f).func == NOT_SAMPLED_FRAME))
-}
 
 /// A frame the code ran in (not the kernel's blocking path, not a
 /// synthetic frame such as the state leaf or `[GIL]`).
@@ -31,10 +28,12 @@ fn user_frame(f: &Frame) -> bool {
 /// Each unsampled thread's on-CPU time (less its steal, which has its own
 /// stack) as one `on` stack of count 0 (time, not samples: a re-merge
 /// keeps it as it is). Its frames are the user part of the off-CPU stack
-/// the thread blocked in most often (the code that ran up to a block),
-/// else none, then the marker. Stacks a previous merge made are dropped
-/// first and made again from the merged thread records.
+/// the thread blocked in most often (the code that ran up to a block; of
+/// equals, the first read), else none, then the marker. Stacks a previous
+/// merge made are dropped first and made again from the merged thread
+/// records. `named` and `agg` are the merged stacks so far.
 pub(crate) fn add(
+    named: &mut Vec<(Named, Agg)>,
     agg: &mut FastMap<Key, Agg>,
     interned: &mut Interned,
     comms: &mut Comms,
@@ -43,11 +42,17 @@ pub(crate) fn add(
     keep: impl Fn(&Stack) -> bool,
 ) {
     let table = &interned.table;
-    agg.retain(|k, _| {
-        !(k.kind == Kind::On
-            && is_marked(table, k.frames)
-            && threads.get(&(k.pid, k.tid)).is_some_and(|t| t.on_ns.is_some()))
-    });
+    let markers: Vec<u32> =
+        (0..table.frame_count() as u32).filter(|&f| table.frame(f).func == NOT_SAMPLED_FRAME).collect();
+    if !markers.is_empty() && threads.values().any(|t| t.on_ns.is_some()) {
+        let stale = |kind: Kind, frames: Option<u32>, pid: u32, tid: u32| {
+            kind == Kind::On
+                && frames.is_some_and(|id| table.stack(id).last().is_some_and(|f| markers.contains(f)))
+                && threads.get(&(pid, tid)).is_some_and(|t| t.on_ns.is_some())
+        };
+        named.retain(|(n, _)| !stale(n.kind, Some(n.frames), n.pid, n.tid));
+        agg.retain(|k, _| !stale(k.kind, k.frames, k.pid, k.tid));
+    }
     let sampled = |t: &Thread| {
         t.samples.is_some_and(|n| n > 0) || thread_samples.get(&(t.pid, t.tid)).is_some_and(|n| *n > 0)
     };
@@ -59,13 +64,17 @@ pub(crate) fn add(
     // The best off-CPU stack per thread: most blocks, then most time.
     let mut best: FastMap<(u32, u32), (u64, u64, u32)> = FastMap::default();
     let mut has_user: FastMap<u32, bool> = FastMap::default();
-    for (k, v) in agg.iter() {
-        let Some(id) = k.frames.filter(|_| k.kind == Kind::Off) else { continue };
+    let offs = named
+        .iter()
+        .filter(|(n, _)| n.kind == Kind::Off)
+        .map(|(n, v)| (n.pid, n.tid, n.frames, v))
+        .chain(agg.iter().filter(|(k, _)| k.kind == Kind::Off).filter_map(|(k, v)| Some((k.pid, k.tid, k.frames?, v))));
+    for (pid, tid, id, v) in offs {
         let ok = *has_user.entry(id).or_insert_with(|| table.frames_of(id).any(user_frame));
         if !ok {
             continue;
         }
-        let e = best.entry((k.pid, k.tid)).or_insert((0, 0, id));
+        let e = best.entry((pid, tid)).or_insert((0, 0, id));
         if (v.count, v.ns) > (e.0, e.1) {
             *e = (v.count, v.ns, id);
         }
@@ -84,7 +93,10 @@ pub(crate) fn add(
         let frames = Some(t_.stack_id(&ids));
         s.ns = sampled_on_ns(t).unwrap_or(0);
         let (key, v) = Key::of(s, frames, None, comms);
-        agg.entry(key).or_default().add(v);
+        match Named::of(&key) {
+            Some(n) => named.push((n, v)),
+            None => agg.entry(key).or_default().add(v),
+        }
     }
 }
 
