@@ -133,12 +133,9 @@ static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 
  * (a read() wrapper blocks in pipe_read for a pipe, in
  * unix_stream_read_generic for a socket), and the kernel stack is not in
  * the fingerprint: walking it at each switch doubles the capture's cost
- * in a context-switch storm (57% of the throughput lost against 29%; 54%
- * for 4 frames). Without this, the second kind's blocks took the first
- * kind's kernel stack. 0 for any other syscall. x86-64 numbers. Plain
- * loads need bpf_rdonly_cast (6.2 and later); before it, or in the
- * raw_tp program, the fields are read with helpers (330 ns more a
- * switch). */
+ * in a context-switch storm (57% of the throughput lost against 29%,
+ * even for 4 frames). Without this, the second kind's blocks took the
+ * first kind's kernel stack. 0 for any other syscall. x86-64 numbers. */
 static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *regs, __u64 nr, bool btf)
 {
 	switch (nr) {
@@ -165,8 +162,7 @@ static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *re
 		return 0;
 	struct file **fds = RD(btf, fdt, fd);
 	struct file *f = 0;
-	bool cast = btf && bpf_ksym_exists(bpf_rdonly_cast);
-	if (cast) {
+	if (btf) {
 		__u64 *slots = bpf_rdonly_cast(fds, 0);
 		f = (struct file *)slots[fd & 0xffffff];
 	} else if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd & 0xffffff])) {
@@ -174,7 +170,7 @@ static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *re
 	}
 	if (!f)
 		return 0;
-	if (cast) {
+	if (btf) {
 		/* The pointers' values through a map slot: the verifier lets a
 		 * privileged program store a pointer there and read a number. */
 		__u32 zero = 0;
