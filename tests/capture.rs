@@ -414,7 +414,7 @@ fn oncputime_matches_ground_truth() {
             // µs slices that are mostly that path, so sampling sees less
             // of it than the thread's clock does and gives the rest to
             // short_work, the thread's only other code (perf's cpu-clock
-            // has the same blind spot; README, "On-CPU samples"). Measured
+            // has the same blind spot; docs/tools.md, "On-CPU samples"). Measured
             // on this VM in eleven runs, idle and under CI's load:
             // short_wait seen at 34-62% of its CPU time. What must hold:
             // short_wait is seen, samples only move between the two (their
