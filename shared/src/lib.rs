@@ -31,6 +31,7 @@ pub mod binary;
 pub mod cli;
 pub mod fasthash;
 pub mod fastjson;
+pub mod firstuse;
 pub mod folded;
 pub mod idmap;
 mod legacy;

@@ -10,6 +10,7 @@ use std::io::{self, Write};
 
 use crate::binary;
 use crate::fastjson;
+use crate::firstuse::FirstUse;
 use crate::record::{FrameDef, Record, Stack, StackDef};
 use crate::table::StackTable;
 
@@ -77,12 +78,11 @@ pub struct Writer<W: Write> {
 #[derive(Default)]
 struct Defined {
     generation: u64,
-    /// Table id -> output id + 1 (0: not defined yet).
-    frames: Vec<u32>,
-    /// The same for stacks, once [`Defined::renumbered`].
-    stacks: Vec<u32>,
-    next_frame: u32,
-    next_stack: u32,
+    frames: FirstUse,
+    /// Stacks, once [`Defined::renumbered`].
+    stacks: FirstUse,
+    /// Stacks met in the table's order so far.
+    in_order: u32,
     /// Whether a stack came out of its table's order. Until then each
     /// stack's output id is its table id (a table numbers stacks as they
     /// are first met, stacksym's in the order they are written), and
@@ -95,32 +95,18 @@ impl Defined {
     /// The output id of the table's stack `id`, and whether it is new.
     fn stack(&mut self, id: u32) -> (u32, bool) {
         if !self.renumbered {
-            if id < self.next_stack {
+            if id < self.in_order {
                 return (id, false);
             }
-            if id == self.next_stack {
-                self.next_stack += 1;
+            if id == self.in_order {
+                self.in_order += 1;
                 return (id, true);
             }
             self.renumbered = true;
-            self.stacks = (1..=self.next_stack).collect();
+            self.stacks = FirstUse::in_order(self.in_order);
         }
-        number(&mut self.stacks, &mut self.next_stack, id)
+        self.stacks.number(id)
     }
-}
-
-/// The output id of table id `id` in `ids`, and whether it is new.
-fn number(ids: &mut Vec<u32>, next: &mut u32, id: u32) -> (u32, bool) {
-    let i = id as usize;
-    if i >= ids.len() {
-        ids.resize(i + 1, 0);
-    }
-    if ids[i] > 0 {
-        return (ids[i] - 1, false);
-    }
-    *next += 1;
-    ids[i] = *next;
-    (*next - 1, true)
 }
 
 impl<W: Write> Writer<W> {
@@ -204,7 +190,7 @@ impl<W: Write> Writer<W> {
             let mut ids = Vec::with_capacity(table.stack(id).len());
             for &f in table.stack(id) {
                 let d = &mut self.defined;
-                let (out_f, new) = number(&mut d.frames, &mut d.next_frame, f);
+                let (out_f, new) = d.frames.number(f);
                 if new {
                     self.write(&Record::Frame(FrameDef { id: out_f, frame: table.frame(f).clone() }))?;
                 }
@@ -255,7 +241,7 @@ mod tests {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         for seq in 0..200u32 {
             let (mut d, mut table_next) = (Defined::default(), 0u32);
-            let (mut ids, mut next) = (Vec::new(), 0u32);
+            let mut plain = FirstUse::default();
             for _ in 0..300 {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -268,7 +254,7 @@ mod tests {
                     _ => (x >> 32) as u32 % (table_next + 1),
                 };
                 table_next = table_next.max(id + 1);
-                assert_eq!(d.stack(id), number(&mut ids, &mut next, id), "sequence {seq}");
+                assert_eq!(d.stack(id), plain.number(id), "sequence {seq}");
             }
         }
     }

@@ -13,6 +13,7 @@
 use std::io::Write;
 
 use anyhow::Result;
+use wallclock_stream::firstuse::FirstUse;
 use wallclock_stream::fastjson::{write_stack, write_u64};
 use wallclock_stream::table::prefetch;
 use wallclock_stream::{Format, FrameDef, Kind, Record, Stack, StackDef, StackTable, Writer};
@@ -59,7 +60,7 @@ pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
         }
         if let Some(id) = frames_at(&items, i + AHEAD) {
             m.table.prefetch_frames(id);
-            if let Some(d) = o.ids.stacks.get(id as usize) {
+            if let Some(d) = o.ids.stacks.slot(id) {
                 prefetch(d);
             }
         }
@@ -130,14 +131,14 @@ impl Out<'_> {
     /// The output id of table stack `id`, defined (its new frames, then
     /// itself) before its first use.
     fn define(&mut self, table: &StackTable, id: u32) -> Result<u32> {
-        let (out, new) = number(&mut self.ids.stacks, &mut self.ids.next_stack, id);
+        let (out, new) = self.ids.stacks.number(id);
         if !new {
             return Ok(out);
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         for &f in table.stack(id) {
-            let (out_f, new) = number(&mut self.ids.frames, &mut self.ids.next_frame, f);
+            let (out_f, new) = self.ids.frames.number(f);
             if new {
                 self.record(&Record::Frame(FrameDef { id: out_f, frame: table.frame(f).clone() }))?;
                 let mut text = Vec::new();
@@ -175,23 +176,6 @@ impl Out<'_> {
 /// them (the same records make the same bytes, whatever the table's ids).
 #[derive(Default)]
 struct Defined {
-    /// Table id -> output id + 1 (0: not defined yet).
-    frames: Vec<u32>,
-    stacks: Vec<u32>,
-    next_frame: u32,
-    next_stack: u32,
-}
-
-/// The output id of table id `id` in `ids`, and whether it is new.
-fn number(ids: &mut Vec<u32>, next: &mut u32, id: u32) -> (u32, bool) {
-    let i = id as usize;
-    if i >= ids.len() {
-        ids.resize(i + 1, 0);
-    }
-    if ids[i] > 0 {
-        return (ids[i] - 1, false);
-    }
-    *next += 1;
-    ids[i] = *next;
-    (*next - 1, true)
+    frames: FirstUse,
+    stacks: FirstUse,
 }
