@@ -61,7 +61,7 @@ pub struct Cli {
     #[command(flatten)]
     pub probe: wallclock_capture::probe::ProbeArgs,
     /// Sampling frequency per CPU, Hz.
-    #[arg(short = 'F', long = "frequency", default_value_t = 49, value_name = "HZ")]
+    #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
     /// Sample on this perf event instead of the cpu clock, one sample every
     /// PERIOD events: page-faults (@100 by default), minor-faults (@100),

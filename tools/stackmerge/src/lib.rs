@@ -98,7 +98,7 @@ pub struct Cli {
     #[arg(long, default_value = "us", value_name = "ns|us|ms")]
     pub unit: Unit,
     /// Sampling frequency of on-CPU input without a header (Hz).
-    #[arg(short = 'F', long, default_value_t = 49, value_name = "HZ")]
+    #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
     /// Root each folded stack at its thread (comm-TID) instead of its
     /// process (NAME (PID)).
