@@ -298,3 +298,37 @@ pub fn resolved(text: &str) -> String {
     }
     out
 }
+
+/// What a loaded machine does to a thread that sleeps: a thread sleeps
+/// 10 ms at a time and keeps the longest overshoot (the wait for a CPU
+/// after the timer fired) until `stop`. Timing tests derive their margins
+/// from it instead of a constant a busy machine can cross.
+pub struct WakeLatency {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<std::time::Duration>,
+}
+
+impl WakeLatency {
+    pub fn start() -> WakeLatency {
+        use std::sync::atomic::Ordering;
+        use std::time::{Duration, Instant};
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(10));
+                worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(10)));
+            }
+            worst
+        });
+        WakeLatency { stop, handle }
+    }
+
+    /// The longest wake-up delay seen since `start`.
+    pub fn stop(self) -> std::time::Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
+}
