@@ -1,6 +1,7 @@
 //! Tests of offcputime and oncputime against a workload that measures its
 //! own per-function CPU and wall time (tests/programs/capture/workload.c).
-//! They load real BPF programs: run as root (they skip, saying so, otherwise).
+//! They load real BPF programs: run as root (they fail otherwise, unless
+//! WALLCLOCK_SKIP_ROOT=1 asks to skip).
 
 mod util;
 

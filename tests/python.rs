@@ -4,7 +4,7 @@
 //! its Python callers in order, the native stack goes on down to `_start`,
 //! and each function's on-CPU share of its time is the one it measured.
 //! The pythons are pyenv's (~/.pyenv/versions); a test whose python is not
-//! installed skips, saying so.
+//! installed fails, saying so, unless WALLCLOCK_SKIP_PYENV=1 asks to skip.
 
 mod util;
 

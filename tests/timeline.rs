@@ -3,7 +3,8 @@
 //! Chrome trace-event JSON and read back by an independent reader
 //! (tests/timeline/check_trace.py: Python's json and the format's rules)
 //! and by the DevTools performance panel's trace engine (npm, tests/timeline/engine.rs).
-//! Loads real BPF programs: run as root (skipped, saying so, otherwise).
+//! Loads real BPF programs: run as root (fails otherwise, unless
+//! WALLCLOCK_SKIP_ROOT=1 asks to skip).
 
 mod util;
 #[path = "timeline/engine.rs"]

@@ -1,7 +1,7 @@
 //! Process trees: `-- sh -c 'CHILD; sleep 1'`, `-p PID -C` and `--cgroup`,
 //! against a workload that measures its own CPU time
-//! (tests/programs/tree/treespin.c). Real BPF: run as root (skips, saying
-//! so, otherwise).
+//! (tests/programs/tree/treespin.c). Real BPF: run as root (fails otherwise,
+//! unless WALLCLOCK_SKIP_ROOT=1 asks to skip).
 
 mod util;
 

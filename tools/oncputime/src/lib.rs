@@ -14,7 +14,7 @@
 //! crate's `driver`; this crate holds the BPF configuration and records.
 
 mod skel {
-    #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
+    #![allow(clippy::all, clippy::undocumented_unsafe_blocks, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/oncputime.skel.rs"));
 }
 
