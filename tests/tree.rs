@@ -300,7 +300,7 @@ fn cgroup_takes_its_processes_and_no_others() {
         // last before it (or nothing, then 0) and the first after it.
         let inside: Vec<u64> = samples.iter().filter(|t| (ws..=we).contains(&t.0)).filter_map(at).collect();
         let lo = inside.last().zip(inside.first()).map_or(0, |(l, f)| l - f);
-        let before = samples.iter().filter(|t| t.0 < ws).filter_map(at).last().unwrap_or(0);
+        let before = samples.iter().filter(|t| t.0 < ws).filter_map(at).next_back().unwrap_or(0);
         let after = samples.iter().filter(|t| t.0 > we).find_map(at).unwrap_or(truth[&(*pid as u64)]);
         let hi = after - before;
         let on = cpu_of(&recs, *pid as u64);
