@@ -23,7 +23,7 @@ _gputrace() {
 
     case "${cmd}" in
         gputrace)
-            opts="-o -F -p -d -h -V --output --gpu-only --cpu-only --merge --freq --inject --cupti --timeline --pid --duration --help --version"
+            opts="-o -F -p -d -h -V --output --gpu-only --cpu-only --merge --frequency --inject --cupti --timeline --pid --duration --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -37,7 +37,7 @@ _gputrace() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --freq)
+                --frequency)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

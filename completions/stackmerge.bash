@@ -23,7 +23,7 @@ _stackmerge() {
 
     case "${cmd}" in
         stackmerge)
-            opts="-o -f -F -p -t -h -V --on --gpu --output --folded --unit --freq --per-thread --roots --gpu-roots --pid --tid --wakers --kind --help --version"
+            opts="-o -f -F -p -t -h -V --on --gpu --output --folded --unit --frequency --per-thread --roots --gpu-roots --pid --tid --wakers --kind --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -49,7 +49,7 @@ _stackmerge() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --freq)
+                --frequency)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,7 +23,7 @@ _wcreport() {
 
     case "${cmd}" in
         wcreport)
-            opts="-o -h -V --json --top --split-dir --prefix --timeline --spans --slower-than --spans-folded --output --help --version"
+            opts="-o -h -V --json --top --split-dir --prefix --timeline-from --spans --slower-than --spans-folded --output --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -41,7 +41,7 @@ _wcreport() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --timeline)
+                --timeline-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

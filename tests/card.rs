@@ -49,8 +49,7 @@ fn blue((r, _g, b): (u8, u8, u8)) -> bool {
 
 #[test]
 fn card_line_typed_literally_names_both_kinds() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: needs root (BPF)");
+    if util::skip_without_root("card") {
         return;
     }
     let dir = util::scratch("card");

@@ -88,7 +88,7 @@ fn hardware_event_without_a_pmu_is_one_line() {
         return;
     }
     if Path::new("/sys/bus/event_source/devices/cpu").exists() {
-        eprintln!("SKIPPED: this machine has a CPU PMU");
+        util::skipped("this machine has a CPU PMU");
         return;
     }
     let dir = util::scratch("events-cycles");

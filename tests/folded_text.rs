@@ -229,8 +229,7 @@ fn rust_program_stacks_through_the_pipeline() {
 /// with `;` and spaces in its name, is drawn.
 #[test]
 fn rust_program_profiled_end_to_end() {
-    if !util::is_root() {
-        eprintln!("skipped: offcputime needs root");
+    if util::skip_without_root("folded_text") {
         return;
     }
     let dir = scratch("folded-rustnames-live");

@@ -259,11 +259,7 @@ fn launch_cost_is_measured() {
 /// GPU leaf survives symbolization.
 #[test]
 fn stacksym_names_the_launch_functions() {
-    let p = util::bin_dir().join("stacksym");
-    if !p.exists() {
-        eprintln!("SKIPPED: stacksym is not built");
-        return;
-    }
+    util::bin("stacksym");
     let (_, recs, _) = traced("gpu-stacksym", &["3"], &[]);
     let mut text = Vec::new();
     let mut w = wallclock_stream::Writer::new(&mut text);
@@ -271,10 +267,6 @@ fn stacksym_names_the_launch_functions() {
         w.write(r).unwrap();
     }
     let out = util::run("stacksym", &[], &text);
-    if out.status.code() == Some(2) {
-        eprintln!("SKIPPED: stacksym is a placeholder");
-        return;
-    }
     assert!(out.status.success(), "stacksym: {}", String::from_utf8_lossy(&out.stderr));
     let sym: Vec<Record> = Reader::new(&out.stdout[..], "stacksym", ReaderOptions::default()).collect::<Result<_, _>>().unwrap();
     for s in gpu_stacks(&sym) {
@@ -289,8 +281,7 @@ fn stacksym_names_the_launch_functions() {
 /// the fake GPU's own times, beside the program's on- and off-CPU time.
 #[test]
 fn wallclock_gpu_mode_puts_kernels_under_their_launchers() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: scripts/wallclock needs root (BPF)");
+    if util::skip_without_root("gpu") {
         return;
     }
     let (dir, app) = fakes();

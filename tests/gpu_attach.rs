@@ -45,8 +45,7 @@ fn records(path: &PathBuf) -> Vec<Record> {
 
 #[test]
 fn attach_records_the_windows_kernels_under_their_launch_stacks_and_lets_go() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: attaching needs ptrace rights over the program (root here)");
+    if util::skip_without_root("gpu_attach") {
         return;
     }
     let work = util::scratch("gpu-attach");
@@ -147,8 +146,7 @@ fn one_line_error(out: &Output) -> String {
 
 #[test]
 fn attach_errors_are_one_line() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: attaching needs ptrace rights over the program (root here)");
+    if util::skip_without_root("gpu_attach") {
         return;
     }
     let work = util::scratch("gpu-attach-errors");

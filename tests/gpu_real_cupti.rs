@@ -29,7 +29,7 @@ fn clean(mut cmd: Command) -> Command {
 fn real_libcupti_without_a_driver_leaves_the_program_untouched_and_says_why_once() {
     let cupti = real_cupti();
     if std::path::Path::new("/dev/nvidia0").exists() {
-        eprintln!("SKIPPED: this machine has an NVIDIA GPU; scripts/gpu-check covers it");
+        util::skipped("this machine has an NVIDIA GPU; scripts/gpu-check covers it");
         return;
     }
     let dir = util::scratch("gpu-real-fakes");

@@ -35,8 +35,7 @@ fn ok(dir: &Path, path: &str, script: &str) -> String {
 
 #[test]
 fn install_runs_the_card_line_and_uninstalls_cleanly() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: needs root (BPF)");
+    if util::skip_without_root("install") {
         return;
     }
     let dir = util::scratch("install");

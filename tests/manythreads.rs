@@ -40,8 +40,7 @@ fn u(v: &Value) -> u64 {
 
 #[test]
 fn two_thousand_threads_accounted_with_their_stacks() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: the manythreads test needs root (BPF)");
+    if util::skip_without_root("manythreads") {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,8 +115,7 @@ fn two_thousand_threads_accounted_with_their_stacks() {
 /// under 1% of thread-time in `[lost stack]`.
 #[test]
 fn wallclock_on_two_thousand_threads() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: needs root (BPF)");
+    if util::skip_without_root("manythreads") {
         return;
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

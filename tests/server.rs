@@ -129,8 +129,7 @@ fn capture_cost(redis: &Redis, n: u64, prefix: &Path) -> f64 {
 
 #[test]
 fn redis_server_with_default_flags() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: needs root (BPF)");
+    if util::skip_without_root("server") {
         return;
     }
     let dir = util::scratch("server-redis");

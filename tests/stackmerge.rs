@@ -434,9 +434,11 @@ fn head_closes_the_pipe_quietly() {
 /// of its samples' periods (ns of cpu-clock), which must come out unchanged.
 #[test]
 fn perf_script_recorded_here() {
+    if util::skip_without_root("stackmerge perf") {
+        return;
+    }
     let have_perf = Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !util::is_root() || !have_perf {
-        eprintln!("SKIPPED: needs root and perf");
+    if !have_perf && util::missing("perf is not installed", "scripts/setup installs it (linux-perf)", "WALLCLOCK_SKIP_PERF") {
         return;
     }
     let dir = scratch("stackmerge-perf");

@@ -282,8 +282,7 @@ fn kernel_symbols() -> Vec<(u64, String)> {
 
 #[test]
 fn kernel_addresses_from_kallsyms() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: kallsyms addresses need root");
+    if util::skip_without_root("stacksym") {
         return;
     }
     let syms = kernel_symbols();

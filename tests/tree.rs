@@ -1,7 +1,7 @@
 //! Process trees: `-- sh -c 'CHILD; sleep 1'`, `-p PID -C` and `--cgroup`,
 //! against a workload that measures its own CPU time
-//! (tests/programs/tree/treespin.c). Real BPF: run as root (skips, saying
-//! so, otherwise).
+//! (tests/programs/tree/treespin.c). Real BPF: run as root (fails otherwise,
+//! unless WALLCLOCK_SKIP_ROOT=1 asks to skip).
 
 mod util;
 
@@ -201,6 +201,27 @@ impl Drop for TempCgroup {
     }
 }
 
+/// CLOCK_MONOTONIC now, ns: the clock of the stream's window.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The CPU time a process has run so far (its schedstat's first field,
+/// what its CPU clock reads), or None once it is gone.
+fn schedstat_ns(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Two processes in a cgroup (one there before the capture, one entering
+/// during it) and one outside, each spinning until the test stops them
+/// after the capture, so that each runs through the whole window however
+/// slow the machine is to attach. Each one's captured on-CPU time is
+/// compared with what its own CPU clock counted inside the window: sampled
+/// every 20 ms during the capture, the samples taken inside the window
+/// bound it from below, those around it from above.
 #[test]
 fn cgroup_takes_its_processes_and_no_others() {
     if skip() {
@@ -212,19 +233,28 @@ fn cgroup_takes_its_processes_and_no_others() {
     let cg = root.join(format!("wallclock-tree-test-{}", std::process::id()));
     std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.display()));
     let _guard = TempCgroup(cg.clone(), root.clone());
+    let dir = util::scratch("tree-cgroup");
+    let stop = dir.join("stop");
     let procs = cg.join("cgroup.procs");
-    let in_cgroup = |ms: &str| {
-        let script = format!("echo $$ > {} && exec {} spin {ms}", procs.display(), treespin().display());
+    let in_cgroup = || {
+        let script = format!("echo $$ > {} && exec {} until {}", procs.display(), treespin().display(), stop.display());
         Command::new("sh").args(["-c", &script]).stdout(Stdio::piped()).spawn().unwrap()
     };
-    let first = in_cgroup("2500");
-    let outsider = Command::new(treespin()).args(["spin", "1500"]).stdout(Stdio::piped()).spawn().unwrap();
+    // Stops the spinners however the test ends.
+    struct Stop(PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = std::fs::write(&self.0, "");
+        }
+    }
+    let _stop = Stop(stop.clone());
+    let first = in_cgroup();
+    let outsider = Command::new(treespin()).arg("until").arg(&stop).stdout(Stdio::piped()).spawn().unwrap();
     let t0 = Instant::now();
     while std::fs::read_to_string(&procs).unwrap_or_default().trim().is_empty() {
         assert!(t0.elapsed() < Duration::from_secs(5), "the workload never entered the cgroup");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let dir = util::scratch("tree-cgroup");
     let (ready, out_file) = (dir.join("ready"), dir.join("out.jsonl"));
     let mut tool = Command::new(util::bin("offcputime"))
         .arg("--cgroup")
@@ -236,11 +266,21 @@ fn cgroup_takes_its_processes_and_no_others() {
         .spawn()
         .unwrap();
     while !ready.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(20), "offcputime never became ready");
+        assert!(t0.elapsed() < Duration::from_secs(60), "offcputime never became ready");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let second = in_cgroup("300");
-    assert!(tool.wait().unwrap().success(), "offcputime --cgroup failed");
+    let second = in_cgroup();
+    let pids = [first.id(), second.id()];
+    let mut samples: Vec<(u64, [Option<u64>; 2])> = Vec::new();
+    let status = loop {
+        samples.push((monotonic_ns(), pids.map(schedstat_ns)));
+        if let Some(st) = tool.try_wait().unwrap() {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "offcputime --cgroup failed");
+    std::fs::write(&stop, "").unwrap();
     let mut truth = HashMap::new();
     for c in [first, second] {
         truth.extend(truths(&String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout)));
@@ -249,12 +289,26 @@ fn cgroup_takes_its_processes_and_no_others() {
     let outsider_pid = *truths(&String::from_utf8_lossy(&outsider.stdout)).keys().next().unwrap();
     assert_eq!(truth.len(), 2, "both workloads report: {truth:?}");
 
+    let header: Value = serde_json::from_str(std::fs::read_to_string(&out_file).unwrap().lines().next().unwrap()).unwrap();
+    let (ws, we) = (u(&header["start_ns"]), u(&header["end_ns"]));
+    assert!(we > ws, "the window: {header}");
     let recs = symbolized(&out_file);
     let captured: Vec<u64> = recs.iter().filter(|r| r["type"] == "thread").map(|r| u(&r["pid"])).collect();
-    for (&pid, &cpu) in &truth {
-        let on = cpu_of(&recs, pid);
-        eprintln!("--cgroup: pid {pid} ran {cpu} ns in all, {on} ns captured");
-        assert!(on > cpu.min(300_000_000) / 2, "pid {pid} in the cgroup: {on} ns captured of {cpu}");
+    for (i, pid) in pids.iter().enumerate() {
+        let at = |t: &(u64, [Option<u64>; 2])| t.1[i];
+        // Inside: the first and last samples in the window; around: the
+        // last before it (or nothing, then 0) and the first after it.
+        let inside: Vec<u64> = samples.iter().filter(|t| (ws..=we).contains(&t.0)).filter_map(at).collect();
+        let lo = inside.last().zip(inside.first()).map_or(0, |(l, f)| l - f);
+        let before = samples.iter().filter(|t| t.0 < ws).filter_map(at).next_back().unwrap_or(0);
+        let after = samples.iter().filter(|t| t.0 > we).find_map(at).unwrap_or(truth[&(*pid as u64)]);
+        let hi = after - before;
+        let on = cpu_of(&recs, *pid as u64);
+        eprintln!("--cgroup: pid {pid} ran {lo}..{hi} ns in the window by its own clock ({} samples inside), {on} ns captured", inside.len());
+        // 10 ms: the shell before it moved into the cgroup, and the clocks' ticks.
+        assert!(on + 10_000_000 >= lo * 98 / 100, "pid {pid} in the cgroup: {on} ns captured, it ran at least {lo} ns in the window");
+        assert!(on <= hi * 102 / 100 + 10_000_000, "pid {pid} in the cgroup: {on} ns captured, it ran at most {hi} ns around the window");
+        assert!(lo > 0, "pid {pid}: no sample of it inside the window");
     }
     assert!(!captured.contains(&outsider_pid), "the process outside the cgroup was captured");
     for p in &captured {

@@ -232,7 +232,9 @@ fn the_gate_is_not_the_commands_time() {
 fn bad_arguments_are_one_line() {
     for (args, expect) in [
         (vec!["notapid"], "PID must be a number"),
-        (vec!["-f", "0", "1"], "-f must be"),
+        (vec!["-f", "0", "1"], "-F must be"),
+        (vec!["-F", "0", "1"], "-F must be"),
+        (vec!["--frequency", "x", "1"], "-F must be"),
         (vec!["999999999"], "no such process"),
     ] {
         let out = wallclock(&args);

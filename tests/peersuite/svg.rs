@@ -150,8 +150,9 @@ pub fn frames(svg: &str) -> Vec<Frame> {
     out
 }
 
-/// F1: the title before ` (NUMBER ...`, blanks at the ends aside (inferno
-/// trims a frame named " " to nothing; flamegraph.pl keeps it).
+/// F1: the title before ` (NUMBER ...`, exactly: blanks included (a last
+/// frame of blanks only, perf's symbol " " in perf-vertx-stacks-01, is
+/// the frame "" in inferno's graphs and must be in ours).
 fn frame_name(title: &str) -> String {
     let mut cut = title.len();
     for (i, _) in title.match_indices(" (") {
@@ -159,7 +160,7 @@ fn frame_name(title: &str) -> String {
             cut = i;
         }
     }
-    title[..cut].trim().to_string()
+    title[..cut].to_string()
 }
 
 fn unxml(s: &str) -> String {

@@ -93,11 +93,12 @@ pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
     Run { stdout: String::from_utf8_lossy(&out.stdout).into_owned(), stderr, comms, stacks, report }
 }
 
-/// Is `prog` on PATH? Says SKIPPED when not.
+/// Is `prog` on PATH? Fails the test when not (scripts/setup --tests
+/// installs it), unless WALLCLOCK_SKIP_RUNTIMES=1 asks to skip.
 pub fn have(prog: &str, package: &str) -> bool {
     let ok = Command::new("sh").args(["-c", &format!("command -v {prog}")]).output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: {prog} is not installed (scripts/setup --tests installs {package})");
+        util::missing(&format!("{prog} is not installed"), &format!("scripts/setup --tests installs {package}"), "WALLCLOCK_SKIP_RUNTIMES");
     }
     ok
 }

@@ -72,7 +72,7 @@ pub fn testdata(rel: &str) -> Option<PathBuf> {
     let dir = root().join("../shared/testdata");
     if !dir.is_dir() {
         if std::env::var_os("WALLCLOCK_NO_TESTDATA").is_some() {
-            eprintln!("SKIPPED: {} is absent (WALLCLOCK_NO_TESTDATA set)", dir.display());
+            skipped(&format!("{} is absent (WALLCLOCK_NO_TESTDATA set)", dir.display()));
             return None;
         }
         panic!("{} is absent: these tests read inputs written by other tools from there (set WALLCLOCK_NO_TESTDATA=1 to skip)", dir.display());
@@ -83,9 +83,9 @@ pub fn testdata(rel: &str) -> Option<PathBuf> {
 }
 
 /// Compile the ground-truth C program `src` (relative to the repository)
-/// into `dir/name` as DESIGN.md asks: frame pointers, no sibling calls (a
-/// function's last call would otherwise become a jump and vanish from
-/// every stack), -pthread.
+/// into `dir/name` with what frame-pointer unwinding needs: frame
+/// pointers, no sibling calls (a function's last call would otherwise
+/// become a jump and vanish from every stack), -pthread.
 pub fn build_c(src: &str, dir: &Path, name: &str) -> PathBuf {
     build_c_with(src, dir, name, &["-O1", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread"])
 }
@@ -179,14 +179,54 @@ pub fn is_root() -> bool {
     unsafe { geteuid() == 0 }
 }
 
-/// Whether to skip a test that loads BPF programs: not root. Says so,
-/// naming `what` tests.
+/// Whether to skip a test that needs root (it loads BPF programs, reads
+/// kernel addresses, writes system folders). Not root fails the test,
+/// naming it, unless WALLCLOCK_SKIP_ROOT=1 asks to skip: a test that
+/// returns early and passes would hide that nothing was checked.
 pub fn skip_without_root(what: &str) -> bool {
     if is_root() {
         return false;
     }
-    eprintln!("SKIPPED: {what} tests need root (BPF)");
-    true
+    if std::env::var_os("WALLCLOCK_SKIP_ROOT").is_some_and(|v| v != "0" && !v.is_empty()) {
+        skipped(&format!("{what} tests need root (WALLCLOCK_SKIP_ROOT set)"));
+        return true;
+    }
+    panic!("{what} tests need root: run them as root (sudo scripts/test), or set WALLCLOCK_SKIP_ROOT=1 to skip them");
+}
+
+/// Record a skipped test: said on stderr (cargo test shows it only for
+/// failures) and appended to the file `$WALLCLOCK_SKIP_LOG` names, which
+/// scripts/test counts and prints at the end.
+pub fn skipped(reason: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().filter(|n| *n != "main").unwrap_or("?");
+    let bin = std::env::args().next().map(|a| {
+        let base = Path::new(&a).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or(a);
+        // target/release/deps/NAME-HASH: the binary is tests/NAME.rs.
+        match base.rsplit_once('-') {
+            Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => name.to_string(),
+            _ => base,
+        }
+    });
+    eprintln!("SKIPPED: {reason}");
+    if let Some(log) = std::env::var_os("WALLCLOCK_SKIP_LOG") {
+        let line = format!("{} {test}: {reason}\n", bin.unwrap_or_default());
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            // One write per line: test threads append without interleaving.
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
+}
+
+/// An input a test needs is missing (a runtime, a tool, a build): the
+/// test fails, saying what installs it, unless the environment variable
+/// `opt_out` asks to skip (then counted as skipped). Returns true to skip.
+pub fn missing(what: &str, installs: &str, opt_out: &str) -> bool {
+    if std::env::var_os(opt_out).is_some_and(|v| v != "0" && !v.is_empty()) {
+        skipped(&format!("{what} ({opt_out} set)"));
+        return true;
+    }
+    panic!("{what}: {installs} (or set {opt_out}=1 to skip the tests that need it)");
 }
 
 extern "C" {
@@ -257,4 +297,38 @@ pub fn resolved(text: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// What a loaded machine does to a thread that sleeps: a thread sleeps
+/// 10 ms at a time and keeps the longest overshoot (the wait for a CPU
+/// after the timer fired) until `stop`. Timing tests derive their margins
+/// from it instead of a constant a busy machine can cross.
+pub struct WakeLatency {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<std::time::Duration>,
+}
+
+impl WakeLatency {
+    pub fn start() -> WakeLatency {
+        use std::sync::atomic::Ordering;
+        use std::time::{Duration, Instant};
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(Duration::from_millis(10));
+                worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(10)));
+            }
+            worst
+        });
+        WakeLatency { stop, handle }
+    }
+
+    /// The longest wake-up delay seen since `start`.
+    pub fn stop(self) -> std::time::Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.join().unwrap()
+    }
 }

@@ -15,8 +15,7 @@ use super::util;
 /// points.
 #[test]
 fn real_capture_agrees_with_ground_truth() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: the capture needs root (BPF)");
+    if util::skip_without_root("wcexport capture") {
         return;
     }
     let dir = util::scratch("wcexport-demo");

@@ -32,8 +32,7 @@ fn totals(p: &Value) -> BTreeMap<String, i64> {
 /// (of its wall time) for every sample type.
 #[test]
 fn every_2_over_10_s_gives_5_profiles_that_add_up() {
-    if !util::is_root() {
-        eprintln!("SKIPPED: the capture needs root (BPF)");
+    if util::skip_without_root("wcexport every") {
         return;
     }
     let dir = util::scratch("wcexport-every");

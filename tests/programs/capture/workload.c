@@ -6,7 +6,7 @@
  *
  * Build: gcc -O1 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -pthread workload.c -o workload
  * (without -fno-optimize-sibling-calls a function's last call becomes a
- * jump and the function leaves every stack: see DESIGN.md). */
+ * jump and the function leaves every stack of the frame-pointer unwinder). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

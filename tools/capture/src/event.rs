@@ -3,7 +3,7 @@
 //! compile-time check of every field's offset and every struct's size
 //! against clang's layout of the header. Nothing here is a hand copy.
 
-#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all, clippy::undocumented_unsafe_blocks)]
 mod c {
     include!(concat!(env!("OUT_DIR"), "/wallclock_h.rs"));
 }

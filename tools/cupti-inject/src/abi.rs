@@ -343,6 +343,8 @@ impl Cupti {
     pub unsafe fn load(handle: *mut c_void) -> Result<Cupti, String> {
         macro_rules! sym {
             ($name:literal) => {{
+                // SAFETY: `handle` is a live dlopen handle (load's contract)
+                // and the name a NUL-terminated literal; dlsym only reads them.
                 let p = unsafe { libc::dlsym(handle, concat!($name, "\0").as_ptr().cast()) };
                 if p.is_null() {
                     None

@@ -60,18 +60,21 @@ pub(crate) unsafe extern "C" fn buffer_completed(
 /// `rec` must point at a complete CUPTI activity record.
 unsafe fn format_record(st: &State, rec: *mut u32, out: &mut String) {
     let ts = |t: u64| if t == 0 { 0 } else { (t as i64 - st.clock_offset).max(0) as u64 };
-    // SAFETY (reads below): the record's kind says which layout it has.
+    // SAFETY: rec points at a CUPTI record, which starts with its kind (format_record's contract); the kind says which layout the reads below have.
     match unsafe { *rec } {
         KIND_CONCURRENT_KERNEL => {
+            // SAFETY: rec points at a whole record of this kind (the match on its kind); read_unaligned as CUPTI packs them.
             let k = unsafe { (rec as *const Kernel).read_unaligned() };
             let name = if k.name.is_null() {
                 "?".into()
             } else {
+                // SAFETY: a non-null name is CUPTI's NUL-terminated kernel name, alive while the buffer is.
                 unsafe { CStr::from_ptr(k.name as *const c_char) }.to_string_lossy()
             };
             // Only Kernel5..Kernel9 have a graph id; a CUPTI older than
             // CUDA 11 delivers Kernel4, 144 bytes long: 0 (no graph) then.
             let graph = if st.version >= GRAPH_ID_MIN_VERSION {
+                // SAFETY: GRAPH_ID_OFFSET lies inside every record layout of these versions (Kernel5..Kernel9).
                 unsafe { (rec as *const u8).add(GRAPH_ID_OFFSET).cast::<u32>().read_unaligned() }
             } else {
                 0
@@ -87,6 +90,7 @@ unsafe fn format_record(st: &State, rec: *mut u32, out: &mut String) {
             );
         }
         KIND_MEMCPY => {
+            // SAFETY: rec points at a whole record of this kind (the match on its kind); read_unaligned as CUPTI packs them.
             let m = unsafe { (rec as *const Memcpy).read_unaligned() };
             let _ = writeln!(
                 out,
@@ -101,6 +105,7 @@ unsafe fn format_record(st: &State, rec: *mut u32, out: &mut String) {
             );
         }
         KIND_MEMSET => {
+            // SAFETY: rec points at a whole record of this kind (the match on its kind); read_unaligned as CUPTI packs them.
             let m = unsafe { (rec as *const Memset).read_unaligned() };
             let _ = writeln!(
                 out,
@@ -114,11 +119,13 @@ unsafe fn format_record(st: &State, rec: *mut u32, out: &mut String) {
             );
         }
         KIND_SYNCHRONIZATION => {
+            // SAFETY: rec points at a whole record of this kind (the match on its kind); read_unaligned as CUPTI packs them.
             let s = unsafe { (rec as *const Sync).read_unaligned() };
             let _ =
                 writeln!(out, "Y {} {} {} {} {}", s.correlation_id, ts(s.start), ts(s.end), s.sync_type, s.stream_id);
         }
         KIND_RUNTIME | KIND_DRIVER => {
+            // SAFETY: rec points at a whole record of this kind (the match on its kind); read_unaligned as CUPTI packs them.
             let a = unsafe { (rec as *const Api).read_unaligned() };
             let dom = if a.kind == KIND_RUNTIME { DOMAIN_RUNTIME_API } else { DOMAIN_DRIVER_API };
             let _ = writeln!(
@@ -133,6 +140,7 @@ unsafe fn format_record(st: &State, rec: *mut u32, out: &mut String) {
             );
         }
         KIND_OVERHEAD => {
+            // SAFETY: rec points at a whole record of this kind (the match on its kind); read_unaligned as CUPTI packs them.
             let o = unsafe { (rec as *const Overhead).read_unaligned() };
             let _ = writeln!(out, "O {} {} {}", o.overhead_kind, ts(o.start), ts(o.end));
         }

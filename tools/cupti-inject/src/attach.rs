@@ -113,7 +113,7 @@ fn run(dir: &Path) {
 /// flushed, the tail written.
 fn stop(st: &State) {
     st.done.store(true, Ordering::SeqCst);
-    // SAFETY (all calls): CUPTI's documented calls with valid arguments.
+    // SAFETY: CUPTI's documented calls, with the live subscriber and its own kinds and domains.
     unsafe {
         if let Some(disable) = st.cupti.activity_disable {
             for &(kind, _) in init::KINDS {

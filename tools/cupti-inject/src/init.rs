@@ -81,6 +81,7 @@ fn load_cupti() -> Result<(Cupti, u32), String> {
         if h.is_null() {
             // SAFETY: dlerror returns a NUL-terminated string or NULL.
             let e = unsafe { libc::dlerror() };
+            // SAFETY: not null: dlerror's NUL-terminated message.
             let e = if e.is_null() { "cannot load".into() } else { unsafe { CStr::from_ptr(e) }.to_string_lossy() };
             why.push(e.into_owned());
             continue;
@@ -123,11 +124,12 @@ unsafe extern "C" fn timestamp_cb() -> u64 {
 /// where that cannot be registered, CUPTI's own clock and its offset from
 /// CLOCK_MONOTONIC measured now. (clock name, offset to subtract)
 fn choose_clock(cupti: &Cupti) -> (&'static str, i64) {
-    // SAFETY (both calls): CUPTI's documented calls with valid arguments.
+    // SAFETY: CUPTI's documented call, with a callback of its signature.
     match cupti.register_timestamp.map(|f| unsafe { f(timestamp_cb) }) {
         Some(CUPTI_SUCCESS) => ("monotonic", 0i64),
         _ => {
             let mut t = 0u64;
+            // SAFETY: CUPTI's documented call, writing to a valid u64.
             let ok = cupti.get_timestamp.is_some_and(|f| unsafe { f(&mut t) } == CUPTI_SUCCESS);
             let off = if ok { t as i64 - monotonic_ns() as i64 } else { 0 };
             ("calibrated", off)
@@ -150,12 +152,13 @@ pub(crate) const KINDS: &[(u32, &str)] = &[
 /// The buffer callbacks and the activity kinds. Kernels are required (the
 /// warning text otherwise); any other kind that fails becomes a note.
 fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String> {
-    // SAFETY (all calls below): CUPTI's documented calls with valid arguments.
+    // SAFETY: CUPTI's documented call, with callbacks of its signatures.
     let r = unsafe { (cupti.register_callbacks)(buffer_requested, buffer_completed) };
     if r != CUPTI_SUCCESS {
         return Err(format!("cuptiActivityRegisterCallbacks failed: {}", cupti.error(r)));
     }
     for &(kind, name) in KINDS {
+        // SAFETY: CUPTI's documented call with one of its activity kinds.
         let r = unsafe { (cupti.activity_enable)(kind) };
         if r != CUPTI_SUCCESS {
             if kind == KIND_CONCURRENT_KERNEL {
@@ -172,7 +175,7 @@ fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String>
 /// without them the activity is still recorded, with a note.
 fn subscribe(st: &State, notes: &mut Vec<String>) {
     let mut sub: *mut c_void = std::ptr::null_mut();
-    // SAFETY (all calls below): CUPTI's documented calls with valid arguments.
+    // SAFETY: CUPTI's documented call, writing the subscriber to a valid pointer.
     let r = unsafe { (st.cupti.subscribe)(&mut sub, on_api, std::ptr::null_mut()) };
     if r != CUPTI_SUCCESS {
         notes.push(format!("cuptiSubscribe failed ({}): no launch stacks", st.cupti.error(r)));
@@ -180,6 +183,7 @@ fn subscribe(st: &State, notes: &mut Vec<String>) {
     }
     st.subscriber.store(sub, Ordering::SeqCst);
     for d in [DOMAIN_RUNTIME_API, DOMAIN_DRIVER_API] {
+        // SAFETY: CUPTI's documented call with the live subscriber and one of its domains.
         let r = unsafe { (st.cupti.enable_domain)(1, sub, d) };
         if r != CUPTI_SUCCESS {
             notes.push(format!("cannot enable callback domain {d}: {}", st.cupti.error(r)));

@@ -61,6 +61,10 @@ fn exact_value(text: &str) -> Option<(u64, u64)> {
 /// the stack text whenever the marker is a plain suffix.
 pub fn parse_folded(line: &str) -> Result<(Cow<'_, str>, Value, usize), String> {
     let (stack, _) = folded::split_line(line)?;
+    // Every blank before the value separates it, as inferno reads folded
+    // lines: a last frame of blanks only (perf's symbol " ", `f;  3`) is
+    // the frame "", the one inferno draws there.
+    let stack = stack.trim_end();
     let text = line.trim_end();
     let value_text = text.rsplit_once([' ', '\t']).map_or(text, |(_, v)| v);
     let (whole, milli) = exact_value(value_text)
@@ -125,6 +129,9 @@ mod tests {
         assert_eq!((s.as_ref(), k), ("a;b_[k]", OTHER));
         assert!(parse_folded("a;b").is_err());
         assert!(parse_folded("a;b x").is_err());
+        // A blank last frame is inferno's "" frame, not a frame named " ".
+        let (s, v, _) = parse_folded("a;write0_[j];  3").unwrap();
+        assert_eq!((s.as_ref(), v.at(1)), ("a;write0_[j];", 3));
         // stackmerge --wakers: the block's marker before `--`, the waker after.
         let (s, _, k) = parse_folded("a;read;[sleep]_[o];--;write_[w];main_[w];w (9)_[w] 5").unwrap();
         assert_eq!((s.as_ref(), k), ("a;read;[sleep];--;write_[w];main_[w];w (9)_[w]", OFF));

@@ -108,7 +108,8 @@ pub struct Cli {
     /// markers, ns for perf script of cpu-clock, else samples).
     #[arg(long, value_parser = ["ns", "us", "ms", "samples"])]
     pub unit: Option<String>,
-    /// One SVG per thread into the directory -o: thread_<TID>_<role>.svg
+    /// Each thread apart (as `stackmerge --per-thread`): one SVG per
+    /// thread into the directory -o: thread_<TID>_<role>.svg
     /// (stream input; role as wcreport names it: main, the record's role,
     /// else one from the thread name).
     #[arg(long, requires = "output")]

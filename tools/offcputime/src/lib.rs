@@ -61,7 +61,7 @@ mod stacks;
 mod timeline;
 mod wakers;
 mod skel {
-    #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
+    #![allow(clippy::all, clippy::undocumented_unsafe_blocks, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/offcputime.skel.rs"));
 }
 

@@ -14,7 +14,7 @@
 //! crate's `driver`; this crate holds the BPF configuration and records.
 
 mod skel {
-    #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
+    #![allow(clippy::all, clippy::undocumented_unsafe_blocks, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/oncputime.skel.rs"));
 }
 
@@ -61,7 +61,7 @@ pub struct Cli {
     #[command(flatten)]
     pub probe: wallclock_capture::probe::ProbeArgs,
     /// Sampling frequency per CPU, Hz.
-    #[arg(short = 'F', long = "frequency", default_value_t = 49, value_name = "HZ")]
+    #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
     /// Sample on this perf event instead of the cpu clock, one sample every
     /// PERIOD events: page-faults (@100 by default), minor-faults (@100),

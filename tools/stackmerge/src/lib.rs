@@ -98,10 +98,10 @@ pub struct Cli {
     #[arg(long, default_value = "us", value_name = "ns|us|ms")]
     pub unit: Unit,
     /// Sampling frequency of on-CPU input without a header (Hz).
-    #[arg(short = 'F', long, default_value_t = 49, value_name = "HZ")]
+    #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
-    /// Root each folded stack at its thread (comm-TID) instead of its
-    /// process (NAME (PID)).
+    /// Each thread apart (as `flame --per-thread`): each folded stack
+    /// rooted at its thread (COMM-TID) instead of its process (NAME (PID)).
     #[arg(long)]
     pub per_thread: bool,
     /// Folded roots: `pid`, each process its own root NAME (PID);

@@ -5,7 +5,7 @@
 //! Needs intervals on both sides, so it needs the timelines:
 //! `gputrace --timeline` (each activity's start and end) and `offcputime
 //! --timeline` (each thread's running and blocked slices, blocks with
-//! their stacks), given to wcreport with `--timeline` (scripts/wallclock
+//! their stacks), given to wcreport with `--timeline-from` (scripts/wallclock
 //! `--gpu --timeline` does it). Without them there is no idle section.
 //!
 //! The rule for "a thread that launches work on that GPU": a thread that

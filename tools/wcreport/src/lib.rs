@@ -106,7 +106,9 @@ pub struct Cli {
     /// whose slices give the GPU idle view: each device's idle time, and
     /// what its launching threads did meanwhile. Only their slice,
     /// slice_stack and maps records are read (the sums come from FILE).
-    #[arg(long, value_name = "FILE")]
+    /// (`--timeline`, a switch in the capture tools, is kept here as a
+    /// hidden alias.)
+    #[arg(long = "timeline-from", alias = "timeline", value_name = "FILE")]
     pub timeline: Vec<PathBuf>,
     /// Streams holding the program's spans (`offcputime --probe` with a
     /// span, best with --timeline) and the samples that divide their
@@ -188,7 +190,7 @@ pub fn run(cli: &Cli) -> Result<()> {
     if !cli.timeline.is_empty() {
         let (tl, tl_err) = read_all_lenient(&cli.timeline, ReaderOptions::default());
         if let Some(e) = tl_err {
-            return Err(e.context("reading --timeline"));
+            return Err(e.context("reading --timeline-from"));
         }
         use wallclock_stream::Record;
         records.extend(tl.into_iter().filter(|r| matches!(r, Record::Slice(_) | Record::SliceStack(_) | Record::Maps(_))));

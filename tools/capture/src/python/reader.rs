@@ -340,6 +340,7 @@ mod tests {
     /// outside while it runs: the sleeping thread and the one waiting
     /// for a lock, with their callers, files and lines.
     fn reads_a_live_interpreter(python: &str) {
+        // SAFETY: geteuid has no preconditions.
         if !std::path::Path::new(python).exists() || unsafe { libc::geteuid() } != 0 {
             eprintln!("SKIPPED: {python} missing, or not root");
             return;
