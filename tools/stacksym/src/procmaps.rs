@@ -153,6 +153,8 @@ pub struct PerfMap {
     len: u64,
     /// (start, end, name), sorted by start.
     syms: Vec<(u64, u64, String)>,
+    /// Skipped (a link, not a regular file, past a bound, stale): said.
+    pub skipped: bool,
 }
 
 impl PerfMap {
@@ -177,7 +179,7 @@ impl PerfMap {
         };
         let skipped = |why: Skip| {
             let len = std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
-            (PerfMap { path: path.clone(), len, syms: Vec::new() }, why)
+            (PerfMap { path: path.clone(), len, syms: Vec::new(), skipped: true }, why)
         };
         let file = match opened {
             Ok(Some(f)) => f,
@@ -210,7 +212,7 @@ impl PerfMap {
         syms.sort_by_key(|s| s.0);
         syms.dedup_by_key(|s| s.0);
         syms.shrink_to_fit();
-        Ok(Some(PerfMap { len, path, syms }))
+        Ok(Some(PerfMap { len, path, syms, skipped: false }))
     }
 
     /// Has the file grown or shrunk since it was read? (Its link, when it
@@ -248,7 +250,7 @@ mod tests {
 
     #[test]
     fn perf_map_lookup() {
-        let pm = PerfMap { path: String::new(), len: 0, syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())] };
+        let pm = PerfMap { path: String::new(), len: 0, syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())], skipped: false };
         assert_eq!(pm.lookup(0x1000), Some("a"));
         assert_eq!(pm.lookup(0x100f), Some("a"));
         assert_eq!(pm.lookup(0x1010), None);

@@ -121,7 +121,7 @@ impl Engine {
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
             // Outside every file the process mapped (its maps record lists
             // files only): anonymous memory, JIT code where a runtime runs.
-            let perf_path = perf_map.as_ref().map(|p| p.path.as_str());
+            let perf_path = perf_map.as_ref().map(|p| (p.path.as_str(), p.skipped));
             let why = match entry {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
                 None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),

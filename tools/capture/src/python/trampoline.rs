@@ -130,7 +130,7 @@ fn find(entries: &[(u64, Option<bool>)], pc: u64) -> Option<usize> {
 
 /// Read what `pid`'s map gained since `pm.len`, as a file the process
 /// controls ([`safe_open`]): a map that is not one (a link, a fifo, too
-/// big) or older than the process is said once and no longer read.
+/// big) or older than the process is no longer read.
 fn load(pid: u32, pm: &mut PerfMap) {
     use std::io::{Seek, SeekFrom};
     let (shown, inside) = path(pid);
@@ -177,13 +177,9 @@ fn load(pid: u32, pm: &mut PerfMap) {
     pm.len += used;
 }
 
-/// Say once why `pm`'s file is not read, and read it no more.
-fn give_up(pm: &mut PerfMap, why: Skip) {
-    if pm.reloads < MAX_RELOADS {
-        let tool = std::env::args().next().unwrap_or_default();
-        let tool = tool.rsplit('/').next().unwrap_or("capture");
-        eprintln!("{tool}: warning: {why}");
-    }
+/// Read `pm`'s file no more. Not said here: stacksym reads the same
+/// file after the capture and says why it skipped it, once.
+fn give_up(pm: &mut PerfMap, _why: Skip) {
     pm.reloads = MAX_RELOADS;
 }
 
