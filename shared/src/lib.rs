@@ -39,6 +39,7 @@ pub mod names;
 pub mod perfscript;
 pub mod procmaps;
 pub mod reader;
+pub mod safe_open;
 mod record;
 pub mod probe;
 pub mod sniff;

@@ -7,13 +7,35 @@ use std::sync::Arc;
 /// An ELF file, mapped rather than read: a libpython with its debug info
 /// is 30 MB, its symbol and unwind tables a few hundred KB.
 pub fn map_file(path: &str) -> Option<memmap2::Mmap> {
-    let f = std::fs::File::open(path).ok()?;
+    let f = open_file(path)?;
     // SAFETY: a read-only private mapping. A file truncated while mapped
     // would fault on access; the files mapped here are executables and
     // libraries in use, which are replaced (renamed over), not truncated.
     let m = unsafe { memmap2::Mmap::map(&f) }.ok()?;
     let _ = m.advise(memmap2::Advice::Random);
     Some(m)
+}
+
+/// A file a process maps, opened as one it controls: no link followed, a
+/// regular file (a fifo renamed over a library's path would hold the
+/// open; a device's mapping would read without end), else said once.
+pub fn open_file(path: &str) -> Option<std::fs::File> {
+    match wallclock_stream::safe_open::open(std::path::Path::new(path), wallclock_stream::safe_open::Owner::Any) {
+        Ok(f) => f,
+        // A device's mapping (GPU drivers', opcache's /dev/zero) is usual.
+        Err(why) if why.why.ends_with(" device)") => None,
+        Err(why) => {
+            use std::sync::Mutex;
+            static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+            let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+            if !said.contains(&why.path) {
+                let tool = std::env::args().next().unwrap_or_default();
+                eprintln!("{}: warning: {why}", tool.rsplit('/').next().unwrap_or("capture"));
+                said.push(why.path);
+            }
+            None
+        }
+    }
 }
 
 /// Bytes of an ELF file or of one of its sections: a range of the file

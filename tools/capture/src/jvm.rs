@@ -20,12 +20,13 @@
 //! growing intervals) and once more at the stop, for a JVM still alive.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::os::unix::fs::FileTypeExt;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use wallclock_stream::safe_open;
 
 /// How long a JVM may take to open its attach socket after the SIGQUIT.
 const ATTACH_WAIT: Duration = Duration::from_secs(3);
@@ -145,8 +146,10 @@ fn catches_sigquit(pid: u32) -> bool {
         .is_some_and(|m| m & (1 << (libc::SIGQUIT - 1)) != 0)
 }
 
-fn is_socket(p: &Path) -> bool {
-    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket())
+/// The JVM's attach socket, if it is one its user made (no link, nothing
+/// of another user's: the capture runs as root and writes to it).
+fn socket(pid: u32, ns: u32) -> Result<Option<OwnedFd>, String> {
+    safe_open::socket_in_root(pid, &format!("/tmp/.java_pid{ns}"), safe_open::owner_of(pid)).map_err(|s| s.to_string())
 }
 
 /// Ask the JVM `pid` to write its perf map; the error says why not.
@@ -162,46 +165,60 @@ pub fn request_perf_map(pid: u32) -> Result<(), String> {
 /// Run one diagnostic command in the JVM `pid` through its attach socket.
 fn jcmd(pid: u32, command: &str) -> Result<String, String> {
     let ns = ns_pid(pid).ok_or("gone")?;
-    let root = PathBuf::from(format!("/proc/{pid}/root"));
-    let socket = root.join(format!("tmp/.java_pid{ns}"));
-    if !is_socket(&socket) {
-        start_listener(pid, ns, &root, &socket)?;
-    }
-    let mut s = UnixStream::connect(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let fd = match socket(pid, ns)? {
+        Some(fd) => fd,
+        None => start_listener(pid, ns)?,
+    };
+    // Connected through the descriptor: the socket checked is the one used.
+    let at = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let shown = format!("/proc/{pid}/root/tmp/.java_pid{ns}");
+    let mut s = UnixStream::connect(&at).map_err(|e| format!("{shown}: {e}"))?;
+    s.set_write_timeout(Some(REPLY_WAIT)).ok();
     let req = format!("1\0jcmd\0{command}\0\0\0");
     s.write_all(req.as_bytes()).map_err(|e| format!("attach socket: {e}"))?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).map_err(|e| format!("attach socket: {e}"))?;
-    Ok(out)
+    let out = safe_open::read_bounded(&mut s, REPLY_MAX, REPLY_WAIT).map_err(|e| format!("attach socket {shown}: {e}"))?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
+/// Bounds on the JVM's answer to one command (Compiler.perfmap answers a
+/// line; a process that only plays a JVM may send forever).
+const REPLY_MAX: usize = 1 << 20;
+const REPLY_WAIT: Duration = Duration::from_secs(10);
+
 /// Make the JVM open its attach socket: the trigger file, then SIGQUIT.
-fn start_listener(pid: u32, ns: u32, root: &Path, socket: &Path) -> Result<(), String> {
+fn start_listener(pid: u32, ns: u32) -> Result<OwnedFd, String> {
     if !catches_sigquit(pid) {
         return Err("its signal handlers were not set yet".into());
     }
-    // The trigger in the JVM's /tmp, created exclusively: never through a
-    // file or link someone planted there, and a lock between the capture
-    // tools that run side by side (wallclock's offcputime and oncputime).
-    // A second SIGQUIT once the listener runs would make the JVM print a
-    // thread dump on its stdout.
-    let trigger = root.join(format!("tmp/.attach_pid{ns}"));
-    let sent = match std::fs::OpenOptions::new().write(true).create_new(true).open(&trigger) {
+    // The trigger in the JVM's /tmp, created exclusively and with no link
+    // on the way (openat2 in its root): never through a file or link
+    // someone planted there, and a lock between the capture tools that
+    // run side by side (wallclock's offcputime and oncputime). A second
+    // SIGQUIT once the listener runs would make the JVM print a thread
+    // dump on its stdout.
+    let inside = format!("/tmp/.attach_pid{ns}");
+    let shown = format!("/proc/{pid}/root{inside}");
+    let sent = match safe_open::create_in_root(pid, &inside, 0o600) {
         // SAFETY: a signal to a process that catches it (checked above).
         Ok(_) => (unsafe { libc::kill(pid as i32, libc::SIGQUIT) }) == 0,
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => true,
-        Err(e) => return Err(format!("{}: {e}", trigger.display())),
+        Err(e) => return Err(format!("{shown}: {e}")),
     };
     let t0 = Instant::now();
-    while sent && !is_socket(socket) && t0.elapsed() < ATTACH_WAIT {
+    let mut found = socket(pid, ns);
+    while sent && matches!(found, Ok(None)) && t0.elapsed() < ATTACH_WAIT {
         std::thread::sleep(Duration::from_millis(20));
+        found = socket(pid, ns);
     }
     // Ours, or left by a tool that was killed: the JVM needs it no more.
-    let _ = std::fs::remove_file(&trigger);
-    if is_socket(socket) {
-        Ok(())
-    } else {
-        Err("it did not open its attach socket (started with -XX:+DisableAttachMechanism?)".into())
+    // (Removed through its folder, opened with no link on the way.)
+    if let Ok(tmp) = safe_open::dir_in_root(pid, "/tmp") {
+        let name = std::ffi::CString::new(format!(".attach_pid{ns}")).unwrap_or_default();
+        // SAFETY: a valid descriptor and name.
+        unsafe { libc::unlinkat(tmp.as_raw_fd(), name.as_ptr(), 0) };
+    }
+    match found? {
+        Some(fd) => Ok(fd),
+        None => Err("it did not open its attach socket (started with -XX:+DisableAttachMechanism?)".into()),
     }
 }

@@ -79,7 +79,7 @@ fn load_file(path: &str) -> Option<FileInfo> {
     if let Bytes::Mapped(map, _) = data {
         fi.map = Some(map);
     }
-    fi.file = std::fs::File::open(path).ok().map(Arc::new);
+    fi.file = crate::elf::open_file(path).map(Arc::new);
     Some(fi)
 }
 

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use wallclock_stream::safe_open;
 
 use crate::Cli;
 
@@ -59,15 +60,25 @@ fn check(pid: u32) -> Result<()> {
     Ok(())
 }
 
-/// The library's file, not through a link (the folder is the process's).
-fn read(file: &Path) -> String {
-    use std::io::Read;
-    let mut text = String::new();
-    if let Ok(mut f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(file) {
-        let _ = f.read_to_string(&mut text);
+/// The library's file, read as a file the process controls (the folder
+/// is its user's): no link, a regular file of its user's, within
+/// [`GPU_FILE`]; else empty, said once.
+fn read(file: &Path, pid: u32) -> String {
+    let read = safe_open::open(file, safe_open::owner_of(pid)).and_then(|f| match f {
+        Some(f) => safe_open::read_all(file, &f, GPU_FILE),
+        None => Ok(Vec::new()),
+    });
+    match read {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(why) => {
+            eprintln!("gputrace: warning: {why}");
+            String::new()
+        }
     }
-    text
 }
+
+/// The GPU records of one window: a million kernels is some 100 MB.
+pub const GPU_FILE: safe_open::Bounds = safe_open::Bounds { max_bytes: 1 << 30, max_line: 1 << 20, max_lines: usize::MAX };
 
 /// Attaches, waits for the window to start, lets it run `secs` (or until
 /// Ctrl-C), stops it; the library's file.
@@ -76,7 +87,10 @@ pub fn capture(cli: &Cli, pid: u32, inject: &Path) -> Result<Captured> {
     // A fresh folder at a random name in the process's /tmp, made with
     // O_EXCL semantics and mode 0700: nobody can plant a link there
     // beforehand, as they could at a name made of the pid alone.
-    let tmp = PathBuf::from(format!("/proc/{pid}/root/tmp"));
+    // Its /tmp opened with no link on the way (openat2 in its root): a link
+    // there would be resolved in our root, not the process's.
+    let tmp_fd = safe_open::dir_in_root(pid, "/tmp").with_context(|| format!("cannot open /proc/{pid}/root/tmp"))?;
+    let tmp = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&tmp_fd)));
     let made = tempfile::Builder::new()
         .prefix(&format!("wallclock-gputrace-{pid}-"))
         .tempdir_in(&tmp)
@@ -161,7 +175,7 @@ fn window(cli: &Cli, pid: u32, inject: &Path, dir: &Path, seen: &Path) -> Result
     }
     let end = cli.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     let mut exited = false;
-    let warned = read(&file).lines().any(|l| l.starts_with("W "));
+    let warned = read(&file, pid).lines().any(|l| l.starts_with("W "));
     if !warned {
         while end.is_none_or(|e| Instant::now() < e) && !INTERRUPTED.load(Ordering::SeqCst) {
             if !alive(pid) {
@@ -182,6 +196,6 @@ fn window(cli: &Cli, pid: u32, inject: &Path, dir: &Path, seen: &Path) -> Result
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let text = read(&file);
+    let text = read(&file, pid);
     Ok(Captured { text, exited })
 }

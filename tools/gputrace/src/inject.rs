@@ -9,7 +9,12 @@
 use std::ffi::CString;
 
 use anyhow::{bail, Context, Result};
-use wallclock_stream::procmaps;
+use std::path::Path;
+
+use wallclock_stream::{procmaps, safe_open};
+
+/// The most of a library read for its symbols (libcuda is some 50 MB).
+const LIBRARY: safe_open::Bounds = safe_open::Bounds { max_bytes: 1 << 30, max_line: 0, max_lines: 0 };
 
 /// The address of `symbol` in `pid`, from the first mapped file whose
 /// name matches `file` (`libc.so.6`, `libcupti_inject.so`).
@@ -22,9 +27,14 @@ pub fn symbol_in(pid: u32, file: &dyn Fn(&str) -> bool, symbol: &str) -> Result<
         .with_context(|| format!("process {pid} has no such library mapped (looking for {symbol})"))?;
     let path = &m.entry.path;
     // Through the target's root: a process in a container sees its own files.
-    let data = std::fs::read(format!("/proc/{pid}/root{path}"))
-        .or_else(|_| std::fs::read(path))
-        .with_context(|| format!("cannot read {path}"))?;
+    // No link the process planted is followed, within a bound.
+    let shown = format!("/proc/{pid}/root{path}");
+    let data = match safe_open::open_in_root(pid, path, safe_open::owner_of(pid)) {
+        Ok(Some(f)) => safe_open::read_all(Path::new(&shown), &f, LIBRARY),
+        Ok(None) => Err(safe_open::Skip { path: shown, why: "no such file".into() }),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))?;
     let elf = object::File::parse(&*data).with_context(|| format!("{path} is not an ELF file"))?;
     let addr = elf
         .dynamic_symbols()

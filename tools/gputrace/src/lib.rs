@@ -44,7 +44,15 @@ ENVIRONMENT:
     WALLCLOCK_CUPTI_PATH     libcupti to use (file or folder); else the CUDA toolkit,
                              the nvidia-cuda-cupti Python package, LD_LIBRARY_PATH
     WALLCLOCK_GPU_FLUSH_MS   activity-buffer flush period (default 1000)
-    WALLCLOCK_GPU_STACKS=0   record no launch stacks (to measure their cost)";
+    WALLCLOCK_GPU_STACKS=0   record no launch stacks (to measure their cost)
+
+FILES OF THE TARGET:
+    With -p, the capture folder is made in the process's /tmp opened with
+    no symbolic link on the way (openat2 in its root); the library's file
+    there must be a regular file of the process's user, read up to 1 GiB;
+    the libraries read for dlopen's address (its libc) are opened in its
+    root with no link followed and read up to 1 GiB. Past a bound the file
+    is skipped, said on stderr.";
 
 #[derive(Parser, Debug)]
 #[command(

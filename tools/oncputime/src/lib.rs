@@ -50,7 +50,18 @@ MEMORY:
     The Maps record of a process that exits is kept in an unlinked file
     in $TMPDIR (default /tmp) until the stop writes it to the output (not
     with -f or --every): what the capture holds is bounded by the
-    processes alive, not by how long it runs.";
+    processes alive, not by how long it runs.
+
+FILES OF THE TARGET:
+    Files a profiled process controls are opened as such: no symbolic link
+    is followed (under /proc/PID/root no component of the path may be one),
+    each must be a regular file (not a fifo, socket or device), and a
+    /tmp/perf-PID.map must belong to the process's user or be readable by
+    everyone, and be no older than the process. A perf map is read up to
+    256 MiB, 64 KiB a line, 4 Mi lines; a JVM's attach socket must be a
+    socket of its user's, and its answer is read up to 1 MiB within 10 s.
+    A file past a bound is skipped, said once on stderr with the reason;
+    the rest of the profile is written.";
 
 /// On-CPU stacks per thread, sampled on every CPU (with --exact, scaled to exact on-CPU time).
 #[derive(Parser, Debug)]

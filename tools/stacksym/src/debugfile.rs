@@ -25,7 +25,14 @@ pub const DEBUG_ROOT: &str = "/usr/lib/debug";
 /// A debug file for `binary`, or the places looked at.
 pub fn find(binary: &Path) -> Result<PathBuf, Vec<PathBuf>> {
     let places = candidates(binary);
-    match places.iter().find(|p| p.is_file()) {
+    // Beside the binary, the folder may be the process's own (a binary in
+    // its /tmp): no link there is followed. Under DEBUG_ROOT, root's, the
+    // build-id names are links by design.
+    let usable = |p: &&PathBuf| match p.starts_with(DEBUG_ROOT) {
+        true => p.is_file(),
+        false => std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file()),
+    };
+    match places.iter().find(usable) {
         Some(p) => Ok(p.clone()),
         None => Err(places),
     }
@@ -77,7 +84,10 @@ pub fn candidates(binary: &Path) -> Vec<PathBuf> {
         out.push(Path::new(DEBUG_ROOT).join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])));
     }
     let dir = binary.parent().unwrap_or(Path::new("/"));
-    if let Some(link) = Headers::open(binary).and_then(|h| h.debuglink()) {
+    // A debuglink is a file name (GDB's): one with a `/` or `..` would
+    // take the lookup anywhere.
+    let link = Headers::open(binary).and_then(|h| h.debuglink()).filter(|l| !l.contains('/') && l != ".." && l != ".");
+    if let Some(link) = link {
         out.push(dir.join(&link));
         out.push(dir.join(".debug").join(&link));
         out.push(Path::new(DEBUG_ROOT).join(dir.strip_prefix("/").unwrap_or(dir)).join(&link));
@@ -97,7 +107,7 @@ struct Headers {
 
 impl Headers {
     fn open(path: &Path) -> Option<Headers> {
-        let file = File::open(path).ok()?;
+        let file = wallclock_stream::safe_open::open(path, wallclock_stream::safe_open::Owner::Any).ok()??;
         let mut ehdr = [0u8; 64];
         file.read_exact_at(&mut ehdr, 0).ok()?;
         // ELFCLASS64, ELFDATA2LSB.

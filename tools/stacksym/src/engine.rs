@@ -70,6 +70,9 @@ pub struct Engine {
     pub(crate) perf_maps: HashMap<u32, Option<PerfMap>>,
     /// Does the file at this path still carry this build id?
     pub(crate) build_id_ok: HashMap<(Rc<str>, Rc<str>), bool>,
+    /// Whether each mapped file may be opened: no link, a regular file
+    /// (wallclock_stream::safe_open).
+    pub(crate) file_ok: HashMap<Rc<str>, bool>,
     /// Frames of each address of each process, as ids of `table` (no
     /// clone of a `Frame` per record written), and its stacks met before;
     /// dropped once the process is no longer met (crate::cache).
@@ -143,6 +146,7 @@ impl Engine {
             strings: Strings::default(),
             perf_maps: HashMap::new(),
             build_id_ok: HashMap::new(),
+            file_ok: HashMap::new(),
             spaces: FastMap::default(),
             kernel: Default::default(),
             retired: FastMap::default(),

@@ -58,7 +58,7 @@ pub(crate) fn is_truncated(f: &Frame) -> bool {
 }
 
 /// Why code in anonymous memory of `pid` has no name, and what gives one.
-pub(crate) fn why_unnamed(pid: u32, rt: Runtime, perf_map: Option<&str>) -> String {
+pub(crate) fn why_unnamed(pid: u32, rt: Runtime, perf_map: Option<(&str, bool)>) -> String {
     match (rt, perf_map) {
         (Runtime::V8, None) => format!(
             "pid {pid} (node/V8): JIT code and no /tmp/perf-{pid}.map: start node with --perf-basic-prof to name its JavaScript functions"
@@ -67,7 +67,8 @@ pub(crate) fn why_unnamed(pid: u32, rt: Runtime, perf_map: Option<&str>) -> Stri
             "pid {pid} (JVM): JIT code and no /tmp/perf-{pid}.map: the capture asks a running JVM for it (jcmd {pid} Compiler.perfmap); it did not get one (see its warnings)"
         ),
         (_, None) => format!("pid {pid}: anonymous memory (JIT code?) and no /tmp/perf-{pid}.map"),
-        (_, Some(path)) => format!(
+        (_, Some((path, true))) => format!("pid {pid}: anonymous memory (JIT code?) and {path} was skipped (see its warning)"),
+        (_, Some((path, false))) => format!(
             "pid {pid}: anonymous memory that {path} does not cover (code made after the map was written, or not code the runtime lists)"
         ),
     }

@@ -79,7 +79,18 @@ EXAMPLES:
     stacksym --no-inline --no-lines < off.raw | stackmerge --folded
         one frame per address, without file:line, straight to folded output
     stacksym --force --strip old.sym -o new.sym
-        symbolize again (e.g. with debug info installed) and drop addresses";
+        symbolize again (e.g. with debug info installed) and drop addresses
+
+FILES OF THE TARGET:
+    Files a profiled process controls are opened as such: no symbolic link
+    is followed (under /proc/PID/root no component of the path may be one;
+    a debug file beside a binary may not be one, and a .gnu_debuglink is a
+    file name), each must be a regular file (not a fifo, socket or
+    device), and /tmp/perf-PID.map must belong to the process's user (a
+    process that exited: be readable by everyone) and be no older than the
+    process (else an earlier process with that pid left it). A perf map
+    is read up to 256 MiB, 64 KiB a line, 4 Mi lines. A file past a bound
+    is skipped, said once on stderr with the reason; the rest is named.";
 
 /// Turn the raw stack addresses of a wallclock stream into function names
 /// (user code, kernel, JIT perf maps, inlined functions, demangled C++/Rust).

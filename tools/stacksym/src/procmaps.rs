@@ -2,12 +2,14 @@
 //! of a process ourselves: `/proc/PID/maps` (for module names and offsets,
 //! and as a snapshot should the process exit mid-stream) and
 //! `/tmp/perf-PID.map` (JIT symbols, still readable after the process
-//! exited). Mappings are kept as [`Mapping`]s, their strings shared.
+//! exited; read as a file the process controls: [`PerfMap::load`]).
+//! Mappings are kept as [`Mapping`]s, their strings shared.
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::rc::Rc;
 
+use wallclock_stream::safe_open::{self, Owner, Skip};
 use wallclock_stream::{MapEntry, Maps, Record};
 
 use crate::engine::Engine;
@@ -151,38 +153,72 @@ pub struct PerfMap {
     len: u64,
     /// (start, end, name), sorted by start.
     syms: Vec<(u64, u64, String)>,
+    /// Skipped (a link, not a regular file, past a bound, stale): said.
+    pub skipped: bool,
 }
 
 impl PerfMap {
-    /// `/tmp/perf-PID.map`, if there is one; for a live process in
-    /// another mount or pid namespace (a container), the map it wrote in
-    /// its own /tmp under the pid it knows itself by.
-    pub fn load(pid: u32) -> Option<PerfMap> {
-        let path = perf_map_path(pid)?;
-        // Bytes, not text: one name that is not UTF-8 (a JS function's
-        // name cut at a write's edge) must not lose the whole map.
-        let bytes = std::fs::read(&path).ok()?;
-        let text = String::from_utf8_lossy(&bytes);
-        let mut syms: Vec<(u64, u64, String)> = text
-            .lines()
-            .filter_map(|l| {
-                let mut it = l.trim().splitn(3, ' ');
+    /// `/tmp/perf-PID.map`, if there is one: for a live process, the map
+    /// it wrote in its own /tmp (a container's) under the pid it knows
+    /// itself by, opened as a file the process controls
+    /// ([`wallclock_stream::safe_open`]); a map older than the process is
+    /// an earlier process's with the same pid. `Err` says why a map that
+    /// is there was skipped (kept, without symbols, so that it is read
+    /// again only when it changes).
+    pub fn load(pid: u32) -> Result<Option<PerfMap>, (PerfMap, Skip)> {
+        let (path, opened) = match ns_pid(pid) {
+            Some(ns) => {
+                let inside = format!("/tmp/perf-{ns}.map");
+                (format!("/proc/{pid}/root{inside}"), safe_open::open_in_root(pid, &inside, safe_open::owner_of(pid)))
+            }
+            None => {
+                let here = format!("/tmp/perf-{pid}.map");
+                let f = safe_open::open(Path::new(&here), Owner::Unknown);
+                (here, f)
+            }
+        };
+        let skipped = |why: Skip| {
+            let len = std::fs::symlink_metadata(&path).map_or(0, |m| m.len());
+            (PerfMap { path: path.clone(), len, syms: Vec::new(), skipped: true }, why)
+        };
+        let file = match opened {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(None),
+            Err(why) => return Err(skipped(why)),
+        };
+        if safe_open::older_than_process(&file, pid) == Some(true) {
+            let why = format!("older than process {pid}: left by an earlier process with that pid");
+            return Err(skipped(Skip { path: path.clone(), why }));
+        }
+        let mut syms: Vec<(u64, u64, String)> = Vec::new();
+        let read = safe_open::for_each_line(Path::new(&path), &file, safe_open::PERF_MAP, |l| {
+            // Bytes, not text: one name that is not UTF-8 (a JS function's
+            // name cut at a write's edge) must not lose the whole map.
+            let l = String::from_utf8_lossy(l);
+            let mut it = l.trim().splitn(3, ' ');
+            let parsed = (|| {
                 let start = hex(it.next()?)?;
                 let size = hex(it.next()?)?;
-                let name = it.next()?.trim().to_string();
-                Some((start, start.checked_add(size)?, name))
-            })
-            .collect();
+                Some((start, start.checked_add(size)?, it.next()?.trim().to_string()))
+            })();
+            syms.extend(parsed);
+        });
+        let len = match read {
+            Ok(len) => len,
+            Err(why) => return Err(skipped(why)),
+        };
         // Later lines win over earlier ones for the same start (code regenerated).
         syms.reverse();
         syms.sort_by_key(|s| s.0);
         syms.dedup_by_key(|s| s.0);
-        Some(PerfMap { len: bytes.len() as u64, path, syms })
+        syms.shrink_to_fit();
+        Ok(Some(PerfMap { len, path, syms, skipped: false }))
     }
 
-    /// Has the file grown or shrunk since it was read?
+    /// Has the file grown or shrunk since it was read? (Its link, when it
+    /// is one: nothing is followed.)
     pub fn changed(&self) -> bool {
-        std::fs::metadata(&self.path).is_ok_and(|m| m.len() != self.len)
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.len() != self.len)
     }
 
     pub fn lookup(&self, addr: u64) -> Option<&str> {
@@ -192,15 +228,10 @@ impl PerfMap {
     }
 }
 
-fn perf_map_path(pid: u32) -> Option<String> {
-    let here = format!("/tmp/perf-{pid}.map");
-    if Path::new(&here).exists() {
-        return Some(here);
-    }
+/// The pid a live process knows itself by (in its pid namespace).
+fn ns_pid(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let ns: u32 = status.lines().find(|l| l.starts_with("NSpid:"))?.split_whitespace().last()?.parse().ok()?;
-    let there = format!("/proc/{pid}/root/tmp/perf-{ns}.map");
-    Path::new(&there).exists().then_some(there)
+    status.lines().find(|l| l.starts_with("NSpid:"))?.split_whitespace().last()?.parse().ok()
 }
 
 fn hex(s: &str) -> Option<u64> {
@@ -219,7 +250,7 @@ mod tests {
 
     #[test]
     fn perf_map_lookup() {
-        let pm = PerfMap { path: String::new(), len: 0, syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())] };
+        let pm = PerfMap { path: String::new(), len: 0, syms: vec![(0x1000, 0x1010, "a".into()), (0x2000, 0x2100, "b c".into())], skipped: false };
         assert_eq!(pm.lookup(0x1000), Some("a"));
         assert_eq!(pm.lookup(0x100f), Some("a"));
         assert_eq!(pm.lookup(0x1010), None);

@@ -96,10 +96,19 @@ impl Engine {
         }
         // Read again when the file changed since (a runtime that writes it
         // as it compiles): a name must not be missed for reading it early.
-        let perf_map = self.perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
-        if perf_map.as_ref().is_none_or(PerfMap::changed) {
-            *perf_map = PerfMap::load(pid);
+        let stale = self.perf_maps.get(&pid).is_none_or(|p| p.as_ref().is_none_or(PerfMap::changed));
+        if stale {
+            let loaded = match PerfMap::load(pid) {
+                Ok(p) => p,
+                // Its symbols unused, said once (the rest of the stack is named).
+                Err((p, why)) => {
+                    self.warn(why.to_string());
+                    Some(p)
+                }
+            };
+            self.perf_maps.insert(pid, loaded);
         }
+        let perf_map = &self.perf_maps[&pid];
         for it in &items {
             if out[it.idx].is_some() {
                 continue;
@@ -112,7 +121,7 @@ impl Engine {
             let entry = procmaps::find(&stream_maps, it.lookup).or_else(|| procmaps::find(&snapshot, it.lookup));
             // Outside every file the process mapped (its maps record lists
             // files only): anonymous memory, JIT code where a runtime runs.
-            let perf_path = perf_map.as_ref().map(|p| p.path.as_str());
+            let perf_path = perf_map.as_ref().map(|p| (p.path.as_str(), p.skipped));
             let why = match entry {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
                 None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),
@@ -145,7 +154,7 @@ impl Engine {
         files.sort_by_key(|(i, _)| (maps[*i].path().clone(), maps[*i].start));
         for (i, list) in files {
             let m = &maps[i];
-            if !self.build_id_matches(m) {
+            if !self.file_ok(m) || !self.build_id_matches(m) {
                 continue;
             }
             // Keyed by the address's own offset (`module+0x...` shows it)
@@ -209,15 +218,19 @@ impl Engine {
         }
     }
 
-    /// blazesym's process source: `/proc/PID/maps` and `map_files`, the vDSO
-    /// and `/tmp/perf-PID.map` for code in anonymous mappings (JIT).
+    /// blazesym's process source: `/proc/PID/maps` and `map_files`, the vDSO.
     fn resolve_live(&mut self, pid: u32, snapshot: &[Mapping], items: &[Item], out: &mut [Option<Rc<[u32]>>]) {
         let todo: Vec<Item> = items.iter().filter(|it| out[it.idx].is_none()).copied().collect();
         if todo.is_empty() {
             return;
         }
         let lookups: Vec<u64> = todo.iter().map(|it| it.lookup).collect();
-        let src = Source::Process(Process::new(Pid::from(pid)));
+        // Perf maps are read here (step 4), as files the process controls:
+        // blazesym's own reading follows a link the process planted, waits
+        // on a fifo and maps a file of any size.
+        let mut process = Process::new(Pid::from(pid));
+        process.perf_map = false;
+        let src = Source::Process(process);
         let res = match self.symbolizer.symbolize(&src, Input::AbsAddr(&lookups)) {
             Ok(r) => r,
             Err(e) => {
@@ -244,6 +257,29 @@ impl Engine {
                 out[it.idx] = Some(f.iter().map(|f| self.table.frame_id(f)).collect());
             }
         }
+    }
+
+    /// A mapped file is opened (by blazesym, by path) only when it is no
+    /// link and a regular file: a process can put a fifo or a link where
+    /// its binary was. Said once per file; devices' mappings are usual.
+    fn file_ok(&mut self, m: &Mapping) -> bool {
+        if &**m.path() == "[vdso]" {
+            return true;
+        }
+        if let Some(&ok) = self.file_ok.get(m.path()) {
+            return ok;
+        }
+        let ok = match wallclock_stream::safe_open::open(std::path::Path::new(&**m.path()), wallclock_stream::safe_open::Owner::Any) {
+            Ok(_) => true,
+            Err(why) => {
+                if !why.why.ends_with(" device)") {
+                    self.warn(why.to_string());
+                }
+                false
+            }
+        };
+        self.file_ok.insert(m.path().clone(), ok);
+        ok
     }
 
     fn build_id_matches(&mut self, m: &Mapping) -> bool {

@@ -26,6 +26,8 @@
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 
+use wallclock_stream::safe_open::{self, Skip};
+
 /// The x86-64 trampoline of CPython 3.12 and 3.13.
 const CODE: [u8; 11] = [0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08, 0xc3];
 
@@ -94,10 +96,11 @@ impl Trampolines {
         let pm = self.procs.entry(pid).or_default();
         let mut hit = find(&pm.entries, pc);
         if hit.is_none() && pm.reloads < MAX_RELOADS {
-            let len = std::fs::metadata(path(pid)).map(|m| m.len()).unwrap_or(0);
+            // Its link, if it is one: nothing is followed (see `load`).
+            let len = std::fs::symlink_metadata(path(pid).0).map(|m| m.len()).unwrap_or(0);
             if len > pm.len {
                 pm.reloads += 1;
-                load(pid, pm, len);
+                load(pid, pm);
                 hit = find(&pm.entries, pc);
             }
         }
@@ -108,8 +111,16 @@ impl Trampolines {
     }
 }
 
-fn path(pid: u32) -> String {
-    format!("/tmp/perf-{pid}.map")
+/// Where the map of `pid` is (as shown, and in its own root under the
+/// pid it knows itself by), a process gone: ours.
+fn path(pid: u32) -> (String, Option<String>) {
+    let ns = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("NSpid:"))?.split_whitespace().last()?.parse::<u32>().ok());
+    match ns {
+        Some(ns) => (format!("/proc/{pid}/root/tmp/perf-{ns}.map"), Some(format!("/tmp/perf-{ns}.map"))),
+        None => (format!("/tmp/perf-{pid}.map"), None),
+    }
 }
 
 fn find(entries: &[(u64, Option<bool>)], pc: u64) -> Option<usize> {
@@ -117,30 +128,59 @@ fn find(entries: &[(u64, Option<bool>)], pc: u64) -> Option<usize> {
     (pc - entries[i].0 <= CODE.len() as u64).then_some(i)
 }
 
-fn load(pid: u32, pm: &mut PerfMap, len: u64) {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path(pid)) else { return };
-    let mut text = Vec::new();
-    if f.seek(SeekFrom::Start(pm.len)).is_err() || f.take(len - pm.len).read_to_end(&mut text).is_err() {
+/// Read what `pid`'s map gained since `pm.len`, as a file the process
+/// controls ([`safe_open`]): a map that is not one (a link, a fifo, too
+/// big) or older than the process is no longer read.
+fn load(pid: u32, pm: &mut PerfMap) {
+    use std::io::{Seek, SeekFrom};
+    let (shown, inside) = path(pid);
+    let opened = match &inside {
+        Some(inside) => safe_open::open_in_root(pid, inside, safe_open::owner_of(pid)),
+        None => safe_open::open(std::path::Path::new(&shown), safe_open::Owner::Unknown),
+    };
+    let mut f = match opened {
+        Ok(Some(f)) => f,
+        Ok(None) => return,
+        Err(why) => return give_up(pm, why),
+    };
+    if safe_open::older_than_process(&f, pid) == Some(true) {
+        let why = format!("older than process {pid}: left by an earlier process with that pid");
+        return give_up(pm, Skip { path: shown, why });
+    }
+    if f.seek(SeekFrom::Start(pm.len)).is_err() {
         return;
     }
-    // Whole lines only: a line being written is read at the next reload.
-    let whole = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let text = String::from_utf8_lossy(&text[..whole]);
     let before = pm.entries.len();
-    pm.entries.extend(text.lines().filter_map(|l| {
+    let mut entries = Vec::new();
+    let read = safe_open::for_each_line(std::path::Path::new(&shown), &f, safe_open::PERF_MAP, |l| {
+        let l = String::from_utf8_lossy(l);
         let mut f = l.splitn(3, ' ');
-        let start = u64::from_str_radix(f.next()?, 16).ok()?;
-        let size = u64::from_str_radix(f.next()?, 16).ok()?;
-        let name = f.next()?;
-        (size == CODE.len() as u64 && name.starts_with("py::")).then_some((start, None))
-    }));
+        let entry = (|| {
+            let start = u64::from_str_radix(f.next()?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            let name = f.next()?;
+            (size == CODE.len() as u64 && name.starts_with("py::")).then_some((start, None))
+        })();
+        entries.extend(entry);
+    });
+    // Whole lines only: a line being written is read at the next reload.
+    let used = match read {
+        Ok(n) => n,
+        Err(why) => return give_up(pm, why),
+    };
+    pm.entries.extend(entries);
     if pm.entries.len() > before {
         // A start seen before keeps what its check found.
         pm.entries.sort_by_key(|e| (e.0, e.1.is_none()));
         pm.entries.dedup_by_key(|e| e.0);
     }
-    pm.len += whole as u64;
+    pm.len += used;
+}
+
+/// Read `pm`'s file no more. Not said here: stacksym reads the same
+/// file after the capture and says why it skipped it, once.
+fn give_up(pm: &mut PerfMap, _why: Skip) {
+    pm.reloads = MAX_RELOADS;
 }
 
 /// Whether the code at `start` in `pid` is the trampoline; true when it
@@ -161,15 +201,15 @@ mod tests {
     #[test]
     fn the_map_is_read_as_it_grows() {
         let pid = 0x7fff_fff0 - std::process::id();
-        let p = path(pid);
+        let p = path(pid).0;
         std::fs::write(&p, "1000 b py::f:a.py\n2000 40 node::g\n100b b py::g").unwrap();
         let mut pm = PerfMap::default();
-        load(pid, &mut pm, std::fs::metadata(&p).unwrap().len());
+        load(pid, &mut pm);
         assert_eq!(pm.entries, vec![(0x1000, None)]);
         // The unfinished last line, once finished, and a new one.
         std::fs::write(&p, "1000 b py::f:a.py\n2000 40 node::g\n100b b py::g:b.py\n3000 b py::h:c.py\n").unwrap();
         pm.entries[0].1 = Some(true);
-        load(pid, &mut pm, std::fs::metadata(&p).unwrap().len());
+        load(pid, &mut pm);
         assert_eq!(pm.entries, vec![(0x1000, Some(true)), (0x100b, None), (0x3000, None)]);
         assert_eq!(pm.len, std::fs::metadata(&p).unwrap().len());
         std::fs::remove_file(&p).unwrap();
