@@ -24,7 +24,7 @@
 
 pub mod reader;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use libbpf_rs::{MapCore, MapFlags};
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
@@ -43,8 +43,9 @@ struct Proc {
 #[derive(Default)]
 pub struct Php {
     procs: HashMap<u32, Proc>,
-    /// Processes looked at and found not to run PHP 8.2 (or not readable).
-    not_php: HashSet<u32>,
+    /// Processes looked at and found not to run PHP 8.2 (or not readable),
+    /// with the executable that said so.
+    not_php: HashMap<u32, String>,
     /// Frames whose function could not be read (freed as it was read):
     /// marked, never named as another.
     pub unread: u64,
@@ -62,19 +63,18 @@ impl Php {
                 p.ex.new_turn();
                 continue;
             }
-            if self.not_php.contains(&pid) {
+            // Looked at again after an exec (a launched command is first
+            // the launcher, then PHP).
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+            if self.not_php.get(&pid) == Some(&exe) {
                 continue;
             }
-            let maps = wallclock_stream::procmaps::read(pid).unwrap_or_default();
-            if !maps.iter().any(|m| reader::is_php82(&m.entry.path)) {
-                // Looked at again once it maps something else (an exec).
-                if !maps.is_empty() && maps.iter().any(|m| m.entry.path.starts_with('/') && m.executable()) {
-                    self.not_php.insert(pid);
-                }
+            if !reader::is_php82(&exe) {
+                self.not_php.insert(pid, exe);
                 continue;
             }
             let Ok(ex) = Executor::find(pid) else {
-                self.not_php.insert(pid);
+                self.not_php.insert(pid, exe);
                 continue;
             };
             let c = config();
