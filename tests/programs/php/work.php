@@ -37,10 +37,12 @@ function work(float $seconds): array
     return $t;
 }
 
-// Untimed: the capture finds the interpreter within a turn of its loop,
-// as it finds a server that runs already (short sleeps: a sleep's stack
-// is taken where it begins).
-for ($i = 0; $i < 30; $i++) {
-    usleep(10000);
+// Untimed, before work(): the capture finds the interpreter within a turn
+// of its loop (up to hundreds of ms on a loaded machine), as it finds a
+// server that runs already. Short sleeps, as a sleep's stack is taken
+// where it begins; in time_nanosleep, not usleep, so that the test tells
+// them from nap()'s.
+for ($i = 0; $i < 100; $i++) {
+    time_nanosleep(0, 10000000);
 }
 echo json_encode(work((float)($argv[1] ?? 2))), "\n";
