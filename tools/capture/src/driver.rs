@@ -349,6 +349,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         pids.sort_unstable();
         pids.dedup();
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
+        unwind.php.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
     let boost = crate::wait::activate(T::NAME, &schedule)?;

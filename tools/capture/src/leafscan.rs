@@ -18,13 +18,28 @@
 //! leaf its caller reached by a tail call (a jump from the function it
 //! called) fails the check: its stack is cut, marked `[truncated]`,
 //! rather than given a caller that never called it.
+//!
+//! The scan runs only for a leaf the file's unwind table does not cover
+//! ([`Code::has_rule`]). A leaf with a rule whose walk stopped (at JIT
+//! code with no table: opcache's, V8's, BEAM's) is cut there and marked:
+//! a scan from it took a stale return address left by an earlier call for
+//! the caller of opcache's JIT code (`zend_execute;__GI___clock_nanosleep`
+//! for the whole of a PHP function's sleep, with `JIT$nap`, `zif_usleep`,
+//! `usleep` and `__nanosleep` dropped and nothing marked).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
+use crate::elf::Bytes;
 use crate::textpages::{Pages, Text};
+
+/// A file's `.eh_frame` and `.eh_frame_hdr`, each with its SVMA.
+pub struct Tables {
+    pub eh_frame: (u64, Bytes),
+    pub hdr: (u64, Bytes),
+}
 
 /// What the scan checks of one file, at the file's own addresses
 /// (SVMAs). Its .text is not copied: the bytes are read through
@@ -35,10 +50,12 @@ pub struct FileCode {
     funcs: Vec<u64>,
     /// Each PLT section's first SVMA and bytes (a few KB: copied).
     plts: Vec<(u64, Arc<[u8]>)>,
+    /// Its unwind table, searched through its sorted index.
+    tables: Option<Tables>,
 }
 
 impl FileCode {
-    pub fn parse(obj: &object::File) -> Option<FileCode> {
+    pub fn parse(obj: &object::File, tables: Option<Tables>) -> Option<FileCode> {
         let text = obj.section_by_name(".text")?;
         let bytes = |s: &object::Section| s.data().ok().map(Arc::<[u8]>::from);
         let mut funcs: Vec<u64> = obj
@@ -54,7 +71,23 @@ impl FileCode {
             .filter_map(|n| obj.section_by_name(n))
             .filter_map(|s| Some((s.address(), bytes(&s)?)))
             .collect();
-        Some(FileCode { text_svma: text.address(), funcs, plts })
+        Some(FileCode { text_svma: text.address(), funcs, plts, tables })
+    }
+
+    /// Whether the unwind table has a rule for `svma`; None when there is
+    /// no indexed table to tell (the scan then runs, as before there was
+    /// this check).
+    fn has_rule(&self, svma: u64) -> Option<bool> {
+        use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+        let t = self.tables.as_ref()?;
+        let bases = BaseAddresses::default().set_eh_frame_hdr(t.hdr.0).set_eh_frame(t.eh_frame.0).set_text(self.text_svma);
+        let hdr = EhFrameHdr::new(&t.hdr.1, LittleEndian).parse(&bases, 8).ok()?;
+        let eh = EhFrame::new(&t.eh_frame.1, LittleEndian);
+        match hdr.table()?.fde_for_address(&eh, &bases, svma, EhFrame::cie_from_offset) {
+            Ok(_) => Some(true),
+            Err(gimli::Error::NoUnwindInfoForAddress) => Some(false),
+            Err(_) => None,
+        }
     }
 }
 
@@ -91,6 +124,13 @@ impl Code {
             let off = a.wrapping_sub(c.text_svma.wrapping_add(*bias));
             (off < t.len()).then_some((&**c, *bias, off, t))
         })
+    }
+
+    /// Whether the unwind table of the file whose .text holds `ip` has a
+    /// rule for it (None: no table that can tell, or no such file).
+    pub fn has_rule(&self, ip: u64) -> Option<bool> {
+        let (c, bias, _, _) = self.text_at(ip)?;
+        c.has_rule(ip.wrapping_sub(bias))
     }
 
     /// Whether `a` lies in the .text of a file.
@@ -268,7 +308,7 @@ mod tests {
         SLOT_A.store(avma(0x1000), Ordering::SeqCst);
         SLOT_B.store(avma(0x1100), Ordering::SeqCst);
         PLT_GOT.store(avma(0x1000), Ordering::SeqCst);
-        let file = FileCode { text_svma: 0x1000, funcs: vec![0x1000, 0x1100, 0x1200], plts: vec![(0x3000, plt.into())] };
+        let file = FileCode { text_svma: 0x1000, funcs: vec![0x1000, 0x1100, 0x1200], plts: vec![(0x3000, plt.into())], tables: None };
         let mut code = Code::default();
         code.add(bias, Arc::new(file), Text::Mem(crate::elf::Bytes::Owned(text.into())));
         let mut pages = Pages::default();

@@ -161,12 +161,15 @@ impl Ring {
 
 /// An MMAP2 record of executable memory of no file.
 fn is_anon(r: &[u8]) -> bool {
-    r.get(72..).is_some_and(|n| n.starts_with(b"//anon") || n.starts_with(b"/anon_hugepage"))
+    r.get(72..).is_some_and(|n| {
+        let n = &n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())];
+        n.starts_with(b"//anon") || crate::jitcode::is_jit_mapping(&String::from_utf8_lossy(n))
+    })
 }
 
 /// Whether these lines of a /proc/PID/maps hold executable memory of no file.
 fn anon_code(maps: &[wallclock_stream::procmaps::ProcMap]) -> bool {
-    maps.iter().any(|m| m.executable() && !(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')))
+    maps.iter().any(|m| m.executable() && (!(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')) || crate::jitcode::is_jit_mapping(&m.entry.path)))
 }
 
 fn u32_at(r: &[u8], at: usize) -> u32 {
@@ -188,7 +191,7 @@ fn mmap2(r: &[u8]) -> Option<(u32, MapEntry)> {
     // perf's names for memory of no file: "//anon" (CPython's -X perf
     // trampolines, a JIT's code: taken for a file, the walk did not step
     // through them and Python's stacks fell apart), "/anon_hugepage".
-    if !(path.starts_with('/') || path == "[vdso]") || path.starts_with("//") || path.starts_with("/anon_hugepage") {
+    if !(path.starts_with('/') || path == "[vdso]") || path.starts_with("//") || crate::jitcode::is_jit_mapping(&path) {
         return None;
     }
     if let Some(p) = path.strip_suffix(" (deleted)") {

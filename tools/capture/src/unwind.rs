@@ -123,6 +123,8 @@ fn parse_elf(data: &Bytes) -> Option<FileInfo> {
     // and walked frame pointers from the leaf, which loses every caller
     // of code that uses rbp as a register (crypto/sha256.block).
     let debug_frame = obj.section_by_name(".debug_frame").and_then(|s| section_bytes(&s)).map(|b| Bytes::Owned(Arc::from(b)));
+    let (eh_frame_svma_start, eh_frame_bytes) = (eh_frame_svma.as_ref().map(|r| r.start), eh_frame.clone());
+    let (hdr_svma_start, hdr_bytes) = (eh_frame_hdr_svma.as_ref().map(|r| r.start), eh_frame_hdr.clone());
     let sections = Some(ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma,
@@ -142,7 +144,11 @@ fn parse_elf(data: &Bytes) -> Option<FileInfo> {
     if obj.entry() != 0 {
         roots.push((obj.entry(), obj.entry() + ENTRY_LEN));
     }
-    let code = FileCode::parse(&obj).map(Arc::new);
+    let tables = match (eh_frame_svma_start, eh_frame_bytes, hdr_svma_start, hdr_bytes) {
+        (Some(a), Some(e), Some(b), Some(h)) => Some(crate::leafscan::Tables { eh_frame: (a, e), hdr: (b, h) }),
+        _ => None,
+    };
+    let code = FileCode::parse(&obj, tables).map(Arc::new);
     Some(FileInfo { map: None, file: None, build_id, len: data.len(), segments, sections, roots, code })
 }
 
@@ -223,6 +229,8 @@ pub struct Unwind {
     trampolines: Trampolines,
     /// CPython's own frames, read in BPF (python::frames).
     pub python: Python,
+    /// PHP's, read by the same walker (php).
+    pub php: crate::php::Php,
     /// Processes with a stack cut short (their Maps record names
     /// [`TRUNCATED_ADDR`]).
     truncated: std::collections::HashSet<u32>,
@@ -259,6 +267,7 @@ pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<
         // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
         // rather than an anonymous address).
         .filter(|m| m.entry.path.starts_with('/') || m.entry.path == "[vdso]")
+        .filter(|m| !crate::jitcode::is_jit_mapping(&m.entry.path))
         .map(|m| {
             let mut e = m.entry;
             if let Some(p) = e.path.strip_suffix(" (deleted)") {
@@ -456,6 +465,10 @@ impl Unwind {
                 covered[i - 1] || !self.trampolines.contains(e.pid, a)
             });
         }
+        if self.php.is_php(e.pid) {
+            let in_file: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
+            return self.php.splice(e, native, &in_file);
+        }
         self.python.splice(e, native)
     }
 
@@ -504,7 +517,10 @@ impl Unwind {
         // stack's start (stale return addresses of earlier calls lie in
         // the leaf's frame too) through code in files.
         let in_maps = |p: &Proc, a: u64| p.maps.iter().any(|m| a >= m.start && a < m.end);
-        if (!whole || out.len() == 1) && p.code.in_text(ip) && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
+        // Only where the leaf has no rule: one with a rule was stepped
+        // past as its table says, and a walk stopped further up (at JIT
+        // code) is cut there, not joined to a stale word (leafscan.rs).
+        if (!whole || out.len() == 1) && p.code.in_text(ip) && p.code.has_rule(ip) != Some(true) && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
             for (slot, r) in p.code.scan(pid, ip, sp, stack, pages) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
@@ -543,6 +559,7 @@ impl Unwind {
         }
         maps.sort_by_key(|m| m.start);
         let mut names = self.python.names(pid);
+        names.extend(self.php.names(pid));
         if self.truncated.contains(&pid) {
             names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
         }

@@ -1,6 +1,11 @@
 //! Frames left unnamed (`module+0xOFFSET`), counted per module for the
 //! stream's trailer (`unnamed_addrs:M`, `unnamed_ns:M`, `unnamed_count:M`),
 //! each module's reason told once on stderr.
+//!
+//! Code a runtime generates (outside every file, or in a file-like
+//! mapping: opcache's `/dev/zero`, BEAM's `/memfd:vmem`) is told apart
+//! from a binary without symbols: the reason names the runtime the
+//! process runs and the flag that names its code ([`runtime_why`]).
 
 use std::collections::BTreeMap;
 
@@ -21,7 +26,11 @@ impl Engine {
             *self.pending.entry(format!("{UNNAMED_ADDRS}{m}")).or_insert(0) += 1;
         }
         if self.warned_modules.insert(m.clone()) {
-            let why = self.why.get(&m).cloned().unwrap_or_else(|| "no symbol covers these addresses".into());
+            let rt = match space {
+                Space::User(pid) if is_generated(&m) => self.stream_maps.get(&pid).or_else(|| self.snapshots.get(&pid)).and_then(|maps| runtime_why(pid, maps)),
+                _ => None,
+            };
+            let why = rt.or_else(|| self.why.get(&m).cloned()).unwrap_or_else(|| "no symbol covers these addresses".into());
             self.warn(format!("frames left as {m}+0x...: {why}"));
         }
         self.module_id(&m)
@@ -75,6 +84,34 @@ impl Engine {
         }
         std::mem::take(&mut self.pending)
     }
+}
+
+/// Whether frames left as `module+0x...` are in generated code: outside
+/// every file, or in a mapping named like a file that holds a runtime's
+/// code (by its file name, as frames carry it).
+pub(crate) fn is_generated(module: &str) -> bool {
+    let base = module.rsplit('/').next().unwrap_or(module);
+    matches!(base, "[unknown]" | "[anon]" | "zero" | "zero (deleted)") || base.starts_with("memfd:") || base.starts_with("[anon:") || base.starts_with("SYSV")
+}
+
+/// What names the generated code of `pid`, by the runtime its files say
+/// it runs (None: not a runtime known here; the generic reason stands).
+pub(crate) fn runtime_why(pid: u32, maps: &[crate::procmaps::Mapping]) -> Option<String> {
+    let has = |f: &dyn Fn(&str) -> bool| maps.iter().any(|m| f(m.path().rsplit('/').next().unwrap_or("")));
+    if has(&|b| b == "beam.smp") {
+        return Some(format!(
+            "pid {pid} (Erlang/BEAM): JIT code and no /tmp/perf-{pid}.map: start the VM with `erl +JPperf true` to name its Erlang functions (and walk their frames)"
+        ));
+    }
+    if has(&|b| b.starts_with("php") && !b.ends_with(".so") || b.starts_with("libphp")) {
+        return Some(format!(
+            "pid {pid} (PHP): opcache's JIT code, unnamed (its PHP functions are named by the capture's frames, php::..., for PHP 8.2); opcache.jit_debug=0x10 writes /tmp/perf-{pid}.map for the JIT code itself"
+        ));
+    }
+    if has(&|b| b == "libcoreclr.so") {
+        return Some(format!("pid {pid} (.NET): JIT code and no /tmp/perf-{pid}.map: start it with DOTNET_PerfMapEnabled=1 to name its methods"));
+    }
+    None
 }
 
 /// Add the time of `s` to each of `mods` in `time` (the engine's

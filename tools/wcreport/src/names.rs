@@ -119,6 +119,14 @@ fn advice(module: &str, build_id: Option<&str>) -> Advice {
     if module == UNSYMBOLIZED {
         return ("addresses only".into(), "the stream was not symbolized: pipe it through stacksym".into(), None, vec![]);
     }
+    if generated(module) {
+        return (
+            "JIT code".into(),
+            "code a runtime generated in memory named like a file (opcache's /dev/zero, BEAM's /memfd:vmem), not a binary to rebuild: see the runtimes lines for what names it".into(),
+            None,
+            vec![],
+        );
+    }
     if !module.starts_with('/') {
         return (
             "outside every mapped file".into(),
@@ -150,6 +158,17 @@ fn advice(module: &str, build_id: Option<&str>) -> Advice {
         None => vec![],
     };
     (why.into(), hint, package, steps)
+}
+
+/// Whether `module` is a mapping that holds a runtime's generated code
+/// though named like a file (its path, or its file name as frames carry
+/// it): opcache's JIT buffer (`/dev/zero`, System V shared memory),
+/// BEAM's and .NET's double-mapped code (`/memfd:...`), a named
+/// anonymous mapping (`[anon:...]`).
+pub fn generated(module: &str) -> bool {
+    let m = module.strip_suffix(" (deleted)").unwrap_or(module);
+    let base = m.rsplit('/').next().unwrap_or(m);
+    m == "/dev/zero" || m == "zero" || base.starts_with("memfd:") || base.starts_with("SYSV") || m.starts_with("[anon:")
 }
 
 /// What to do when `apt install PKG` fails: Debian's `-dbgsym` packages
@@ -284,6 +303,16 @@ mod tests {
         assert_eq!(has_symtab(Path::new("/nonexistent/x")), None);
         assert_eq!(build_id_path("abcdef").as_deref(), Some("/usr/lib/debug/.build-id/ab/cdef.debug"));
         assert_eq!(build_id_path("zz"), None);
+    }
+
+    #[test]
+    fn jit_code_in_file_like_mappings_is_never_a_binary_to_rebuild() {
+        for m in ["/dev/zero", "zero", "/memfd:vmem", "memfd:doublemapper (deleted)", "[anon:v8]", "/SYSV00000000"] {
+            let (why, hint, pkg, _) = advice(m, None);
+            assert_eq!(why, "JIT code", "{m}");
+            assert!(!hint.contains("-g") && pkg.is_none(), "{m}: {hint}");
+        }
+        assert!(!generated("/usr/bin/zero") && !generated("/usr/lib/libzero.so"));
     }
 
     /// The debug archive is named only when apt's sources lack it; where

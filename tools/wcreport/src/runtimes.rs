@@ -8,6 +8,16 @@
 //!   `-XX:+PreserveFramePointer` keeps them. Methods left unnamed mean the
 //!   capture got no perf map from the JVM.
 //!
+//! - Erlang (BEAM): JIT code without names (in `memfd:vmem`, or outside
+//!   every file) means no perf map: `erl +JPperf true` writes one, and
+//!   keeps frame pointers for whole stacks.
+//! - PHP: opcache's JIT code (`/dev/zero`) is unnamed; the capture names
+//!   PHP 8.2's functions from the executor (`php::...`): where none are,
+//!   the frames of this PHP are not walked.
+//! - .NET: JIT code without names: `DOTNET_PerfMapEnabled=1`.
+//! - CPython below 3.10 (no frames read by the capture) without `-X perf`
+//!   (3.12+ only), and Ruby: frames of this runtime are not walked.
+//!
 //! Each line says how much of the process's on-CPU time it concerns (and
 //! of all its time); a share under 1% of either is left out (a few stacks
 //! cut for another reason: deeper than the stack the capture copies).
@@ -51,6 +61,18 @@ impl Ns {
 struct Seen {
     jvm: bool,
     v8: bool,
+    beam: bool,
+    php: bool,
+    dotnet: bool,
+    ruby: bool,
+    /// CPython's minor version, by its file's name.
+    python: Option<u32>,
+    /// Stacks with frames the capture read from PHP's or Python's
+    /// interpreter (`php::`, `py::`).
+    php_frames: Ns,
+    py_frames: Ns,
+    /// Stacks with frames of the interpreter's own file.
+    interp: Ns,
     total: Ns,
     /// Stacks cut in JIT code.
     cut: Ns,
@@ -62,8 +84,23 @@ fn base(m: &str) -> &str {
     m.rsplit('/').next().unwrap_or(m)
 }
 
+/// A frame of generated code left unnamed: outside every file, or in a
+/// mapping named like a file that holds a runtime's code (opcache's
+/// `/dev/zero`, BEAM's `/memfd:vmem`), as frames name their module.
 fn unnamed_anonymous(f: &Frame) -> bool {
-    !f.kernel && !f.jit && (f.func.starts_with("[unknown]+") || f.func.starts_with("[anon]+"))
+    if f.kernel || f.jit {
+        return false;
+    }
+    let (m, _) = f.func.rsplit_once("+0x").unwrap_or(("", ""));
+    let b = base(m);
+    matches!(b, "[unknown]" | "[anon]" | "zero") || b.starts_with("memfd:") || b.starts_with("[anon:") || b.starts_with("SYSV")
+}
+
+/// CPython 3.N of a file named `libpython3.N...` or `python3.N`.
+fn python_minor(b: &str) -> Option<u32> {
+    let rest = b.strip_prefix("libpython3.").or_else(|| b.strip_prefix("python3."))?;
+    let d: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    d.parse().ok()
 }
 
 /// The advice for the processes among `stacks` that need some.
@@ -76,8 +113,23 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             match f.module.as_deref().map(base) {
                 Some("libjvm.so") => e.jvm = true,
                 Some(m) if m == "node" || m.starts_with("libnode.so") => e.v8 = true,
+                Some("beam.smp") => e.beam = true,
+                Some("libcoreclr.so") => e.dotnet = true,
+                Some(m) if (m.starts_with("php") && !m.contains(".so")) || m.starts_with("libphp") => e.php = true,
+                Some(m) if m.starts_with("libruby") => e.ruby = true,
+                Some(m) if python_minor(m).is_some() => e.python = python_minor(m),
                 _ => {}
             }
+        }
+        let interp = |m: &str| m == "beam.smp" || (m.starts_with("php") && !m.contains(".so")) || m.starts_with("libphp") || m.starts_with("libruby") || python_minor(m).is_some();
+        if s.frames.iter().any(|f| f.module.as_deref().map(base).is_some_and(interp)) {
+            e.interp.add(s);
+        }
+        if s.frames.iter().any(|f| f.func.starts_with("php::")) {
+            e.php_frames.add(s);
+        }
+        if s.frames.iter().any(|f| f.func.starts_with("py::")) {
+            e.py_frames.add(s);
         }
         if s.frames.first().is_some_and(|f| f.func.starts_with(CUT)) {
             e.cut.add(s);
@@ -108,6 +160,29 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             let what = "has Java frames without names (the capture got no perf map from the JVM: see its warnings)";
             let fix = "start java with -XX:+DumpPerfMapAtExit, or keep it running until the capture ends";
             add("jvm", "-XX:+DumpPerfMapAtExit", e.unnamed_jit, what, fix);
+        }
+        if e.beam {
+            let what = format!("has Erlang JIT code without names (the VM wrote no /tmp/perf-{pid}.map)");
+            add("beam", "+JPperf true", e.unnamed_jit, &what, "start the VM with `erl +JPperf true` to name its Erlang functions and walk their frames");
+        }
+        if e.dotnet {
+            let what = format!("has .NET JIT code without names (no /tmp/perf-{pid}.map)");
+            add("dotnet", "DOTNET_PerfMapEnabled=1", e.unnamed_jit, &what, "start it with DOTNET_PerfMapEnabled=1 to name its methods");
+        }
+        if e.php && e.php_frames.0 == 0 {
+            let what = "runs PHP whose frames are not walked (the capture reads PHP 8.2's, NTS)";
+            add("php", "", e.interp, what, "its functions show as the interpreter's loop (execute_ex)");
+        } else if e.php {
+            let what = "has opcache JIT code without names (its PHP functions are named, php::...)";
+            add("php", "opcache.jit_debug=0x10", e.unnamed_jit, what, "opcache.jit_debug=0x10 writes a perf map that names the JIT code too");
+        }
+        if e.ruby {
+            add("ruby", "", e.interp, "runs Ruby, whose frames are not walked", "its methods show as the interpreter's C functions (rbspy reads them)");
+        }
+        if let Some(minor) = e.python.filter(|_| e.py_frames.0 == 0) {
+            let fix = if minor >= 12 { "start it with python3 -X perf to name its functions" } else { "CPython 3.10+ has its frames read by the capture; 3.12+ names them with -X perf" };
+            let what = format!("runs CPython 3.{minor}, whose frames are not walked");
+            add("python", "-X perf", e.interp, &what, fix);
         }
     }
     out
@@ -164,6 +239,32 @@ mod tests {
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].flag, "-XX:+PreserveFramePointer");
         assert!(a[0].text.contains("90% of its on-CPU time"), "{}", a[0].text);
+    }
+
+    #[test]
+    fn erlang_jit_code_in_its_memfd_is_told_the_flag() {
+        let s = [
+            stack(5, 800, vec![in_module("process_main", "beam.smp"), Frame::named("memfd:vmem+0x1234")]),
+            stack(5, 200, vec![in_module("erts_schedule", "beam.smp")]),
+        ];
+        let a = advice(s.iter());
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].flag, "+JPperf true");
+        assert!(a[0].text.contains("erl +JPperf true") && a[0].text.contains("80% of its on-CPU time"), "{}", a[0].text);
+    }
+
+    #[test]
+    fn interpreters_whose_frames_are_not_walked_say_so() {
+        let s = [stack(4, 100, vec![in_module("_PyEval_EvalFrameDefault", "libpython3.9.so.1.0")]), stack(6, 100, vec![in_module("vm_exec", "libruby-3.1.so.3.1")])];
+        let a = advice(s.iter());
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert!(a.iter().all(|a| a.text.contains("not walked")), "{a:?}");
+        // PHP with its frames read: no such line; its JIT code (/dev/zero) unnamed: the flag.
+        let php = Frame { module: Some("work.php".into()), ..Frame::named("php::crunch") };
+        let s = [stack(8, 100, vec![in_module("execute_ex", "php8.2"), php, Frame::named("zero+0x10")])];
+        let a = advice(s.iter());
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].flag, "opcache.jit_debug=0x10");
     }
 
     #[test]

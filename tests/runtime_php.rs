@@ -1,0 +1,125 @@
+//! PHP 8.2 CLI (Debian's php-cli; tests/programs/php/work.php: `work()`
+//! calls `crunch()`, on the CPU, and `nap()`, in usleep, and times each
+//! with hrtime) profiled by `scripts/wallclock -- php ...` with no flag.
+//!
+//! - Plain (no opcache in the CLI, Debian's default): the PHP functions
+//!   are named with their callers (`php::{main}` -> `php::work` ->
+//!   `php::crunch`) above `execute_ex`, the main thread's stacks are
+//!   whole (from `_start`), and each function's share of the thread's
+//!   time is within 5 points of the program's own clocks.
+//! - Under opcache's function JIT: the sleep's stack is never joined
+//!   wrongly. It was `zend_execute;__GI___clock_nanosleep` for all of it
+//!   (the leaf scan took a stale return address for the caller of the JIT
+//!   code, with `nap`, `usleep` and `__nanosleep` dropped and nothing
+//!   marked); now whole or cut and marked `[truncated]`, and the PHP
+//!   frames still name `nap`.
+//!
+//! Root (BPF) and php are needed; the test skips, saying so, without them.
+
+mod runtime_common;
+mod util;
+
+use runtime_common::{have, profile, Run, Stack};
+use serde_json::Value;
+
+fn run(name: &str, flags: &[&str]) -> (Run, Value) {
+    let prog = util::root().join("tests/programs/php/work.php");
+    let mut cmd = vec!["php"];
+    cmd.extend_from_slice(flags);
+    cmd.extend_from_slice(&[prog.to_str().unwrap(), "3"]);
+    let r = profile(&util::scratch(name), &cmd);
+    let clocks: Value = r.stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no clocks printed: {}", r.stdout));
+    (r, clocks)
+}
+
+/// The main thread's stacks (PHP's CLI runs the script there), leaving
+/// out the synthetic ones that hold time in no code.
+fn main_thread(r: &Run) -> Vec<&Stack> {
+    r.stacks
+        .iter()
+        .filter(|s| s.tid == s.pid && r.comms.get(&s.tid).is_some_and(|c| c.starts_with("php")))
+        .filter(|s| !matches!(s.frames.first().map(String::as_str), Some("[steal]") | Some("[thread start]")))
+        .collect()
+}
+
+fn ns(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> u64 {
+    v.iter().filter(|s| pred(s)).map(|s| s.ns).sum()
+}
+
+fn top(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> String {
+    let mut v: Vec<&&Stack> = v.iter().filter(|s| pred(s)).collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.ns));
+    v.iter().take(5).map(|s| format!("{} {} {}\n", s.kind, s.ns, s.frames.join(";"))).collect()
+}
+
+fn has(s: &Stack, f: &str) -> bool {
+    s.frames.iter().any(|x| x == f)
+}
+
+/// `callee` right under `caller` (leafward), with nothing between.
+fn called_by(s: &Stack, caller: &str, callee: &str) -> bool {
+    s.frames.windows(2).any(|w| w[0] == caller && w[1] == callee)
+}
+
+#[test]
+fn php_functions_named_with_their_callers_and_timed_as_the_program_times_them() {
+    if util::skip_without_root("PHP capture") || !have("php", "php-cli") {
+        return;
+    }
+    let (r, clocks) = run("runtime_php_plain", &[]);
+    let main = main_thread(&r);
+    let all = ns(&main, |_| true);
+    assert!(all > 0, "no time in PHP's main thread:\n{}", r.stderr);
+    let whole = ns(&main, |s| s.frames.first().is_some_and(|f| f == "_start"));
+    let whole_pct = whole as f64 * 100.0 / all as f64;
+    assert!(whole_pct >= 90.0, "{whole_pct:.1}% of the main thread's time in whole stacks:\n{}", top(&main, |s| s.frames.first().is_none_or(|f| f != "_start")));
+    // The program times work() (its clocks' total); the profile's time in
+    // work() is that of the stacks through php::work. The PHP frames are
+    // read once the capture has found the interpreter (a turn of its loop
+    // after the exec, which the program's start-up outlasts).
+    // The program's untimed start sleeps in time_nanosleep (no usleep
+    // frame; before the interpreter is found, no PHP frames): left out.
+    let warmup = |s: &Stack| has(s, "__GI___nanosleep") && !has(s, "usleep");
+    let in_php = ns(&main, |s| has(s, "execute_ex") && !warmup(s));
+    let named = ns(&main, |s| has(s, "php::work"));
+    let named_pct = named as f64 * 100.0 / in_php.max(1) as f64;
+    assert!(named_pct >= 90.0, "{named_pct:.1}% of the time under execute_ex names php::work:\n{}", top(&main, |s| has(s, "execute_ex") && !warmup(s) && !has(s, "php::work")));
+    let total = clocks["total"].as_f64().unwrap();
+    for (f, caller) in [("crunch", "php::work"), ("nap", "php::work")] {
+        let name = format!("php::{f}");
+        let seen = ns(&main, |s| has(s, &name));
+        let nested = ns(&main, |s| called_by(s, caller, &name) && called_by(s, "php::{main}", caller));
+        let share = seen as f64 * 100.0 / named as f64;
+        let truth = clocks[f].as_f64().unwrap() * 100.0 / total;
+        assert!((share - truth).abs() <= 5.0, "{name}: {share:.1}% of work()'s time in the profile, {truth:.1}% by the program's clocks:\n{}", top(&main, |_| true));
+        assert!(nested as f64 >= 0.95 * seen as f64, "{name} is not always under {caller} under php::{{main}}:\n{}", top(&main, |s| has(s, &name)));
+        eprintln!("php: {name} {share:.1}% of work()'s time (program: {truth:.1}%); {named_pct:.1}% of the time under execute_ex named, {whole_pct:.1}% of the thread's in whole stacks");
+    }
+    // The PHP frames sit above the interpreter's loop that runs them.
+    assert!(ns(&main, |s| called_by(s, "execute_ex", "php::{main}")) > 0, "php::{{main}} never above execute_ex:\n{}", top(&main, |_| true));
+}
+
+#[test]
+fn php_jit_sleep_is_whole_or_marked_never_joined_wrongly() {
+    if util::skip_without_root("PHP capture") || !have("php", "php-cli") {
+        return;
+    }
+    let flags = ["-d", "opcache.enable_cli=1", "-d", "opcache.jit=function", "-d", "opcache.jit_buffer_size=64M"];
+    let (r, _) = run("runtime_php_jit", &flags);
+    let main = main_thread(&r);
+    let sleeps = |s: &Stack| s.kind == "off" && s.frames.iter().any(|f| f.ends_with("clock_nanosleep"));
+    let sleep = ns(&main, sleeps);
+    assert!(sleep > 0, "the main thread never sleeps in clock_nanosleep:\n{}", top(&main, |_| true));
+    // Whole: through libc's usleep, from _start. Cut: marked.
+    let through_usleep = |s: &Stack| has(s, "usleep") && s.frames.first().is_some_and(|f| f == "_start");
+    // The capture's marker, or stacksym's for a stack whose root is JIT code.
+    let marked = |s: &Stack| s.frames.first().is_some_and(|f| f == "[truncated]" || f.starts_with("[stack cut in JIT code"));
+    let wrong = ns(&main, |s| sleeps(s) && !through_usleep(s) && !marked(s));
+    assert_eq!(wrong, 0, "sleep stacks joined wrongly (neither whole through usleep nor marked):\n{}", top(&main, |s| sleeps(s) && !through_usleep(s) && !marked(s)));
+    // Its PHP frames are read as without the JIT: nap, rootward of the
+    // JIT code that ran it.
+    let named = ns(&main, |s| sleeps(s) && called_by(s, "php::work", "php::nap") && has(s, "usleep"));
+    let pct = named as f64 * 100.0 / sleep as f64;
+    assert!(pct >= 50.0, "{pct:.1}% of the JIT's sleep names php::nap above usleep:\n{}", top(&main, sleeps));
+    eprintln!("php JIT: {pct:.1}% of the sleep names php::nap above usleep; {:.1}% marked [truncated]", ns(&main, |s| sleeps(s) && marked(s)) as f64 * 100.0 / sleep as f64);
+}

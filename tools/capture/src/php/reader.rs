@@ -1,0 +1,174 @@
+//! PHP 8.2's executor, read from outside the process (process_vm_readv):
+//! `executor_globals` (exported by the `php8.2` executable of an NTS
+//! build, as Debian ships it) -> `current_execute_data` -> the chain of
+//! `zend_execute_data`, each naming its function (`zend_function`: type,
+//! name, class), file (a user function's `op_array.filename`) and line
+//! (its `opline`'s `lineno`).
+//!
+//! The offsets are PHP 8.2's, from the headers of Debian's `php8.2-dev`
+//! (8.2.36-1~deb12u1): `offsetof` of each field, printed by a C program
+//! built against them (the `php8.2` binary carries no DWARF). They hold
+//! for every 8.2.x release (the structs did not change within 8.2) on
+//! x86-64; another minor version is not read (its structs moved).
+
+use std::collections::HashMap;
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+/// `offsetof(zend_executor_globals, current_execute_data)`.
+pub const EG_CURRENT_EXECUTE_DATA: u64 = 488;
+/// `zend_execute_data`: `opline`, `func`, `This.u1.type_info` (its high
+/// half: the call-info flags), `prev_execute_data`.
+pub const EX_OPLINE: u64 = 0;
+pub const EX_FUNC: u64 = 24;
+pub const EX_CALL_INFO_HI: u64 = 42;
+pub const EX_PREV: u64 = 48;
+/// `ZEND_CALL_TOP >> 16`: a frame called from C (`zend_execute`,
+/// `zend_call_function`), the outermost of what one `execute_ex` runs.
+pub const CALL_TOP: u32 = 1 << 1;
+/// `zend_function`: `type`, `common.function_name`, `common.scope`,
+/// `op_array.filename`; `zend_class_entry.name`; `zend_string.len` and
+/// `.val`; `zend_op.lineno`.
+const FN_TYPE: u64 = 0;
+const FN_NAME: u64 = 8;
+const FN_SCOPE: u64 = 16;
+const OP_ARRAY_FILENAME: u64 = 152;
+const CE_NAME: u64 = 8;
+const STR_LEN: u64 = 16;
+const STR_VAL: u64 = 24;
+const OP_LINENO: u64 = 24;
+/// `ZEND_USER_FUNCTION`, `ZEND_INTERNAL_FUNCTION`.
+const USER_FUNCTION: u8 = 2;
+const INTERNAL_FUNCTION: u8 = 1;
+
+const MAX_STR: u64 = 1024;
+
+/// What names one frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhpFunc {
+    /// `Class::method`, `function`, or `{main}` (a script's own code).
+    pub name: String,
+    /// The script file, for user code.
+    pub file: Option<String>,
+    /// Internal (C) functions have a native frame of their own (`zif_...`).
+    pub internal: bool,
+}
+
+/// The PHP 8.2 executor of a live process.
+pub struct Executor {
+    pid: u32,
+    /// `&executor_globals` in the process.
+    pub globals: u64,
+    /// Where `execute_ex` lies: the native frames that run PHP frames.
+    pub execute_ex: Vec<(u64, u64)>,
+    /// The mappings of the executable.
+    pub mapped: Vec<(u64, u64)>,
+    /// Function -> its name, read once per turn of the capture loop (a
+    /// closure freed and another made at its address reads anew).
+    funcs: HashMap<u64, (u64, PhpFunc)>,
+}
+
+/// Whether `path` names PHP 8.2's executable (Debian's `php8.2`, the
+/// `php-cgi8.2` and `php-fpm8.2` SAPIs build the same executor in).
+pub fn is_php82(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or("");
+    name.starts_with("php") && name.ends_with("8.2")
+}
+
+impl Executor {
+    /// The executor of `pid`: its PHP 8.2 executable's `executor_globals`.
+    pub fn find(pid: u32) -> Result<Executor, String> {
+        let maps = wallclock_stream::procmaps::read(pid).ok_or_else(|| format!("pid {pid}: its maps cannot be read"))?;
+        let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| is_php82(&m.path)).collect();
+        let first = mine.first().ok_or_else(|| format!("pid {pid}: no PHP 8.2 executable mapped"))?;
+        let path = first.path.clone();
+        let data = crate::elf::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
+        let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
+        let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
+        let bias = crate::elf::load_bias(&segments, first.start, first.offset).ok_or_else(|| format!("{path}: no segment holds {:#x}", first.offset))?;
+        let (mut globals, mut execute_ex) = (None, Vec::new());
+        for s in obj.dynamic_symbols().chain(obj.symbols()) {
+            match s.name_bytes() {
+                Ok(b"executor_globals") => _ = globals.get_or_insert(s.address().wrapping_add(bias)),
+                Ok(b"execute_ex") => execute_ex.push((s.address().wrapping_add(bias), s.address().wrapping_add(bias) + s.size().max(1))),
+                _ => {}
+            }
+        }
+        // A ZTS build keeps its globals per thread (no such symbol).
+        let globals = globals.ok_or_else(|| format!("{path}: no executor_globals symbol (a thread-safe build?)"))?;
+        execute_ex.sort_unstable();
+        execute_ex.dedup();
+        let mapped = mine.iter().filter(|m| m.path == path).map(|m| (m.start, m.end)).collect();
+        Ok(Executor { pid, globals, execute_ex, mapped, funcs: HashMap::new() })
+    }
+
+    /// A new turn of the capture loop: functions are read again.
+    pub fn new_turn(&mut self) {
+        self.funcs.clear();
+    }
+
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: one local iovec over `buf`, which outlives the call.
+        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n != buf.len() as isize {
+            return Err(format!("pid {}: cannot read {} bytes at {addr:#x}", self.pid, buf.len()));
+        }
+        Ok(())
+    }
+
+    fn u64(&self, addr: u64) -> Result<u64, String> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// A `zend_string`'s text (bytes that are not UTF-8 replaced).
+    fn string(&self, s: u64) -> Result<String, String> {
+        if s == 0 {
+            return Err("no string".into());
+        }
+        let len = self.u64(s + STR_LEN)?;
+        if len > MAX_STR {
+            return Err(format!("pid {}: a string of {len} bytes at {s:#x}", self.pid));
+        }
+        let mut b = vec![0u8; len as usize];
+        self.read(s + STR_VAL, &mut b)?;
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// What names function `func` (a `zend_function *`).
+    pub fn func(&mut self, func: u64) -> Result<PhpFunc, String> {
+        let mut head = [0u8; 24];
+        self.read(func, &mut head)?;
+        let word = |o: u64| u64::from_le_bytes(head[o as usize..o as usize + 8].try_into().unwrap());
+        let (ty, name, scope) = (head[FN_TYPE as usize], word(FN_NAME), word(FN_SCOPE));
+        if let Some((_, f)) = self.funcs.get(&func).filter(|(n, _)| *n == name) {
+            return Ok(f.clone());
+        }
+        if ty != USER_FUNCTION && ty != INTERNAL_FUNCTION {
+            return Err(format!("pid {}: {func:#x} is no function (type {ty})", self.pid));
+        }
+        // A script's own code has no name: PHP's traces call it {main}.
+        let mut text = if name == 0 { "{main}".to_string() } else { self.string(name)? };
+        if scope != 0 {
+            let class = self.string(self.u64(scope + CE_NAME)?)?;
+            text = format!("{class}::{text}");
+        }
+        let file = if ty == USER_FUNCTION { self.string(self.u64(func + OP_ARRAY_FILENAME)?).ok() } else { None };
+        let f = PhpFunc { name: text, file, internal: ty == INTERNAL_FUNCTION };
+        self.funcs.insert(func, (name, f.clone()));
+        Ok(f)
+    }
+
+    /// The line of `opline` (a `zend_op *` of a user function).
+    pub fn line(&self, opline: u64) -> Option<u32> {
+        if opline == 0 {
+            return None;
+        }
+        let mut b = [0u8; 4];
+        self.read(opline + OP_LINENO, &mut b).ok()?;
+        Some(u32::from_le_bytes(b)).filter(|&l| l > 0)
+    }
+}
