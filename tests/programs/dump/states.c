@@ -6,7 +6,7 @@
  *
  * Prints `thread NAME TID` for each, `sleeper since NS` (CLOCK_MONOTONIC,
  * the BPF clock) just before the sleeper sleeps, `ready`, and then every
- * 50 ms `cpu MONO_NS NAME CPU_NS ...`: each thread's own CPU clock. */
+ * 10 ms `cpu MONO_NS NAME CPU_NS ...`: each thread's own CPU clock. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -160,6 +160,6 @@ int main(int argc, char **argv)
 		}
 		printf("\n");
 		fflush(stdout);
-		usleep(50000);
+		usleep(10000);
 	}
 }

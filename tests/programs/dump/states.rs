@@ -92,6 +92,16 @@ impl States {
         a.iter().map(|(k, &v0)| (k.clone(), v0 as f64 + (b[k] as f64 - v0 as f64) * f)).collect()
     }
 
+    /// Bounds of each named thread's CPU ns at the monotonic time `at`:
+    /// its clocks in the reports just before and just after.
+    pub fn cpu_bounds(&self, at: u64) -> HashMap<String, (u64, u64)> {
+        let r = self.reports.lock().unwrap();
+        let i = r.partition_point(|(t, _)| *t <= at);
+        assert!(i > 0 && i < r.len(), "no CPU clock report around {at}");
+        let ((_, a), (_, b)) = (&r[i - 1], &r[i]);
+        a.iter().map(|(k, &lo)| (k.clone(), (lo, b[k]))).collect()
+    }
+
     /// The time of the latest report.
     pub fn last_report(&self) -> u64 {
         self.reports.lock().unwrap().last().map_or(0, |r| r.0)
