@@ -93,9 +93,12 @@ fn dump_names_each_threads_function_state_and_time_in_it() {
         assert!(w.iter().any(|f| f.contains("futex")), "the waiter's stack has no futex frame: {w:?}");
         let sl = thread(&d, s.tids["sleeper"]);
         let got = sl["state_s"].as_f64().expect("the sleeper's time in its state");
-        let (lo, hi) = ((before - s.sleeper_since) as f64 / 1e9, (after - s.sleeper_since) as f64 / 1e9);
-        assert!(got > lo - 0.1 && got < hi + 0.1, "round {round}: sleeper asleep {got:.3}s, truth {lo:.3}..{hi:.3}s");
-        eprintln!("round {round}: wcdump took {took:?} ({cpu:?} CPU), sleeper {got:.3}s (truth {lo:.3}..{hi:.3})");
+        // Asleep from the time it printed to the time it was read.
+        let at = sl["at_ns"].as_u64().unwrap();
+        assert!(at >= before && at <= after, "read at {at}, not within the run {before}..{after}");
+        let truth = (at - s.sleeper_since) as f64 / 1e9;
+        assert!((got - truth).abs() < 0.1, "round {round}: sleeper asleep {got:.3}s, truth {truth:.3}s");
+        eprintln!("round {round}: wcdump took {took:?} ({cpu:?} CPU), sleeper {got:.4}s (truth {truth:.4}s)");
     }
     assert!(best < Duration::from_secs(1), "wcdump took {best:?} at best");
     assert!(syncer_in_disk > 0, "the syncer was never seen in disk (D) in 5 dumps");

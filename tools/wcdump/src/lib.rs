@@ -32,7 +32,7 @@ pub struct Cli {
     #[arg(value_name = "PID")]
     pub pid: u32,
     /// One JSON object: {pid, comm, read_ms, threads: [{tid, name, state,
-    /// state_s, cpu_s, frames (leaf first)}]}.
+    /// state_s, cpu_s, at_ns, frames (leaf first)}]}.
     #[arg(long)]
     pub json: bool,
     /// Kernel frames left out.
@@ -57,6 +57,8 @@ pub struct Thread {
     pub state_s: Option<f64>,
     /// Its CPU time since it started, seconds.
     pub cpu_s: f64,
+    /// When it was read (CLOCK_MONOTONIC ns): `state_s` is up to then.
+    pub at_ns: u64,
     /// Its stack, leaf first: kernel frames, then user frames.
     pub frames: Vec<Frame>,
 }
@@ -111,6 +113,7 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
             state: state::name(r),
             state_s: (r.since != 0).then(|| r.now.saturating_sub(r.since) as f64 / 1e9),
             cpu_s: r.exec_ns as f64 / 1e9,
+            at_ns: r.now,
             frames,
         });
     }
