@@ -85,6 +85,15 @@ fn three_tables_to_a_pipe_agree_with_each_threads_cpu_clock() {
             for k in 0..4 {
                 sum[k] += share[k] * len / secs;
             }
+            // Each interval too: its own clock's share between the
+            // reports around the interval's ends, and the shares whole.
+            let (a, b) = (s.cpu_bounds(tb.start), s.cpu_bounds(tb.end));
+            let lo = (b[name].0.saturating_sub(a[name].1)) as f64 / 1e7 / len;
+            let hi = (b[name].1 - a[name].0) as f64 / 1e7 / len;
+            assert!(share[0] > lo - 5.0 && share[0] < hi + 5.0, "table {i}: {name} on-CPU {:.1}%, its clock {lo:.1}..{hi:.1}%:\n{text}", share[0]);
+            eprintln!("table {i} {name}: on {:.1}%, own clock {lo:.1}..{hi:.1}%", share[0]);
+            let total: f64 = share.iter().sum();
+            assert!((total - 100.0).abs() < 1.0, "table {i}: {name}'s shares add to {total:.1}:\n{text}");
             match name {
                 "sleeper" | "holder" | "waiter" => {
                     assert!(share[2] > 99.0, "table {i}: {name} sleeps {:.1}%:\n{text}", share[2]);
