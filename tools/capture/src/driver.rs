@@ -392,6 +392,13 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             // The stacks sent before the cut, so that its blocks have them.
             drain.work_for(Duration::from_millis(2), |e| event(tool, e, &mut unwind));
             sess.settle();
+            // The kernel's sums are read now: a block or a running slice
+            // that ended since `due` saw the time up is in them whole, so
+            // the window ends now (cut when due, it was counted whole in
+            // the earlier window: 118% of a thread's time in one window
+            // and 70% in the next on a loaded machine). A follower keeps
+            // its leader's ends.
+            let cut_at = if args.every_follow.is_some() { cut_at } else { monotonic_ns().max(cut_at) };
             let threads = retired.with(thread_map(skel.maps().threads).1);
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
             let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };

@@ -16,6 +16,8 @@ pub fn commands() -> Vec<clap::Command> {
         wcreport::command(),
         flame::command(),
         wcexport::command(),
+        wcdump::command(),
+        wcdump::top::command(),
     ]
 }
 

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: GPL-2.0
+/* `wallclock dump PID`: one pass of a sleepable task iterator over the
+ * target's threads, each written whole into the iterator's output (no
+ * ring buffer, no capture window): its state, since when it is in it, its
+ * kernel stack and a copy of its user stack (unwound in user space with
+ * .eh_frame, as the capture's stacks are). */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "dump.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile __u32 target_tgid = 0;
+
+/* The record is bigger than the BPF stack: one per CPU (the iterator
+ * runs with migration disabled). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wcd_thread);
+} scratch SEC(".maps");
+
+/* The scheduler stamps switches with its per-CPU clocks: rq->clock
+ * (sched_clock) for sched_info, rq->clock_task (that less the time of
+ * interrupts and steal on that CPU) for se.exec_start. Both are taken to
+ * bpf_ktime_get_ns() here: clock - clock_task of the thread's CPU, and
+ * ktime - clock of this CPU, whose clock was updated when this reader
+ * last came on it or at its last tick (a few ms at most). A CPU's rq is
+ * reached through a cfs_rq of it (this kernel's kallsyms has no data
+ * symbols, so the per-CPU `runqueues` cannot be named). */
+static __always_inline __u64 since_of(struct task_struct *t, __u64 now)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct rq *me = BPF_CORE_READ(cur, se.cfs_rq, rq);
+	struct rq *rq = BPF_CORE_READ(t, se.cfs_rq, rq);
+	if (!me || !rq)
+		return 0;
+	__u64 my_clock = BPF_CORE_READ(me, clock);
+	__u64 clock = BPF_CORE_READ(rq, clock), clock_task = BPF_CORE_READ(rq, clock_task);
+	__s64 to_ktime = (__s64)now - (__s64)my_clock;
+	__u64 stamp;
+	if (t->on_cpu) {
+		stamp = t->sched_info.last_arrival;
+	} else if (t->__state == 0 && t->sched_info.last_queued) {
+		stamp = t->sched_info.last_queued;
+	} else {
+		/* Left the CPU at its last exec_start (update_curr on the
+		 * way out); 0 after a migration on wake-up. */
+		if (!t->se.exec_start)
+			return 0;
+		stamp = t->se.exec_start + (clock - clock_task);
+	}
+	if (!stamp)
+		return 0;
+	__u64 since = stamp + to_ktime;
+	return since > now ? now : since;
+}
+
+SEC("iter.s/task")
+int dump_task(struct bpf_iter__task *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct task_struct *t = ctx->task;
+	__u32 zero = 0;
+	if (!t || t->tgid != target_tgid)
+		return 0;
+	struct wcd_thread *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	e->now = bpf_ktime_get_ns();
+	e->since = since_of(t, e->now);
+	e->exec_ns = t->se.sum_exec_runtime;
+	e->start_ns = t->start_time;
+	e->pid = t->tgid;
+	e->tid = t->pid;
+	e->state = t->__state;
+	e->exit_state = t->exit_state;
+	e->on_cpu = t->on_cpu;
+	e->kthread = (t->flags & 0x00200000 /* PF_KTHREAD */) != 0;
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), t->comm);
+	long n = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
+	e->kstack_bytes = n > 0 ? n : 0;
+	e->ip = e->sp = e->bp = 0;
+	e->ustack_bytes = 0;
+	if (!e->kthread && !e->exit_state) {
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+		__u64 sp = BPF_CORE_READ(regs, sp);
+		e->ip = BPF_CORE_READ(regs, ip);
+		e->sp = sp;
+		e->bp = BPF_CORE_READ(regs, bp);
+		/* One unmapped byte fails a whole copy: 16K, else what is left
+		 * of the stack's last pages. */
+		if (!bpf_copy_from_user_task(e->ustack, WCD_USTACK_MAX, (void *)sp, t, 0)) {
+			e->ustack_bytes = WCD_USTACK_MAX;
+		} else {
+			__u32 head = 4096 - (sp & 4095);
+			for (int k = 3; k >= 0; k--) {
+				__u32 len = head + k * 4096;
+				if (len > WCD_USTACK_MAX)
+					continue;
+				if (!bpf_copy_from_user_task(e->ustack, len, (void *)sp, t, 0)) {
+					e->ustack_bytes = len;
+					break;
+				}
+			}
+		}
+	}
+	bpf_seq_write(seq, e, sizeof(*e));
+	return 0;
+}

@@ -1,0 +1,164 @@
+//! `wcdump PID` (`wallclock dump PID`) on a program whose threads are in
+//! known states (tests/programs/dump/states.c): each thread's own
+//! function named in its stack, its state, the sleeper's time in its
+//! state against the program's own clock, under a second also for a
+//! process of 1,000 threads, and `--json` with the same facts. Loads real
+//! BPF programs: run as root.
+
+mod util;
+
+#[path = "programs/dump/states.rs"]
+mod states;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use states::{mono_ns, States, FUNCS};
+
+fn program() -> PathBuf {
+    util::build_c("tests/programs/dump/states.c", &util::root().join("target/test-tmp/dump-bin"), "states")
+}
+
+/// CPU time (user + system) of the children waited for so far.
+fn children_cpu() -> Duration {
+    // SAFETY: ru is a valid rusage for getrusage to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| Duration::from_micros(t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// `wcdump --json PID`, parsed, how long it took and the CPU time it
+/// used. On this 2-CPU machine shared with other builds the wall time
+/// is mostly waiting for a CPU: the CPU time says what the dump costs,
+/// and the best wall time of a few runs what it takes when it gets one.
+fn dump_json(pid: u32) -> (Value, Duration, Duration) {
+    let cpu = children_cpu();
+    let t = Instant::now();
+    let out = Command::new(util::bin("wcdump")).args(["--json", &pid.to_string()]).output().unwrap();
+    let took = t.elapsed();
+    assert!(out.status.success(), "wcdump failed: {}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).expect("wcdump --json is not JSON"), took, children_cpu() - cpu)
+}
+
+fn thread(d: &Value, tid: u32) -> &Value {
+    d["threads"].as_array().unwrap().iter().find(|t| t["tid"] == tid).unwrap_or_else(|| panic!("thread {tid} not in the dump: {d}"))
+}
+
+fn funcs(t: &Value) -> Vec<&str> {
+    t["frames"].as_array().unwrap().iter().map(|f| f["func"].as_str().unwrap()).collect()
+}
+
+fn expected_states(name: &str) -> &'static [&'static str] {
+    match name {
+        "spin1" | "spin2" => &["running", "runnable"],
+        // Between two fdatasyncs it runs (or waits for a CPU) a moment.
+        "syncer" => &["disk", "running", "runnable"],
+        _ => &["sleeping"],
+    }
+}
+
+#[test]
+fn dump_names_each_threads_function_state_and_time_in_it() {
+    if util::skip_without_root("wcdump") {
+        return;
+    }
+    let dir = util::scratch("dump-states");
+    let s = States::start(&program(), &dir, 0);
+    std::thread::sleep(Duration::from_millis(700));
+    let mut syncer_in_disk = 0;
+    let mut best = Duration::MAX;
+    for round in 0..5 {
+        let before = mono_ns();
+        let (d, took, cpu) = dump_json(s.pid);
+        let after = mono_ns();
+        assert!(cpu < Duration::from_millis(500), "wcdump used {cpu:?} of CPU");
+        best = best.min(took);
+        assert_eq!(d["pid"], s.pid);
+        assert_eq!(d["threads"].as_array().unwrap().len(), 7, "{d}");
+        for (name, func) in FUNCS {
+            let t = thread(&d, s.tids[name]);
+            assert_eq!(t["name"], name);
+            let f = funcs(t);
+            assert!(f.contains(&func), "round {round}: {name}'s stack lacks {func}: {f:?}");
+            let st = t["state"].as_str().unwrap();
+            assert!(expected_states(name).contains(&st), "round {round}: {name} is {st}, stack {f:?}");
+            syncer_in_disk += (name == "syncer" && st == "disk") as u32;
+        }
+        // The waiter's stack goes through the mutex into the futex wait.
+        let w = funcs(thread(&d, s.tids["waiter"]));
+        assert!(w.iter().any(|f| f.contains("futex")), "the waiter's stack has no futex frame: {w:?}");
+        let sl = thread(&d, s.tids["sleeper"]);
+        let got = sl["state_s"].as_f64().expect("the sleeper's time in its state");
+        // Asleep from the time it printed to the time it was read.
+        let at = sl["at_ns"].as_u64().unwrap();
+        assert!(at >= before && at <= after, "read at {at}, not within the run {before}..{after}");
+        let truth = (at - s.sleeper_since) as f64 / 1e9;
+        assert!((got - truth).abs() < 0.1, "round {round}: sleeper asleep {got:.3}s, truth {truth:.3}s");
+        eprintln!("round {round}: wcdump took {took:?} ({cpu:?} CPU), sleeper {got:.4}s (truth {truth:.4}s)");
+    }
+    assert!(best < Duration::from_secs(1), "wcdump took {best:?} at best");
+    assert!(syncer_in_disk > 0, "the syncer was never seen in disk (D) in 5 dumps");
+}
+
+/// The text (through the wrapper) says the same as the JSON.
+#[test]
+fn dump_text_through_the_wrapper() {
+    if util::skip_without_root("wcdump") {
+        return;
+    }
+    let dir = util::scratch("dump-text");
+    let s = States::start(&program(), &dir, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new(util::root().join("scripts/wallclock"))
+        .args(["dump", &s.pid.to_string()])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wallclock dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with(&format!("Process {} (states): 7 threads", s.pid)), "{text}");
+    for (name, func) in FUNCS {
+        let head = format!("Thread {} \"{name}\" ", s.tids[name]);
+        let block = text.split("\n\n").find(|b| b.starts_with(&head)).unwrap_or_else(|| panic!("no {head:?} in\n{text}"));
+        let st = block[head.len()..].split(' ').next().unwrap();
+        assert!(expected_states(name).contains(&st), "{name} is {st}:\n{block}");
+        assert!(block.lines().skip(1).any(|l| l.trim_start().starts_with(func)), "{name}'s stack lacks {func}:\n{block}");
+    }
+    // The sleeper has slept since its start: whole seconds, not a fraction.
+    assert!(text.contains("\"sleeper\" sleeping for "), "{text}");
+}
+
+#[test]
+fn dump_of_a_thousand_threads_is_under_a_second() {
+    if util::skip_without_root("wcdump") {
+        return;
+    }
+    let dir = util::scratch("dump-1000");
+    let s = States::start(&program(), &dir, 1000);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let (d, took, cpu) = dump_json(s.pid);
+        let threads = d["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 1007);
+        let extra = threads.iter().filter(|t| funcs(t).contains(&"extra") && t["state"] == "sleeping").count();
+        assert_eq!(extra, 1000, "not every extra thread was named asleep in `extra`");
+        eprintln!("1,007 threads: wcdump took {took:?}, {cpu:?} of CPU (read {} ms)", d["read_ms"]);
+        assert!(cpu < Duration::from_secs(1), "wcdump of 1,007 threads used {cpu:?} of CPU");
+        best = best.min(took);
+    }
+    assert!(best < Duration::from_secs(1), "wcdump of 1,007 threads took {best:?} at best");
+}
+
+#[test]
+fn bad_pids_are_one_line_errors() {
+    for (arg, want) in [("999999999", "no such process: 999999999"), ("abc", "invalid value 'abc'")] {
+        let out = Command::new(util::bin("wcdump")).arg(arg).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "wcdump {arg}: {err}");
+    }
+}

@@ -1,0 +1,136 @@
+//! `wcdump PID` (`wallclock dump PID`): every thread of a process now,
+//! as py-spy dump or jstack show it: its name, its state (running,
+//! runnable, sleeping, disk, stopped), for how long it has been in that
+//! state, and its whole stack, kernel and user frames named. No capture
+//! window: one pass of a BPF task iterator reads each thread's state and
+//! stacks once (bpf/dump.bpf.c); the user stack is unwound with the
+//! capture's own unwinder (.eh_frame) and named by stacksym's engine.
+
+pub mod read;
+pub mod state;
+pub mod text;
+pub mod top;
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Parser;
+use serde::Serialize;
+use wallclock_capture::unwind::Unwind;
+use wallclock_stream::{Frame, Kind, Record, Stack};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "wcdump",
+    version,
+    about = "Every thread of a process now: state, time in it, whole stack (wallclock dump)",
+    after_help = "EXAMPLES:\n    sudo wcdump 1234            # each thread's state and stack, leaf first\n    sudo wcdump --json 1234     # the same as one JSON object\n    sudo wallclock dump 1234    # the same through the wrapper"
+)]
+pub struct Cli {
+    /// The process to dump.
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// One JSON object: {pid, comm, read_ms, threads: [{tid, name, state,
+    /// state_s, cpu_s, at_ns, frames (leaf first)}]}.
+    #[arg(long)]
+    pub json: bool,
+    /// Kernel frames left out.
+    #[arg(long)]
+    pub no_kernel: bool,
+}
+
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+/// One thread as the dump shows it.
+#[derive(Debug, Serialize)]
+pub struct Thread {
+    pub tid: u32,
+    pub name: String,
+    /// running, runnable, sleeping, disk, stopped, traced, idle, zombie.
+    pub state: &'static str,
+    /// Seconds since it entered that state (absent when the kernel
+    /// cannot tell: a thread woken onto another CPU and not yet run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_s: Option<f64>,
+    /// Its CPU time since it started, seconds.
+    pub cpu_s: f64,
+    /// When it was read (CLOCK_MONOTONIC ns): `state_s` is up to then.
+    pub at_ns: u64,
+    /// Its stack, leaf first: kernel frames, then user frames.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Dump {
+    pub pid: u32,
+    pub comm: String,
+    /// Milliseconds from the start of the read to the named stacks.
+    pub read_ms: f64,
+    pub threads: Vec<Thread>,
+}
+
+/// The threads of `pid` now, with named stacks.
+pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
+    let t0 = Instant::now();
+    if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no such process: {pid}");
+    }
+    wallclock_capture::privs::check("wcdump")?;
+    let raws = read::threads(pid)?;
+    if raws.is_empty() {
+        bail!("process {pid} has no threads to read (it exited, or is a kernel thread group)");
+    }
+    let mut unwind = Unwind::new();
+    let mut stacks = Vec::with_capacity(raws.len());
+    for r in &raws {
+        let mut s = Stack::new(Kind::Off, r.pid, r.tid, &r.comm());
+        if r.ip != 0 {
+            s.ustack = unwind.unwind(r.pid, r.ip, r.sp, r.bp, r.ustack());
+        }
+        if kernel {
+            s.kstack = r.kstack().iter().rev().copied().collect();
+        }
+        stacks.push(s);
+    }
+    let mut records: Vec<Record> = unwind.maps_records().into_iter().map(Record::Maps).collect();
+    records.extend(stacks.into_iter().map(Record::Stack));
+    let mut engine = stacksym::Engine::new(stacksym::Options { tool: "wcdump", ..Default::default() });
+    engine.prepare_records(&records);
+    let mut threads = Vec::with_capacity(raws.len());
+    let named = records.iter().filter_map(|r| match r {
+        Record::Stack(s) => Some(s),
+        _ => None,
+    });
+    for (r, s) in raws.iter().zip(named) {
+        let mut frames = engine.frames(s);
+        frames.reverse();
+        threads.push(Thread {
+            tid: r.tid,
+            name: r.comm(),
+            state: state::name(r),
+            state_s: (r.since != 0).then(|| r.now.saturating_sub(r.since) as f64 / 1e9),
+            cpu_s: r.exec_ns as f64 / 1e9,
+            at_ns: r.now,
+            frames,
+        });
+    }
+    let comm = threads.iter().find(|t| t.tid == pid).map(|t| t.name.clone()).unwrap_or_default();
+    Ok(Dump { pid, comm, read_ms: t0.elapsed().as_secs_f64() * 1e3, threads })
+}
+
+pub fn run(cli: Cli) -> Result<i32> {
+    let d = dump(cli.pid, !cli.no_kernel)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if cli.json {
+        serde_json::to_writer(&mut out, &d)?;
+        writeln!(out)?;
+    } else {
+        text::write(&mut out, &d)?;
+    }
+    out.flush()?;
+    Ok(0)
+}
