@@ -58,7 +58,7 @@ fn every_doc_is_linked_from_the_readme() {
     let linked = links(&readme);
     for d in docs() {
         let rel = format!("docs/{}", d.file_name().unwrap().to_string_lossy());
-        assert!(linked.iter().any(|l| *l == rel), "{rel} is not linked from README.md");
+        assert!(linked.contains(&rel), "{rel} is not linked from README.md");
     }
 }
 

@@ -125,6 +125,7 @@ pub fn socket_in_root(pid: u32, path: &str, owner: Owner) -> Result<Option<Owned
         Ok(None) => return Ok(None),
         Err(e) => return Err(skip(Path::new(&shown), why_not_opened(&e))),
     };
+    // SAFETY: `stat` is plain integers, for which all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     use std::os::fd::AsRawFd;
     // SAFETY: `st` is a valid stat buffer; an empty path with AT_EMPTY_PATH
