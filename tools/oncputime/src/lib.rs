@@ -147,9 +147,15 @@ impl driver::Tool for On<'_> {
         open.common(common, btf)?;
         open.progs.switch_btf.set_autoload(self.cli.exact && btf);
         open.progs.switch_raw.set_autoload(self.cli.exact && !btf);
+        // Timed samples: the one due while a task switches is the task's
+        // leaving (bpf/oncputime.bpf.c, struct wc_cpu_tick).
+        let timed = self.cli.event.is_clock() && self.cli.freq > 0;
+        open.progs.tick_btf.set_autoload(timed && btf);
+        open.progs.tick_raw.set_autoload(timed && !btf);
         let probes = self.probes.any();
         let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
         ro.probes_on = probes;
+        ro.period_ns = if timed { 1_000_000_000 / self.cli.freq } else { 0 };
         open.progs.wc_uprobe.set_autoload(probes);
         open.progs.wc_uretprobe.set_autoload(probes);
         open.progs.wc_usdt.set_autoload(probes);
@@ -179,6 +185,10 @@ impl driver::Tool for On<'_> {
         if self.cli.exact {
             let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
             links.push(switch.attach().context("attaching to sched_switch")?);
+        }
+        if self.cli.event.is_clock() && self.cli.freq > 0 {
+            let tick = if btf { &skel.progs.tick_btf } else { &skel.progs.tick_raw };
+            links.push(tick.attach().context("attaching to sched_switch")?);
         }
         for cpu in bpf::online_cpus() {
             let fd = self.cli.event.open(cpu, self.cli.freq)?;
