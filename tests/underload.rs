@@ -128,7 +128,9 @@ fn shares_hold_with_two_cpu_hogs_beside_the_target() {
     let windows = d.join("windows");
     let _hogs = Hogs::start();
     let steal0 = machine_steal_ns();
-    let mut wl = Command::new(workload()).arg("9").arg(&d).arg(&windows).stdout(Stdio::piped()).spawn().unwrap();
+    // It runs until the windows are written (30 s at most), however long
+    // the captures take to attach on a loaded machine.
+    let mut wl = Command::new(workload()).arg("30").arg(&d).arg(&windows).stdout(Stdio::piped()).spawn().unwrap();
     let pid = wl.id().to_string();
     std::thread::sleep(Duration::from_millis(700));
     // Attached by pid, both captures at once (as scripts/wallclock runs them).
@@ -169,10 +171,21 @@ fn shares_hold_with_two_cpu_hogs_beside_the_target() {
             let got = 100.0 * *funcs.get(&(tid, func.to_string())).unwrap_or(&0) as f64 / alive;
             eprintln!("{kind:3} {tname:7} {func:17} tool {got:5.1}% truth {want:5.1}% ({:+.1} points)", got - want);
             if kind == "on" && *tname == "shorty" {
-                // Checked as a pair below: see tests/capture.rs.
+                // A timer sample cannot land while interrupts are off, and
+                // short_wait's CPU comes in slices of a few us, mostly
+                // the syscall and switch paths: sampling sees less of it
+                // than the thread's clock (tests/capture.rs: 34-62% on a
+                // quiet machine; here, with two hogs, 65-75% since a
+                // sample due at a switch is the leaving task's, 55-60%
+                // before). The rest goes to short_work, the thread's only
+                // other code: checked as in tests/capture.rs, the pair's
+                // sum exactly below.
                 shorty = (shorty.0 + got, shorty.1 + want);
-            }
-            if (got - want).abs() > 3.0 {
+                let (lo, hi) = if *func == "short_wait" { (want * 0.2, want + 3.0) } else { (want - 3.0, 100.0) };
+                if got <= lo || got >= hi {
+                    errors.push(format!("on shorty/{func}: {got:.1}% vs {want:.1}% (allowed {lo:.1}..{hi:.1})"));
+                }
+            } else if (got - want).abs() > 3.0 {
                 errors.push(format!("{kind} {tname}/{func}: {got:.1}% vs {want:.1}%"));
             }
             if kind == "on" {
@@ -188,7 +201,10 @@ fn shares_hold_with_two_cpu_hogs_beside_the_target() {
             }
         }
     }
-    eprintln!("shorty on-CPU, both functions: tool {:.1}% truth {:.1}%", shorty.0 / 2.0, shorty.1 / 2.0);
+    eprintln!("shorty on-CPU, both functions: tool {:.1}% truth {:.1}%", shorty.0, shorty.1);
+    if (shorty.0 - shorty.1).abs() > 3.0 {
+        errors.push(format!("on shorty: short_wait + short_work {:.1}% vs {:.1}%", shorty.0, shorty.1));
+    }
     // Steal: never more than the machine's in a window that holds the capture's.
     let machine = steal1 - steal0;
     for (recs, tool) in [(&offr, "offcputime"), (&onr, "oncputime")] {
