@@ -69,7 +69,7 @@ static void fstat_add(struct fstat *s, unsigned long long w0, unsigned long long
 
 /* s's wall and CPU time inside [a, b) (CLOCK_MONOTONIC): a call across
  * an edge counts for the part of it inside, its CPU time prorated. */
-static void fstat_window(const struct fstat *s, unsigned long long a, unsigned long long b,
+__attribute__((unused)) static void fstat_window(const struct fstat *s, unsigned long long a, unsigned long long b,
 			 unsigned long long *cpu, unsigned long long *wall)
 {
 	double c = 0, w = 0;

@@ -558,6 +558,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             records.push(Record::Stats(s));
         }
     }
+    cap.sess.cap_steal(&mut records);
     if let Some(c) = stacks.check() {
         eprintln!("offcputime: {c}");
     }

@@ -235,6 +235,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false, spool_maps };
     let mut cap = driver::capture(&mut on, req)?;
     let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    cap.sess.cap_steal(&mut records);
     if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
         let counts = bpf::percpu_sums(&cap.skel.maps.probe_stats, event::PROBE_STAT_NAMES.len() as u32);
         let (recs, pcounts) = wallclock_capture::probe::records(&on.probes, events, &on.probe_stacks, &counts);
