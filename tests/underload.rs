@@ -130,7 +130,7 @@ fn shares_hold_with_two_cpu_hogs_beside_the_target() {
     let steal0 = machine_steal_ns();
     // It runs until the windows are written (30 s at most), however long
     // the captures take to attach on a loaded machine.
-    let mut wl = Command::new(workload()).arg("30").arg(&d).arg(&windows).stdout(Stdio::piped()).spawn().unwrap();
+    let wl = Command::new(workload()).arg("30").arg(&d).arg(&windows).stdout(Stdio::piped()).spawn().unwrap();
     let pid = wl.id().to_string();
     std::thread::sleep(Duration::from_millis(700));
     // Attached by pid, both captures at once (as scripts/wallclock runs them).
