@@ -180,9 +180,8 @@ fn shares_hold_with_two_cpu_hogs_beside_the_target() {
                 // short_wait's CPU comes in slices of a few us, mostly
                 // the syscall and switch paths: sampling sees less of it
                 // than the thread's clock (tests/capture.rs: 34-62% on a
-                // quiet machine; here, with two hogs, 60-75% since a
-                // sample due at a switch is the leaving task's, 55-60%
-                // before). The rest goes to short_work, the thread's only
+                // quiet machine; here, with two hogs, 55-75%). The rest
+                // goes to short_work, the thread's only
                 // other code: checked as in tests/capture.rs, the pair's
                 // sum exactly below.
                 shorty = (shorty.0 + got, shorty.1 + want);
