@@ -314,7 +314,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 	open_slice(th, next, btf);
 }
 
-static __always_inline int handle(void *ctx, struct task_struct *prev, struct task_struct *next,
+static __always_inline int handle(void *ctx, bool preempt, struct task_struct *prev, struct task_struct *next,
 				  unsigned int pstate, bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -324,6 +324,13 @@ static __always_inline int handle(void *ctx, struct task_struct *prev, struct ta
 	if (!p && !n)
 		return 0;
 	stat_add(WC_STAT_SWITCHES, 1);
+	/* prev_state is the state prev had when __schedule began; a task
+	 * preempted (an involuntary switch) between setting a sleeping state
+	 * and calling schedule() stays on the run queue: it is runnable, and
+	 * no wake-up ends that wait. Read as S, its time waiting for the CPU
+	 * went under [sleep] until it ran. */
+	if (preempt)
+		pstate = 0;
 	if (p)
 		switch_out(ctx, prev, pstate, now, btf);
 	if (n)
@@ -335,14 +342,14 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle(ctx, prev, next, prev_state, true);
+	return handle(ctx, preempt, prev, next, prev_state, true);
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle(ctx, prev, next, prev_state, false);
+	return handle(ctx, preempt, prev, next, prev_state, false);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -96,19 +96,7 @@ fn postgres_query_spans_under_pgbench() {
     // The client's backend, not the one pgbench opens first to read the
     // scale and closes (a capture of that one ends with it): the one
     // running the transaction's statements.
-    let mut backend = String::new();
-    for _ in 0..100 {
-        backend = sql(
-            &dir,
-            "select pid from pg_stat_activity where application_name = 'pgbench' \
-             and query ~ '^(BEGIN|END|UPDATE|INSERT|SELECT abalance)' order by backend_start desc limit 1",
-        );
-        if !backend.is_empty() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!backend.is_empty(), "no pgbench backend");
+    let backend = bench_backend(&dir);
     let client = bench.id();
     signal(client, "-STOP");
     std::thread::sleep(Duration::from_millis(300));
@@ -167,4 +155,94 @@ fn postgres_query_spans_under_pgbench() {
         let named = ["XLogFlush", "fdatasync", "secure_read", "LockAcquire", "ProcSleep"];
         assert!(named.iter().any(|n| folded.contains(n)), "no WAL flush, socket or lock wait among the slow queries' stacks:\n{folded}");
     }
+}
+
+/// The backend running pgbench's transactions: not the one pgbench opens
+/// first to read the scale and closes (a capture of that one ends with it).
+fn bench_backend(dir: &Path) -> String {
+    for _ in 0..100 {
+        let b = sql(
+            dir,
+            "select pid from pg_stat_activity where application_name = 'pgbench' \
+             and query ~ '^(BEGIN|END|UPDATE|INSERT|SELECT abalance)' order by backend_start desc limit 1",
+        );
+        if !b.is_empty() {
+            return b;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no pgbench backend");
+}
+
+/// Issue 28: the backend keeps running through the capture (not paused),
+/// attached by pid, 5 s. The statements it ran in the window are counted
+/// from pgbench's own per-transaction log (`-l`: each transaction's end,
+/// wall clock, and latency) mapped onto the window: a transaction of the
+/// default script is 7 statements (BEGIN, 3 UPDATEs, a SELECT, an INSERT,
+/// END); one across an edge has some of them in the window, so the count
+/// is a range. Every span that opens and closes in the window is recorded.
+#[test]
+fn postgres_spans_under_continuous_load() {
+    if util::skip_without_root("PostgreSQL spans") {
+        return;
+    }
+    let dir = util::scratch("spans-postgres-load");
+    let _cluster = start(&dir);
+    let d = dir.display().to_string();
+    let mut bench: Child = Command::new("pgbench")
+        .args(["-h", &d, "-p", PORT, "-U", "postgres", "-c", "1", "-T", "9", "-l", "--log-prefix"])
+        .arg(dir.join("pgb"))
+        .arg("postgres")
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let backend = bench_backend(&dir);
+    std::thread::sleep(Duration::from_millis(500));
+    let out = dir.join("off.jsonl");
+    let cap = Command::new(util::bin("offcputime"))
+        .args(["--probe", "usdt:postgresql:query__start ~~ usdt:postgresql:query__done", "-p", &backend, "-d", "5", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&cap.stderr);
+    eprintln!("{stderr}");
+    assert!(cap.status.success(), "offcputime failed");
+    assert!(bench.wait().unwrap().success(), "pgbench failed");
+
+    let recs: Vec<serde_json::Value> = std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let h = &recs[0];
+    let (s, e) = (h["start_ns"].as_u64().unwrap(), h["end_ns"].as_u64().unwrap());
+    let real0 = h["start_realtime_ns"].as_u64().unwrap();
+    let spans = recs.iter().filter(|r| r["type"] == "span").count() as u64;
+    // The window in pgbench's clock (wall clock, us).
+    let (ws, we) = (real0 / 1000, (real0 + (e - s)) / 1000);
+    let (mut inside, mut across) = (0u64, 0u64);
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let f = f.unwrap();
+        if !f.file_name().to_string_lossy().starts_with("pgb") {
+            continue;
+        }
+        for l in std::fs::read_to_string(f.path()).unwrap().lines() {
+            // client_id transaction_no latency_us script_no epoch_s us
+            let v: Vec<u64> = l.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            let end = v[4] * 1_000_000 + v[5];
+            let begin = end - v[2];
+            if begin >= ws && end <= we {
+                inside += 1;
+            } else if end > ws && begin < we {
+                across += 1;
+            }
+        }
+    }
+    let (lo, hi) = (7 * inside, 7 * (inside + across));
+    let stats = recs.iter().find(|r| r["type"] == "stats").unwrap();
+    eprintln!(
+        "spans {spans}; statements in the window by pgbench's log {lo}..{hi} ({inside} transactions inside, {across} across an edge); probe stats: drops {} unmatched {} too deep {} map full {}",
+        stats["counts"]["probe_drops"], stats["counts"]["probe_unmatched_exits"], stats["counts"]["probe_spans_too_deep"], stats["counts"]["probe_map_full"]
+    );
+    assert!(lo > 100, "pgbench ran only {lo} statements in the window");
+    assert!(spans as f64 >= lo as f64 * 0.995 && spans as f64 <= hi as f64 * 1.005, "{spans} spans for {lo}..{hi} statements");
+    assert!(!stderr.contains("not recorded"), "a probe event was not recorded: {stderr}");
 }

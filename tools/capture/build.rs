@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 fn main() {
-    let bpf = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
+    // Read when the script runs, not baked in when it is compiled: a target
+    // directory copied from another checkout kept building that one's bpf/.
+    let bpf = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("../../bpf");
     let header = bpf.join("wallclock.h");
     println!("cargo:rerun-if-changed={}", header.display());
     // The BPF side takes __u64 and friends from vmlinux.h; these are theirs.

@@ -1,7 +1,9 @@
 use std::path::PathBuf;
 
 fn main() {
-    let bpf = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
+    // Read when the script runs, not baked in when it is compiled: a target
+    // directory copied from another checkout kept building that one's bpf/.
+    let bpf = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("../../bpf");
     let src = bpf.join("oncputime.bpf.c");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("oncputime.skel.rs");
     libbpf_cargo::SkeletonBuilder::new()

@@ -2,7 +2,13 @@
  * CPU time (CLOCK_THREAD_CPUTIME_ID) and wall time (CLOCK_MONOTONIC) in each
  * named function and prints it all as one JSON object at exit.
  *
- *   workload SECONDS [DIR]    (DIR: where disk_write_fsync writes)
+ *   workload SECONDS [DIR [WINDOWS]]    (DIR: where disk_write_fsync writes)
+ *
+ * WINDOWS: a file read at exit, one window a line ("START_NS END_NS",
+ * CLOCK_MONOTONIC): the figures are also given for each window alone
+ * ("windows"), for a capture attached in the middle of the run. The file
+ * is waited for (up to a minute) if it is not there yet; with it, the
+ * run ends when it appears (SECONDS is then the longest).
  *
  * Build: gcc -O1 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -pthread workload.c -o workload
  * (without -fno-optimize-sibling-calls a function's last call becomes a
@@ -12,6 +18,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,7 +82,7 @@ NOINLINE void long_sleep(struct thr *t)
 {
 	BEGIN;
 	struct timespec ts = { (time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9) };
-	while (nanosleep(&ts, &ts) && errno == EINTR)
+	while (nanosleep(&ts, &ts) && errno == EINTR && !stop)
 		;
 	END(t, "long_sleep");
 }
@@ -190,20 +197,63 @@ static void *start(void *a)
 	return 0;
 }
 
+static void wake(int sig) { (void)sig; }
+
+/* "windows":[{"start_ns":..,"end_ns":..,"threads":[{"name","tid","funcs"}]}] */
+static void print_windows(const char *path)
+{
+	FILE *f = NULL;
+	for (int i = 0; i < 600 && !(f = fopen(path, "r")); i++)
+		usleep(100000);
+	printf(",\"windows\":[");
+	unsigned long long a, b;
+	for (int w = 0; f && fscanf(f, "%llu %llu", &a, &b) == 2; w++) {
+		printf("%s{\"start_ns\":%llu,\"end_ns\":%llu,\"threads\":[", w ? "," : "", a, b);
+		for (int i = 0; i < N; i++) {
+			struct thr *t = &threads[i];
+			printf("%s{\"name\":\"%s\",\"tid\":%d,\"funcs\":{", i ? "," : "", t->name, t->tid);
+			for (int j = 0; j < t->nf; j++) {
+				unsigned long long cpu, wall;
+				fstat_window(&t->f[j], a, b, &cpu, &wall);
+				printf("%s\"%s\":{\"cpu_ns\":%llu,\"wall_ns\":%llu}", j ? "," : "", t->f[j].name, cpu, wall);
+			}
+			printf("}}");
+		}
+		printf("]}");
+	}
+	printf("]");
+	if (f)
+		fclose(f);
+}
+
 int main(int argc, char **argv)
 {
 	seconds = argc > 1 ? atof(argv[1]) : 3;
 	if (argc > 2)
 		dir = argv[2];
+	const char *windows = argc > 3 ? argv[3] : NULL;
+	functime_log = windows != NULL;
+	signal(SIGUSR1, wake);
 	unsigned long long t0 = now(CLOCK_MONOTONIC);
 	for (int i = 0; i < N; i++)
 		pthread_create(&threads[i].th, 0, start, &threads[i]);
 	struct timespec ts = { (time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9) };
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
+	if (windows) {
+		/* Until the windows are known (the captures are over: a loaded
+		 * machine can take seconds to attach them), at most SECONDS. */
+		unsigned long long end = t0 + (unsigned long long)(seconds * 1e9);
+		while (now(CLOCK_MONOTONIC) < end && access(windows, R_OK))
+			usleep(50000);
+	} else {
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
 	stop = 1;
-	for (int i = 0; i < N; i++)
+	for (int i = 0; i < N; i++) {
+		if (fns[i] == sleeper)
+			pthread_kill(threads[i].th, SIGUSR1); /* its sleep ends early too */
 		pthread_join(threads[i].th, 0);
+	}
 	printf("{\"pid\":%d,\"start_ns\":%llu,\"end_ns\":%llu,\"threads\":[", getpid(), t0, now(CLOCK_MONOTONIC));
 	for (int i = 0; i < N; i++) {
 		struct thr *t = &threads[i];
@@ -214,6 +264,9 @@ int main(int argc, char **argv)
 			       t->f[j].cpu, t->f[j].wall, t->f[j].calls);
 		printf("}}");
 	}
-	printf("]}\n");
+	printf("]");
+	if (windows)
+		print_windows(windows);
+	printf("}\n");
 	return 0;
 }

@@ -12,6 +12,7 @@
 #ifndef FUNCTIME_H
 #define FUNCTIME_H
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -19,7 +20,17 @@
 #define NOINLINE __attribute__((noinline))
 #define MAXF 4
 
-struct fstat { const char *name; unsigned long long cpu, wall, calls; };
+/* With functime_log set, every call is kept too (its wall interval and
+ * CPU time), so that a program attached to in the middle of its run can
+ * give its figures for the capture's window alone (fstat_window). */
+struct fcall { unsigned long long w0, w1, cpu; };
+struct fstat {
+	const char *name;
+	unsigned long long cpu, wall, calls;
+	struct fcall *log;
+	unsigned long nlog, cap;
+};
+static int functime_log;
 
 static unsigned long long now(clockid_t c)
 {
@@ -38,9 +49,51 @@ static struct fstat *fstat_of(struct fstat *f, int *nf, const char *name)
 	return &f[(*nf)++];
 }
 
-#define BEGIN unsigned long long c0 = now(CLOCK_THREAD_CPUTIME_ID), w0 = now(CLOCK_MONOTONIC)
+static void fstat_add(struct fstat *s, unsigned long long w0, unsigned long long w1, unsigned long long cpu)
+{
+	s->cpu += cpu;
+	s->wall += w1 - w0;
+	s->calls++;
+	if (!functime_log)
+		return;
+	if (s->nlog == s->cap) {
+		unsigned long cap = s->cap ? 2 * s->cap : 4096;
+		struct fcall *l = realloc(s->log, cap * sizeof(*l));
+		if (!l)
+			return;
+		s->log = l;
+		s->cap = cap;
+	}
+	s->log[s->nlog++] = (struct fcall){ w0, w1, cpu };
+}
+
+/* s's wall and CPU time inside [a, b) (CLOCK_MONOTONIC): a call across
+ * an edge counts for the part of it inside, its CPU time prorated. */
+__attribute__((unused)) static void fstat_window(const struct fstat *s, unsigned long long a, unsigned long long b,
+			 unsigned long long *cpu, unsigned long long *wall)
+{
+	double c = 0, w = 0;
+	for (unsigned long i = 0; i < s->nlog; i++) {
+		const struct fcall *k = &s->log[i];
+		unsigned long long lo = k->w0 > a ? k->w0 : a, hi = k->w1 < b ? k->w1 : b;
+		if (hi <= lo || k->w1 <= k->w0)
+			continue;
+		w += hi - lo;
+		c += (double)k->cpu * (hi - lo) / (k->w1 - k->w0);
+	}
+	*cpu = c;
+	*wall = w;
+}
+
+/* Wall clock first at the start, last at the end: reading the CPU clock
+ * is a system call, and a thread is preempted at a system call's exit
+ * more than anywhere; read before the wall clock at the start, a thread
+ * preempted there (100 ms under two CPU hogs) spent that time in the
+ * function's frame but outside its measured interval. */
+#define BEGIN unsigned long long w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID)
 #define END(t, n) do { struct fstat *s_ = fstat_of((t)->f, &(t)->nf, n); \
-	s_->cpu += now(CLOCK_THREAD_CPUTIME_ID) - c0; s_->wall += now(CLOCK_MONOTONIC) - w0; s_->calls++; } while (0)
+	unsigned long long c1_ = now(CLOCK_THREAD_CPUTIME_ID); \
+	fstat_add(s_, w0, now(CLOCK_MONOTONIC), c1_ - c0); } while (0)
 #define TIMED(t, n, body) do { BEGIN; body; END(t, n); } while (0)
 
 #endif

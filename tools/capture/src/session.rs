@@ -64,6 +64,9 @@ pub struct Session {
     kstacks: Option<std::thread::JoinHandle<Kstacks>>,
     /// CPU clocks of the target's threads just after the stop.
     pub at_stop: BTreeMap<u32, ExecClock>,
+    /// The machine's steal + irq + softirq (/proc/stat) read at the start
+    /// and at the stop: no capture claims more (see [`Session::cap_steal`]).
+    pub machine_steal: (Option<u64>, Option<u64>),
     tids: Vec<u32>,
     pub exit_code: Option<i32>,
     /// System-wide: every thread of /proc just after the start (see
@@ -120,6 +123,7 @@ impl Session {
             initial: BTreeMap::new(),
             kstacks: None,
             at_stop: BTreeMap::new(),
+            machine_steal: (None, None),
             tids: Vec::new(),
             exit_code: None,
             listed: BTreeMap::new(),
@@ -146,6 +150,7 @@ impl Session {
     pub fn begin(&mut self, start_ns: u64, tids: &[u32], unwind: &mut Unwind) -> Result<()> {
         self.start_ns = start_ns;
         self.started = Some(Instant::now());
+        self.machine_steal.0 = steal::machine_ns();
         self.tids = tids.to_vec();
         if let Some(l) = self.launched.as_mut() {
             l.release()?;
@@ -266,6 +271,7 @@ impl Session {
     /// targets (for the steal of the slices still open). `tree`: the
     /// processes the BPF side followed.
     pub fn stopped(&mut self, tree: Vec<u32>) {
+        self.machine_steal.1 = steal::machine_ns();
         self.settle();
         if self.follow {
             self.add_pids(tree);
@@ -315,6 +321,20 @@ impl Session {
     pub fn steal_of(&self, tid: u32, th: &WcThread, end_ns: u64, on_ns: u64) -> u64 {
         let at_start = self.initial.get(&tid).and_then(|i| i.exec);
         steal::thread_steal(th, end_ns, on_ns, at_start, self.at_stop.get(&tid).copied())
+    }
+
+    /// Scale the threads' steal down to the machine's own over the window
+    /// when their sum is more (see [`steal::cap`]).
+    pub fn cap_steal(&self, records: &mut [wallclock_stream::Record]) {
+        let (Some(a), Some(b)) = self.machine_steal else { return };
+        let mut steals: Vec<&mut u64> = records
+            .iter_mut()
+            .filter_map(|r| match r {
+                wallclock_stream::Record::Thread(t) => t.steal_ns.as_mut(),
+                _ => None,
+            })
+            .collect();
+        steal::cap(&mut steals, b.saturating_sub(a));
     }
 
     /// The stream header every capture tool writes for this session.

@@ -428,6 +428,30 @@ pub fn lost_warning(c: &std::collections::BTreeMap<String, u64>) -> Option<Strin
     Some(format!("{n} blocks, {:.3} s off-CPU, kept no stack: [lost stack]{why}", ns as f64 / 1e9))
 }
 
+/// What the probes could not record, said at the end with what helps
+/// (the counts are in the stream's trailer too). Exits whose entry came
+/// before the window are not losses: that span did not open in it.
+fn probe_loss_warnings(counts: &[(String, u64)]) -> Vec<String> {
+    let n = |k: &str| counts.iter().find(|(name, _)| name == k).map_or(0, |(_, v)| *v);
+    let mut w = Vec::new();
+    if n("probe_drops") > 0 {
+        w.push(format!(
+            "{} probe events (spans or events) not recorded: the probe ring buffer was full, its reader behind; capture for less time (-d) or probe a less frequent point",
+            n("probe_drops")
+        ));
+    }
+    if n("probe_map_full") > 0 {
+        w.push(format!("{} spans not recorded: more threads opened spans than the span table holds; raise --max-threads", n("probe_map_full")));
+    }
+    if n("probe_spans_too_deep") > 0 {
+        w.push(format!(
+            "{} span entries not recorded: a thread had 8 spans open already (exits not seen close no level: a longjmp or an exception past a uprobe's return); probe points whose exit always fires",
+            n("probe_spans_too_deep")
+        ));
+    }
+    w
+}
+
 pub fn run(cli: Cli) -> Result<i32> {
     if cli.timeline && (!cli.timeline_mb.is_power_of_two() || cli.timeline_mb > 1024) {
         anyhow::bail!("--timeline-mb must be a power of two up to 1024, got {}", cli.timeline_mb);
@@ -535,6 +559,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             wallclock_capture::event::PROBE_STAT_NAMES.len() as u32,
         );
         let (recs, pcounts) = wallclock_capture::probe::records(&off.probes, events, &off.probe_stacks, &counts);
+        for w in probe_loss_warnings(&pcounts) {
+            eprintln!("offcputime: warning: {w}");
+        }
         let trailer = records.pop();
         records.extend(recs);
         if let Some(Record::Stats(mut s)) = trailer {
@@ -542,6 +569,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             records.push(Record::Stats(s));
         }
     }
+    cap.sess.cap_steal(&mut records);
     if let Some(c) = stacks.check() {
         eprintln!("offcputime: {c}");
     }

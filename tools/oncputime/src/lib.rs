@@ -158,9 +158,15 @@ impl driver::Tool for On<'_> {
         open.common(common, btf)?;
         open.progs.switch_btf.set_autoload(self.cli.exact && btf);
         open.progs.switch_raw.set_autoload(self.cli.exact && !btf);
+        // Timed samples: the one due while a task switches is the task's
+        // leaving (bpf/oncputime.bpf.c, struct wc_cpu_tick).
+        let timed = self.cli.event.is_clock() && self.cli.freq > 0;
+        open.progs.tick_btf.set_autoload(timed && btf);
+        open.progs.tick_raw.set_autoload(timed && !btf);
         let probes = self.probes.any();
         let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
         ro.probes_on = probes;
+        ro.period_ns = if timed { 1_000_000_000 / self.cli.freq } else { 0 };
         open.progs.wc_uprobe.set_autoload(probes);
         open.progs.wc_uretprobe.set_autoload(probes);
         open.progs.wc_usdt.set_autoload(probes);
@@ -190,6 +196,10 @@ impl driver::Tool for On<'_> {
         if self.cli.exact {
             let switch = if btf { &skel.progs.switch_btf } else { &skel.progs.switch_raw };
             links.push(switch.attach().context("attaching to sched_switch")?);
+        }
+        if self.cli.event.is_clock() && self.cli.freq > 0 {
+            let tick = if btf { &skel.progs.tick_btf } else { &skel.progs.tick_raw };
+            links.push(tick.attach().context("attaching to sched_switch")?);
         }
         for cpu in bpf::online_cpus() {
             let fd = self.cli.event.open(cpu, self.cli.freq)?;
@@ -236,6 +246,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false, spool_maps };
     let mut cap = driver::capture(&mut on, req)?;
     let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
+    cap.sess.cap_steal(&mut records);
     if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
         let counts = bpf::percpu_sums(&cap.skel.maps.probe_stats, event::PROBE_STAT_NAMES.len() as u32);
         let (recs, pcounts) = wallclock_capture::probe::records(&on.probes, events, &on.probe_stacks, &counts);
