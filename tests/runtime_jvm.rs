@@ -1,29 +1,30 @@
 //! A JVM program (OpenJDK 17, tests/programs/jvm/Main.java: a CPU loop that
 //! measures its own CPU time, Thread.sleep, a contended synchronized,
-//! write + fsync) profiled by `scripts/wallclock -- java ...` as a user
-//! would start it, with no flag and then with -XX:+PreserveFramePointer.
+//! write + fsync) profiled with no JVM flag, as a user would: launched by
+//! `scripts/wallclock -- java ...`, then attached to by pid.
 //!
-//! - No flag: the capture asks the running JVM for its JIT symbol map
-//!   (tools/capture/src/jvm.rs), so Java methods are named; the compiled
-//!   code keeps no frame pointers, so the CPU loop's stacks are cut there:
-//!   they begin with stacksym's marker, and stderr and the report name
-//!   the flag that gives whole stacks.
-//! - With the flag: the methods named and the CPU loop's stacks whole,
-//!   rooted at clone3/start_thread; its on-CPU time is the one it measured.
+//! The capture walks HotSpot's compiled, interpreted and stub frames from
+//! the JVM's own metadata (tools/capture/src/hotspot), so the stacks are
+//! whole (rooted at clone3/start_thread) with each Java method named, as
+//! the JVM names it (`long Main.spin(long)`), though compiled Java code
+//! keeps no frame pointers. Ground truth: the spin thread's own CPU clock
+//! (ThreadMXBean); the sleep and lock threads do nothing else.
 //!
-//! One JVM launch per mode, 3 s each. Root (BPF) and java are needed; the
+//! One 3 s launch and one 3 s attach. Root (BPF) and java are needed; the
 //! test skips, saying so, without them.
 
 mod runtime_common;
 mod util;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-use runtime_common::{have, profile, Run};
+use runtime_common::{have, profile, read_run, Run, Stack};
 use serde_json::Value;
 
 const SPIN: &str = "long Main.spin(long)";
-const CUT: &str = "[stack cut in JIT code: java -XX:+PreserveFramePointer]";
+const SLEEP: &str = "void java.lang.Thread.sleep(long)";
+const SLEEP_LOOP: &str = "void Main.sleepLoop(long)";
+const LOCK_LOOP: &str = "void Main.lockLoop(long)";
 
 /// Main.class built into `dir`.
 fn build(dir: &std::path::Path) {
@@ -37,14 +38,6 @@ fn build(dir: &std::path::Path) {
     assert!(st.success(), "javac failed");
 }
 
-fn run(dir: &std::path::Path, flags: &[&str]) -> Run {
-    let cp = dir.to_str().unwrap();
-    let mut cmd = vec!["java"];
-    cmd.extend_from_slice(flags);
-    cmd.extend_from_slice(&["-cp", cp, "Main", "3", cp]);
-    profile(&dir.join(if flags.is_empty() { "plain" } else { "fp" }), &cmd)
-}
-
 /// The spin thread's own measure of its CPU time.
 fn spin_cpu_ns(r: &Run) -> u64 {
     r.stdout
@@ -55,49 +48,73 @@ fn spin_cpu_ns(r: &Run) -> u64 {
         .unwrap_or_else(|| panic!("no spin line in the program's output: {}", r.stdout))
 }
 
-fn has(s: &runtime_common::Stack, f: &str) -> bool {
+fn has(s: &Stack, f: &str) -> bool {
     s.frames.iter().any(|x| x == f)
 }
 
+fn rooted(s: &Stack) -> bool {
+    s.frames.first().is_some_and(|f| f == "clone3" || f == "start_thread")
+}
+
+/// Of the off-CPU time of the threads whose name starts with `prefix`,
+/// the percentage in stacks for which `pred` holds, and a sample of the
+/// heaviest stacks.
+fn off_cpu_pct(r: &Run, prefix: &str, pred: impl Fn(&Stack) -> bool) -> (f64, String) {
+    let mut off: Vec<&Stack> = r.stacks.iter().filter(|s| s.kind == "off" && r.comms.get(&s.tid).is_some_and(|c| c.starts_with(prefix))).collect();
+    let all: u64 = off.iter().map(|s| s.ns).sum();
+    let yes: u64 = off.iter().filter(|s| pred(s)).map(|s| s.ns).sum();
+    assert!(all > 0, "no off-CPU time for threads {prefix}*");
+    off.sort_by_key(|s| std::cmp::Reverse(s.ns));
+    let top = off.iter().take(4).map(|s| format!("{} {}\n", s.ns, s.frames.join(";"))).collect();
+    (yes as f64 * 100.0 / all as f64, top)
+}
+
+/// What both runs must show; a line of figures.
+fn check(r: &Run, how: &str) -> String {
+    let whole = r.on_cpu_pct("spin", |s| rooted(s) && has(s, SPIN));
+    assert!(whole >= 90.0, "{how}: {whole:.1}% of the spin thread's on-CPU time is rooted at clone3/start_thread and names {SPIN}:\n{}", r.top("spin"));
+    let (sleep, top) = off_cpu_pct(r, "sleep", |s| rooted(s) && has(s, SLEEP) && has(s, SLEEP_LOOP));
+    assert!(sleep >= 90.0, "{how}: {sleep:.1}% of the sleep thread's off-CPU time is under {SLEEP_LOOP} and {SLEEP}:\n{top}");
+    let (lock, top) = off_cpu_pct(r, "lock-", |s| rooted(s) && has(s, LOCK_LOOP));
+    assert!(lock >= 90.0, "{how}: {lock:.1}% of the lock threads' off-CPU time is under {LOCK_LOOP}:\n{top}");
+    assert!(!r.stderr.contains("layout tables"), "{how}: the JVM's tables were not read:\n{}", r.stderr);
+    format!("{how}: spin {whole:.1}% whole and named, sleep {sleep:.1}%, lock {lock:.1}%")
+}
+
 #[test]
-fn java_methods_named_without_flags_and_whole_stacks_with_preserve_frame_pointer() {
+fn whole_java_stacks_without_flags_launched_and_attached() {
     if util::skip_without_root("JVM capture") || !have("java", "openjdk-17-jdk-headless") || !have("javac", "openjdk-17-jdk-headless") {
         return;
     }
     let dir = util::scratch("runtime_jvm");
     build(&dir);
+    let cp = dir.to_str().unwrap();
 
-    // No flag: named through the map the capture asked for; stacks cut,
-    // and the user told the flag.
-    let plain = run(&dir, &[]);
-    let named_plain = plain.on_cpu_pct("spin", |s| has(s, SPIN));
-    assert!(named_plain >= 50.0, "{named_plain:.1}% of the spin thread's on-CPU time names {SPIN}:\n{}", plain.top("spin"));
-    let cut = plain.on_cpu_pct("spin", |s| s.frames.first().is_some_and(|f| f == CUT));
-    assert!(cut >= 50.0, "{cut:.1}% of the spin thread's on-CPU time begins with {CUT}:\n{}", plain.top("spin"));
-    assert!(plain.stderr.contains("start java with -XX:+PreserveFramePointer"), "stderr does not name the flag:\n{}", plain.stderr);
-    assert!(plain.report.contains("start java with -XX:+PreserveFramePointer"), "the report does not name the flag");
-
-    // The flag: whole stacks, named, and the time the thread measured.
-    let fp = run(&dir, &["-XX:+PreserveFramePointer"]);
-    let rooted = fp.on_cpu_pct("spin", |s| s.frames.first().is_some_and(|f| f == "clone3" || f == "start_thread"));
-    assert!(rooted >= 90.0, "{rooted:.1}% of the spin thread's on-CPU time is rooted at clone3/start_thread:\n{}", fp.top("spin"));
-    let named = fp.on_cpu_pct("spin", |s| has(s, SPIN));
-    assert!(named >= 50.0, "{named:.1}% of the spin thread's on-CPU time names {SPIN}:\n{}", fp.top("spin"));
-    assert!(!fp.report.contains("-XX:+PreserveFramePointer for whole stacks"), "the report asks for a flag the JVM has:\n{}", fp.report);
-    let measured = spin_cpu_ns(&fp) as f64;
-    let profiled: u64 = fp.on_cpu("spin").map(|s| s.ns).sum();
+    let launched = profile(&dir.join("launch"), &["java", "-cp", cp, "Main", "3", cp]);
+    let fig = check(&launched, "launched");
+    let measured = spin_cpu_ns(&launched) as f64;
+    let profiled: u64 = launched.on_cpu("spin").map(|s| s.ns).sum();
     let off = (profiled as f64 - measured).abs() / measured;
-    assert!(off <= 0.10, "spin thread: on-CPU {profiled} ns in the profile, {measured} ns measured by the thread itself");
-    // The lock's waiters wait in the JVM's monitor code under the Java
-    // method that took the lock.
-    let lock_off: Vec<&runtime_common::Stack> = fp
-        .stacks
-        .iter()
-        .filter(|s| s.kind == "off" && fp.comms.get(&s.tid).is_some_and(|c| c.starts_with("lock-")))
-        .collect();
-    let all: u64 = lock_off.iter().map(|s| s.ns).sum();
-    let in_lock: u64 = lock_off.iter().filter(|s| has(s, "void Main.lockLoop(long)")).map(|s| s.ns).sum();
-    let under = in_lock as f64 * 100.0 / all.max(1) as f64;
-    assert!(under >= 50.0, "{under:.1}% of the lock threads' off-CPU time is under Main.lockLoop");
-    eprintln!("JVM: no flag: {named_plain:.1}% named, {cut:.1}% cut; flag: {rooted:.1}% rooted, {named:.1}% named; spin on-CPU {profiled} ns vs {measured} ns measured; lock waits under Main.lockLoop {under:.1}%");
+    assert!(off <= 0.05, "spin thread: on-CPU {profiled} ns in the profile, {measured} ns measured by the thread itself");
+
+    // Attached by pid once its code is compiled: the JVM started before
+    // the capture, with no flag.
+    let mut java = Command::new("java").args(["-cp", cp, "Main", "6", cp]).stdout(Stdio::piped()).spawn().expect("java");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let at = dir.join("attach");
+    std::fs::create_dir_all(&at).unwrap();
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-d", "3", "-o"])
+        .arg(at.join("p"))
+        .arg(java.id().to_string())
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock");
+    let _ = java.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "wallclock PID failed: {stderr}");
+    let attached = read_run(&at, String::new(), stderr);
+    let fig_at = check(&attached, "attached");
+    eprintln!("JVM, no flag: {fig}; spin on-CPU {profiled} ns vs {measured} ns measured ({:.1}%); {fig_at}", off * 100.0);
 }
