@@ -10,7 +10,7 @@
 //! keeps no frame pointers. Ground truth: the spin thread's own CPU clock
 //! (ThreadMXBean); the sleep and lock threads do nothing else.
 //!
-//! One 3 s launch and one 3 s attach. Root (BPF) and java are needed; the
+//! One 3 s launch and one 4 s attach. Root (BPF) and java are needed; the
 //! test skips, saying so, without them.
 
 mod runtime_common;
@@ -22,6 +22,7 @@ use runtime_common::{have, profile, read_run, Run, Stack};
 use serde_json::Value;
 
 const SPIN: &str = "long Main.spin(long)";
+const SPIN_LOOP: &str = "void Main.spinLoop(long)";
 const SLEEP: &str = "void java.lang.Thread.sleep(long)";
 const SLEEP_LOOP: &str = "void Main.sleepLoop(long)";
 const LOCK_LOOP: &str = "void Main.lockLoop(long)";
@@ -56,28 +57,37 @@ fn rooted(s: &Stack) -> bool {
     s.frames.first().is_some_and(|f| f == "clone3" || f == "start_thread")
 }
 
-/// Of the off-CPU time of the threads whose name starts with `prefix`,
-/// the percentage in stacks for which `pred` holds, and a sample of the
-/// heaviest stacks.
-fn off_cpu_pct(r: &Run, prefix: &str, pred: impl Fn(&Stack) -> bool) -> (f64, String) {
-    let mut off: Vec<&Stack> = r.stacks.iter().filter(|s| s.kind == "off" && r.comms.get(&s.tid).is_some_and(|c| c.starts_with(prefix))).collect();
+/// Of the time the threads whose name starts with `prefix` waited
+/// (off-CPU, sleeping: not preempted), the percentage in stacks for which
+/// `pred` holds, and a sample of the heaviest stacks.
+fn waits_pct(r: &Run, prefix: &str, pred: impl Fn(&Stack) -> bool) -> (f64, String) {
+    let waits = |s: &&Stack| s.kind == "off" && s.frames.last().is_some_and(|f| f == "[sleep]");
+    let mut off: Vec<&Stack> = r.stacks.iter().filter(|s| r.comms.get(&s.tid).is_some_and(|c| c.starts_with(prefix))).filter(waits).collect();
     let all: u64 = off.iter().map(|s| s.ns).sum();
     let yes: u64 = off.iter().filter(|s| pred(s)).map(|s| s.ns).sum();
-    assert!(all > 0, "no off-CPU time for threads {prefix}*");
+    assert!(all > 0, "no wait of threads {prefix}*");
     off.sort_by_key(|s| std::cmp::Reverse(s.ns));
     let top = off.iter().take(4).map(|s| format!("{} {}\n", s.ns, s.frames.join(";"))).collect();
     (yes as f64 * 100.0 / all as f64, top)
 }
 
-/// What both runs must show; a line of figures.
-fn check(r: &Run, how: &str) -> String {
+/// What both runs must show: a line of figures, and what failed.
+fn check(r: &Run, how: &str, failed: &mut Vec<String>) -> String {
     let whole = r.on_cpu_pct("spin", |s| rooted(s) && has(s, SPIN));
-    assert!(whole >= 90.0, "{how}: {whole:.1}% of the spin thread's on-CPU time is rooted at clone3/start_thread and names {SPIN}:\n{}", r.top("spin"));
-    let (sleep, top) = off_cpu_pct(r, "sleep", |s| rooted(s) && has(s, SLEEP) && has(s, SLEEP_LOOP));
-    assert!(sleep >= 90.0, "{how}: {sleep:.1}% of the sleep thread's off-CPU time is under {SLEEP_LOOP} and {SLEEP}:\n{top}");
-    let (lock, top) = off_cpu_pct(r, "lock-", |s| rooted(s) && has(s, LOCK_LOOP));
-    assert!(lock >= 90.0, "{how}: {lock:.1}% of the lock threads' off-CPU time is under {LOCK_LOOP}:\n{top}");
-    assert!(!r.stderr.contains("layout tables"), "{how}: the JVM's tables were not read:\n{}", r.stderr);
+    if whole < 90.0 {
+        failed.push(format!("{how}: {whole:.1}% of the spin thread's on-CPU time is rooted at clone3/start_thread and names {SPIN}:\n{}", r.top("spin")));
+    }
+    let (sleep, top) = waits_pct(r, "sleep", |s| rooted(s) && has(s, SLEEP) && has(s, SLEEP_LOOP));
+    if sleep < 90.0 {
+        failed.push(format!("{how}: {sleep:.1}% of the sleep thread's waits are under {SLEEP_LOOP} and {SLEEP}:\n{top}"));
+    }
+    let (lock, top) = waits_pct(r, "lock-", |s| rooted(s) && has(s, LOCK_LOOP));
+    if lock < 90.0 {
+        failed.push(format!("{how}: {lock:.1}% of the lock threads' waits are under {LOCK_LOOP}:\n{top}"));
+    }
+    if r.stderr.contains("layout tables") {
+        failed.push(format!("{how}: the JVM's tables were not read:\n{}", r.stderr));
+    }
     format!("{how}: spin {whole:.1}% whole and named, sleep {sleep:.1}%, lock {lock:.1}%")
 }
 
@@ -90,31 +100,40 @@ fn whole_java_stacks_without_flags_launched_and_attached() {
     build(&dir);
     let cp = dir.to_str().unwrap();
 
+    let mut failed = Vec::new();
     let launched = profile(&dir.join("launch"), &["java", "-cp", cp, "Main", "3", cp]);
-    let fig = check(&launched, "launched");
+    let fig = check(&launched, "launched", &mut failed);
+    // The thread's clock covers its start and its loop, not the line it
+    // formats after reading the clock.
     let measured = spin_cpu_ns(&launched) as f64;
-    let profiled: u64 = launched.on_cpu("spin").map(|s| s.ns).sum();
+    let profiled: u64 = launched.on_cpu("spin").filter(|s| has(s, SPIN_LOOP)).map(|s| s.ns).sum();
     let off = (profiled as f64 - measured).abs() / measured;
-    assert!(off <= 0.05, "spin thread: on-CPU {profiled} ns in the profile, {measured} ns measured by the thread itself");
+    if off > 0.05 {
+        failed.push(format!("spin thread: on-CPU under {SPIN_LOOP} {profiled} ns in the profile, {measured} ns measured by the thread itself"));
+    }
 
     // Attached by pid once its code is compiled: the JVM started before
     // the capture, with no flag.
-    let mut java = Command::new("java").args(["-cp", cp, "Main", "6", cp]).stdout(Stdio::piped()).spawn().expect("java");
+    // Its run outlasts the capture: in a loaded machine a capture tool can
+    // take seconds to load, and each counts -d from its own start.
+    let mut java = Command::new("java").args(["-cp", cp, "Main", "20", cp]).stdout(Stdio::null()).spawn().expect("java");
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let at = dir.join("attach");
     std::fs::create_dir_all(&at).unwrap();
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-d", "3", "-o"])
+        .args(["-f", "199", "-d", "4", "-o"])
         .arg(at.join("p"))
         .arg(java.id().to_string())
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .expect("run scripts/wallclock");
+    let _ = java.kill();
     let _ = java.wait();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "wallclock PID failed: {stderr}");
     let attached = read_run(&at, String::new(), stderr);
-    let fig_at = check(&attached, "attached");
+    let fig_at = check(&attached, "attached", &mut failed);
     eprintln!("JVM, no flag: {fig}; spin on-CPU {profiled} ns vs {measured} ns measured ({:.1}%); {fig_at}", off * 100.0);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
