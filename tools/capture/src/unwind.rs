@@ -27,7 +27,7 @@ use crate::leafscan::{Code, FileCode};
 use crate::textpages::{Pages, Text};
 use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
-use crate::hotspot::{HotSpots, Step};
+use crate::hotspot::{At, HotSpots, Step};
 
 #[path = "reap.rs"]
 mod reap;
@@ -312,7 +312,7 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut add
         let leaf = !addr.is_return_address();
         if anon {
             let in_files = |x: u64| p.maps.iter().any(|m| x >= m.start && x < m.end);
-            match jv.step(pid, a, leaf, regs.sp(), regs.bp(), &|x| read(x).ok(), &in_files) {
+            match jv.step(pid, At { pc: a, leaf, sp: regs.sp(), bp: regs.bp() }, &|x| read(x).ok(), &in_files) {
                 Step::NotJvm => {}
                 Step::Frame { ret, sp, bp, name } => {
                     if let Some(n) = name {

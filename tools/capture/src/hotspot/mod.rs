@@ -51,6 +51,15 @@ pub enum Step {
     Stop(Option<u64>),
 }
 
+/// Where a frame is: its pc (a return address unless `leaf`), sp, rbp.
+#[derive(Clone, Copy)]
+pub struct At {
+    pub pc: u64,
+    pub leaf: bool,
+    pub sp: u64,
+    pub bp: u64,
+}
+
 struct Jvm {
     mem: Mem,
     layout: Layout,
@@ -112,10 +121,10 @@ impl HotSpots {
         }
     }
 
-    /// One frame at `pc` (a return address unless `leaf`) with `sp` and
-    /// `bp`; `stack` reads a word of the copy of the stack, `is_code`
+    /// One frame `at`; `stack` reads a word of the copy of the stack, `is_code`
     /// tells whether an address is in a file's code.
-    pub fn step(&mut self, pid: u32, pc: u64, leaf: bool, sp: u64, bp: u64, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
+    pub fn step(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
+        let At { pc, leaf, sp, bp } = at;
         let Some(j) = self.jvm(pid) else { return Step::NotJvm };
         // A return address may be the first byte past its blob.
         let look = if leaf { pc } else { pc - 1 };
