@@ -10,8 +10,12 @@
 //! keeps no frame pointers. Ground truth: the spin thread's own CPU clock
 //! (ThreadMXBean); the sleep and lock threads do nothing else.
 //!
-//! One 3 s launch and one 4 s attach. Root (BPF) and java are needed; the
-//! test skips, saying so, without them.
+//! Then a Java HTTP server (tests/programs/jvm/Server.java,
+//! com.sun.net.httpserver on a pool of threads) under wrk, attached by pid:
+//! the pool threads' on-CPU time rooted at their start, under the handler.
+//!
+//! One 3 s launch and two 4 s attaches. Root (BPF), java (and wrk for the
+//! server) are needed; the tests skip, saying so, without them.
 
 mod runtime_common;
 mod util;
@@ -27,13 +31,13 @@ const SLEEP: &str = "void java.lang.Thread.sleep(long)";
 const SLEEP_LOOP: &str = "void Main.sleepLoop(long)";
 const LOCK_LOOP: &str = "void Main.lockLoop(long)";
 
-/// Main.class built into `dir`.
-fn build(dir: &std::path::Path) {
+/// `NAME.java` of tests/programs/jvm built into `dir`.
+fn build(dir: &std::path::Path, name: &str) {
     std::fs::create_dir_all(dir).unwrap();
     let st = Command::new("javac")
         .arg("-d")
         .arg(dir)
-        .arg(util::root().join("tests/programs/jvm/Main.java"))
+        .arg(util::root().join(format!("tests/programs/jvm/{name}.java")))
         .status()
         .expect("javac");
     assert!(st.success(), "javac failed");
@@ -101,7 +105,7 @@ fn whole_java_stacks_without_flags_launched_and_attached() {
         return;
     }
     let dir = util::scratch("runtime_jvm");
-    build(&dir);
+    build(&dir, "Main");
     let cp = dir.to_str().unwrap();
 
     let mut failed = Vec::new();
@@ -122,22 +126,53 @@ fn whole_java_stacks_without_flags_launched_and_attached() {
     // take seconds to load, and each counts -d from its own start.
     let mut java = Command::new("java").args(["-cp", cp, "Main", "20", cp]).stdout(Stdio::null()).spawn().expect("java");
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let at = dir.join("attach");
-    std::fs::create_dir_all(&at).unwrap();
-    let out = Command::new("bash")
-        .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-d", "4", "-o"])
-        .arg(at.join("p"))
-        .arg(java.id().to_string())
-        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
-        .output()
-        .expect("run scripts/wallclock");
+    let attached = attach(&dir.join("attach"), java.id());
     let _ = java.kill();
     let _ = java.wait();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "wallclock PID failed: {stderr}");
-    let attached = read_run(&at, String::new(), stderr);
     let fig_at = check(&attached, "attached", &mut failed);
     eprintln!("JVM, no flag: {fig}; spin on-CPU {profiled} ns vs {measured} ns measured ({:.1}%); {fig_at}", off * 100.0);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// `scripts/wallclock -f 199 -d 4 -o DIR/p PID`, read back.
+fn attach(dir: &std::path::Path, pid: u32) -> Run {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-d", "4", "-o"])
+        .arg(dir.join("p"))
+        .arg(pid.to_string())
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "wallclock PID failed: {stderr}");
+    read_run(dir, String::new(), stderr)
+}
+
+#[test]
+fn java_http_server_under_load_attached_by_pid() {
+    if util::skip_without_root("JVM capture") || !have("java", "openjdk-17-jdk-headless") || !have("javac", "openjdk-17-jdk-headless") || !have("wrk", "wrk") {
+        return;
+    }
+    let dir = util::scratch("runtime_jvm_server");
+    build(&dir, "Server");
+    let cp = dir.to_str().unwrap();
+    let mut java = Command::new("java").args(["-cp", cp, "Server", "40"]).stdout(Stdio::piped()).spawn().expect("java");
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(java.stdout.take().unwrap()), &mut port).unwrap();
+    let url = format!("http://127.0.0.1:{}/", port.trim());
+    let mut wrk = Command::new("wrk").args(["-t2", "-c8", "-d30s", &url]).stdout(Stdio::null()).spawn().expect("wrk");
+    // Its handler compiled, as a server that has run a while.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let r = attach(&dir.join("attach"), java.id());
+    let _ = wrk.kill();
+    let _ = java.kill();
+    let _ = (wrk.wait(), java.wait());
+    const HANDLE: &str = "void Server$Handler.handle(com.sun.net.httpserver.HttpExchange)";
+    let whole = r.on_cpu_pct("pool", |s| rooted(s) && has(s, HANDLE));
+    let compute = r.on_cpu_pct("pool", |s| has(s, "long Server$Handler.compute(long)"));
+    eprintln!("JVM server, attached under wrk: {whole:.1}% of the pool threads' on-CPU time rooted at clone3/start_thread under {HANDLE}, {compute:.1}% in Handler.compute");
+    assert!(whole >= 80.0, "{whole:.1}% of the pool threads' on-CPU time is rooted at clone3/start_thread under {HANDLE}:\n{}", r.top("pool"));
+    assert!(!r.stderr.contains("layout tables"), "the JVM's tables were not read:\n{}", r.stderr);
 }

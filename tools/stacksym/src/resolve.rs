@@ -217,7 +217,13 @@ impl Engine {
             return;
         }
         let lookups: Vec<u64> = todo.iter().map(|it| it.lookup).collect();
-        let src = Source::Process(Process::new(Pid::from(pid)));
+        // The JIT's perf map is read below (step 4), again when it grows:
+        // blazesym's reading of it, while a live JVM writes it, failed the
+        // whole batch with "failed to parse perf map" though its names
+        // were then used.
+        let mut proc = Process::new(Pid::from(pid));
+        proc.perf_map = false;
+        let src = Source::Process(proc);
         let res = match self.symbolizer.symbolize(&src, Input::AbsAddr(&lookups)) {
             Ok(r) => r,
             Err(e) => {
