@@ -4,7 +4,7 @@
 //! of the template interpreter.
 
 use super::mem::Mem;
-use super::vmstructs::Layout;
+use super::vmstructs::{CodeBegin, Layout};
 
 struct Heap {
     low: u64,
@@ -106,14 +106,23 @@ impl CodeCache {
         }
         let blob = block + l.block_size;
         let mut hdr = [0u8; 128];
-        let span = [l.blob_name + 8, l.blob_size + 4, l.blob_frame_size + 4, l.blob_frame_complete + 4, l.blob_code_begin + 8].into_iter().max().unwrap_or(0) as usize;
+        let code_field = match l.blob_code {
+            CodeBegin::Pointer(o) => o + 8,
+            CodeBegin::Offset(o) => o + 4,
+            CodeBegin::None => 0,
+        };
+        let span = [l.blob_name + 8, l.blob_size + 4, l.blob_frame_size + 4, l.blob_frame_complete + 4, code_field].into_iter().max().unwrap_or(0) as usize;
         let hdr = &mut hdr[..span.min(128)];
         mem.read(blob, hdr)?;
         let at = |o: u64, n: usize| -> u64 {
             let o = o as usize;
             hdr.get(o..o + n).map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x)))
         };
-        let code_begin = at(l.blob_code_begin, 8);
+        let code_begin = match l.blob_code {
+            CodeBegin::Pointer(o) => at(o, 8),
+            CodeBegin::Offset(o) => blob + u64::from(at(o, 4) as u32),
+            CodeBegin::None => blob,
+        };
         let size = u64::from(at(l.blob_size, 4) as u32);
         // A block reused for another blob since: its bounds no longer
         // hold the pc.
@@ -135,7 +144,10 @@ impl CodeCache {
         Ok(Found::Blob(Blob {
             frame_size: (at(l.blob_frame_size, 4) as u32 as i32).max(0) as u64,
             code_begin,
-            frame_complete: at(l.blob_frame_complete, 4) as u32 as i32,
+            frame_complete: match l.blob_frame_complete_len {
+                2 => i32::from(at(l.blob_frame_complete, 2) as u16 as i16),
+                _ => at(l.blob_frame_complete, 4) as u32 as i32,
+            },
             method,
         }))
     }

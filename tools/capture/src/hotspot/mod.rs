@@ -75,7 +75,7 @@ enum State {
     Jvm(Box<Jvm>),
     /// Not a JVM (or not yet, when checked at `since`), or its tables
     /// could not be read after `tries` tries.
-    No { since: Option<Instant>, tries: u32 },
+    No { since: Option<Instant>, tries: u32, error: Option<String> },
     Failed(String),
 }
 
@@ -95,8 +95,8 @@ fn address_of(name: &str) -> u64 {
 
 impl HotSpots {
     fn jvm(&mut self, pid: u32) -> Option<&mut Jvm> {
-        let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0 });
-        if let State::No { since, tries } = st {
+        let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0, error: None });
+        if let State::No { since, tries, error } = st {
             if since.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
                 return None;
             }
@@ -110,6 +110,8 @@ impl HotSpots {
                     *tries += 1;
                     if *tries >= TRIES {
                         *st = State::Failed(e);
+                    } else {
+                        *error = Some(e);
                     }
                     return None;
                 }
@@ -202,7 +204,7 @@ impl HotSpots {
         let mut out = Vec::new();
         for pid in pids {
             match &self.procs[pid] {
-                State::Failed(e) => out.push(format!(
+                State::Failed(e) | State::No { error: Some(e), .. } => out.push(format!(
                     "pid {pid} (JVM): cannot read HotSpot's layout tables ({e}): its Java stacks are cut in JIT code, as without this reader (start java with -XX:+PreserveFramePointer for whole stacks)"
                 )),
                 State::Jvm(j) if j.freed > 0 => out.push(format!(

@@ -27,8 +27,12 @@ pub struct Layout {
     pub block_used: u64,
     pub blob_name: u64,
     pub blob_frame_complete: u64,
+    /// Bytes of `_frame_complete_offset` (int16_t since JDK 23).
+    pub blob_frame_complete_len: usize,
     pub blob_frame_size: u64,
-    pub blob_code_begin: u64,
+    /// Where its code begins: a pointer field (to JDK 22), or an offset
+    /// from the blob (JDK 23+).
+    pub blob_code: CodeBegin,
     pub blob_size: u64,
     pub compiled_method: u64,
     pub interp_code: u64,
@@ -48,10 +52,19 @@ pub struct Layout {
     pub frame_method: i64,
 }
 
-/// What the tables say: (type, field) -> offset or static address, type
-/// sizes, integer constants.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum CodeBegin {
+    #[default]
+    None,
+    Pointer(u64),
+    Offset(u64),
+}
+
+/// What the tables say: (type, field) -> offset or static address and the
+/// field's type, type sizes, integer constants.
 struct Tables {
     fields: HashMap<(String, String), u64>,
+    types: HashMap<(String, String), String>,
     sizes: HashMap<String, u64>,
     ints: HashMap<String, i64>,
 }
@@ -86,7 +99,9 @@ pub fn read(pid: u32, mem: &Mem) -> Result<Layout, String> {
 
 fn tables(mem: &Mem, sym: &dyn Fn(&str) -> Result<u64, String>) -> Result<Tables, String> {
     let mut fields = HashMap::new();
+    let mut types = HashMap::new();
     let (arr, stride) = (sym("gHotSpotVMStructs")?, sym("gHotSpotVMStructEntryArrayStride")?);
+    let ts = sym("gHotSpotVMStructEntryTypeStringOffset")?;
     let (tn, fname, st, off, addr) = (
         sym("gHotSpotVMStructEntryTypeNameOffset")?,
         sym("gHotSpotVMStructEntryFieldNameOffset")?,
@@ -98,6 +113,9 @@ fn tables(mem: &Mem, sym: &dyn Fn(&str) -> Result<u64, String>) -> Result<Tables
         let (ty, base) = e;
         let Ok(f) = mem.cstr(mem.u64(base + fname)?) else { continue };
         let v = if mem.u32(base + st)? != 0 { mem.u64(base + addr)? } else { mem.u64(base + off)? };
+        if let Ok(t) = mem.u64(base + ts).and_then(|p| if p == 0 { Ok(String::new()) } else { mem.cstr(p) }) {
+            types.insert((ty.clone(), f.clone()), t);
+        }
         fields.insert((ty, f), v);
     }
     let mut sizes = HashMap::new();
@@ -112,7 +130,7 @@ fn tables(mem: &Mem, sym: &dyn Fn(&str) -> Result<u64, String>) -> Result<Tables
     for (n, base) in entries(mem, arr, stride, name)? {
         ints.insert(n, i64::from(mem.u32(base + value)? as i32));
     }
-    Ok(Tables { fields, sizes, ints })
+    Ok(Tables { fields, types, sizes, ints })
 }
 
 /// The (name, entry address) of each entry of a table ended by a null name.
@@ -156,8 +174,16 @@ fn layout(t: &Tables) -> Result<Layout, String> {
         block_used: f("HeapBlock::Header", "_used")?,
         blob_name: f("CodeBlob", "_name")?,
         blob_frame_complete: f("CodeBlob", "_frame_complete_offset")?,
+        blob_frame_complete_len: match t.types.get(&("CodeBlob".to_string(), "_frame_complete_offset".to_string())).map(String::as_str) {
+            Some("int16_t" | "short" | "u2") => 2,
+            _ => 4,
+        },
         blob_frame_size: f("CodeBlob", "_frame_size")?,
-        blob_code_begin: f("CodeBlob", "_code_begin")?,
+        blob_code: match (f("CodeBlob", "_code_begin"), f("CodeBlob", "_code_offset")) {
+            (Ok(p), _) => CodeBegin::Pointer(p),
+            (_, Ok(o)) => CodeBegin::Offset(o),
+            (Err(e), _) => return Err(e),
+        },
         blob_size: f("CodeBlob", "_size")?,
         compiled_method: f("CompiledMethod", "_method").or_else(|_| f("nmethod", "_method"))?,
         interp_code: f("AbstractInterpreter", "_code")?,
