@@ -68,6 +68,12 @@ pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
         .expect("run scripts/wallclock");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "wallclock -- {cmd:?} failed: {stderr}");
+    read_run(dir, String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// The outputs of `scripts/wallclock -o DIR/p ...`, with what it said.
+pub fn read_run(dir: &Path, stdout: String, stderr: String) -> Run {
+    let prefix = dir.join("p");
     let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
     let recs: Vec<Value> = stream.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let comms = recs
@@ -90,7 +96,7 @@ pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
         .iter()
         .find_map(|s| std::fs::read_to_string(dir.join(format!("p{s}"))).ok())
         .expect("a report");
-    Run { stdout: String::from_utf8_lossy(&out.stdout).into_owned(), stderr, comms, stacks, report }
+    Run { stdout, stderr, comms, stacks, report }
 }
 
 /// Is `prog` on PATH? Fails the test when not (scripts/setup --tests

@@ -89,8 +89,11 @@ public class Main {
                 }
                 long cpu = mx.getCurrentThreadCpuTime();
                 long wall = System.nanoTime() - w0;
+                // Formatted outside the lock: the lock threads' only
+                // monitor waits are then those of lockLoop's.
+                String line = String.format("{\"thread\":\"%s\",\"cpu_ns\":%d,\"wall_ns\":%d}", name, cpu, wall);
                 synchronized (lines) {
-                    lines.add(String.format("{\"thread\":\"%s\",\"cpu_ns\":%d,\"wall_ns\":%d}", name, cpu, wall));
+                    lines.add(line);
                 }
             }, name);
             threads.add(t);

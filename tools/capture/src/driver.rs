@@ -423,6 +423,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     if unwind.log_lost() > 0 {
         eprintln!("{}: warning: {} of the kernel's mmap records were lost (its buffer full): some short processes' frames may stay unnamed", T::NAME, unwind.log_lost());
     }
+    for w in unwind.hotspot.warnings() {
+        eprintln!("{}: warning: {w}", T::NAME);
+    }
     drop(links);
     drop(tree_links);
 

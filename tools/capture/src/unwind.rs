@@ -27,6 +27,7 @@ use crate::leafscan::{Code, FileCode};
 use crate::textpages::{Pages, Text};
 use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
+use crate::hotspot::{At, HotSpots, Step};
 
 #[path = "reap.rs"]
 mod reap;
@@ -231,6 +232,8 @@ pub struct Unwind {
     pub python: Python,
     /// PHP's, read by the same walker (php).
     pub php: crate::php::Php,
+    /// HotSpot JVMs' frames, walked by the JVM's rules (hotspot).
+    pub hotspot: HotSpots,
     /// Processes with a stack cut short (their Maps record names
     /// [`TRUNCATED_ADDR`]).
     truncated: std::collections::HashSet<u32>,
@@ -280,7 +283,8 @@ pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<
 
 /// Frames from `addr` with `regs` (leaf first), and whether the walk
 /// reached the stack's start (see `Unwind::unwind_known`).
-fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
+#[allow(clippy::too_many_arguments)]
+fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
     let read = |a: u64| -> Result<u64, ()> {
         let off = a.checked_sub(sp).ok_or(())? as usize;
         let b = stack.get(off..off + 8).ok_or(())?;
@@ -315,6 +319,30 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, pid: u32, mut addr: FrameAddress, re
             return (out, false);
         }
         let leaf = !addr.is_return_address();
+        if anon {
+            let in_files = |x: u64| p.maps.iter().any(|m| x >= m.start && x < m.end);
+            match jv.step(pid, At { pc: a, leaf, sp: regs.sp(), bp: regs.bp() }, &|x| read(x).ok(), &in_files) {
+                Step::NotJvm => {}
+                Step::Frame { ret, sp, bp, name } => {
+                    if let Some(n) = name {
+                        *out.last_mut().unwrap() = n;
+                    }
+                    regs.set_sp(sp);
+                    regs.set_bp(bp);
+                    match FrameAddress::from_return_address(ret) {
+                        Some(next) => addr = next,
+                        None => return (out, true),
+                    }
+                    continue;
+                }
+                Step::Stop(name) => {
+                    if let Some(n) = name {
+                        *out.last_mut().unwrap() = n;
+                    }
+                    return (out, false);
+                }
+            }
+        }
         let step = anon.then(|| tr.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
         let ret = match step {
             Some(s) => {
@@ -420,7 +448,7 @@ impl Unwind {
         // `start_thread`) without `_start` or `clone3` above it.
         // The maps are then current, and the leaf's caller may be looked
         // for by a scan (`unwind_known`) even past such a frame.
-        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a)) {
+        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a) || self.hotspot.is_java(pid, a)) {
             self.reload(pid);
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.no_anon_code = no_anon;
@@ -505,9 +533,10 @@ impl Unwind {
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let tr = &mut self.trampolines;
+        let jv = &mut self.hotspot;
         let pages = &mut self.pages;
         let first = FrameAddress::from_instruction_pointer(ip);
-        let (mut out, whole) = walk(p, tr, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
+        let (mut out, whole) = walk(p, tr, jv, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
         // A leaf in a file whose table does not cover it (hand-written
         // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
         // thread) gets a guessed rule that reads a data word as its
@@ -524,7 +553,7 @@ impl Unwind {
             for (slot, r) in p.code.scan(pid, ip, sp, stack, pages) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
-                let (callers, w) = walk(p, tr, pid, next, &mut regs, sp, stack);
+                let (callers, w) = walk(p, tr, jv, pid, next, &mut regs, sp, stack);
                 // Whole, and through files only: a stale word can lead
                 // into anonymous memory, where a zero frame pointer ends
                 // any walk.
@@ -560,6 +589,7 @@ impl Unwind {
         maps.sort_by_key(|m| m.start);
         let mut names = self.python.names(pid);
         names.extend(self.php.names(pid));
+        names.extend(self.hotspot.names(pid));
         if self.truncated.contains(&pid) {
             names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
         }

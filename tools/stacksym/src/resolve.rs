@@ -227,7 +227,9 @@ impl Engine {
         let lookups: Vec<u64> = todo.iter().map(|it| it.lookup).collect();
         // Perf maps are read here (step 4), as files the process controls:
         // blazesym's own reading follows a link the process planted, waits
-        // on a fifo and maps a file of any size.
+        // on a fifo and maps a file of any size; and, while a live JVM
+        // writes its map, failed the whole batch with "failed to parse perf
+        // map" though its names were then used.
         let mut process = Process::new(Pid::from(pid));
         process.perf_map = false;
         let src = Source::Process(process);

@@ -1,0 +1,154 @@
+//! HotSpot's code cache, read from the live JVM: which code blob holds a
+//! pc (each code heap's segment map leads from a segment back to the
+//! start of its block), the blob's frame size and kind, and the bounds
+//! of the template interpreter.
+
+use super::mem::Mem;
+use super::vmstructs::{CodeBegin, Layout};
+
+struct Heap {
+    low: u64,
+    high: u64,
+    segmap: u64,
+    log2: u32,
+}
+
+/// What a frame walk needs of a blob.
+#[derive(Debug, Clone, Copy)]
+pub struct Blob {
+    /// Words of its frame (0: a stub without a frame of its own).
+    pub frame_size: u64,
+    pub code_begin: u64,
+    /// Where its frame is complete (past the prologue), from code_begin.
+    pub frame_complete: i32,
+    /// The Method* of a compiled method, 0 otherwise.
+    pub method: u64,
+}
+
+/// Where a pc lies.
+pub enum Found {
+    /// Outside every code heap: not the JVM's code.
+    Outside,
+    Interpreter,
+    Blob(Blob),
+    /// In a heap, in a block that is free: the blob that ran was freed.
+    Freed,
+}
+
+pub struct CodeCache {
+    heaps: Vec<Heap>,
+    interp: (u64, u64),
+    /// Blob name pointers known to be compiled methods' (`nmethod`).
+    nmethod_names: Vec<u64>,
+    other_names: Vec<u64>,
+}
+
+impl CodeCache {
+    pub fn read(mem: &Mem, l: &Layout) -> Result<CodeCache, String> {
+        let arr = mem.u64(l.heaps)?;
+        if arr == 0 {
+            return Err("its code cache is not set up yet".into());
+        }
+        let n = mem.u32(arr + l.array_len)? as u64;
+        let data = mem.u64(arr + l.array_data)?;
+        let mut heaps = Vec::new();
+        for i in 0..n.min(16) {
+            let h = mem.u64(data + i * 8)?;
+            let low = mem.u64(h + l.heap_memory + l.vs_low)?;
+            let high = mem.u64(h + l.heap_memory + l.vs_high)?;
+            let segmap = mem.u64(h + l.heap_segmap + l.vs_low)?;
+            let log2 = mem.u32(h + l.heap_log2_segment)?;
+            if low < high && log2 < 32 {
+                heaps.push(Heap { low, high, segmap, log2 });
+            }
+        }
+        if heaps.is_empty() {
+            return Err("its code cache has no heaps yet".into());
+        }
+        let q = mem.u64(l.interp_code)?;
+        let interp = if q == 0 {
+            (0, 0)
+        } else {
+            let b = mem.u64(q + l.queue_buffer)?;
+            (b, b + u64::from(mem.u32(q + l.queue_limit)?))
+        };
+        Ok(CodeCache { heaps, interp, nmethod_names: Vec::new(), other_names: Vec::new() })
+    }
+
+    pub fn contains(&self, pc: u64) -> bool {
+        self.heaps.iter().any(|h| pc >= h.low && pc < h.high)
+    }
+
+    pub fn find(&mut self, mem: &Mem, l: &Layout, pc: u64) -> Result<Found, String> {
+        if pc >= self.interp.0 && pc < self.interp.1 {
+            return Ok(Found::Interpreter);
+        }
+        let Some(h) = self.heaps.iter().find(|h| pc >= h.low && pc < h.high) else { return Ok(Found::Outside) };
+        let mut seg = (pc - h.low) >> h.log2;
+        let mut hops = 0;
+        loop {
+            let b = mem.u8(h.segmap + seg)?;
+            if b == 0xff {
+                return Ok(Found::Freed);
+            }
+            if b == 0 {
+                break;
+            }
+            seg = seg.checked_sub(u64::from(b)).ok_or("a segment map that leads before its heap")?;
+            hops += 1;
+            if hops > 4096 {
+                return Err("a segment map without a block start".into());
+            }
+        }
+        let block = h.low + (seg << h.log2);
+        if mem.u8(block + l.block_used)? == 0 {
+            return Ok(Found::Freed);
+        }
+        let blob = block + l.block_size;
+        let mut hdr = [0u8; 128];
+        let code_field = match l.blob_code {
+            CodeBegin::Pointer(o) => o + 8,
+            CodeBegin::Offset(o) => o + 4,
+            CodeBegin::None => 0,
+        };
+        let span = [l.blob_name + 8, l.blob_size + 4, l.blob_frame_size + 4, l.blob_frame_complete + 4, code_field].into_iter().max().unwrap_or(0) as usize;
+        let hdr = &mut hdr[..span.min(128)];
+        mem.read(blob, hdr)?;
+        let at = |o: u64, n: usize| -> u64 {
+            let o = o as usize;
+            hdr.get(o..o + n).map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x)))
+        };
+        let code_begin = match l.blob_code {
+            CodeBegin::Pointer(o) => at(o, 8),
+            CodeBegin::Offset(o) => blob + u64::from(at(o, 4) as u32),
+            CodeBegin::None => blob,
+        };
+        let size = u64::from(at(l.blob_size, 4) as u32);
+        // A block reused for another blob since: its bounds no longer
+        // hold the pc.
+        if pc < blob || pc >= blob + size {
+            return Ok(Found::Freed);
+        }
+        let name = at(l.blob_name, 8);
+        let is_nmethod = if self.nmethod_names.contains(&name) {
+            true
+        } else if self.other_names.contains(&name) {
+            false
+        } else {
+            let n = mem.cstr(name).unwrap_or_default();
+            let yes = n.ends_with("nmethod");
+            if yes { &mut self.nmethod_names } else { &mut self.other_names }.push(name);
+            yes
+        };
+        let method = if is_nmethod { mem.u64(blob + l.compiled_method)? } else { 0 };
+        Ok(Found::Blob(Blob {
+            frame_size: (at(l.blob_frame_size, 4) as u32 as i32).max(0) as u64,
+            code_begin,
+            frame_complete: match l.blob_frame_complete_len {
+                2 => i32::from(at(l.blob_frame_complete, 2) as u16 as i16),
+                _ => at(l.blob_frame_complete, 4) as u32 as i32,
+            },
+            method,
+        }))
+    }
+}
