@@ -107,6 +107,11 @@ pub trait Tool {
     fn turn(&mut self, _skel: &Self::Skel, _sess: &Session, _unwind: &Unwind) -> Result<()> {
         Ok(())
     }
+    /// `--goroutines FILE`: sample the Go targets' goroutines at this rate
+    /// into FILE (crate::goroutines).
+    fn goroutines(&self) -> Option<(u64, std::path::PathBuf)> {
+        None
+    }
 }
 
 /// Threads that exited, moved out of the BPF thread map as the capture
@@ -351,6 +356,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
+    let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out));
     let boost = crate::wait::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
@@ -376,6 +382,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let mut retired = Retired::default();
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
         python(&mut unwind, &sess, &skel);
+        if let Some(g) = &goroutines {
+            g.targets(&sess.pids, &bpf::u32_keys(skel.maps().tgids));
+        }
         retired.turn(tool, &skel);
         sess.settle_if_ready();
         tool.turn(&skel, &sess, &unwind)?;
@@ -402,6 +411,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     }
     let end = monotonic_ns();
     skel.set_bss(None, Some(end), false);
+    if let Some(g) = goroutines {
+        g.finish()?;
+    }
     // The window opens at the held command's exec (when it came).
     let start = match skel.exec_ns() {
         0 => start,
