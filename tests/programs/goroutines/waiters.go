@@ -27,11 +27,10 @@ func waiter(ch chan int, wg *sync.WaitGroup) {
 
 //go:noinline
 func napper(stop *int32, wg *sync.WaitGroup) {
-	for i := 0; ; i++ {
-		time.Sleep(10 * time.Millisecond)
-		if i%10 == 0 && stopped(stop) {
-			break
-		}
+	// Long sleeps: woken, a napper waits for one of the two Ps the
+	// burners hold (runnable, not asleep) for up to a time slice.
+	for !stopped(stop) {
+		time.Sleep(500 * time.Millisecond)
 	}
 	wg.Done()
 }

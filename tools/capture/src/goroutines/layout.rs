@@ -7,10 +7,8 @@
 //! of a wait reason, which Go keeps in an array with no symbol.
 
 use std::collections::HashMap;
-use std::rc::Rc;
-
 use anyhow::{anyhow, Context, Result};
-use gimli::{EndianRcSlice, LittleEndian};
+use gimli::{EndianSlice, LittleEndian};
 use object::{Object, ObjectSection, ObjectSymbol};
 
 /// Offsets in `runtime.g` (Go 1.19 amd64: 0, 8, 56, 64, 104, 144, 152, 176).
@@ -75,7 +73,7 @@ impl Layout {
             return Ok(None);
         };
         funcs.sort_unstable();
-        let base_vaddr = object::read::elf::ElfFile64::<LittleEndian>::parse(&*data)
+        let base_vaddr = object::read::elf::ElfFile64::<object::Endianness>::parse(&*data)
             .ok()
             .and_then(|e| {
                 use object::read::elf::ProgramHeader;
@@ -108,10 +106,8 @@ fn section(obj: &object::File, name: &str) -> Vec<u8> {
 /// The members of runtime.g, runtime.gobuf, runtime.stack and the
 /// runtime's `_G*` and `waitReason*` constants.
 fn dwarf_facts(obj: &object::File) -> Result<Facts> {
-    let load = |id: gimli::SectionId| -> Result<EndianRcSlice<LittleEndian>, gimli::Error> {
-        Ok(EndianRcSlice::new(Rc::from(section(obj, id.name())), LittleEndian))
-    };
-    let dwarf = gimli::Dwarf::load(load)?;
+    let owned = gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(obj, id.name())))?;
+    let dwarf = owned.borrow(|s| EndianSlice::new(s, LittleEndian));
     let wanted = ["runtime.g", "runtime.gobuf", "runtime.stack"];
     let mut structs: HashMap<String, HashMap<String, u64>> = HashMap::new();
     let (mut states, mut reasons) = (HashMap::new(), HashMap::new());
@@ -119,15 +115,14 @@ fn dwarf_facts(obj: &object::File) -> Result<Facts> {
     while let Some(header) = units.next()? {
         let unit = dwarf.unit(header)?;
         let mut entries = unit.entries();
-        let mut depth = 0isize;
         let mut inside: Option<(isize, String)> = None;
-        while let Some((delta, e)) = entries.next_dfs()? {
-            depth += delta;
+        while let Some(e) = entries.next_dfs()? {
+            let depth = e.depth();
             if inside.as_ref().is_some_and(|(d, _)| depth <= *d) {
                 inside = None;
             }
-            let name = match e.attr_value(gimli::DW_AT_name)? {
-                Some(v) => dwarf.attr_string(&unit, v)?.to_string_lossy()?.into_owned(),
+            let name = match e.attr_value(gimli::DW_AT_name) {
+                Some(v) => dwarf.attr_string(&unit, v)?.to_string_lossy().into_owned(),
                 None => continue,
             };
             match e.tag() {
@@ -137,13 +132,13 @@ fn dwarf_facts(obj: &object::File) -> Result<Facts> {
                 }
                 gimli::DW_TAG_member => {
                     if let Some((_, s)) = &inside {
-                        if let Some(off) = e.attr(gimli::DW_AT_data_member_location)?.and_then(|a| a.udata_value()) {
+                        if let Some(off) = e.attr(gimli::DW_AT_data_member_location).and_then(|a| a.udata_value()) {
                             structs.get_mut(s).unwrap().insert(name, off);
                         }
                     }
                 }
                 gimli::DW_TAG_constant => {
-                    let Some(a) = e.attr(gimli::DW_AT_const_value)? else { continue };
+                    let Some(a) = e.attr(gimli::DW_AT_const_value) else { continue };
                     let Some(v) = a.udata_value().or_else(|| a.sdata_value().map(|v| v as u64)) else { continue };
                     if let Some(s) = name.strip_prefix("runtime._G") {
                         states.insert(v, s.to_ascii_lowercase());

@@ -34,8 +34,7 @@ pub const BUDGET: usize = 2000;
 pub struct Sampler {
     pids: Arc<Mutex<Vec<u32>>>,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Tally>,
-    out: PathBuf,
+    thread: JoinHandle<Result<()>>,
 }
 
 impl Sampler {
@@ -43,10 +42,10 @@ impl Sampler {
     pub fn start(tool: &'static str, hz: u64, out: &Path) -> Sampler {
         let pids = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (p, s) = (pids.clone(), stop.clone());
+        let (p, s, out) = (pids.clone(), stop.clone(), out.to_path_buf());
         let hz = hz.clamp(1, 1000);
-        let thread = std::thread::Builder::new().name("goroutines".into()).spawn(move || run(tool, hz, &p, &s)).expect("spawning the goroutine sampler");
-        Sampler { pids, stop, thread, out: out.to_path_buf() }
+        let thread = std::thread::Builder::new().name("goroutines".into()).spawn(move || write(run(tool, hz, &p, &s), &out)).expect("spawning the goroutine sampler");
+        Sampler { pids, stop, thread }
     }
 
     /// The target processes now (Go or not: the sampler finds out).
@@ -60,14 +59,17 @@ impl Sampler {
     /// Stop and write the folded file and its report.
     pub fn finish(self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
-        let tally = self.thread.join().map_err(|_| anyhow::anyhow!("the goroutine sampler panicked"))?;
-        let mut f = std::fs::File::create(&self.out).with_context(|| format!("creating {}", self.out.display()))?;
-        tally.write_folded(&mut f)?;
-        let report = PathBuf::from(format!("{}.report", self.out.display()));
-        let mut r = std::fs::File::create(&report).with_context(|| format!("creating {}", report.display()))?;
-        tally.write_report(&mut r)?;
-        Ok(())
+        self.thread.join().map_err(|_| anyhow::anyhow!("the goroutine sampler panicked"))?
     }
+}
+
+fn write(tally: Tally, out: &Path) -> Result<()> {
+    let mut f = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    tally.write_folded(&mut f)?;
+    let report = PathBuf::from(format!("{}.report", out.display()));
+    let mut r = std::fs::File::create(&report).with_context(|| format!("creating {}", report.display()))?;
+    tally.write_report(&mut r)?;
+    Ok(())
 }
 
 /// Go binaries by (device, inode), read once.
@@ -75,7 +77,7 @@ type Binaries = HashMap<(u64, u64), Option<Rc<Layout>>>;
 
 fn run(tool: &str, hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally {
     let period = Duration::from_nanos(1_000_000_000 / hz);
-    let mut tally = Tally { hz, budget: BUDGET, ..Tally::default() };
+    let mut tally = Tally::new(hz, BUDGET);
     let mut unwind = crate::unwind::Unwind::new();
     let mut bins: Binaries = HashMap::new();
     let mut procs: HashMap<u32, ((u64, u64), Option<GoProcess>)> = HashMap::new();

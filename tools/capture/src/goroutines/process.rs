@@ -9,9 +9,10 @@ use std::rc::Rc;
 use super::layout::Layout;
 use crate::unwind::{Unwind, TRUNCATED, TRUNCATED_ADDR};
 
-/// A goroutine's stack is copied from its saved sp up to this much (the
-/// capture's on-CPU copy is as long).
-const MAX_STACK: u64 = 64 << 10;
+/// A goroutine's stack is copied from its saved sp up to this much: Go
+/// keeps arrays that do not escape on the stack (a 64K buffer), and a
+/// parked goroutine's stack is copied once (see `cache`).
+const MAX_STACK: u64 = 1 << 20;
 const G_DEAD_OR_IDLE: [&str; 3] = ["dead", "idle", "moribund_unused"];
 const SCAN_BIT: u32 = 0x1000;
 
@@ -50,13 +51,16 @@ pub struct GoProcess {
     /// Unwound stacks by (g, goid, pc, sp): a parked goroutine's does not
     /// change, and is unwound once.
     cache: HashMap<(u64, u64, u64, u64), Rc<str>>,
+    /// The stack each goroutine last parked or was preempted with: a
+    /// running one's registers are its thread's, not in its g.
+    last: HashMap<(u64, u64), Rc<str>>,
     texts: HashMap<String, Rc<str>>,
     pub unreadable: u64,
 }
 
 impl GoProcess {
     pub fn new(pid: u32, layout: Rc<Layout>, bias: u64) -> GoProcess {
-        GoProcess { pid, layout, bias, cursor: 0, cache: HashMap::new(), texts: HashMap::new(), unreadable: 0 }
+        GoProcess { pid, layout, bias, cursor: 0, cache: HashMap::new(), last: HashMap::new(), texts: HashMap::new(), unreadable: 0 }
     }
 
     fn text(&mut self, s: &str) -> Rc<str> {
@@ -88,6 +92,7 @@ impl GoProcess {
             return Some((Vec::new(), n));
         }
         let mut cache = HashMap::with_capacity(self.cache.len());
+        let mut last = HashMap::with_capacity(self.last.len());
         let mut out = Vec::with_capacity(take);
         let mut g = vec![0u8; l.g.len as usize];
         for k in 0..take {
@@ -122,15 +127,29 @@ impl GoProcess {
                 _ => (u64_at(&g, l.g.sched_pc), u64_at(&g, l.g.sched_sp), u64_at(&g, l.g.sched_bp)),
             };
             let key = (gp, goid, pc, sp);
-            let stack = match self.cache.get(&key) {
-                Some(s) => s.clone(),
-                None if pc == 0 => self.started_in(u64_at(&g, l.g.startpc)),
-                None => self.unwound(unwind, pc, sp, bp, u64_at(&g, l.g.stack_hi)),
+            let stack = match (self.cache.get(&key), self.last.get(&(gp, goid))) {
+                (_, Some(s)) if pc == 0 => s.clone(),
+                (_, None) if pc == 0 => self.started_in(u64_at(&g, l.g.startpc)),
+                (Some(s), _) => s.clone(),
+                (None, _) => self.unwound(unwind, pc, sp, bp, u64_at(&g, l.g.stack_hi)),
             };
-            cache.insert(key, stack.clone());
+            if pc != 0 {
+                cache.insert(key, stack.clone());
+            }
+            last.insert((gp, goid), stack.clone());
             out.push(Seen { goid, what, waiting, stack });
         }
         self.cache = cache;
+        if take == n {
+            self.last = last;
+        } else {
+            // A subset: the others' stay, until goroutines that died would
+            // pile up.
+            if self.last.len() > 4 * n {
+                self.last.clear();
+            }
+            self.last.extend(last);
+        }
         Some((out, n))
     }
 
@@ -142,8 +161,8 @@ impl GoProcess {
         a.checked_sub(self.bias + 1).and_then(|a| self.layout.func(a)).map_or_else(|| format!("[unknown {a:#x}]"), str::to_string)
     }
 
-    /// A running goroutine's registers are its thread's, not in its g:
-    /// named by the function it was started with, as `goexit` began it.
+    /// A running goroutine never seen parked: named by the function it
+    /// was started with, as `goexit` began it.
     fn started_in(&self, startpc: u64) -> Rc<str> {
         let f = self.name(startpc + 1);
         Rc::from(wallclock_stream::folded::stack_text(&["runtime.goexit", &f], &[]))

@@ -41,6 +41,10 @@ pub struct Tally {
 }
 
 impl Tally {
+    pub fn new(hz: u64, budget: usize) -> Tally {
+        Tally { hz, budget, ..Tally::default() }
+    }
+
     /// One process's goroutines at a tick `now_us` after the start, each
     /// standing for `weight_us` of goroutine-time.
     pub fn add(&mut self, pid: u32, name: &str, seen: &[Seen], all: usize, weight_us: f64, now_us: f64, scale: f64) {
@@ -127,7 +131,9 @@ impl Tally {
         writeln!(out, "  goroutines waiting longest (seen waiting at every sample of them):")?;
         for (pid, goid, s) in self.done.iter().take(LONGEST) {
             // The program's own function that waits, not the runtime's.
-            let own = s.stack.rsplit(';').find(|f| !f.starts_with("runtime.") && !f.starts_with('[')).unwrap_or(&s.stack);
+            // (package `main`, or a path whose first element has a dot, as
+            // module paths do; else the caller of the parking call).
+            let own = s.stack.rsplit(';').find(|f| f.starts_with("main.") || (f.contains('/') && f.split('/').next().is_some_and(|p| p.contains('.')))).or_else(|| s.stack.rsplit(';').nth(1)).unwrap_or(&s.stack);
             writeln!(out, "    {:>8.2} s  goroutine {goid} (pid {pid}) {} in {own}", (s.until_us - s.since_us) / 1e6, s.what)?;
         }
         Ok(())
