@@ -98,3 +98,67 @@ fn parked_goroutines_are_under_their_functions_with_their_wait_reasons() {
     // The 10 nappers and main.main's own time.Sleep.
     assert!(s[0] == 11.0, "not 11 goroutines asleep at most ({s:?}):\n{section}");
 }
+
+/// A net/http server under wrk: each request's handler sleeps 20 ms in
+/// main.nap, then waits 20 ms on a channel in main.fetch. Its goroutines'
+/// waits must be under the handler, split between the two as the handler
+/// splits them.
+#[test]
+fn a_servers_handlers_wait_under_the_handler() {
+    if util::skip_without_root("goroutine capture") {
+        return;
+    }
+    let dir = util::scratch("goroutines_server");
+    let out = dir.join("sleepy_server");
+    let cache = util::root().join("target/go-cache");
+    let st = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(util::root().join("tests/programs/goroutines/sleepy_server.go"))
+        .env("GOCACHE", &cache)
+        .env("GOPATH", cache.join("gopath"))
+        .env("GO111MODULE", "off")
+        .status()
+        .expect("go is needed (scripts/setup --tests)");
+    assert!(st.success(), "building sleepy_server.go failed");
+    let (portfile, prefix) = (dir.join("port"), dir.join("s"));
+    let mut wc = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "49", "-o"])
+        .arg(&prefix)
+        .arg("--")
+        .arg(&out)
+        .arg(&portfile)
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .spawn()
+        .expect("run scripts/wallclock");
+    let start = std::time::Instant::now();
+    let port: u16 = loop {
+        if let Some(p) = std::fs::read_to_string(&portfile).ok().and_then(|s| s.trim().parse().ok()) {
+            break p;
+        }
+        assert!(start.elapsed().as_secs() < 30, "the server did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let url = format!("http://127.0.0.1:{port}/");
+    let wrk = Command::new("wrk").args(["-t", "2", "-c", "20", "-d", "3s"]).arg(&url).output().expect("wrk is needed (scripts/setup --tests)");
+    assert!(wrk.status.success(), "wrk failed: {}", String::from_utf8_lossy(&wrk.stderr));
+    let _ = Command::new("wrk").args(["-t", "1", "-c", "1", "-d", "1s"]).arg(format!("{url}quit")).output();
+    assert!(wc.wait().unwrap().success(), "scripts/wallclock failed");
+    let folded = std::fs::read_to_string(dir.join("s.goroutines.folded")).expect("s.goroutines.folded");
+    let under = |f: &[&str]| f.contains(&"main.handler");
+    let handler = sum(&folded, |f, _| under(f));
+    let nap = sum(&folded, |f, leaf| under(f) && f.contains(&"main.nap") && leaf == "[sleep]");
+    let fetch = sum(&folded, |f, leaf| under(f) && f.contains(&"main.fetch") && leaf == "[chan receive]");
+    eprintln!(
+        "{}under main.handler: {:.2} goroutine-s; main.nap [sleep] {:.1}%, main.fetch [chan receive] {:.1}%",
+        String::from_utf8_lossy(&wrk.stdout),
+        handler / 1e6,
+        nap / handler.max(1.0) * 100.0,
+        fetch / handler.max(1.0) * 100.0
+    );
+    // 20 connections for 3 s: about 20 handlers waiting at any time.
+    assert!(handler >= 20.0 * 1e6, "only {handler} goroutine-us under main.handler:\n{folded}");
+    assert!(nap + fetch >= 0.8 * handler, "the handler's waits are not under main.nap/main.fetch:\n{folded}");
+    assert!(nap >= 0.3 * handler && fetch >= 0.3 * handler, "the 20 ms sleep and the 20 ms channel wait are not each near half:\n{folded}");
+}
