@@ -102,7 +102,7 @@ fn run(tool: &str, hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally 
         let mut subset = false;
         // Few targets (a command, a pid): each looked at every tick, so
         // that a held command's exec of a Go binary is seen at once.
-        let second = tally.ticks % hz == 0 || targets.len() <= 64;
+        let second = tally.ticks.is_multiple_of(hz) || targets.len() <= 64;
         for &pid in &targets {
             // Else a process known not to run Go is looked at again (an
             // exec) once a second; a Go one at every tick.
@@ -120,7 +120,7 @@ fn run(tool: &str, hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally 
             let scale = if all > BUDGET { all as f64 / BUDGET as f64 } else { 1.0 };
             subset |= all > BUDGET;
             let name = crate::procfs::comm(pid, pid).unwrap_or_default();
-            tally.add(pid, &name, &seen, all, dt_us * scale, now_us, scale);
+            tally.add(pid, &name, &seen, all, tally::Tick { now_us, dt_us, scale });
             tally.unreadable += std::mem::take(&mut gp.unreadable);
         }
         tally.sampled_us += dt_us;

@@ -114,7 +114,7 @@ impl GoProcess {
                 "waiting" => {
                     let r = g[l.g.waitreason as usize];
                     let r = l.reasons.get(&(r as u64)).map_or("waiting", |s| if s.is_empty() { "waiting" } else { s });
-                    (self.text(&r.to_string()), true)
+                    (self.text(r), true)
                 }
                 s => {
                     let s = s.to_string();
@@ -139,15 +139,17 @@ impl GoProcess {
             last.insert((gp, goid), stack.clone());
             out.push(Seen { goid, what, waiting, stack });
         }
-        self.cache = cache;
         if take == n {
+            self.cache = cache;
             self.last = last;
         } else {
-            // A subset: the others' stay, until goroutines that died would
-            // pile up.
+            // A subset: the others' stay (the next ticks read them), until
+            // goroutines that died would pile up.
             if self.last.len() > 4 * n {
                 self.last.clear();
+                self.cache.clear();
             }
+            self.cache.extend(cache);
             self.last.extend(last);
         }
         Some((out, n))

@@ -19,6 +19,15 @@ struct Streak {
     until_us: f64,
 }
 
+/// A tick `now_us` after the start, `dt_us` after the one before; each
+/// goroutine read stands for `scale` goroutines.
+#[derive(Clone, Copy)]
+pub struct Tick {
+    pub now_us: f64,
+    pub dt_us: f64,
+    pub scale: f64,
+}
+
 #[derive(Default)]
 pub struct Tally {
     pub hz: u64,
@@ -45,12 +54,14 @@ impl Tally {
         Tally { hz, budget, ..Tally::default() }
     }
 
-    /// One process's goroutines at a tick `now_us` after the start, each
-    /// standing for `weight_us` of goroutine-time.
-    pub fn add(&mut self, pid: u32, name: &str, seen: &[Seen], all: usize, weight_us: f64, now_us: f64, scale: f64) {
+    /// One process's goroutines (`all` of them, `seen` read) at a tick.
+    pub fn add(&mut self, pid: u32, name: &str, seen: &[Seen], all: usize, t: Tick) {
+        let Tick { now_us, dt_us, scale } = t;
+        // Each goroutine read stands for its share of those not read.
+        let weight_us = dt_us * scale;
         let p = self.procs.entry(pid).or_insert_with(|| (name.to_string(), 0, 0.0));
         p.1 = p.1.max(all);
-        p.2 += weight_us / scale;
+        p.2 += dt_us;
         let mut counts: HashMap<Rc<str>, f64> = HashMap::new();
         for s in seen {
             let leaf = wallclock_stream::folded::escape(&s.what).into_owned();
@@ -65,7 +76,7 @@ impl Tally {
             } else if same {
                 self.live.get_mut(&key).unwrap().until_us = now_us;
             } else {
-                let k = Streak { what: s.what.clone(), stack: s.stack.clone(), since_us: now_us - weight_us / scale, until_us: now_us };
+                let k = Streak { what: s.what.clone(), stack: s.stack.clone(), since_us: now_us - dt_us, until_us: now_us };
                 if let Some(old) = self.live.insert(key, k) {
                     self.done.push((pid, s.goid, old));
                 }
@@ -73,7 +84,7 @@ impl Tally {
         }
         for (w, c) in counts {
             let e = self.by_what.entry((pid, w)).or_default();
-            e.0 += c * weight_us / scale;
+            e.0 += c * dt_us;
             e.1 = e.1.max(c);
         }
         if self.done.len() > 4 * LONGEST {
