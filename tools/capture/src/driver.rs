@@ -356,7 +356,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
-    let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out));
+    let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;
     let boost = crate::wait::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
@@ -411,8 +411,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     }
     let end = monotonic_ns();
     skel.set_bss(None, Some(end), false);
-    if let Some(g) = goroutines {
-        g.finish()?;
+    // The side file failing loses nothing else of the capture.
+    if let Err(e) = goroutines.map(|g| g.finish()).transpose() {
+        eprintln!("{}: warning: goroutines: {e:#}", T::NAME);
     }
     // The window opens at the held command's exec (when it came).
     let start = match skel.exec_ns() {

@@ -39,13 +39,16 @@ pub struct Sampler {
 
 impl Sampler {
     /// Sample at `hz` into `out` (written by [`Sampler::finish`]).
-    pub fn start(tool: &'static str, hz: u64, out: &Path) -> Sampler {
+    /// FILE is created now: one that cannot be fails the capture before
+    /// it starts, not its end.
+    pub fn start(tool: &'static str, hz: u64, out: &Path) -> Result<Sampler> {
+        std::fs::File::create(out).with_context(|| format!("--goroutines: creating {}", out.display()))?;
         let pids = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s, out) = (pids.clone(), stop.clone(), out.to_path_buf());
         let hz = hz.clamp(1, 1000);
         let thread = std::thread::Builder::new().name("goroutines".into()).spawn(move || write(run(tool, hz, &p, &s), &out)).expect("spawning the goroutine sampler");
-        Sampler { pids, stop, thread }
+        Ok(Sampler { pids, stop, thread })
     }
 
     /// The target processes now (Go or not: the sampler finds out).
