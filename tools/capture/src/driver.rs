@@ -107,6 +107,11 @@ pub trait Tool {
     fn turn(&mut self, _skel: &Self::Skel, _sess: &Session, _unwind: &Unwind) -> Result<()> {
         Ok(())
     }
+    /// `--goroutines FILE`: sample the Go targets' goroutines at this rate
+    /// into FILE (crate::goroutines).
+    fn goroutines(&self) -> Option<(u64, std::path::PathBuf)> {
+        None
+    }
 }
 
 /// Threads that exited, moved out of the BPF thread map as the capture
@@ -352,6 +357,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         unwind.php.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
     };
     python(&mut unwind, &sess, &skel);
+    let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;
     let boost = crate::wait::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
@@ -377,6 +383,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let mut retired = Retired::default();
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
         python(&mut unwind, &sess, &skel);
+        if let Some(g) = &goroutines {
+            g.targets(&sess.pids, &bpf::u32_keys(skel.maps().tgids));
+        }
         retired.turn(tool, &skel);
         sess.settle_if_ready();
         tool.turn(&skel, &sess, &unwind)?;
@@ -410,6 +419,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     }
     let end = monotonic_ns();
     skel.set_bss(None, Some(end), false);
+    // The side file failing loses nothing else of the capture.
+    if let Err(e) = goroutines.map(|g| g.finish()).transpose() {
+        eprintln!("{}: warning: goroutines: {e:#}", T::NAME);
+    }
     // The window opens at the held command's exec (when it came).
     let start = match skel.exec_ns() {
         0 => start,

@@ -11,6 +11,7 @@ pub mod elf;
 pub mod driver;
 pub mod event;
 pub mod events;
+pub mod goroutines;
 pub mod hotspot;
 pub mod hidden;
 pub mod jitcode;

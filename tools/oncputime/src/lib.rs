@@ -95,6 +95,15 @@ pub struct Cli {
     /// `wcreport --spans` divides a span's on-CPU time by (wallclock --span).
     #[arg(long = "sample-events")]
     pub sample_events: bool,
+    /// Also sample the goroutines of the Go processes among the targets at
+    /// the sampling frequency (at most 100 Hz), from the runtime's own state:
+    /// each goroutine's state or wait reason and the stack it parked with,
+    /// into FILE as folded lines of goroutine-microseconds
+    /// (`runtime.goexit;...;runtime.gopark;[chan receive] 5000000`), and the
+    /// GOROUTINES section of the report into FILE.report. A sampled view,
+    /// apart from the stream's per-thread time.
+    #[arg(long = "goroutines", value_name = "FILE")]
+    pub goroutines: Option<std::path::PathBuf>,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
@@ -213,6 +222,10 @@ impl driver::Tool for On<'_> {
             return;
         }
         self.samples.event(data, unwind);
+    }
+
+    fn goroutines(&self) -> Option<(u64, std::path::PathBuf)> {
+        self.cli.goroutines.clone().map(|f| (self.cli.freq.min(100), f))
     }
 
     fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {

@@ -1,0 +1,208 @@
+//! One Go process's goroutines, read from outside (process_vm_readv) at
+//! one tick: `runtime.allgs` → each g's status, wait reason and saved
+//! registers → its stack, unwound as the capture unwinds on-CPU stacks
+//! (`Unwind`: the binary's .debug_frame, frame pointers where none).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::layout::Layout;
+use crate::unwind::{Unwind, TRUNCATED, TRUNCATED_ADDR};
+
+/// A goroutine's stack is copied from its saved sp up to this much: Go
+/// keeps arrays that do not escape on the stack (a 64K buffer), and a
+/// parked goroutine's stack is copied once (see `cache`).
+const MAX_STACK: u64 = 1 << 20;
+const G_DEAD_OR_IDLE: [&str; 3] = ["dead", "idle", "moribund_unused"];
+const SCAN_BIT: u32 = 0x1000;
+
+pub fn read(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
+    if buf.is_empty() {
+        return true;
+    }
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: one local iovec over `buf`, which outlives the call.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    n == buf.len() as isize
+}
+
+/// `len` bytes at each of `addrs`, in few system calls (up to 1024
+/// iovecs each: a tick reads thousands of g's); None for those that
+/// cannot be read.
+fn read_many(pid: u32, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
+    let mut buf = vec![0u8; addrs.len() * len];
+    let mut ok = vec![false; addrs.len()];
+    let mut i = 0;
+    while i < addrs.len() {
+        let n = (addrs.len() - i).min(1024);
+        let local: Vec<libc::iovec> = buf[i * len..(i + n) * len].chunks_mut(len).map(|c| libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: len }).collect();
+        let remote: Vec<libc::iovec> = addrs[i..i + n].iter().map(|&a| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: len }).collect();
+        // SAFETY: each local iovec is a distinct chunk of `buf`, which
+        // outlives the call.
+        let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0) };
+        // It stops at the first address it cannot read: that one alone is
+        // read again by itself, the rest in the next call.
+        let whole = if got < 0 { 0 } else { got as usize / len };
+        ok[i..i + whole].iter_mut().for_each(|o| *o = true);
+        i += whole;
+        if whole < n {
+            ok[i] = read(pid, addrs[i], &mut buf[i * len..(i + 1) * len]);
+            i += 1;
+        }
+    }
+    buf.chunks(len).zip(ok).map(|(c, ok)| ok.then(|| c.to_vec())).collect()
+}
+
+fn u64_at(b: &[u8], off: u64) -> u64 {
+    b.get(off as usize..off as usize + 8).map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap()))
+}
+
+/// One goroutine as seen at one tick.
+pub struct Seen {
+    pub goid: u64,
+    /// `[chan receive]`, `[running]`...: Go's traceback's word for it.
+    pub what: Rc<str>,
+    pub waiting: bool,
+    /// Folded frames from the root to the parking call, without the leaf.
+    pub stack: Rc<str>,
+}
+
+pub struct GoProcess {
+    pub pid: u32,
+    pub layout: Rc<Layout>,
+    /// Load bias (a PIE's), added to link-time addresses.
+    pub bias: u64,
+    /// Where to start the next tick's subset, when it is one.
+    cursor: usize,
+    /// Unwound stacks by (g, goid, pc, sp): a parked goroutine's does not
+    /// change, and is unwound once.
+    cache: HashMap<(u64, u64, u64, u64), Rc<str>>,
+    /// The stack each goroutine last parked or was preempted with: a
+    /// running one's registers are its thread's, not in its g.
+    last: HashMap<(u64, u64), Rc<str>>,
+    texts: HashMap<String, Rc<str>>,
+    pub unreadable: u64,
+}
+
+impl GoProcess {
+    pub fn new(pid: u32, layout: Rc<Layout>, bias: u64) -> GoProcess {
+        GoProcess { pid, layout, bias, cursor: 0, cache: HashMap::new(), last: HashMap::new(), texts: HashMap::new(), unreadable: 0 }
+    }
+
+    fn text(&mut self, s: &str) -> Rc<str> {
+        if let Some(t) = self.texts.get(s) {
+            return t.clone();
+        }
+        let t: Rc<str> = Rc::from(format!("[{s}]"));
+        self.texts.insert(s.to_string(), t.clone());
+        t
+    }
+
+    /// The goroutines of this tick (at most `budget`, a rotating subset
+    /// when there are more) and how many there were in all; None when the
+    /// process cannot be read (gone).
+    pub fn tick(&mut self, unwind: &mut Unwind, budget: usize) -> Option<(Vec<Seen>, usize)> {
+        let (pid, l) = (self.pid, self.layout.clone());
+        let mut hdr = [0u8; 16];
+        let mut len = [0u8; 8];
+        if !read(pid, l.allgs + self.bias, &mut hdr) || !read(pid, l.allglen + self.bias, &mut len) {
+            return None;
+        }
+        let (ptr, slice_len) = (u64_at(&hdr, 0), u64_at(&hdr, 8));
+        let n = (u64::from_le_bytes(len).min(slice_len) as usize).min(1 << 24);
+        let (first, take) = if n > budget { (self.cursor % n, budget) } else { (0, n) };
+        self.cursor = first + take;
+        let mut ptrs = vec![0u8; n * 8];
+        if !read(pid, ptr, &mut ptrs) {
+            self.unreadable += 1;
+            return Some((Vec::new(), n));
+        }
+        let mut cache = HashMap::with_capacity(self.cache.len());
+        let mut last = HashMap::with_capacity(self.last.len());
+        let mut out = Vec::with_capacity(take);
+        let gps: Vec<u64> = (0..take).map(|k| u64_at(&ptrs, (((first + k) % n) * 8) as u64)).filter(|&gp| gp != 0).collect();
+        for (gp, g) in gps.iter().zip(read_many(pid, &gps, l.g.len as usize)) {
+            let (gp, Some(g)) = (*gp, g) else {
+                self.unreadable += 1;
+                continue;
+            };
+            let status = (u64_at(&g, l.g.atomicstatus) as u32) & !SCAN_BIT;
+            let Some(state) = l.states.get(&(status as u64)) else {
+                self.unreadable += 1;
+                continue;
+            };
+            if G_DEAD_OR_IDLE.contains(&state.as_str()) {
+                continue;
+            }
+            let goid = u64_at(&g, l.g.goid);
+            let (what, waiting) = match state.as_str() {
+                "waiting" => {
+                    let r = g[l.g.waitreason as usize];
+                    let r = l.reasons.get(&(r as u64)).map_or("waiting", |s| if s.is_empty() { "waiting" } else { s });
+                    (self.text(r), true)
+                }
+                s => {
+                    let s = s.to_string();
+                    (self.text(&s), s == "preempted")
+                }
+            };
+            let (pc, sp, bp) = match state.as_str() {
+                "syscall" => (u64_at(&g, l.g.syscallpc), u64_at(&g, l.g.syscallsp), 0),
+                "running" | "copystack" => (0, 0, 0),
+                _ => (u64_at(&g, l.g.sched_pc), u64_at(&g, l.g.sched_sp), u64_at(&g, l.g.sched_bp)),
+            };
+            let key = (gp, goid, pc, sp);
+            let stack = match (self.cache.get(&key), self.last.get(&(gp, goid))) {
+                (_, Some(s)) if pc == 0 => s.clone(),
+                (_, None) if pc == 0 => self.started_in(u64_at(&g, l.g.startpc)),
+                (Some(s), _) => s.clone(),
+                (None, _) => self.unwound(unwind, pc, sp, bp, u64_at(&g, l.g.stack_hi)),
+            };
+            if pc != 0 {
+                cache.insert(key, stack.clone());
+            }
+            last.insert((gp, goid), stack.clone());
+            out.push(Seen { goid, what, waiting, stack });
+        }
+        if take == n {
+            self.cache = cache;
+            self.last = last;
+        } else {
+            // A subset: the others' stay (the next ticks read them), until
+            // goroutines that died would pile up.
+            if self.last.len() > 4 * n {
+                self.last.clear();
+                self.cache.clear();
+            }
+            self.cache.extend(cache);
+            self.last.extend(last);
+        }
+        Some((out, n))
+    }
+
+    fn name(&self, a: u64) -> String {
+        if a == TRUNCATED_ADDR {
+            return TRUNCATED.into();
+        }
+        // Return addresses: the call is the byte before.
+        a.checked_sub(self.bias + 1).and_then(|a| self.layout.func(a)).map_or_else(|| format!("[unknown {a:#x}]"), str::to_string)
+    }
+
+    /// A running goroutine never seen parked: named by the function it
+    /// was started with, as `goexit` began it.
+    fn started_in(&self, startpc: u64) -> Rc<str> {
+        let f = self.name(startpc + 1);
+        Rc::from(wallclock_stream::folded::stack_text(&["runtime.goexit", &f], &[]))
+    }
+
+    fn unwound(&self, unwind: &mut Unwind, pc: u64, sp: u64, bp: u64, hi: u64) -> Rc<str> {
+        let mut stack = vec![0u8; hi.saturating_sub(sp).min(MAX_STACK) as usize];
+        if sp == 0 || !read(self.pid, sp, &mut stack) {
+            stack.clear();
+        }
+        let addrs = unwind.unwind(self.pid, pc, sp, bp, &stack);
+        let names: Vec<String> = addrs.iter().map(|&a| self.name(a)).collect();
+        Rc::from(wallclock_stream::folded::stack_text(&names, &[]))
+    }
+}
