@@ -718,7 +718,8 @@ fn folded_output() {
     // clocks (the workload's JSON line): a loaded machine lengthens the
     // sleep (the wait for a CPU after the timer fired), and both see it.
     // Off-CPU only here: its CPU time is the part the folded lines lack.
-    let truth: Value = text.lines().find(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).expect("the workload's JSON line");
+    // (With -f on stdout, the command's stdout goes to stderr.)
+    let truth: Value = err.lines().find(|l| l.starts_with("{\"pid\"")).map(|l| serde_json::from_str(l).unwrap()).expect("the workload's JSON line on stderr");
     let (wall, cpu) = truth["threads"]
         .as_array()
         .unwrap()
