@@ -23,6 +23,7 @@ pub mod probe;
 pub mod session;
 pub mod procfs;
 pub mod python;
+pub mod v8;
 pub mod realtime;
 pub mod signal;
 pub mod spool;
