@@ -15,4 +15,6 @@ function loop(k) {
   }).on('error', () => setTimeout(() => loop(k), 10));
 }
 for (let k = 0; k < CONNS; k++) loop(k);
-const t = setInterval(() => { if (Date.now() >= until) { clearInterval(t); agent.destroy(); } }, 50);
+const t = setInterval(() => { if (Date.now() >= until) { clearInterval(t); agent.destroy(); process.exit(0); } }, 50);
+// The server gone (killed by the test after an attached capture): stop.
+process.on('disconnect', () => process.exit(0));

@@ -1,5 +1,5 @@
 // The Node HTTP server of tests/runtime_node.rs: each request renders a
-// page whose checksum costs about 2 ms of CPU in the app's own functions
+// page whose checksum costs about 7 ms of CPU in the app's own functions
 // (handle -> renderPage -> mix), so that they, not node's HTTP code, take
 // most of the main thread's time. Prints `listening PORT PID`, then
 // forks client.js to load it for SECONDS, then prints its own figures
@@ -10,7 +10,7 @@ const http = require('http');
 const { fork } = require('child_process');
 
 const secs = Number(process.argv[2] || 3);
-const ROUNDS = 40;
+const ROUNDS = 200;
 
 function mix(h, r) {
   for (let i = 0; i < 20000; i++) {

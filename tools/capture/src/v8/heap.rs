@@ -48,6 +48,9 @@ impl Script {
 pub struct Heap {
     pub pid: u32,
     pub m: Meta,
+    /// A read found the process gone (ESRCH): what was read before is
+    /// all there is.
+    pub gone: std::cell::Cell<bool>,
 }
 
 impl Heap {
@@ -59,6 +62,9 @@ impl Heap {
         let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
         // SAFETY: one local iovec over `buf`, which outlives the call.
         let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            self.gone.set(true);
+        }
         (n == buf.len() as isize).then_some(())
     }
 

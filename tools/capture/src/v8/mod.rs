@@ -14,6 +14,8 @@
 //! it is read again. A frame whose function cannot be read (freed, moved,
 //! a prologue not yet done) keeps its address: stacksym names it from a
 //! perf map if there is one, else it stays `[unknown]`; it is counted.
+//! Stacks unwound after the process exited (the capture lags behind on a
+//! loaded machine) take what was read last while it lived.
 
 pub mod heap;
 pub mod meta;
@@ -41,6 +43,10 @@ struct Proc {
     /// Per turn: object -> instance type; JSFunction -> its SFI.
     types: HashMap<u64, Option<u16>>,
     fn_sfi: HashMap<u64, Option<u64>>,
+    /// JSFunction -> its SFI when last read: once the process is gone
+    /// (its last stacks are unwound after it exited, on a loaded
+    /// machine), what was read last stands.
+    fn_last: HashMap<u64, u64>,
     sfi_checked: HashSet<u64>,
     script_checked: HashSet<u64>,
     /// SFI -> its words and what they describe.
@@ -125,11 +131,12 @@ impl V8 {
             }
         }
         Ok(Proc {
-            heap: Heap { pid, m: meta },
+            heap: Heap { pid, m: meta, gone: Default::default() },
             trampolines,
             turn: 0,
             types: HashMap::new(),
             fn_sfi: HashMap::new(),
+            fn_last: HashMap::new(),
             sfi_checked: HashSet::new(),
             script_checked: HashSet::new(),
             sfis: HashMap::new(),
@@ -182,7 +189,12 @@ impl V8 {
                     native[i] = n;
                     counts.named += 1;
                 }
-                None => counts.unread += 1,
+                None => {
+                    if std::env::var_os("WC_V8_DEBUG").is_some() {
+                        eprintln!("v8 debug: frame {i}/{last} a={a:#x} fp={fp:#x} f={f:#x} sfi={:?} marker={marker} fps={fps:x?}", p.sfi_of(f));
+                    }
+                    counts.unread += 1
+                }
             }
         }
         self.counts = counts;
@@ -231,6 +243,9 @@ impl Proc {
         if let Some(&s) = self.fn_sfi.get(&f) {
             return s;
         }
+        if self.heap.gone.get() {
+            return self.fn_last.get(&f).copied();
+        }
         let s = self.heap.js_function(f).and_then(|(map, sfi)| {
             let t0 = self.heap.m.type_js_function;
             let t = match self.types.get(&map) {
@@ -243,13 +258,21 @@ impl Proc {
             }?;
             (t >= t0 && t < t0 + JS_FUNCTION_TYPES).then_some(sfi)
         });
+        if self.heap.gone.get() {
+            return self.fn_last.get(&f).copied();
+        }
         self.fn_sfi.insert(f, s);
+        if let Some(sfi) = s {
+            self.fn_last.insert(f, sfi);
+        }
         s
     }
 
     fn func(&mut self, sfi: u64) -> Option<Func> {
-        if !self.sfi_checked.contains(&sfi) {
-            let words = self.heap.sfi_words(sfi)?;
+        if !self.sfi_checked.contains(&sfi) && !self.heap.gone.get() {
+            let Some(words) = self.heap.sfi_words(sfi) else {
+                return self.heap.gone.get().then(|| self.sfis.get(&sfi)?.1.clone()).flatten();
+            };
             if self.sfis.get(&sfi).is_none_or(|(w, _)| *w != words) {
                 let f = self.heap.func(words);
                 self.sfis.insert(sfi, (words, f));
@@ -260,9 +283,13 @@ impl Proc {
     }
 
     fn script(&mut self, sc: u64) -> Option<&Script> {
-        if !self.script_checked.contains(&sc) {
+        if !self.script_checked.contains(&sc) && !self.heap.gone.get() {
             let m = &self.heap.m;
-            let words = [self.heap.word((sc & !m.heap_object_tag_mask) + m.script_name)?, self.heap.word((sc & !m.heap_object_tag_mask) + m.script_source)?];
+            let at = |off: u64| self.heap.word((sc & !m.heap_object_tag_mask) + off);
+            let (Some(name), Some(source)) = (at(m.script_name), at(m.script_source)) else {
+                return self.scripts.get(&sc).filter(|_| self.heap.gone.get())?.1.as_ref();
+            };
+            let words = [name, source];
             if self.scripts.get(&sc).is_none_or(|(w, _)| *w != words) {
                 let s = self.heap.script(sc);
                 self.scripts.insert(sc, (words, s));
