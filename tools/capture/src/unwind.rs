@@ -459,7 +459,7 @@ impl Unwind {
         if self.fps.len() == native.len() {
             let procs = &self.procs;
             let anon = |a: u64| a > MIN_CODE_ADDR && !procs.get(&e.pid).is_some_and(|p| p.maps.iter().any(|m| a >= m.start && a < m.end));
-            self.v8.name_frames(e.pid, e.ts, &mut native, &self.fps, e.sp, e.ustack_bytes(), anon);
+            self.v8.name_frames(e.pid, e.ts, &mut native, &self.fps, (e.sp, e.ustack_bytes()), anon);
         }
         self.fps.clear();
         if e.py_n > 0 && self.python.is_python(e.pid) {

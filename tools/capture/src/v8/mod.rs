@@ -72,8 +72,6 @@ pub struct V8 {
     /// Metadata per node file.
     metas: HashMap<String, Result<Meta, String>>,
     pub counts: Counts,
-    /// What could not be read, one line each, said once.
-    pub warnings: Vec<String>,
 }
 
 fn is_node_file(path: &str) -> bool {
@@ -95,7 +93,9 @@ impl V8 {
                 Err(why) => {
                     if let Some(w) = &why {
                         if self.not_v8.get(&pid).is_none_or(|(_, old)| old.as_ref() != Some(w)) {
-                            self.warnings.push(format!("pid {pid} (node/V8): {w}: its JavaScript frames stay unnamed; start node with --perf-basic-prof to name them"));
+                            let tool = std::env::args().next().unwrap_or_default();
+                            let tool = tool.rsplit('/').next().unwrap_or("capture");
+                            eprintln!("{tool}: warning: pid {pid} (node/V8): {w}: its JavaScript frames stay unnamed; start node with --perf-basic-prof to name them");
                         }
                     }
                     self.not_v8.insert(pid, (ts, why));
@@ -150,8 +150,9 @@ impl V8 {
     /// pointer of each, 0 where unknown): each frame in code outside every
     /// file (`anon`) or in the interpreter's trampoline whose function
     /// slot holds a JSFunction becomes that function's named address.
-    /// `stack` is the copy of the stack taken with it, from `sp`.
-    pub fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], fps: &[u64], sp: u64, stack: &[u8], anon: impl Fn(u64) -> bool) {
+    /// `copy` is the copy of the stack taken with it: (sp, its bytes).
+    pub fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], fps: &[u64], copy: (u64, &[u8]), anon: impl Fn(u64) -> bool) {
+        let (sp, stack) = copy;
         if fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && self.procs.get(&pid).is_none_or(|p| p.trampolines.is_empty()) {
             return;
         }
@@ -189,12 +190,7 @@ impl V8 {
                     native[i] = n;
                     counts.named += 1;
                 }
-                None => {
-                    if std::env::var_os("WC_V8_DEBUG").is_some() {
-                        eprintln!("v8 debug: frame {i}/{last} a={a:#x} fp={fp:#x} f={f:#x} sfi={:?} marker={marker} fps={fps:x?}", p.sfi_of(f));
-                    }
-                    counts.unread += 1
-                }
+                None => counts.unread += 1,
             }
         }
         self.counts = counts;
