@@ -1,34 +1,84 @@
-//! Node 20 (tests/programs/node/work.js: a JavaScript hash loop on the
-//! main thread, run from a timer) profiled by `scripts/wallclock -- node
-//! ...` with and without --perf-basic-prof.
+//! Node 20 profiled by `scripts/wallclock`, with no node flag: the
+//! capture names JavaScript frames from V8's heap (tools/capture/src/v8).
 //!
-//! - Without the flag V8's JIT code has no names: stderr and the report
-//!   name the flag.
-//! - With it, the JavaScript functions are named, the main thread's
-//!   stacks through them are whole (from `_start` through `node::Start`:
-//!   node's `main` tail-calls `node::Start` and leaves no frame), and the
-//!   perf map, which exists, is never said to be missing.
-//! - The main thread's sleep in libuv's poll between timers is in whole
-//!   stacks too, through `uv_run`.
+//! - tests/programs/node/work.js (a hash loop on the main thread, run
+//!   from a timer): hashLoop named, its stacks whole (from `_start`
+//!   through `node::Start`: node's `main` tail-calls `node::Start` and
+//!   leaves no frame), and no word about --perf-basic-prof.
+//! - With --perf-basic-prof the names read from the heap are those V8
+//!   wrote in its perf map (an independent reader of the same names), and
+//!   the main thread's sleep in libuv's poll is whole, through `uv_run`.
+//! - tests/programs/node/server.js (an HTTP server whose handler costs
+//!   about 7 ms of CPU in the app's functions, loaded by client.js),
+//!   launched and attached by pid: the app's functions named in >= 80%
+//!   of the server's main thread's on-CPU time (launched: in its event
+//!   loop, past node's startup), those stacks whole.
 //!
 //! Root (BPF) and node are needed; the test skips, saying so, without them.
 
 mod runtime_common;
 mod util;
 
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+
+use std::process::{Command, Stdio};
+
 use runtime_common::{have, profile, Run, Stack};
+use serde_json::Value;
+
+fn prog(name: &str) -> String {
+    util::root().join("tests/programs/node").join(name).to_str().unwrap().to_string()
+}
 
 fn run(name: &str, flags: &[&str]) -> Run {
-    let prog = util::root().join("tests/programs/node/work.js");
+    let work = prog("work.js");
     let mut cmd = vec!["node"];
     cmd.extend_from_slice(flags);
-    cmd.extend_from_slice(&[prog.to_str().unwrap(), "2"]);
+    cmd.extend_from_slice(&[&work, "2"]);
     profile(&util::scratch(name), &cmd)
 }
 
-/// The main thread's on-CPU stacks (its tid is its pid).
-fn main_on_cpu(r: &Run) -> Vec<&Stack> {
-    r.stacks.iter().filter(|s| s.kind == "on" && s.tid == s.pid && r.comms.get(&s.tid).is_some_and(|c| c == "node")).collect()
+/// `scripts/wallclock -d SECS PID`, read back as `profile` reads a launch.
+fn attach(name: &str, pid: u32, secs: u32) -> Run {
+    let dir = util::scratch(name);
+    let prefix = dir.join("p");
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-d", &secs.to_string(), "-o"])
+        .arg(&prefix)
+        .arg(pid.to_string())
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "wallclock {pid} failed: {stderr}");
+    let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
+    let recs: Vec<Value> = stream.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let comms = recs.iter().filter(|r| r["type"] == "thread").map(|r| (r["tid"].as_u64().unwrap(), r["comm"].as_str().unwrap_or("").to_string())).collect();
+    let stacks = recs
+        .iter()
+        .filter(|r| r["type"] == "stack")
+        .map(|r| Stack {
+            kind: r["kind"].as_str().unwrap().to_string(),
+            pid: r["pid"].as_u64().unwrap(),
+            tid: r["tid"].as_u64().unwrap(),
+            frames: r["frames"].as_array().map_or(Vec::new(), |a| a.iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect()),
+            ns: r["ns"].as_u64().unwrap(),
+        })
+        .collect();
+    let report = ["_thread_analysis.txt", "_single_thread_analysis.txt"]
+        .iter()
+        .find_map(|s| std::fs::read_to_string(dir.join(format!("p{s}"))).ok())
+        .expect("a report");
+    Run { stdout: String::new(), stderr, comms, stacks, report }
+}
+
+/// The on-CPU stacks of the main thread of `pid` (any node process when
+/// None): its tid is its pid.
+fn main_on_cpu(r: &Run, pid: Option<u64>) -> Vec<&Stack> {
+    let node = |s: &Stack| r.comms.get(&s.tid).is_some_and(|c| c == "node");
+    r.stacks.iter().filter(|s| s.kind == "on" && s.tid == s.pid && pid.is_none_or(|p| s.pid == p) && node(s)).collect()
 }
 
 fn pct(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> f64 {
@@ -43,25 +93,63 @@ fn top(v: &[&Stack]) -> String {
     v.iter().take(5).map(|s| format!("{} {}\n", s.ns, s.frames.join(";"))).collect()
 }
 
+/// From `_start` through `node::Start`: node's `main` is one instruction,
+/// `jmp node::Start`, a tail call that leaves no frame.
+fn whole(s: &Stack) -> bool {
+    s.frames.first().is_some_and(|f| f == "_start") && s.frames.iter().any(|f| f.starts_with("node::Start("))
+}
+
+/// A JavaScript frame of `file`'s function `func`, as V8's perf map
+/// names it: `JS:*func /path/file:LINE:COL` (`*` optimized, `^`
+/// baseline, `~` interpreted).
+fn js_frame(f: &str, func: &str, file: &str) -> bool {
+    f.strip_prefix("JS:").is_some_and(|r| r.trim_start_matches(['*', '^', '~', '+']).starts_with(&format!("{func} ")) && r.contains(&format!("/{file}:")))
+}
+
 #[test]
-fn node_js_named_with_perf_basic_prof_and_told_the_flag_without() {
+fn node_js_named_with_no_flag() {
     if util::skip_without_root("Node capture") || !have("node", "nodejs") {
         return;
     }
     let plain = run("runtime_node_plain", &[]);
-    assert!(plain.stderr.contains("start node with --perf-basic-prof"), "stderr does not name the flag:\n{}", plain.stderr);
-    assert!(plain.report.contains("start node with --perf-basic-prof"), "the report does not name the flag");
+    let main = main_on_cpu(&plain, None);
+    let named = pct(&main, |s| s.frames.iter().any(|f| js_frame(f, "hashLoop", "work.js")));
+    assert!(named >= 60.0, "{named:.1}% of the main thread's on-CPU time names hashLoop:\n{}", top(&main));
+    let js: Vec<&Stack> = main.iter().copied().filter(|s| s.frames.iter().any(|f| js_frame(f, "hashLoop", "work.js"))).collect();
+    let whole_pct = pct(&js, whole);
+    assert!(whole_pct >= 90.0, "{whole_pct:.1}% of the main thread's JavaScript stacks reach _start through node::Start:\n{}", top(&js));
+    // Its caller, tick, is named too (interpreted or compiled).
+    let tick = pct(&js, |s| s.frames.iter().any(|f| js_frame(f, "tick", "work.js")));
+    assert!(tick >= 80.0, "{tick:.1}% of hashLoop's stacks name its caller tick:\n{}", top(&js));
+    assert!(!plain.stderr.contains("--perf-basic-prof"), "stderr asks for a flag while the names were read:\n{}", plain.stderr);
+    assert!(!plain.report.contains("--perf-basic-prof"), "the report asks for a flag while the names were read:\n{}", plain.report);
+    eprintln!("node, no flag: {named:.1}% of the main thread's on-CPU time names hashLoop, {whole_pct:.1}% of those reach _start, {tick:.1}% name tick");
+}
 
+#[test]
+fn node_names_agree_with_perf_basic_prof() {
+    if util::skip_without_root("Node capture") || !have("node", "nodejs") {
+        return;
+    }
     let prof = run("runtime_node_prof", &["--perf-basic-prof"]);
-    let main = main_on_cpu(&prof);
-    let is_js = |f: &String| f.starts_with("JS:") && f.contains("hashLoop");
-    let named = pct(&main, |s| s.frames.iter().any(is_js));
-    assert!(named >= 50.0, "{named:.1}% of the main thread's on-CPU time names hashLoop:\n{}", top(&main));
-    let js: Vec<&Stack> = main.iter().copied().filter(|s| s.frames.iter().any(is_js)).collect();
-    // node's `main` is one instruction, `jmp node::Start`: a tail call
-    // that leaves no frame. A whole stack is _start's, through node::Start.
-    let whole = pct(&js, |s| s.frames.first().is_some_and(|f| f == "_start") && s.frames.iter().any(|f| f.starts_with("node::Start(")));
-    assert!(whole >= 90.0, "{whole:.1}% of the main thread's JavaScript stacks reach _start through node::Start:\n{}", top(&js));
+    let main = main_on_cpu(&prof, None);
+    let named = pct(&main, |s| s.frames.iter().any(|f| js_frame(f, "hashLoop", "work.js")));
+    assert!(named >= 60.0, "{named:.1}% of the main thread's on-CPU time names hashLoop:\n{}", top(&main));
+    // Every name of work.js's functions in the stacks (read from the
+    // heap, or from the map) is one V8 wrote in its perf map.
+    let pid = main[0].pid;
+    let map_path = format!("/tmp/perf-{pid}.map");
+    let map = std::fs::read_to_string(&map_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&map_path);
+    let in_map: HashSet<&str> = map.lines().filter_map(|l| l.splitn(3, ' ').nth(2)).collect();
+    assert!(in_map.iter().any(|n| n.contains("hashLoop")), "node wrote no perf map naming hashLoop at {map_path}");
+    let ours: HashSet<&str> = prof.stacks.iter().flat_map(|s| &s.frames).map(String::as_str).filter(|f| f.starts_with("JS:") && f.contains("/work.js:")).collect();
+    assert!(!ours.is_empty(), "no frame of work.js named");
+    let missing: Vec<&&str> = ours.iter().filter(|n| !in_map.contains(**n)).collect();
+    assert!(missing.is_empty(), "names not in V8's perf map: {missing:?}\nthe map's: {:?}", in_map.iter().filter(|n| n.contains("work.js")).collect::<Vec<_>>());
+    let js: Vec<&Stack> = main.iter().copied().filter(|s| s.frames.iter().any(|f| js_frame(f, "hashLoop", "work.js"))).collect();
+    let whole_pct = pct(&js, whole);
+    assert!(whole_pct >= 90.0, "{whole_pct:.1}% of the main thread's JavaScript stacks reach _start through node::Start:\n{}", top(&js));
     // Between timers the main thread sleeps in libuv's poll: those stacks
     // are whole too, through uv_run (uv__io_poll's 15K frame fits the 64K
     // stack copy; the 16K copy of old stopped them at node::Start).
@@ -72,5 +160,59 @@ fn node_js_named_with_perf_basic_prof_and_told_the_flag_without() {
     assert!(idle_whole >= 90.0, "{idle_whole:.1}% of the main thread's sleep in uv__io_poll reaches _start through uv_run:\n{}", top(&idle));
     assert!(!prof.stderr.contains("no /tmp/perf-"), "a perf map that exists is said to be missing:\n{}", prof.stderr);
     assert!(!prof.report.contains("--perf-basic-prof"), "the report asks for a flag node has");
-    eprintln!("node: --perf-basic-prof: {named:.1}% of the main thread's on-CPU time in named JS, {whole:.1}% of those reach _start; {idle_whole:.1}% of its sleep in uv__io_poll reaches _start through uv_run");
+    eprintln!("node --perf-basic-prof: {named:.1}% named hashLoop, {} names of work.js all in V8's map; {whole_pct:.1}% reach _start; {idle_whole:.1}% of the sleep in uv__io_poll through uv_run", ours.len());
+}
+
+const APP: [&str; 3] = ["handle", "renderPage", "mix"];
+
+/// The server's app functions named in its main thread's on-CPU time
+/// (`serving`: only in its event loop, past node's startup, whose CPU
+/// time is fixed while a loaded machine gives the server less), and the
+/// share of those stacks that are whole.
+fn server_figures(r: &Run, pid: u64, how: &str, serving: bool) -> (f64, f64) {
+    let in_loop = |s: &&Stack| !serving || s.frames.iter().any(|f| f.starts_with("node::SpinEventLoopInternal("));
+    let main: Vec<&Stack> = main_on_cpu(r, Some(pid)).into_iter().filter(in_loop).collect();
+    let app = |s: &Stack| s.frames.iter().any(|f| APP.iter().any(|a| js_frame(f, a, "server.js")));
+    let named = pct(&main, app);
+    assert!(named >= 80.0, "{how}: {named:.1}% of the server's main thread's on-CPU time names its app functions:\n{}", top(&main));
+    let js: Vec<&Stack> = main.iter().copied().filter(|s| app(s)).collect();
+    let whole_pct = pct(&js, whole);
+    assert!(whole_pct >= 90.0, "{how}: {whole_pct:.1}% of the server's app stacks reach _start through node::Start:\n{}", top(&js));
+    assert!(!r.stderr.contains("--perf-basic-prof"), "{how}: stderr asks for a flag while the names were read:\n{}", r.stderr);
+    assert!(!r.report.contains("--perf-basic-prof"), "{how}: the report asks for a flag while the names were read");
+    (named, whole_pct)
+}
+
+#[test]
+fn node_http_server_named_launched_and_attached() {
+    if util::skip_without_root("Node capture") || !have("node", "nodejs") {
+        return;
+    }
+    // Launched: the server forks its own client and exits after 5 s.
+    let server = prog("server.js");
+    let launched = profile(&util::scratch("runtime_node_server_launched"), &["node", &server, "5"]);
+    let done: Value = launched.stdout.lines().find_map(|l| serde_json::from_str(l).ok()).expect("the server's figures");
+    let pid = done["pid"].as_u64().unwrap();
+    assert!(done["served"].as_u64().unwrap() > 100, "the server served too little: {done}");
+    let (l_named, l_whole) = server_figures(&launched, pid, "launched", true);
+    let all = main_on_cpu(&launched, Some(pid));
+    let app = |s: &Stack| s.frames.iter().any(|f| APP.iter().any(|a| js_frame(f, a, "server.js")));
+    let l_all = pct(&all, app);
+
+    // Attached by pid: a server already running and loaded.
+    // It would serve 60 s: the capture's start on a loaded machine
+    // takes seconds; it is stopped once the capture is done.
+    let mut child = Command::new("node").args([&server, "60"]).stdout(Stdio::piped()).spawn().expect("start node");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let pid: u32 = first.split_whitespace().nth(2).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in {first:?}"));
+    // Past its startup: what is attached to is a server at work.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let attached = attach("runtime_node_server_attached", pid, 3);
+    // SAFETY: kill(2) on the server this test started and has not reaped.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    let _ = child.wait();
+    let (a_named, a_whole) = server_figures(&attached, u64::from(pid), "attached", false);
+    eprintln!("node HTTP server, no flag: launched {l_named:.1}% of the main thread's on-CPU time in its event loop in named app functions ({l_whole:.1}% of those whole; {l_all:.1}% of all its on-CPU time, startup included); attached {a_named:.1}% of all its on-CPU time ({a_whole:.1}% whole)");
 }

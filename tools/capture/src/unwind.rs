@@ -28,6 +28,7 @@ use crate::textpages::{Pages, Text};
 use crate::python::frames::Python;
 use crate::python::trampoline::Trampolines;
 use crate::hotspot::{At, HotSpots, Step};
+use crate::v8::V8;
 
 #[path = "reap.rs"]
 mod reap;
@@ -234,6 +235,11 @@ pub struct Unwind {
     pub php: crate::php::Php,
     /// HotSpot JVMs' frames, walked by the JVM's rules (hotspot).
     pub hotspot: HotSpots,
+    /// Node's JavaScript frames, named from V8's heap (v8).
+    pub v8: V8,
+    /// The frame pointer of each frame of the stack last unwound (root
+    /// first, 0 where unknown).
+    fps: Vec<u64>,
     /// Processes with a stack cut short (their Maps record names
     /// [`TRUNCATED_ADDR`]).
     truncated: std::collections::HashSet<u32>,
@@ -282,9 +288,10 @@ pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<
 }
 
 /// Frames from `addr` with `regs` (leaf first), and whether the walk
-/// reached the stack's start (see `Unwind::unwind_known`).
+/// reached the stack's start (see `Unwind::unwind_known`). `fps` gets
+/// each frame's frame pointer (V8's frames hold their function there).
 #[allow(clippy::too_many_arguments)]
-fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8]) -> (Vec<u64>, bool) {
+fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8], fps: &mut Vec<u64>) -> (Vec<u64>, bool) {
     let read = |a: u64| -> Result<u64, ()> {
         let off = a.checked_sub(sp).ok_or(())? as usize;
         let b = stack.get(off..off + 8).ok_or(())?;
@@ -300,6 +307,7 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut add
             return (out, false);
         }
         out.push(a);
+        fps.push(regs.bp());
         if out.len() >= MAX_FRAMES {
             return (out, false);
         }
@@ -316,6 +324,7 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut add
         // in a C program: `_dl_runtime_resolve_xsavec`'s realigned frame).
         if anon && p.no_anon_code && addr.is_return_address() && !special_code(pid, a) {
             out.pop();
+            fps.pop();
             return (out, false);
         }
         let leaf = !addr.is_return_address();
@@ -459,6 +468,7 @@ impl Unwind {
         };
         if !whole {
             v.insert(0, TRUNCATED_ADDR);
+            self.fps.insert(0, 0);
             self.truncated.insert(pid);
         }
         v
@@ -482,6 +492,12 @@ impl Unwind {
             // posix_spawn child: `[unknown]+0x5920090720;clone3`).
             native = vec![e.ip];
         }
+        if self.fps.len() == native.len() {
+            let procs = &self.procs;
+            let anon = |a: u64| a > MIN_CODE_ADDR && !procs.get(&e.pid).is_some_and(|p| p.maps.iter().any(|m| a >= m.start && a < m.end));
+            self.v8.name_frames(e.pid, e.ts, &mut native, &self.fps, (e.sp, e.ustack_bytes()), anon);
+        }
+        self.fps.clear();
         if e.py_n > 0 && self.python.is_python(e.pid) {
             // Under -X perf too: the Python frames read from the
             // interpreter stand for its trampolines' perf-map names (the
@@ -536,7 +552,8 @@ impl Unwind {
         let jv = &mut self.hotspot;
         let pages = &mut self.pages;
         let first = FrameAddress::from_instruction_pointer(ip);
-        let (mut out, whole) = walk(p, tr, jv, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack);
+        let mut fps = Vec::new();
+        let (mut out, whole) = walk(p, tr, jv, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack, &mut fps);
         // A leaf in a file whose table does not cover it (hand-written
         // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
         // thread) gets a guessed rule that reads a data word as its
@@ -553,7 +570,8 @@ impl Unwind {
             for (slot, r) in p.code.scan(pid, ip, sp, stack, pages) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
-                let (callers, w) = walk(p, tr, jv, pid, next, &mut regs, sp, stack);
+                let mut caller_fps = Vec::new();
+                let (callers, w) = walk(p, tr, jv, pid, next, &mut regs, sp, stack, &mut caller_fps);
                 // Whole, and through files only: a stale word can lead
                 // into anonymous memory, where a zero frame pointer ends
                 // any walk.
@@ -561,11 +579,16 @@ impl Unwind {
                     out = callers;
                     out.insert(0, ip);
                     out.reverse();
+                    caller_fps.insert(0, bp);
+                    caller_fps.reverse();
+                    self.fps = caller_fps;
                     return (out, true);
                 }
             }
         }
         out.reverse();
+        fps.reverse();
+        self.fps = fps;
         (out, whole)
     }
 
@@ -590,6 +613,7 @@ impl Unwind {
         let mut names = self.python.names(pid);
         names.extend(self.php.names(pid));
         names.extend(self.hotspot.names(pid));
+        names.extend(self.v8.names(pid));
         if self.truncated.contains(&pid) {
             names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
         }

@@ -27,7 +27,15 @@ pub const CUT_JVM: &str = "[stack cut in JIT code: java -XX:+PreserveFramePointe
 pub(crate) enum Runtime {
     Jvm,
     V8,
+    /// V8 whose JavaScript frames the capture named from its heap.
+    V8Read,
     Other,
+}
+
+/// Whether the capture named JavaScript frames (`JS:...`, v8 reader)
+/// among the frames it named in a process.
+pub(crate) fn v8_named(named: Option<&std::collections::HashMap<u64, Frame>>) -> bool {
+    named.is_some_and(|m| m.values().any(|f| f.jit && f.func.starts_with("JS:")))
 }
 
 /// The runtime whose files a process maps: HotSpot's libjvm.so, Node's
@@ -62,6 +70,9 @@ pub(crate) fn why_unnamed(pid: u32, rt: Runtime, perf_map: Option<(&str, bool)>)
     match (rt, perf_map) {
         (Runtime::V8, None) => format!(
             "pid {pid} (node/V8): JIT code and no /tmp/perf-{pid}.map: start node with --perf-basic-prof to name its JavaScript functions"
+        ),
+        (Runtime::V8Read, _) => format!(
+            "pid {pid} (node/V8): JIT code that is no JavaScript function the capture could read from V8's heap (V8's stubs and handlers, regular expressions, or a function moved before it was read)"
         ),
         (Runtime::Jvm, None) => format!(
             "pid {pid} (JVM): JIT code and no /tmp/perf-{pid}.map: the capture asks a running JVM for it (jcmd {pid} Compiler.perfmap); it did not get one (see its warnings)"

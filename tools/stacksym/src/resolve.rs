@@ -122,6 +122,9 @@ impl Engine {
             // Outside every file the process mapped (its maps record lists
             // files only): anonymous memory, JIT code where a runtime runs.
             let perf_path = perf_map.as_ref().map(|p| (p.path.as_str(), p.skipped));
+            // The capture read its JavaScript functions' names from V8's
+            // heap: what is left is V8's own code, no flag names it.
+            let runtime = if runtime == crate::jit::Runtime::V8 && crate::jit::v8_named(self.named.get(&pid)) { crate::jit::Runtime::V8Read } else { runtime };
             let why = match entry {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
                 None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),

@@ -1,8 +1,10 @@
 //! What a JIT runtime needs for whole, named stacks, told per process from
 //! the stacks themselves (the runtime by the files its frames are in):
 //!
-//! - Node (V8): JavaScript frames left as addresses outside every file
-//!   mean no perf map: `--perf-basic-prof` writes one.
+//! - Node (V8): JavaScript frames left as addresses outside every file,
+//!   and none named (the capture names them from V8's heap), mean its
+//!   metadata could not be read and there is no perf map:
+//!   `--perf-basic-prof` writes one.
 //! - The JVM: stacks rooted at stacksym's `[stack cut in JIT code...]`
 //!   marker were cut in compiled code without frame pointers:
 //!   `-XX:+PreserveFramePointer` keeps them. Methods left unnamed mean the
@@ -78,6 +80,9 @@ struct Seen {
     cut: Ns,
     /// Stacks with frames in anonymous memory that have no name.
     unnamed_jit: Ns,
+    /// JavaScript frames named by the capture from V8's heap or by a
+    /// perf map: node needs no flag.
+    js_named: bool,
 }
 
 fn base(m: &str) -> &str {
@@ -134,6 +139,7 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
         if s.frames.first().is_some_and(|f| f.func.starts_with(CUT)) {
             e.cut.add(s);
         }
+        e.js_named |= s.frames.iter().any(|f| f.jit && f.func.starts_with("JS:"));
         if s.frames.iter().any(unnamed_anonymous) {
             e.unnamed_jit.add(s);
         }
@@ -150,7 +156,7 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             let text = format!("pid {pid}: {on:.0}% of its on-CPU time ({all:.0}% of all its time) {what}: {fix}");
             out.push(RuntimeAdvice { pid, runtime, flag, ns: part.0, total_ns: total.0, text });
         };
-        if e.v8 {
+        if e.v8 && !e.js_named {
             let what = format!("has JavaScript frames without names (node wrote no /tmp/perf-{pid}.map)");
             add("v8", "--perf-basic-prof", e.unnamed_jit, &what, "start node with --perf-basic-prof");
         }
@@ -265,6 +271,16 @@ mod tests {
         let a = advice(s.iter());
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].flag, "opcache.jit_debug=0x10");
+    }
+
+    #[test]
+    fn node_with_named_javascript_needs_no_flag() {
+        let js = Frame { jit: true, ..Frame::named("JS:*hashLoop /a/work.js:9:18") };
+        let s = [
+            stack(7, 300, vec![in_module("main", "node"), js, Frame::named("[unknown]+0x7f0000001000")]),
+            stack(7, 100, vec![in_module("main", "node"), in_module("uv_run", "node")]),
+        ];
+        assert!(advice(s.iter()).is_empty());
     }
 
     #[test]

@@ -1,0 +1,331 @@
+//! Node.js (V8) JavaScript frames named with no flag: V8 keeps frame
+//! pointers, so its stacks unwind whole, and each JavaScript frame holds
+//! its JSFunction in a fixed slot (`v8dbg_off_fp_function`). Where a
+//! stack is taken, the frames in JIT code (anonymous memory) and those
+//! of the interpreter's entry trampoline (interpreted functions) are
+//! named from the live process's heap (heap.rs), with the layout node
+//! exports for debuggers (meta.rs): `JS:*hashLoop /app/work.js:9:18`,
+//! the very name `--perf-basic-prof` writes in V8's perf map (`*`
+//! optimized, `^` baseline, `~` interpreted), so both sources agree.
+//!
+//! Cached by SharedFunctionInfo and checked again once per turn (20 ms
+//! of the stacks' clock): a GC may move a function or put another at its
+//! address; its words (map, name-or-ScopeInfo, script) then differ and
+//! it is read again. A frame whose function cannot be read (freed, moved,
+//! a prologue not yet done) keeps its address: stacksym names it from a
+//! perf map if there is one, else it stays `[unknown]`; it is counted.
+//! Stacks unwound after the process exited (the capture lags behind on a
+//! loaded machine) take what was read last while it lived.
+
+pub mod heap;
+pub mod meta;
+
+use std::collections::{HashMap, HashSet};
+
+use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
+
+use heap::{Func, Heap, Script};
+use meta::Meta;
+
+/// Nanoseconds of the stacks' clock a cached object is trusted for.
+const TURN_NS: u64 = 20_000_000;
+/// A process found not to run a readable V8 is looked at again after.
+const RETRY_NS: u64 = 1_000_000_000;
+/// JSFunction's instance types: JS_FUNCTION_TYPE and the subtypes after
+/// it (class constructors, ...).
+const JS_FUNCTION_TYPES: u16 = 32;
+
+struct Proc {
+    heap: Heap,
+    /// AVMA ranges of `Builtins_InterpreterEntryTrampoline*`.
+    trampolines: Vec<(u64, u64)>,
+    turn: u64,
+    /// Per turn: object -> instance type; JSFunction -> its SFI.
+    types: HashMap<u64, Option<u16>>,
+    fn_sfi: HashMap<u64, Option<u64>>,
+    /// JSFunction -> its SFI when last read: once the process is gone
+    /// (its last stacks are unwound after it exited, on a loaded
+    /// machine), what was read last stands.
+    fn_last: HashMap<u64, u64>,
+    sfi_checked: HashSet<u64>,
+    script_checked: HashSet<u64>,
+    /// SFI -> its words and what they describe.
+    sfis: HashMap<u64, ([u64; 3], Option<Func>)>,
+    /// Script -> its name and source words and what it says.
+    scripts: HashMap<u64, ([u64; 2], Option<Script>)>,
+    addr: HashMap<String, u64>,
+    names: Vec<NamedAddr>,
+}
+
+/// Frames named, and frames that looked like JavaScript but were not.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub named: u64,
+    pub unread: u64,
+}
+
+#[derive(Default)]
+pub struct V8 {
+    procs: HashMap<u32, Proc>,
+    /// Processes with no readable V8, when that was found, and why.
+    not_v8: HashMap<u32, (u64, Option<String>)>,
+    /// Metadata per node file.
+    metas: HashMap<String, Result<Meta, String>>,
+    pub counts: Counts,
+}
+
+fn is_node_file(path: &str) -> bool {
+    let b = path.rsplit('/').next().unwrap_or("");
+    b == "node" || b == "nodejs" || b.starts_with("libnode.so")
+}
+
+impl V8 {
+    /// The V8 of `pid`, read at the first stack that needs it.
+    fn proc(&mut self, pid: u32, ts: u64) -> Option<&mut Proc> {
+        if !self.procs.contains_key(&pid) {
+            if self.not_v8.get(&pid).is_some_and(|&(t, _)| ts.saturating_sub(t) < RETRY_NS) {
+                return None;
+            }
+            match self.find(pid) {
+                Ok(p) => {
+                    self.procs.insert(pid, p);
+                }
+                Err(why) => {
+                    if let Some(w) = &why {
+                        if self.not_v8.get(&pid).is_none_or(|(_, old)| old.as_ref() != Some(w)) {
+                            let tool = std::env::args().next().unwrap_or_default();
+                            let tool = tool.rsplit('/').next().unwrap_or("capture");
+                            eprintln!("{tool}: warning: pid {pid} (node/V8): {w}: its JavaScript frames stay unnamed; start node with --perf-basic-prof to name them");
+                        }
+                    }
+                    self.not_v8.insert(pid, (ts, why));
+                    return None;
+                }
+            }
+        }
+        self.procs.get_mut(&pid)
+    }
+
+    /// Err(None): not a node process; Err(Some(why)): node, unreadable.
+    fn find(&mut self, pid: u32) -> Result<Proc, Option<String>> {
+        let maps = wallclock_stream::procmaps::read(pid).ok_or(None)?;
+        let node: Vec<_> = maps.iter().filter(|m| is_node_file(&m.entry.path)).collect();
+        let path = node.first().ok_or(None)?.entry.path.clone();
+        let meta = self
+            .metas
+            .entry(path.clone())
+            .or_insert_with(|| {
+                let file = format!("/proc/{pid}/root{path}");
+                let data = crate::elf::map_file(&file).or_else(|| crate::elf::map_file(&path)).ok_or(format!("{path} cannot be read"))?;
+                Meta::parse(&data).map_err(|e| format!("{path}: {e}"))
+            })
+            .clone()
+            .map_err(Some)?;
+        let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}")).or_else(|| crate::elf::map_file(&path)).ok_or(None)?;
+        let segments = segments(&data);
+        let mut trampolines = Vec::new();
+        for m in node.iter().filter(|m| m.executable()) {
+            let Some(bias) = crate::elf::load_bias(&segments, m.entry.start, m.entry.offset) else { continue };
+            for &(s, e) in &meta.trampolines {
+                trampolines.push((s.wrapping_add(bias), e.wrapping_add(bias)));
+            }
+        }
+        Ok(Proc {
+            heap: Heap { pid, m: meta, gone: Default::default() },
+            trampolines,
+            turn: 0,
+            types: HashMap::new(),
+            fn_sfi: HashMap::new(),
+            fn_last: HashMap::new(),
+            sfi_checked: HashSet::new(),
+            script_checked: HashSet::new(),
+            sfis: HashMap::new(),
+            scripts: HashMap::new(),
+            addr: HashMap::new(),
+            names: Vec::new(),
+        })
+    }
+
+    /// Name the JavaScript frames of `native` (root first; `fps` the frame
+    /// pointer of each, 0 where unknown): each frame in code outside every
+    /// file (`anon`) or in the interpreter's trampoline whose function
+    /// slot holds a JSFunction becomes that function's named address.
+    /// `copy` is the copy of the stack taken with it: (sp, its bytes).
+    pub fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], fps: &[u64], copy: (u64, &[u8]), anon: impl Fn(u64) -> bool) {
+        let (sp, stack) = copy;
+        if fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && self.procs.get(&pid).is_none_or(|p| p.trampolines.is_empty()) {
+            return;
+        }
+        let mut counts = self.counts;
+        let Some(p) = self.proc(pid, ts) else { return };
+        p.new_turn(ts / TURN_NS);
+        let from_stack = |a: u64| -> Option<u64> {
+            let off = usize::try_from(a.checked_sub(sp)?).ok()?;
+            Some(u64::from_le_bytes(stack.get(off..off + 8)?.try_into().ok()?))
+        };
+        let last = native.len().saturating_sub(1);
+        for i in 0..native.len() {
+            let (a, fp) = (native[i], fps[i]);
+            if fp == 0 || a >= NAMED_ADDR_BASE {
+                continue;
+            }
+            // A return address points past its call: look it up before.
+            let lookup = if i == last { a } else { a - 1 };
+            let interpreted = p.trampolines.iter().any(|&(s, e)| lookup >= s && lookup < e);
+            if !interpreted && !anon(a) {
+                continue;
+            }
+            let slot = |p: &Proc, off: i64| fp.checked_add_signed(off).and_then(|s| from_stack(s).or_else(|| p.heap.word(s)));
+            let Some(f) = slot(p, p.heap.m.off_fp_function) else { continue };
+            let bytecode = if interpreted { None } else { slot(p, p.heap.m.off_fp_bytecode_array) };
+            let marker = if interpreted {
+                "~"
+            } else if bytecode.is_some_and(|b| p.type_of(b) == Some(p.heap.m.type_bytecode_array)) {
+                "^"
+            } else {
+                "*"
+            };
+            match p.name(f, marker) {
+                Some(n) => {
+                    native[i] = n;
+                    counts.named += 1;
+                }
+                None => counts.unread += 1,
+            }
+        }
+        self.counts = counts;
+    }
+
+    /// The frames named in `pid`, for its Maps record.
+    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+        self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
+    }
+}
+
+/// (p_offset, p_vaddr, p_filesz) of each segment of an ELF file.
+fn segments(data: &[u8]) -> Vec<(u64, u64, u64)> {
+    use object::{Object, ObjectSegment};
+    let Ok(obj) = object::File::parse(data) else { return Vec::new() };
+    obj.segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, s.address(), size)
+        })
+        .collect()
+}
+
+impl Proc {
+    fn new_turn(&mut self, turn: u64) {
+        if turn != self.turn {
+            self.turn = turn;
+            self.types.clear();
+            self.fn_sfi.clear();
+            self.sfi_checked.clear();
+            self.script_checked.clear();
+        }
+    }
+
+    fn type_of(&mut self, o: u64) -> Option<u16> {
+        if let Some(&t) = self.types.get(&o) {
+            return t;
+        }
+        let t = self.heap.type_of(o);
+        self.types.insert(o, t);
+        t
+    }
+
+    /// The SharedFunctionInfo of what may be a JSFunction.
+    fn sfi_of(&mut self, f: u64) -> Option<u64> {
+        if let Some(&s) = self.fn_sfi.get(&f) {
+            return s;
+        }
+        if self.heap.gone.get() {
+            return self.fn_last.get(&f).copied();
+        }
+        let s = self.heap.js_function(f).and_then(|(map, sfi)| {
+            let t0 = self.heap.m.type_js_function;
+            let t = match self.types.get(&map) {
+                Some(&t) => t,
+                None => {
+                    let t = self.heap.map_type(map);
+                    self.types.insert(map, t);
+                    t
+                }
+            }?;
+            (t >= t0 && t < t0 + JS_FUNCTION_TYPES).then_some(sfi)
+        });
+        if self.heap.gone.get() {
+            return self.fn_last.get(&f).copied();
+        }
+        self.fn_sfi.insert(f, s);
+        if let Some(sfi) = s {
+            self.fn_last.insert(f, sfi);
+        }
+        s
+    }
+
+    fn func(&mut self, sfi: u64) -> Option<Func> {
+        if !self.sfi_checked.contains(&sfi) && !self.heap.gone.get() {
+            let Some(words) = self.heap.sfi_words(sfi) else {
+                return self.heap.gone.get().then(|| self.sfis.get(&sfi)?.1.clone()).flatten();
+            };
+            if self.sfis.get(&sfi).is_none_or(|(w, _)| *w != words) {
+                let f = self.heap.func(words);
+                self.sfis.insert(sfi, (words, f));
+            }
+            self.sfi_checked.insert(sfi);
+        }
+        self.sfis.get(&sfi)?.1.clone()
+    }
+
+    fn script(&mut self, sc: u64) -> Option<&Script> {
+        if !self.script_checked.contains(&sc) && !self.heap.gone.get() {
+            let m = &self.heap.m;
+            let at = |off: u64| self.heap.word((sc & !m.heap_object_tag_mask) + off);
+            let (Some(name), Some(source)) = (at(m.script_name), at(m.script_source)) else {
+                return self.scripts.get(&sc).filter(|_| self.heap.gone.get())?.1.as_ref();
+            };
+            let words = [name, source];
+            if self.scripts.get(&sc).is_none_or(|(w, _)| *w != words) {
+                let s = self.heap.script(sc);
+                self.scripts.insert(sc, (words, s));
+            }
+            self.script_checked.insert(sc);
+        }
+        self.scripts.get(&sc)?.1.as_ref()
+    }
+
+    /// The named address of the function in JSFunction `f`.
+    fn name(&mut self, f: u64, marker: &str) -> Option<u64> {
+        let sfi = self.sfi_of(f)?;
+        let func = self.func(sfi)?;
+        let mut name = format!("JS:{marker}{}", func.name);
+        if let Some(sc) = func.script.and_then(|sc| self.script(sc)) {
+            name.push(' ');
+            name.push_str(&sc.name);
+            if let Some(pos) = func.start {
+                let (l, c) = sc.line_col(pos);
+                name.push_str(&format!(":{l}:{c}"));
+            }
+        }
+        if let Some(&a) = self.addr.get(&name) {
+            return Some(a);
+        }
+        let frame = Frame { jit: true, ..Frame::named(wallclock_stream::names::check(&name)) };
+        let a = address_of(&name);
+        self.addr.insert(name, a);
+        self.names.push(NamedAddr { addr: a, frame });
+        Some(a)
+    }
+}
+
+/// The address that stands for a JavaScript frame, from its name alone
+/// (so that every capture tool gives it the same): FNV-1a, 48 bits of it
+/// above [`NAMED_ADDR_BASE`].
+fn address_of(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    NAMED_ADDR_BASE | (h & 0x000f_ffff_ffff_fff0)
+}
