@@ -7,7 +7,10 @@
 //!   `/memfd:vmem`, which was taken for a binary to rebuild with -g):
 //!   stderr and the report say how to start the VM (`erl +JPperf true`).
 //! - With `+JPperf true` the VM writes a perf map and keeps frame
-//!   pointers: `$wc:burn/2` is named, under `$wc:burner/1`.
+//!   pointers: `$wc:burn/2` is named, under `$wc:burner/1`, in stacks
+//!   that start at `[Erlang process stack]` (an Erlang process runs on a
+//!   stack of its own: they end at its first function), and stderr says
+//!   so rather than blame missing frame pointers.
 //!
 //! Root (BPF) and erl/erlc are needed; the test skips, saying so, without them.
 
@@ -54,6 +57,15 @@ fn erlang_named_with_jpperf_and_told_the_flag_without() {
         .map(|s| s.ns)
         .sum();
     assert!(under as f64 >= 0.9 * burn as f64, "wc:burn/2 is not under wc:burner/1:\n{top}");
+    // Whole as the Erlang process's stack is: from its first function,
+    // marked as such, not as a stack cut for want of frame pointers.
+    let rooted: u64 = on
+        .iter()
+        .filter(|s| s.frames.iter().any(|f| f.contains("wc:burn/2")) && s.frames.first().is_some_and(|f| f == "[Erlang process stack]"))
+        .map(|s| s.ns)
+        .sum();
+    assert!(rooted as f64 >= 0.9 * burn as f64, "wc:burn/2's stacks do not start at [Erlang process stack]:\n{top}");
+    assert!(perf.stderr.contains("Erlang process's first function"), "stderr does not say where the Erlang stacks end:\n{}", perf.stderr);
     assert!(!perf.report.contains("erl +JPperf true"), "the report asks for a flag the VM has:\n{}", perf.report);
     eprintln!("erlang: +JPperf true: {pct:.1}% of the VM's on-CPU time names wc:burn/2, {:.1}% of it under wc:burner/1", under as f64 * 100.0 / burn.max(1) as f64);
 }

@@ -107,7 +107,10 @@ fn php_jit_sleep_is_whole_or_marked_never_joined_wrongly() {
     let flags = ["-d", "opcache.enable_cli=1", "-d", "opcache.jit=function", "-d", "opcache.jit_buffer_size=64M"];
     let (r, _) = run("runtime_php_jit", &flags);
     let main = main_thread(&r);
-    let sleeps = |s: &Stack| s.kind == "off" && s.frames.iter().any(|f| f.ends_with("clock_nanosleep"));
+    // Its sleeps, but the untimed start's (time_nanosleep: __nanosleep
+    // without usleep; the wrong stack of old had neither).
+    let warmup = |s: &Stack| has(s, "__GI___nanosleep") && !has(s, "usleep");
+    let sleeps = |s: &Stack| s.kind == "off" && s.frames.iter().any(|f| f.ends_with("clock_nanosleep")) && !warmup(s);
     let sleep = ns(&main, sleeps);
     assert!(sleep > 0, "the main thread never sleeps in clock_nanosleep:\n{}", top(&main, |_| true));
     // Whole: through libc's usleep, from _start. Cut: marked.
@@ -120,6 +123,6 @@ fn php_jit_sleep_is_whole_or_marked_never_joined_wrongly() {
     // JIT code that ran it.
     let named = ns(&main, |s| sleeps(s) && called_by(s, "php::work", "php::nap") && has(s, "usleep"));
     let pct = named as f64 * 100.0 / sleep as f64;
-    assert!(pct >= 50.0, "{pct:.1}% of the JIT's sleep names php::nap above usleep:\n{}", top(&main, sleeps));
+    assert!(pct >= 90.0, "{pct:.1}% of the JIT's sleep names php::nap above usleep:\n{}", top(&main, sleeps));
     eprintln!("php JIT: {pct:.1}% of the sleep names php::nap above usleep; {:.1}% marked [truncated]", ns(&main, |s| sleeps(s) && marked(s)) as f64 * 100.0 / sleep as f64);
 }

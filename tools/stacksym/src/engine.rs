@@ -114,7 +114,7 @@ pub struct Engine {
     /// The JIT runtime of each pid (crate::jit).
     pub(crate) runtimes: HashMap<u32, crate::jit::Runtime>,
     /// `table`'s ids of the cut-in-JIT-code markers (crate::jit).
-    pub(crate) cut_ids: [u32; 2],
+    pub(crate) cut_ids: [u32; 3],
     /// Stacks (table ids) cut in JIT code, and per pid the time of its
     /// cut stacks and of all its stacks, once one was cut (crate::jit).
     pub(crate) cut_stacks: HashSet<u32, FastHash>,
@@ -167,7 +167,7 @@ impl Engine {
             unnamed_time: BTreeMap::new(),
             warned_modules: HashSet::new(),
             runtimes: HashMap::new(),
-            cut_ids: [0; 2],
+            cut_ids: [0; 3],
             cut_stacks: HashSet::default(),
             cut_time: HashMap::new(),
             cut_warned: HashSet::new(),

@@ -22,6 +22,10 @@ pub const CUT: &str = "[stack cut in JIT code]";
 const CUTS_NAMED: usize = 5;
 /// The same, in a JVM: the flag that gives whole stacks.
 pub const CUT_JVM: &str = "[stack cut in JIT code: java -XX:+PreserveFramePointer]";
+/// Root frame of an Erlang process's stack, walked whole to its first
+/// Erlang function (BEAM with `+JPperf true`): the process runs on a
+/// stack of its own, not its scheduler thread's, and it ends there.
+pub const ERLANG_ROOT: &str = "[Erlang process stack]";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Runtime {
@@ -29,6 +33,7 @@ pub(crate) enum Runtime {
     V8,
     /// V8 whose JavaScript frames the capture named from its heap.
     V8Read,
+    Beam,
     Other,
 }
 
@@ -44,6 +49,8 @@ pub(crate) fn runtime_of(maps: &[Mapping]) -> Runtime {
     let base = |m: &Mapping| m.path().rsplit('/').next().unwrap_or("").to_string();
     if maps.iter().any(|m| base(m) == "libjvm.so") {
         Runtime::Jvm
+    } else if maps.iter().any(|m| base(m) == "beam.smp") {
+        Runtime::Beam
     } else if maps.iter().any(|m| {
         let b = base(m);
         b == "node" || b == "nodejs" || b.starts_with("libnode.so")
@@ -110,6 +117,8 @@ impl Engine {
         }
         Some(match self.runtimes.get(&pid) {
             Some(Runtime::Jvm) => self.cut_ids[1],
+            // Named by the VM's perf map: an Erlang process's whole stack.
+            Some(Runtime::Beam) if root.jit => self.cut_ids[2],
             _ => self.cut_ids[0],
         })
     }
@@ -149,6 +158,9 @@ impl Engine {
                 Some(Runtime::Jvm) => format!(
                     "pid {pid} (JVM): {share:.0}% of its stacks' time is in stacks cut in JIT code (its compiled code keeps no frame pointers; they start at {CUT_JVM}): start java with -XX:+PreserveFramePointer for whole stacks"
                 ),
+                Some(Runtime::Beam) => format!(
+                    "pid {pid} (Erlang/BEAM): {share:.0}% of its stacks' time is in stacks that end at an Erlang process's first function (they start at {ERLANG_ROOT}, or {CUT} where unnamed): an Erlang process runs on a stack of its own, not its scheduler thread's"
+                ),
                 _ if named >= CUTS_NAMED => {
                     rest.push(pid);
                     rest_ns += cut;
@@ -173,9 +185,9 @@ impl Engine {
         }
     }
 
-    /// Table ids of the two markers (again after the table is emptied).
+    /// Table ids of the markers (again after the table is emptied).
     pub(crate) fn intern_cut_markers(&mut self) {
-        self.cut_ids = [self.table.frame_id(&Frame::named(CUT)), self.table.frame_id(&Frame::named(CUT_JVM))];
+        self.cut_ids = [self.table.frame_id(&Frame::named(CUT)), self.table.frame_id(&Frame::named(CUT_JVM)), self.table.frame_id(&Frame::named(ERLANG_ROOT))];
     }
 }
 
@@ -194,6 +206,7 @@ mod tests {
         assert_eq!(runtime_of(&[entry("/usr/bin/node")]), Runtime::V8);
         assert_eq!(runtime_of(&[entry("/usr/lib/x86_64-linux-gnu/libnode.so.108")]), Runtime::V8);
         assert_eq!(runtime_of(&[entry("/usr/bin/python3.11")]), Runtime::Other);
+        assert_eq!(runtime_of(&[entry("/usr/lib/erlang/erts-13.1.5/bin/beam.smp")]), Runtime::Beam);
     }
 
     #[test]

@@ -127,6 +127,17 @@ fn advice(module: &str, build_id: Option<&str>) -> Advice {
             vec![],
         );
     }
+    if !module.starts_with('/') && !module.starts_with('[') {
+        // A file name the maps records did not turn into one path: two
+        // loaded files share it (two packages' `driver.cpython-311-*.so`),
+        // or its process's maps were not recorded. Not JIT code.
+        return (
+            "a loaded file the maps do not tell apart".into(),
+            format!("{module} names two or more loaded files (or a process whose maps were not recorded): symbolize with stacksym while the process runs, or install the debug symbols of each file of that name"),
+            None,
+            vec![],
+        );
+    }
     if !module.starts_with('/') {
         return (
             "outside every mapped file".into(),
@@ -313,6 +324,10 @@ mod tests {
             assert!(!hint.contains("-g") && pkg.is_none(), "{m}: {hint}");
         }
         assert!(!generated("/usr/bin/zero") && !generated("/usr/lib/libzero.so"));
+        // A file name two loaded files share is no code outside the files.
+        let (why, _, _, _) = advice("driver.cpython-311-x86_64-linux-gnu.so", None);
+        assert!(!why.contains("outside every mapped file"), "{why}");
+        assert_eq!(advice("[unknown]", None).0, "outside every mapped file");
     }
 
     /// The debug archive is named only when apt's sources lack it; where

@@ -36,9 +36,9 @@ const CUT: &str = "[stack cut in JIT code";
 #[derive(Debug, Clone, Serialize)]
 pub struct RuntimeAdvice {
     pub pid: u32,
-    /// `jvm` or `v8`.
+    /// `jvm`, `v8`, `beam`, `dotnet`, `php`, `ruby` or `python`.
     pub runtime: &'static str,
-    /// The flag that fixes it.
+    /// The flag that fixes it (empty: none does, the frames are not walked).
     pub flag: &'static str,
     /// The process's time concerned, and all of it (ns).
     pub ns: u64,

@@ -245,7 +245,7 @@ fn config() -> crate::event::WcPycfg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use super::reader::CALL_TOP;
+    use reader::CALL_TOP;
 
     fn frames(v: &[(u64, u32)]) -> Vec<WcPyframe> {
         v.iter().map(|&(code, flags)| WcPyframe { code, instr: 0, flags, pad: 0 }).collect()
