@@ -162,6 +162,8 @@ fn hostile_perf_maps_are_skipped_and_the_profile_is_written() {
     drop(good);
     assert!(base.time_in("jit_hot") > 0, "the good map did not name jit_hot:\n{}", base.stderr);
     assert_rest_written(&base, "good map");
+    // Its names are used: no warning says it could not be parsed.
+    assert!(!base.stderr.contains("failed to parse perf map") && !base.stderr.contains("skipped"), "good map:\n{}", base.stderr);
     eprintln!("good map: {:.1} s, peak RSS {} MB", base.secs, base.max_rss_kb / 1024);
 
     // A root-only file of perf-map lines covering the JIT code.

@@ -133,6 +133,10 @@ pub fn socket_in_root(pid: u32, path: &str, owner: Owner) -> Result<Option<Owned
     if unsafe { libc::fstatat(fd.as_raw_fd(), c"".as_ptr(), &mut st, libc::AT_EMPTY_PATH) } != 0 {
         return Err(skip(Path::new(&shown), std::io::Error::last_os_error().to_string()));
     }
+    // O_PATH | O_NOFOLLOW opens a last-component link as itself.
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(skip(Path::new(&shown), "a symbolic link (not followed)"));
+    }
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(skip(Path::new(&shown), "not a socket"));
     }

@@ -102,3 +102,28 @@ fn this_process_started_before_now() {
     assert_eq!(older_than_process(&f, std::process::id()), Some(true));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn sockets_and_created_files_with_no_link() {
+    let d = dir("sock");
+    let pid = std::process::id();
+    let at = |n: &str| format!("{}/{n}", d.display());
+    let _listener = std::os::unix::net::UnixListener::bind(d.join("s")).unwrap();
+    std::os::unix::fs::symlink(d.join("s"), d.join("l")).unwrap();
+    assert!(socket_in_root(pid, &at("s"), me()).unwrap().is_some());
+    assert!(socket_in_root(pid, &at("l"), me()).unwrap_err().why.contains("symbolic link"));
+    assert!(socket_in_root(pid, &at("s"), Owner::User(65534)).unwrap_err().why.contains("owned by"));
+    std::fs::write(d.join("f"), "").unwrap();
+    assert!(socket_in_root(pid, &at("f"), me()).unwrap_err().why.contains("not a socket"));
+    // Created only where nothing stands, a link included.
+    assert!(create_in_root(pid, &at("new"), 0o600).is_ok());
+    assert_eq!(create_in_root(pid, &at("new"), 0o600).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+    std::os::unix::fs::symlink("/tmp/wc-nowhere", d.join("dangling")).unwrap();
+    assert!(create_in_root(pid, &at("dangling"), 0o600).is_err());
+    assert!(!Path::new("/tmp/wc-nowhere").exists());
+    // A folder reached through a link is refused too.
+    std::os::unix::fs::symlink(&d, d.join("dirlink")).unwrap();
+    assert!(dir_in_root(pid, &at("dirlink")).is_err());
+    assert!(dir_in_root(pid, &d.display().to_string()).is_ok());
+    std::fs::remove_dir_all(&d).unwrap();
+}
