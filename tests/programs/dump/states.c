@@ -25,6 +25,7 @@ static pthread_mutex_t out = PTHREAD_MUTEX_INITIALIZER;
 static pthread_barrier_t started;
 static const char *dir;
 static volatile unsigned long sink;
+static volatile long waiter_tid;
 
 static unsigned long long mono(void)
 {
@@ -103,6 +104,8 @@ static void *run(void *arg)
 {
 	long i = (long)arg;
 	hello(names[i]);
+	if (i == 5)
+		waiter_tid = syscall(SYS_gettid);
 	if (i != 5)
 		pthread_barrier_wait(&started);
 	switch (i) {
@@ -148,7 +151,21 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	usleep(20000);
+	/* Ready once the waiter sleeps on the mutex (S in its stat). */
+	for (;;) {
+		char path[64], buf[256];
+		long tid = waiter_tid;
+		if (tid) {
+			snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+			FILE *f = fopen(path, "r");
+			char *rp = f && fgets(buf, sizeof buf, f) ? strrchr(buf, ')') : NULL;
+			if (f)
+				fclose(f);
+			if (rp && rp[1] == ' ' && rp[2] == 'S')
+				break;
+		}
+		usleep(1000);
+	}
 	printf("ready\n");
 	fflush(stdout);
 	clockid_t clk[NAMED];
