@@ -93,7 +93,10 @@ fn three_tables_to_a_pipe_agree_with_each_threads_cpu_clock() {
             assert!(share[0] > lo - 5.0 && share[0] < hi + 5.0, "table {i}: {name} on-CPU {:.1}%, its clock {lo:.1}..{hi:.1}%:\n{text}", share[0]);
             eprintln!("table {i} {name}: on {:.1}%, own clock {lo:.1}..{hi:.1}%", share[0]);
             let total: f64 = share.iter().sum();
-            assert!((total - 100.0).abs() < 1.0, "table {i}: {name}'s shares add to {total:.1}:\n{text}");
+            // A block that ends while the capture reads the kernel's sums
+            // is counted whole in that window (a preemption there, on a
+            // loaded machine, is milliseconds): 5 points, as for on-CPU.
+            assert!((total - 100.0).abs() < 5.0, "table {i}: {name}'s shares add to {total:.1}:\n{text}");
             match name {
                 "sleeper" | "holder" | "waiter" => {
                     assert!(share[2] > 99.0, "table {i}: {name} sleeps {:.1}%:\n{text}", share[2]);
@@ -165,6 +168,12 @@ fn q_and_ctrl_c_quit_and_restore_the_terminal() {
         assert_eq!(tmux.cmd(&["display", "-p", "-t", &target, "#{alternate_on}"]).trim(), "1", "wctop is not on the alternate screen");
         let screen = tmux.cmd(&["capture-pane", "-p", "-t", &target]);
         assert!(screen.contains("sleep_forever"), "{screen}");
+        // A key re-sorts the table at once.
+        tmux.cmd(&["send-keys", "-t", &target, "d"]);
+        tmux.wait_for("the table sorted by disk", |t| t.cmd(&["capture-pane", "-p", "-t", &target]).contains(", by disk"));
+        let screen = tmux.cmd(&["capture-pane", "-p", "-t", &target]);
+        let disk: Vec<f64> = screen.lines().skip(2).take(7).map(|l| l.split_whitespace().nth(5).and_then(|v| v.parse().ok()).unwrap_or(-1.0)).collect();
+        assert!(disk.len() == 7 && disk.windows(2).all(|w| w[0] >= w[1]) && disk[6] >= 0.0, "not sorted by DISK%:\n{screen}");
         tmux.cmd(&["send-keys", "-t", &target, key]);
         tmux.wait_for("wctop to quit", |_| after.exists());
         std::thread::sleep(Duration::from_millis(200));

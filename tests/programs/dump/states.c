@@ -25,6 +25,7 @@ static pthread_mutex_t out = PTHREAD_MUTEX_INITIALIZER;
 static pthread_barrier_t started;
 static const char *dir;
 static volatile unsigned long sink;
+static volatile long waiter_tid;
 
 static unsigned long long mono(void)
 {
@@ -66,7 +67,10 @@ __attribute__((noinline)) static void spin_b(void)
 
 __attribute__((noinline)) static void sync_loop(void)
 {
-	char path[4096], buf[4096];
+	/* 256 KiB a sync: more of its time in the device's flush (D) than
+	 * in waiting for a CPU after it, on a loaded machine too. */
+	static char buf[256 * 1024];
+	char path[4096];
 	snprintf(path, sizeof path, "%s/states.sync", dir);
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0) {
@@ -75,7 +79,7 @@ __attribute__((noinline)) static void sync_loop(void)
 	}
 	memset(buf, 'x', sizeof buf);
 	for (unsigned long i = 0;; i++) {
-		if (pwrite(fd, buf, sizeof buf, (i % 256) * sizeof buf) < 0 || fdatasync(fd) < 0) {
+		if (pwrite(fd, buf, sizeof buf, (i % 16) * sizeof buf) < 0 || fdatasync(fd) < 0) {
 			perror("syncer");
 			exit(1);
 		}
@@ -100,6 +104,8 @@ static void *run(void *arg)
 {
 	long i = (long)arg;
 	hello(names[i]);
+	if (i == 5)
+		waiter_tid = syscall(SYS_gettid);
 	if (i != 5)
 		pthread_barrier_wait(&started);
 	switch (i) {
@@ -145,7 +151,21 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	usleep(20000);
+	/* Ready once the waiter sleeps on the mutex (S in its stat). */
+	for (;;) {
+		char path[64], buf[256];
+		long tid = waiter_tid;
+		if (tid) {
+			snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+			FILE *f = fopen(path, "r");
+			char *rp = f && fgets(buf, sizeof buf, f) ? strrchr(buf, ')') : NULL;
+			if (f)
+				fclose(f);
+			if (rp && rp[1] == ' ' && rp[2] == 'S')
+				break;
+		}
+		usleep(1000);
+	}
 	printf("ready\n");
 	fflush(stdout);
 	clockid_t clk[NAMED];

@@ -407,9 +407,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             // the earlier window: 118% of a thread's time in one window
             // and 70% in the next on a loaded machine). A follower keeps
             // its leader's ends.
-            let cut_at = if args.every_follow.is_some() { cut_at } else { monotonic_ns().max(cut_at) };
             let threads = retired.with(thread_map(skel.maps().threads).1);
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
+            let cut_at = if args.every_follow.is_some() { cut_at } else { monotonic_ns().max(cut_at) };
             let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };
             let Some(recs) = tool.snapshot(cut) else {
                 anyhow::bail!("{}: --every is not supported", T::NAME);

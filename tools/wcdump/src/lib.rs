@@ -79,6 +79,9 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
         bail!("no such process: {pid}");
     }
     wallclock_capture::privs::check("wcdump")?;
+    // A thread's id stands for its process.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let pid = status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()).unwrap_or(pid);
     let raws = read::threads(pid)?;
     if raws.is_empty() {
         bail!("process {pid} has no threads to read (it exited, or is a kernel thread group)");

@@ -222,3 +222,45 @@ pub fn render(iv: &Interval, title: &str, key: SortKey, per_process: bool, max_r
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(func: &str, module: &str, kernel: bool) -> Frame {
+        Frame { module: Some(module.into()), kernel, ..Frame::named(func) }
+    }
+
+    #[test]
+    fn blocked_in_names_the_programs_own_innermost_frame() {
+        let f = [
+            frame("main", "/srv/app", false),
+            frame("wait_lock", "/srv/app", false),
+            frame("___pthread_mutex_lock", "/usr/lib/x86_64-linux-gnu/libc.so.6", false),
+            frame("futex_wait", "[kernel]", true),
+        ];
+        assert_eq!(blocked_in(&f), "wait_lock");
+        // Only libraries: the innermost user frame; only the kernel's: its leaf.
+        assert_eq!(blocked_in(&f[2..]), "___pthread_mutex_lock");
+        assert_eq!(blocked_in(&f[3..]), "futex_wait");
+        assert_eq!(blocked_in(&[]), "[no stack]");
+    }
+
+    #[test]
+    fn rows_sort_by_the_chosen_share() {
+        let row = |tid, on_ns, sleep_ns, disk_ns| Row { tid, name: format!("t{tid}"), alive_ns: 100, on_ns, sleep_ns, disk_ns, ..Row::default() };
+        let mut rows = vec![row(3, 10, 90, 0), row(1, 50, 0, 50), row(2, 90, 10, 0)];
+        sort(&mut rows, SortKey::On);
+        assert_eq!(rows.iter().map(|r| r.tid).collect::<Vec<_>>(), [2, 1, 3]);
+        sort(&mut rows, SortKey::Sleep);
+        assert_eq!(rows.iter().map(|r| r.tid).collect::<Vec<_>>(), [3, 2, 1]);
+        sort(&mut rows, SortKey::Disk);
+        assert_eq!(rows[0].tid, 1);
+        sort(&mut rows, SortKey::Tid);
+        assert_eq!(rows.iter().map(|r| r.tid).collect::<Vec<_>>(), [1, 2, 3]);
+        let iv = Interval { n: 1, start_ns: 0, end_ns: 1_000_000_000, rows };
+        let text = render(&iv, "pid 1 (x)", SortKey::Off, false, 2);
+        assert_eq!(text.len(), 4, "{text:?}");
+        assert!(text[0].ends_with(", 3 threads, by off"), "{}", text[0]);
+    }
+}
