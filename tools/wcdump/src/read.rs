@@ -7,11 +7,11 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 
 mod skel {
-    #![allow(clippy::all, unused, non_snake_case, non_camel_case_types)]
+    #![allow(clippy::all, clippy::undocumented_unsafe_blocks, unused, non_snake_case, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/dump.skel.rs"));
 }
 
-#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all)]
+#[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all, clippy::undocumented_unsafe_blocks)]
 mod c {
     include!(concat!(env!("OUT_DIR"), "/dump_h.rs"));
 }
