@@ -43,11 +43,16 @@ static void hello(const char *name)
 	pthread_mutex_unlock(&out);
 }
 
+/* Set once the sleeper has said when it slept: `ready` waits for it (on a
+ * loaded machine the sleeper may not have run yet when the waiter sleeps). */
+static int sleeper_said;
+
 __attribute__((noinline)) static void sleep_forever(void)
 {
 	pthread_mutex_lock(&out);
 	printf("sleeper since %llu\n", mono());
 	fflush(stdout);
+	__atomic_store_n(&sleeper_said, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&out);
 	for (;;)
 		sleep(100000);
@@ -151,7 +156,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	/* Ready once the waiter sleeps on the mutex (S in its stat). */
+	/* Ready once the waiter sleeps on the mutex (S in its stat) and the
+	 * sleeper has said when it slept. */
 	for (;;) {
 		char path[64], buf[256];
 		long tid = waiter_tid;
@@ -161,7 +167,7 @@ int main(int argc, char **argv)
 			char *rp = f && fgets(buf, sizeof buf, f) ? strrchr(buf, ')') : NULL;
 			if (f)
 				fclose(f);
-			if (rp && rp[1] == ' ' && rp[2] == 'S')
+			if (rp && rp[1] == ' ' && rp[2] == 'S' && __atomic_load_n(&sleeper_said, __ATOMIC_ACQUIRE))
 				break;
 		}
 		usleep(1000);
