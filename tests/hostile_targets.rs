@@ -16,7 +16,7 @@
 
 mod util;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -43,17 +43,31 @@ struct Target {
 impl Target {
     /// `jitlike MODE ARGS` as nobody, once its map is in place.
     fn start(exe: &Path, mode: &[&str]) -> Target {
-        let mut child = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(exe)
-            .args(mode)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("setpriv");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let pid = line.trim().parse().unwrap_or_else(|_| panic!("jitlike {mode:?} printed {line:?}"));
-        Target { child, pid }
+        // A pid met before on this machine may have a map of another
+        // user's left at /tmp/perf-PID.map, which nobody cannot replace in
+        // the sticky /tmp: the program then says so and exits; a new
+        // process (a new pid) is tried.
+        let mut why = String::new();
+        for _ in 0..5 {
+            let mut child = Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(exe)
+                .args(mode)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("setpriv");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            if let Ok(pid) = line.trim().parse() {
+                return Target { child, pid };
+            }
+            why.clear();
+            child.stderr.take().unwrap().read_to_string(&mut why).unwrap();
+            let _ = child.wait();
+            assert!(why.contains("/tmp/perf-"), "jitlike {mode:?} printed {line:?}: {why}");
+        }
+        panic!("jitlike {mode:?}: five pids in a row had another user's map: {why}")
     }
 
     fn map(&self) -> PathBuf {

@@ -95,14 +95,19 @@ pub fn build_c(src: &str, dir: &Path, name: &str) -> PathBuf {
 pub fn build_c_with(src: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let out = dir.join(name);
+    // Built under a name of its own, then renamed into place: two tests
+    // of one binary building the same program at once must not write the
+    // file the other is running (ETXTBSY).
+    let tmp = dir.join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
     let st = Command::new("gcc")
         .args(flags)
         .arg("-o")
-        .arg(&out)
+        .arg(&tmp)
         .arg(root().join(src))
         .status()
         .expect("gcc");
     assert!(st.success(), "building {src} failed");
+    std::fs::rename(&tmp, &out).unwrap();
     out
 }
 
