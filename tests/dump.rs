@@ -7,6 +7,9 @@
 
 mod util;
 
+#[path = "runtime_common/mod.rs"]
+mod runtime_common;
+
 #[path = "programs/dump/states.rs"]
 mod states;
 
@@ -205,6 +208,84 @@ fn dump_of_a_thousand_threads_is_under_a_second() {
         best = best.min(took);
     }
     assert!(best < Duration::from_secs(1), "wcdump of 1,007 threads took {best:?} at best");
+}
+
+/// A Python process: each thread's Python frames where CPython runs them,
+/// as the capture names them, on Debian's 3.11 and pyenv's 3.12 and 3.13
+/// where installed: the main thread in `nap`, "cruncher" in `crunch`,
+/// "sorter"'s key function (called from C, `sorted`) leafward of the
+/// inner eval call and `sorter` at the outer one; Python's thread names.
+#[test]
+fn dump_reads_python_frames_where_they_run() {
+    if util::skip_without_root("wcdump") {
+        return;
+    }
+    let mut pythons = vec![PathBuf::from("/usr/bin/python3")];
+    if std::env::var_os("WALLCLOCK_SKIP_PYENV").is_none() {
+        let home = std::env::var("HOME").unwrap_or_default();
+        for v in ["3.12", "3.13"] {
+            let found = std::fs::read_dir(format!("{home}/.pyenv/versions")).into_iter().flatten().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{v}.")));
+            pythons.extend(found.map(|p| p.join("bin/python3")));
+        }
+    }
+    let script = util::root().join("tests/programs/dump/pystates.py");
+    for py in pythons {
+        let mut child = Command::new(&py).arg(&script).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{}", py.display());
+        let (d, _, _) = dump_json(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        let by_name = |n: &str| d["threads"].as_array().unwrap().iter().find(|t| t["name"] == n).unwrap_or_else(|| panic!("{}: no thread {n}: {d}", py.display())).clone();
+        let main = funcs(thread(&d, child.id())).iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        let at = |f: &[String], name: &str| f.iter().position(|x| x.starts_with(&format!("py::{name}:"))).unwrap_or_else(|| panic!("{}: no py::{name} in {f:?}", py.display()));
+        assert!(at(&main, "nap") < at(&main, "<module>"), "{}: {main:?}", py.display());
+        let sleep = main.iter().position(|f| f.contains("clock_nanosleep")).expect("the main thread's sleep");
+        assert!(sleep < at(&main, "nap"), "{}: the sleep is not leafward of nap: {main:?}", py.display());
+        let c: Vec<String> = funcs(&by_name("cruncher")).iter().map(|f| f.to_string()).collect();
+        assert_eq!(at(&c, "crunch"), c.iter().position(|f| f.starts_with("py::")).unwrap(), "{}: {c:?}", py.display());
+        let s: Vec<String> = funcs(&by_name("sorter")).iter().map(|f| f.to_string()).collect();
+        let (key, outer) = (at(&s, "slow_key"), at(&s, "sorter"));
+        let eval = s.iter().enumerate().position(|(i, f)| i > key && f.starts_with("_PyEval_EvalFrameDefault"));
+        assert!(eval.is_some_and(|e| e < outer), "{}: slow_key and sorter not in two eval calls: {s:?}", py.display());
+    }
+}
+
+/// Java and Node, with no flag: their methods and functions named in the
+/// dump as the capture names them (the HotSpot walker, V8's heap), each
+/// under its caller, in at least 3 of 5 dumps of a thread that computes
+/// (it may be in a safepoint, GC or the runtime at a dump).
+#[test]
+fn dump_names_java_methods_and_javascript_functions() {
+    if util::skip_without_root("wcdump") {
+        return;
+    }
+    let progs = util::root().join("tests/programs/dump");
+    let runs: [(&str, &str, &str, &str, &str); 2] =
+        [("java", "openjdk-17-jdk-headless", "Spin.java", "Spin.spin(", "Spin.loop("), ("node", "nodejs", "spin.js", "spinFor ", "work ")];
+    for (prog, package, file, leaf, caller) in runs {
+        if !runtime_common::have(prog, package) {
+            continue;
+        }
+        let mut child = Command::new(prog).arg(progs.join(file)).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{prog}");
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let (d, _, _) = dump_json(child.id());
+            let named = d["threads"].as_array().unwrap().iter().map(funcs).find(|f| f.iter().any(|x| x.contains(leaf)));
+            let ok = named.as_ref().is_some_and(|f| {
+                let at = |n: &str| f.iter().position(|x| x.contains(n));
+                matches!((at(leaf), at(caller)), (Some(a), Some(b)) if a < b)
+            });
+            seen.push((ok, named.map(|f| f.join(";")).unwrap_or_default()));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(seen.iter().filter(|s| s.0).count() >= 3, "{prog}: {leaf} under {caller} in fewer than 3 of 5 dumps: {seen:#?}");
+    }
 }
 
 #[test]

@@ -492,12 +492,7 @@ impl Unwind {
             // posix_spawn child: `[unknown]+0x5920090720;clone3`).
             native = vec![e.ip];
         }
-        if self.fps.len() == native.len() {
-            let procs = &self.procs;
-            let anon = |a: u64| a > MIN_CODE_ADDR && !procs.get(&e.pid).is_some_and(|p| p.maps.iter().any(|m| a >= m.start && a < m.end));
-            self.v8.name_frames(e.pid, e.ts, &mut native, &self.fps, (e.sp, e.ustack_bytes()), anon);
-        }
-        self.fps.clear();
+        self.name_v8(e.pid, e.ts, &mut native, e.sp, e.ustack_bytes());
         if e.py_n > 0 && self.python.is_python(e.pid) {
             // Under -X perf too: the Python frames read from the
             // interpreter stand for its trampolines' perf-map names (the
@@ -514,6 +509,26 @@ impl Unwind {
             return self.php.splice(e, native, &in_file);
         }
         self.python.splice(e, native)
+    }
+
+    /// [`Unwind::unwind`] with V8's JavaScript frames named, as
+    /// [`Unwind::event_stack`] names them: for one stack read outside a
+    /// capture (wcdump), `ts` its CLOCK_MONOTONIC time.
+    pub fn unwind_named(&mut self, pid: u32, ts: u64, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
+        let mut native = self.unwind(pid, ip, sp, bp, stack);
+        self.name_v8(pid, ts, &mut native, sp, stack);
+        native
+    }
+
+    /// Names the V8 frames of `native`, just unwound (the frame pointers
+    /// the unwind kept, `fps`, say where each frame's slots are).
+    fn name_v8(&mut self, pid: u32, ts: u64, native: &mut [u64], sp: u64, stack: &[u8]) {
+        if self.fps.len() == native.len() {
+            let procs = &self.procs;
+            let anon = |a: u64| a > MIN_CODE_ADDR && !procs.get(&pid).is_some_and(|p| p.maps.iter().any(|m| a >= m.start && a < m.end));
+            self.v8.name_frames(pid, ts, native, &self.fps, (sp, stack), anon);
+        }
+        self.fps.clear();
     }
 
     fn reload(&mut self, pid: u32) -> bool {

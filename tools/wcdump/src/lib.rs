@@ -4,8 +4,11 @@
 //! state, and its whole stack, kernel and user frames named. No capture
 //! window: one pass of a BPF task iterator reads each thread's state and
 //! stacks once (bpf/dump.bpf.c); the user stack is unwound with the
-//! capture's own unwinder (.eh_frame) and named by stacksym's engine.
+//! capture's own unwinder (.eh_frame, HotSpot's frames, V8's JavaScript
+//! named, as the capture walks and names them) and named by stacksym's engine; CPython's frames
+//! are read from the process and put among them (`python`).
 
+pub mod python;
 pub mod read;
 pub mod state;
 pub mod text;
@@ -86,12 +89,17 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
     if raws.is_empty() {
         bail!("process {pid} has no threads to read (it exited, or is a kernel thread group)");
     }
+    let mut py_failed = 0;
+    let mut py = python::read(pid, &mut py_failed);
+    if py_failed > 0 {
+        eprintln!("wcdump: the Python frames of {py_failed} thread(s) changed as they were read: their native frames only");
+    }
     let mut unwind = Unwind::new();
     let mut stacks = Vec::with_capacity(raws.len());
     for r in &raws {
         let mut s = Stack::new(Kind::Off, r.pid, r.tid, &r.comm());
         if r.ip != 0 {
-            s.ustack = unwind.unwind(r.pid, r.ip, r.sp, r.bp, r.ustack());
+            s.ustack = unwind.unwind_named(r.pid, r.now, r.ip, r.sp, r.bp, r.ustack());
         }
         if kernel {
             s.kstack = r.kstack().iter().rev().copied().collect();
@@ -110,9 +118,11 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
     for (r, s) in raws.iter().zip(named) {
         let mut frames = engine.frames(s);
         frames.reverse();
+        let p = py.remove(&r.tid).unwrap_or_default();
+        let frames = python::splice(frames, &p.runs);
         threads.push(Thread {
             tid: r.tid,
-            name: r.comm(),
+            name: p.name.unwrap_or_else(|| r.comm()),
             state: state::name(r),
             state_s: (r.since != 0).then(|| r.now.saturating_sub(r.since) as f64 / 1e9),
             cpu_s: r.exec_ns as f64 / 1e9,

@@ -19,7 +19,13 @@ pub fn duration(s: f64) -> String {
 }
 
 fn frame_line(f: &Frame) -> String {
-    let mut l = f.func.clone();
+    // A Python frame's name holds its file (`py::nap:/srv/app.py`, as the
+    // capture names it): the file is said once, with the line.
+    let func = match (&f.file, f.func.strip_prefix("py::")) {
+        (Some(file), Some(rest)) => rest.strip_suffix(file.as_str()).and_then(|r| r.strip_suffix(':')).map_or(f.func.clone(), |q| format!("py::{q}")),
+        _ => f.func.clone(),
+    };
+    let mut l = func;
     if f.kernel {
         l.push_str(" [kernel]");
     } else if let Some(m) = &f.module {

@@ -330,6 +330,43 @@ impl Interpreter {
         }
         Ok(out)
     }
+
+    /// The Python frames of a thread state cut into the runs that one
+    /// `_PyEval_EvalFrameDefault` call executes, innermost run first, each
+    /// innermost first: what a reader that places them among the native
+    /// frames itself needs (wcdump; the capture cuts the chain read in BPF,
+    /// `frames::cut`, the same way).
+    pub fn runs(&mut self, tstate: u64) -> Result<Vec<Vec<PyFrame>>, String> {
+        let o = self.offsets;
+        let mut f = self.u64(tstate + o.tstate_frame)?;
+        if let (Some(c), true) = (o.cframe_current, f != 0) {
+            f = self.u64(f + c)?;
+        }
+        let mut runs: Vec<Vec<PyFrame>> = vec![Vec::new()];
+        let mut n = 0;
+        while f != 0 && n < MAX_FRAMES {
+            n += 1;
+            let owner = self.u8(f + o.frame_owner)?;
+            if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
+                runs.push(Vec::new());
+            } else {
+                let code = self.u64(f + o.frame_code)?;
+                let instr = self.u64(f + o.frame_instr)?;
+                runs.last_mut().unwrap().push(self.frame_at(code, instr)?);
+                // 3.10 runs each Python frame in a C call of its own.
+                let entry = match o.frame_is_entry {
+                    Some(e) => self.u8(f + e)? != 0,
+                    None => o.minor == 10,
+                };
+                if entry {
+                    runs.push(Vec::new());
+                }
+            }
+            f = self.u64(f + o.frame_previous)?;
+        }
+        runs.retain(|r| !r.is_empty());
+        Ok(runs)
+    }
 }
 
 #[cfg(test)]
