@@ -79,7 +79,8 @@ wallclock_capture::capture_skel!(
     skel::types::wc_thread
 );
 
-const EXAMPLES: &str = "EXAMPLES:
+const EXAMPLES: &str = concat!(
+    "EXAMPLES:
     offcputime -p 1234 10 > off.jsonl       # 10 s of process 1234
     offcputime -- ./server --port 80         # launch it, capture until it exits
     offcputime -m 1000 -p 1234 10            # stats count the time in blocks under 1 ms
@@ -111,16 +112,9 @@ MEMORY:
     --wakers or --timeline, whose output needs every thread's blocks at
     the stop.
 
-FILES OF THE TARGET:
-    Files a profiled process controls are opened as such: no symbolic link
-    is followed (under /proc/PID/root no component of the path may be one),
-    each must be a regular file (not a fifo, socket or device), and a
-    /tmp/perf-PID.map must belong to the process's user or be readable by
-    everyone, and be no older than the process. A perf map is read up to
-    256 MiB, 64 KiB a line, 4 Mi lines; a JVM's attach socket must be a
-    socket of its user's, and its answer is read up to 1 MiB within 10 s.
-    A file past a bound is skipped, said once on stderr with the reason;
-    the rest of the profile is written.";
+",
+    wallclock_capture::files_of_the_target_help!()
+);
 /// Off-CPU time per stack and exact per-thread on/off-CPU time.
 #[derive(Parser, Debug)]
 #[command(name = "offcputime", version, after_help = EXAMPLES)]

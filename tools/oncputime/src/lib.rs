@@ -35,7 +35,8 @@ wallclock_capture::capture_skel!(
     skel::types::wc_thread
 );
 
-const EXAMPLES: &str = "EXAMPLES:
+const EXAMPLES: &str = concat!(
+    "EXAMPLES:
     oncputime -p 1234 10 > on.jsonl          # 10 s of process 1234 at 49 Hz
     oncputime -F 999 -- ./build.sh           # launch, 999 Hz, with every child it runs
     oncputime -p 1234 -C 10                  # 1234 and every process it forks
@@ -52,16 +53,9 @@ MEMORY:
     with -f or --every): what the capture holds is bounded by the
     processes alive, not by how long it runs.
 
-FILES OF THE TARGET:
-    Files a profiled process controls are opened as such: no symbolic link
-    is followed (under /proc/PID/root no component of the path may be one),
-    each must be a regular file (not a fifo, socket or device), and a
-    /tmp/perf-PID.map must belong to the process's user or be readable by
-    everyone, and be no older than the process. A perf map is read up to
-    256 MiB, 64 KiB a line, 4 Mi lines; a JVM's attach socket must be a
-    socket of its user's, and its answer is read up to 1 MiB within 10 s.
-    A file past a bound is skipped, said once on stderr with the reason;
-    the rest of the profile is written.";
+",
+    wallclock_capture::files_of_the_target_help!()
+);
 
 /// On-CPU stacks per thread, sampled on every CPU (with --exact, scaled to exact on-CPU time).
 #[derive(Parser, Debug)]
