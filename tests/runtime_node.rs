@@ -24,7 +24,7 @@ use std::io::{BufRead, BufReader};
 
 use std::process::{Command, Stdio};
 
-use runtime_common::{have, profile, Run, Stack};
+use runtime_common::{have, profile, read_run, Run, Stack};
 use serde_json::Value;
 
 fn prog(name: &str) -> String {
@@ -53,25 +53,7 @@ fn attach(name: &str, pid: u32, secs: u32) -> Run {
         .expect("run scripts/wallclock");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "wallclock {pid} failed: {stderr}");
-    let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
-    let recs: Vec<Value> = stream.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let comms = recs.iter().filter(|r| r["type"] == "thread").map(|r| (r["tid"].as_u64().unwrap(), r["comm"].as_str().unwrap_or("").to_string())).collect();
-    let stacks = recs
-        .iter()
-        .filter(|r| r["type"] == "stack")
-        .map(|r| Stack {
-            kind: r["kind"].as_str().unwrap().to_string(),
-            pid: r["pid"].as_u64().unwrap(),
-            tid: r["tid"].as_u64().unwrap(),
-            frames: r["frames"].as_array().map_or(Vec::new(), |a| a.iter().map(|f| f["func"].as_str().unwrap_or("").to_string()).collect()),
-            ns: r["ns"].as_u64().unwrap(),
-        })
-        .collect();
-    let report = ["_thread_analysis.txt", "_single_thread_analysis.txt"]
-        .iter()
-        .find_map(|s| std::fs::read_to_string(dir.join(format!("p{s}"))).ok())
-        .expect("a report");
-    Run { stdout: String::new(), stderr, comms, stacks, report }
+    read_run(&dir, String::new(), stderr)
 }
 
 /// The on-CPU stacks of the main thread of `pid` (any node process when
