@@ -485,6 +485,7 @@ impl Unwind {
         } else {
             self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes())
         };
+        self.hotspot.end_stack();
         self.at = None;
         if native.first() == Some(&TRUNCATED_ADDR) && images::not_started(e) {
             // Its one frame: `clone3`'s child side has no unwind rule, and
@@ -590,6 +591,11 @@ impl Unwind {
         fps.reverse();
         self.fps = fps;
         (out, whole)
+    }
+
+    /// The runtime readers' cost counters, for the stats trailer (readcost).
+    pub fn reader_stats(&self) -> Vec<(String, u64)> {
+        crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost])
     }
 
     /// The Maps record of a process, when its mappings were read.
