@@ -6,7 +6,8 @@
 //! (`hotspot_ns`, `hotspot_stacks`, `v8_ns`, ...), so that `ns / stacks`
 //! is the reader's cost per stack (scripts/bench-runtimes). Only stacks of
 //! a process the reader recognised count: a Node stack never pays the
-//! JVM reader's clock reads.
+//! JVM reader's clock reads. What a reader does once per process (finding
+//! the runtime, reading its layout tables or metadata) is not in it.
 //!
 //! `WALLCLOCK_NO_RUNTIMES` turns readers off: `1` or `all` every one, or a
 //! comma list of `hotspot`, `v8`, `php`. A process then gets what it got

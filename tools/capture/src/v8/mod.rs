@@ -158,9 +158,10 @@ impl V8 {
         if crate::readcost::off("v8") || fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && self.procs.get(&pid).is_none_or(|p| p.trampolines.is_empty()) {
             return;
         }
-        let t0 = std::time::Instant::now();
         let mut counts = self.counts;
         let Some(p) = self.proc(pid, ts) else { return };
+        // Per stack: reading the node binary's metadata, once, is not.
+        let t0 = std::time::Instant::now();
         p.new_turn(ts / TURN_NS);
         let from_stack = |a: u64| -> Option<u64> {
             let off = usize::try_from(a.checked_sub(sp)?).ok()?;
