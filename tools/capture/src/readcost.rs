@@ -1,7 +1,7 @@
 //! What the runtime readers (hotspot, v8, php) cost the capture, and the
 //! switch that turns them off.
 //!
-//! Each reader adds the time it spends on a stack and counts the stacks
+//! Each reader adds the CPU time it spends on a stack and counts the stacks
 //! it read; the tools write both into their stats trailer
 //! (`hotspot_ns`, `hotspot_stacks`, `v8_ns`, ...), so that `ns / stacks`
 //! is the reader's cost per stack (scripts/bench-runtimes). Only stacks of
@@ -16,28 +16,31 @@
 //! some runtime version, and to measure what the readers cost.
 
 use std::sync::OnceLock;
-use std::time::Instant;
 
 /// The readers the switch and the trailer know, in the trailer's order.
 pub const READERS: [&str; 3] = ["hotspot", "v8", "php"];
 
-/// Time spent and stacks read by one reader.
+/// CPU time spent and stacks read by one reader.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Cost {
     pub ns: u64,
     pub stacks: u64,
 }
 
-impl Cost {
-    /// One stack read since `t0`.
-    pub fn stack(&mut self, t0: Instant) {
-        self.ns += t0.elapsed().as_nanos() as u64;
-        self.stacks += 1;
-    }
+/// This thread's CPU time: on a loaded machine a wall clock would also
+/// count the time the capture waited for a CPU (tenfold at load 50).
+pub fn now() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
-    /// Time since `t0`, on a stack counted elsewhere.
-    pub fn time(&mut self, t0: Instant) {
-        self.ns += t0.elapsed().as_nanos() as u64;
+impl Cost {
+    /// One stack read since `t0` (from [`now`]).
+    pub fn stack(&mut self, t0: u64) {
+        self.ns += now().saturating_sub(t0);
+        self.stacks += 1;
     }
 }
 

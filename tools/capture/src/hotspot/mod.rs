@@ -85,8 +85,8 @@ pub struct HotSpots {
     procs: HashMap<u32, State>,
     /// Time in the walk of JVMs' frames, and their stacks (readcost).
     pub cost: crate::readcost::Cost,
-    /// A JVM frame was walked since the last `end_stack`.
-    in_stack: bool,
+    /// When the stack being walked met its first JVM frame.
+    since: Option<u64>,
 }
 
 fn address_of(name: &str) -> u64 {
@@ -133,21 +133,19 @@ impl HotSpots {
     /// One frame `at`; `stack` reads a word of the copy of the stack, `is_code`
     /// tells whether an address is in a file's code.
     pub fn step(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
-        // Timed in a JVM only: other processes' JIT frames (Node's) ask
-        // here too, and pay no clock read.
-        let t0 = matches!(self.procs.get(&pid), Some(State::Jvm(_))).then(Instant::now);
-        let s = self.step_frame(pid, at, stack, is_code);
-        if let Some(t0) = t0 {
-            self.cost.time(t0);
-            self.in_stack = true;
+        // Timed from a JVM's first frame to the stack's end (the native
+        // frames under Java's, a few, are framehop's, from memory); one
+        // clock read a stack, in a JVM only.
+        if self.since.is_none() && matches!(self.procs.get(&pid), Some(State::Jvm(_))) {
+            self.since = Some(crate::readcost::now());
         }
-        s
+        self.step_frame(pid, at, stack, is_code)
     }
 
     /// The end of a stack's walk: counted when it met a JVM frame.
     pub fn end_stack(&mut self) {
-        if std::mem::take(&mut self.in_stack) {
-            self.cost.stacks += 1;
+        if let Some(t0) = self.since.take() {
+            self.cost.stack(t0);
         }
     }
 

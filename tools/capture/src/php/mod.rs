@@ -111,7 +111,7 @@ impl Php {
         if n == 0 {
             return native;
         }
-        let t0 = std::time::Instant::now();
+        let t0 = crate::readcost::now();
         let mut unread = 0;
         let runs = cut(&e.py[..n], |f, opline| match p.name(f, opline) {
             Ok(a) => a,

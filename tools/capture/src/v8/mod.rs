@@ -161,7 +161,7 @@ impl V8 {
         let mut counts = self.counts;
         let Some(p) = self.proc(pid, ts) else { return };
         // Per stack: reading the node binary's metadata, once, is not.
-        let t0 = std::time::Instant::now();
+        let t0 = crate::readcost::now();
         p.new_turn(ts / TURN_NS);
         let from_stack = |a: u64| -> Option<u64> {
             let off = usize::try_from(a.checked_sub(sp)?).ok()?;
