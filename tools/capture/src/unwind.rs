@@ -466,6 +466,7 @@ impl Unwind {
         } else {
             (v, whole)
         };
+        self.hotspot.end_stack();
         if !whole {
             v.insert(0, TRUNCATED_ADDR);
             self.fps.insert(0, 0);
@@ -485,7 +486,6 @@ impl Unwind {
         } else {
             self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes())
         };
-        self.hotspot.end_stack();
         self.at = None;
         if native.first() == Some(&TRUNCATED_ADDR) && images::not_started(e) {
             // Its one frame: `clone3`'s child side has no unwind rule, and
