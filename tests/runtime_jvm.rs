@@ -179,4 +179,20 @@ fn java_http_server_under_load_attached_by_pid() {
     // the next exchange, reading and writing it).
     assert!(handler >= 50.0, "{handler:.1}% of the pool threads' on-CPU time is rooted and under {HANDLE}:\n{}", r.top("pool"));
     assert!(!r.stderr.contains("layout tables"), "the JVM's tables were not read:\n{}", r.stderr);
+    // The reader's cost, as scripts/bench-runtimes reads it: its CPU time
+    // and the stacks it walked, in the captures' stats (summed over both).
+    let (ns, stacks) = (stat(&r.report, "hotspot_ns"), stat(&r.report, "hotspot_stacks"));
+    eprintln!("JVM reader: {ns:?} ns of CPU over {stacks:?} stacks");
+    let (Some(ns), Some(stacks)) = (ns, stacks) else { panic!("no hotspot_ns / hotspot_stacks in the report's stats:\n{}", r.report) };
+    assert!(stacks > 0 && ns > 0, "the JVM reader counted {stacks} stacks, {ns} ns");
+    // A stack costs tens of microseconds (a few reads a frame): a figure
+    // past 10 ms a stack would be time not the reader's.
+    assert!(ns / stacks < 10_000_000, "{} ns a stack", ns / stacks);
 }
+
+/// A counter of the report's `stats:` line (`key=N`).
+fn stat(report: &str, key: &str) -> Option<u64> {
+    let line = report.lines().find(|l| l.trim_start().starts_with("stats:"))?;
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+

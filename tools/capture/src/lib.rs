@@ -28,6 +28,7 @@ pub mod procfs;
 pub mod php;
 pub mod python;
 pub mod v8;
+pub mod readcost;
 pub mod realtime;
 pub mod signal;
 pub mod spool;

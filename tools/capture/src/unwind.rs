@@ -466,6 +466,7 @@ impl Unwind {
         } else {
             (v, whole)
         };
+        self.hotspot.end_stack();
         if !whole {
             v.insert(0, TRUNCATED_ADDR);
             self.fps.insert(0, 0);
@@ -605,6 +606,11 @@ impl Unwind {
         fps.reverse();
         self.fps = fps;
         (out, whole)
+    }
+
+    /// The runtime readers' cost counters, for the stats trailer (readcost).
+    pub fn reader_stats(&self) -> Vec<(String, u64)> {
+        crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost])
     }
 
     /// The Maps record of a process, when its mappings were read.

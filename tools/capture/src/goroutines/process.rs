@@ -27,31 +27,79 @@ pub fn read(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     n == buf.len() as isize
 }
 
-/// `len` bytes at each of `addrs`, in few system calls (up to 1024
-/// iovecs each: a tick reads thousands of g's); None for those that
-/// cannot be read.
+/// Bytes between two g's read through rather than split into two reads,
+/// and the most one read spans.
+const GAP: u64 = 4096;
+const MAX_SPAN: u64 = 256 << 10;
+
+/// `len` bytes at each of `addrs`; None for those that cannot be read.
+/// The g's lie side by side in the heap's spans: sorted and read as the
+/// few ranges they fill (92 for 2,000 g's of a 10k-goroutine program),
+/// as one iovec each. An iovec per g (2,000 a tick) cost the kernel a
+/// page lookup per g: 1.3 ms against 0.3 ms for the ranges.
 fn read_many(pid: u32, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
-    let mut buf = vec![0u8; addrs.len() * len];
-    let mut ok = vec![false; addrs.len()];
+    let mut order: Vec<usize> = (0..addrs.len()).collect();
+    order.sort_unstable_by_key(|&i| addrs[i]);
+    let mut spans: Vec<(u64, u64, Vec<usize>)> = Vec::new();
+    for i in order {
+        let (a, e) = (addrs[i], addrs[i].saturating_add(len as u64));
+        match spans.last_mut() {
+            Some(s) if a <= s.1.saturating_add(GAP) && e.saturating_sub(s.0) <= MAX_SPAN => {
+                s.1 = s.1.max(e);
+                s.2.push(i);
+            }
+            _ => spans.push((a, e, vec![i])),
+        }
+    }
+    let ranges: Vec<(u64, usize)> = spans.iter().map(|s| (s.0, (s.1 - s.0) as usize)).collect();
+    let mut out = vec![None; addrs.len()];
+    for ((start, _, members), buf) in spans.iter().zip(read_ranges(pid, &ranges)) {
+        for &i in members {
+            out[i] = match &buf {
+                Some(b) => {
+                    let o = (addrs[i] - start) as usize;
+                    Some(b[o..o + len].to_vec())
+                }
+                // A range with a hole: its g's one by one.
+                None => {
+                    let mut b = vec![0u8; len];
+                    read(pid, addrs[i], &mut b).then_some(b)
+                }
+            };
+        }
+    }
+    out
+}
+
+/// Each range, in few system calls (up to 1024 iovecs each).
+fn read_ranges(pid: u32, ranges: &[(u64, usize)]) -> Vec<Option<Vec<u8>>> {
+    let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|&(_, n)| vec![0u8; n]).collect();
+    let mut ok = vec![false; ranges.len()];
     let mut i = 0;
-    while i < addrs.len() {
-        let n = (addrs.len() - i).min(1024);
-        let local: Vec<libc::iovec> = buf[i * len..(i + n) * len].chunks_mut(len).map(|c| libc::iovec { iov_base: c.as_mut_ptr().cast(), iov_len: len }).collect();
-        let remote: Vec<libc::iovec> = addrs[i..i + n].iter().map(|&a| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: len }).collect();
-        // SAFETY: each local iovec is a distinct chunk of `buf`, which
+    while i < ranges.len() {
+        let n = (ranges.len() - i).min(1024);
+        let local: Vec<libc::iovec> = bufs[i..i + n].iter_mut().map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+        let remote: Vec<libc::iovec> = ranges[i..i + n].iter().map(|&(a, l)| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: l }).collect();
+        // SAFETY: each local iovec is a distinct buffer of `bufs`, which
         // outlives the call.
         let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, local.as_ptr(), n as libc::c_ulong, remote.as_ptr(), n as libc::c_ulong, 0) };
-        // It stops at the first address it cannot read: that one alone is
-        // read again by itself, the rest in the next call.
-        let whole = if got < 0 { 0 } else { got as usize / len };
+        // It stops at the first byte it cannot read: the ranges read
+        // whole count, the one it stopped in is read again by itself, the
+        // rest in the next call.
+        let mut left = usize::try_from(got).unwrap_or(0);
+        let mut whole = 0;
+        while whole < n && left >= ranges[i + whole].1 {
+            left -= ranges[i + whole].1;
+            whole += 1;
+        }
         ok[i..i + whole].iter_mut().for_each(|o| *o = true);
         i += whole;
         if whole < n {
-            ok[i] = read(pid, addrs[i], &mut buf[i * len..(i + 1) * len]);
+            ok[i] = read(pid, ranges[i].0, &mut bufs[i]);
             i += 1;
         }
     }
-    buf.chunks(len).zip(ok).map(|(c, ok)| ok.then(|| c.to_vec())).collect()
+    bufs.into_iter().zip(ok).map(|(b, ok)| ok.then_some(b)).collect()
 }
 
 fn u64_at(b: &[u8], off: u64) -> u64 {

@@ -84,36 +84,29 @@ impl CodeCache {
             return Ok(Found::Interpreter);
         }
         let Some(h) = self.heaps.iter().find(|h| pc >= h.low && pc < h.high) else { return Ok(Found::Outside) };
-        let mut seg = (pc - h.low) >> h.log2;
-        let mut hops = 0;
-        loop {
-            let b = mem.u8(h.segmap + seg)?;
-            if b == 0xff {
-                return Ok(Found::Freed);
-            }
-            if b == 0 {
-                break;
-            }
-            seg = seg.checked_sub(u64::from(b)).ok_or("a segment map that leads before its heap")?;
-            hops += 1;
-            if hops > 4096 {
-                return Err("a segment map without a block start".into());
-            }
-        }
+        let seg = block_start(mem, h, (pc - h.low) >> h.log2)?;
+        let Some(seg) = seg else { return Ok(Found::Freed) };
         let block = h.low + (seg << h.log2);
-        if mem.u8(block + l.block_used)? == 0 {
-            return Ok(Found::Freed);
-        }
+        // The block's header and its blob's in one read (a read of
+        // another process costs a system call, microseconds here).
         let blob = block + l.block_size;
-        let mut hdr = [0u8; 128];
         let code_field = match l.blob_code {
             CodeBegin::Pointer(o) => o + 8,
             CodeBegin::Offset(o) => o + 4,
             CodeBegin::None => 0,
         };
         let span = [l.blob_name + 8, l.blob_size + 4, l.blob_frame_size + 4, l.blob_frame_complete + 4, code_field].into_iter().max().unwrap_or(0) as usize;
-        let hdr = &mut hdr[..span.min(128)];
-        mem.read(blob, hdr)?;
+        let mut whole = [0u8; 192];
+        let (used_at, head) = (l.block_used as usize, l.block_size as usize);
+        if used_at >= head || head > 64 {
+            return Err("a code heap block header of an unknown shape".into());
+        }
+        let whole = &mut whole[..head + span.min(128)];
+        mem.read(block, whole)?;
+        if whole[used_at] == 0 {
+            return Ok(Found::Freed);
+        }
+        let hdr = &whole[head..];
         let at = |o: u64, n: usize| -> u64 {
             let o = o as usize;
             hdr.get(o..o + n).map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x)))
@@ -150,5 +143,37 @@ impl CodeCache {
             },
             method,
         }))
+    }
+}
+
+/// Bytes of the segment map read at once: the hops from a pc back to its
+/// block's start (at most 254 segments each) in one read for a blob of up
+/// to 4096 segments (256 KiB at 64-byte segments), where a read per hop
+/// cost a system call each.
+const SEGMAP_WINDOW: u64 = 4096;
+
+/// The first segment of the block holding segment `seg` of heap `h`
+/// (None: a free block).
+fn block_start(mem: &Mem, h: &Heap, mut seg: u64) -> Result<Option<u64>, String> {
+    let mut buf = [0u8; SEGMAP_WINDOW as usize];
+    let mut hops = 0;
+    loop {
+        let lo = seg.saturating_sub(SEGMAP_WINDOW - 1);
+        let win = &mut buf[..(seg - lo + 1) as usize];
+        mem.read(h.segmap + lo, win)?;
+        while seg >= lo {
+            let b = win[(seg - lo) as usize];
+            if b == 0xff {
+                return Ok(None);
+            }
+            if b == 0 {
+                return Ok(Some(seg));
+            }
+            seg = seg.checked_sub(u64::from(b)).ok_or("a segment map that leads before its heap")?;
+            hops += 1;
+            if hops > 4096 {
+                return Err("a segment map without a block start".into());
+            }
+        }
     }
 }

@@ -34,12 +34,6 @@ impl Mem {
         Ok(u16::from_le_bytes(b))
     }
 
-    pub fn u8(&self, addr: u64) -> Result<u8, String> {
-        let mut b = [0u8; 1];
-        self.read(addr, &mut b)?;
-        Ok(b[0])
-    }
-
     /// A C string of at most 256 bytes (the tables' names, blob names),
     /// read in pieces that stay within its page.
     pub fn cstr(&self, addr: u64) -> Result<String, String> {

@@ -83,6 +83,10 @@ enum State {
 #[derive(Default)]
 pub struct HotSpots {
     procs: HashMap<u32, State>,
+    /// Time in the walk of JVMs' frames, and their stacks (readcost).
+    pub cost: crate::readcost::Cost,
+    /// When the stack being walked met its first JVM frame.
+    since: Option<u64>,
 }
 
 fn address_of(name: &str) -> u64 {
@@ -95,6 +99,9 @@ fn address_of(name: &str) -> u64 {
 
 impl HotSpots {
     fn jvm(&mut self, pid: u32) -> Option<&mut Jvm> {
+        if crate::readcost::off("hotspot") {
+            return None;
+        }
         let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0, error: None });
         if let State::No { since, tries, error } = st {
             if since.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
@@ -126,6 +133,23 @@ impl HotSpots {
     /// One frame `at`; `stack` reads a word of the copy of the stack, `is_code`
     /// tells whether an address is in a file's code.
     pub fn step(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
+        // Timed from a JVM's first frame to the stack's end (the native
+        // frames under Java's, a few, are framehop's, from memory); one
+        // clock read a stack, in a JVM only.
+        if self.since.is_none() && matches!(self.procs.get(&pid), Some(State::Jvm(_))) {
+            self.since = Some(crate::readcost::now());
+        }
+        self.step_frame(pid, at, stack, is_code)
+    }
+
+    /// The end of a stack's walk: counted when it met a JVM frame.
+    pub fn end_stack(&mut self) {
+        if let Some(t0) = self.since.take() {
+            self.cost.stack(t0);
+        }
+    }
+
+    fn step_frame(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
         let At { pc, leaf, sp, bp } = at;
         let Some(j) = self.jvm(pid) else { return Step::NotJvm };
         // A return address may be the first byte past its blob.

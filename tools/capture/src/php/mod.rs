@@ -49,6 +49,8 @@ pub struct Php {
     /// Frames whose function could not be read (freed as it was read):
     /// marked, never named as another.
     pub unread: u64,
+    /// Time naming and placing frames, and the stacks read (readcost).
+    pub cost: crate::readcost::Cost,
 }
 
 /// The name of a frame whose function could not be read.
@@ -58,6 +60,9 @@ impl Php {
     /// Find the PHP 8.2 executors among `pids` not seen yet and tell the
     /// BPF side where their frame chain is.
     pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
+        if crate::readcost::off("php") {
+            return;
+        }
         for &pid in pids {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.ex.new_turn();
@@ -106,6 +111,7 @@ impl Php {
         if n == 0 {
             return native;
         }
+        let t0 = crate::readcost::now();
         let mut unread = 0;
         let runs = cut(&e.py[..n], |f, opline| match p.name(f, opline) {
             Ok(a) => a,
@@ -118,7 +124,9 @@ impl Php {
         let in_ex = |a: u64| p.ex.execute_ex.iter().any(|&(s, e)| a > s && a <= e);
         let exs: Vec<usize> = (0..native.len()).rev().filter(|&i| in_ex(native[i])).collect();
         let in_php = |a: u64| p.ex.mapped.iter().any(|&(s, e)| a >= s && a < e);
-        place(&native, &exs, fallback(&native, in_file, in_php), runs)
+        let out = place(&native, &exs, fallback(&native, in_file, in_php), runs);
+        self.cost.stack(t0);
+        out
     }
 }
 

@@ -72,6 +72,8 @@ pub struct V8 {
     /// Metadata per node file.
     metas: HashMap<String, Result<Meta, String>>,
     pub counts: Counts,
+    /// Time naming frames, and the stacks named (readcost).
+    pub cost: crate::readcost::Cost,
 }
 
 fn is_node_file(path: &str) -> bool {
@@ -153,11 +155,13 @@ impl V8 {
     /// `copy` is the copy of the stack taken with it: (sp, its bytes).
     pub fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], fps: &[u64], copy: (u64, &[u8]), anon: impl Fn(u64) -> bool) {
         let (sp, stack) = copy;
-        if fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && self.procs.get(&pid).is_none_or(|p| p.trampolines.is_empty()) {
+        if crate::readcost::off("v8") || fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && self.procs.get(&pid).is_none_or(|p| p.trampolines.is_empty()) {
             return;
         }
         let mut counts = self.counts;
         let Some(p) = self.proc(pid, ts) else { return };
+        // Per stack: reading the node binary's metadata, once, is not.
+        let t0 = crate::readcost::now();
         p.new_turn(ts / TURN_NS);
         let from_stack = |a: u64| -> Option<u64> {
             let off = usize::try_from(a.checked_sub(sp)?).ok()?;
@@ -194,6 +198,7 @@ impl V8 {
             }
         }
         self.counts = counts;
+        self.cost.stack(t0);
     }
 
     /// The frames named in `pid`, for its Maps record.
