@@ -177,13 +177,18 @@ impl AsyncioProcess {
                 let word = |o: u64| u64::from_le_bytes(b[o as usize..o as usize + 8].try_into().unwrap());
                 let state = b[lay.coro_frame_state as usize] as i8;
                 let frame = at + lay.coro_iframe;
-                if depth == 0 && state == lay.executing {
-                    // Its frames are on a thread's stack now: from the
-                    // coroutine's down to the innermost.
-                    break 'walk self.running(frame, threads, &mut frames).then_some("[running]");
-                }
                 let o = self.it.offsets;
                 let code = word(lay.coro_iframe + o.frame_code);
+                if depth == 0 && state == lay.executing {
+                    // Its frames are on a thread's stack now: from the
+                    // coroutine's down to the innermost (or, the thread
+                    // gone on meanwhile, the coroutine's own).
+                    if !self.running(frame, threads, &mut frames) {
+                        let Some(c) = self.code(code) else { break 'walk None };
+                        frames.push(c.frame.clone());
+                    }
+                    break 'walk Some("[running]");
+                }
                 let Some(c) = self.code(code) else { break 'walk None };
                 frames.push(c.frame.clone());
                 sleep = c.sleep;
@@ -289,7 +294,7 @@ impl AsyncioProcess {
             let (name, file, ..) = self.it.code(code).ok()?;
             let frame = wallclock_stream::names::check(&format!("py::{name}:{file}")).into_owned();
             if self.codes.get(&code).is_none_or(|c| *c.frame != *frame) {
-                let sleep = name == "sleep" && file.ends_with("asyncio/tasks.py");
+                let sleep = name == "sleep" && file.ends_with("/asyncio/tasks.py") && super::tally::stdlib_asyncio(&file);
                 let frame = wallclock_stream::folded::escape(&frame).into_owned().into();
                 self.codes.insert(code, Code { frame, sleep });
             }

@@ -164,9 +164,29 @@ impl Tally {
         writeln!(out, "  tasks waiting longest (seen waiting on one future at every sample of them):")?;
         for (pid, s) in self.done.iter().take(LONGEST) {
             // The program's own innermost coroutine, not asyncio's sleep.
-            let own = s.stack.rsplit(';').find(|f| !f.contains("/asyncio/")).or_else(|| s.stack.rsplit(';').next()).unwrap_or(&s.stack);
+            let own = s.stack.rsplit(';').find(|f| !stdlib_asyncio(f)).or_else(|| s.stack.rsplit(';').next()).unwrap_or(&s.stack);
             writeln!(out, "    {:>8.2} s  task {:?} (pid {pid}) {} in {own}", span(s) / 1e6, &*s.name, s.what)?;
         }
         Ok(())
+    }
+}
+
+/// A frame of asyncio itself (`py::sleep:/usr/lib/python3.11/asyncio/tasks.py`:
+/// a file in `asyncio/` of a `python3.N` library directory).
+pub fn stdlib_asyncio(frame: &str) -> bool {
+    frame.match_indices("/asyncio/").any(|(at, _)| frame[..at].rsplit('/').next().is_some_and(|d| d.starts_with("python3.")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stdlib_asyncio;
+
+    #[test]
+    fn asyncios_own_frames_by_their_library_directory() {
+        assert!(stdlib_asyncio("py::sleep:/usr/lib/python3.11/asyncio/tasks.py"));
+        assert!(stdlib_asyncio("py::sleep:/root/.pyenv/versions/3.12.1/lib/python3.12/asyncio/tasks.py"));
+        // A program that lives in a directory of that name is the program's.
+        assert!(!stdlib_asyncio("py::fetch:/work/tests/programs/asyncio/workers.py"));
+        assert!(!stdlib_asyncio("py::fetch:app.py"));
     }
 }
