@@ -57,8 +57,10 @@ pub struct AsyncioProcess {
     it: Interpreter,
     lay: &'static Layout,
     found: Option<Found>,
-    /// When `asyncio.tasks` was last looked for (it is imported late).
-    looked: Option<Instant>,
+    /// When `asyncio.tasks` was last looked for, and how long until the
+    /// next look: 50 ms doubling to a second (a program imports it as it
+    /// starts, or late: a service that never does costs one look a second).
+    looked: Option<(Instant, Duration)>,
     types: HashMap<u64, Rc<str>>,
     names: HashMap<(u64, u64), Rc<str>>,
     codes: HashMap<u64, Code>,
@@ -116,10 +118,12 @@ impl AsyncioProcess {
     /// (yet: looked for again once a second).
     pub fn tick(&mut self, budget: usize) -> Option<(Vec<Seen>, usize)> {
         if self.found.is_none() {
-            if self.looked.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
-                return None;
-            }
-            self.looked = Some(Instant::now());
+            let wait = match self.looked {
+                Some((t, wait)) if t.elapsed() < wait => return None,
+                Some((_, wait)) => (wait * 2).min(Duration::from_secs(1)),
+                None => Duration::from_millis(50),
+            };
+            self.looked = Some((Instant::now(), wait));
             self.found = self.find();
         }
         let f = self.found.as_ref()?;
