@@ -95,7 +95,7 @@ fn tasks_wait_under_fetch(python: &Path) {
         slept / 1e6,
         parse / 1e6,
         parse_cpu / 1e6,
-        unreadable / 1e6,
+        unreadable.max(0.0) / 1e6,
     );
     let top: Vec<&str> = folded.lines().take(30).collect();
     assert!(under_fetch >= 0.8 * all_suspended, "under 80% of the suspended task-time is under worker -> fetch\n{}", top.join("\n"));

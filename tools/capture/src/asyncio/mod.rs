@@ -8,6 +8,7 @@
 //! (`--tasks FILE`: FILE the folded lines, FILE.report the TASKS
 //! section), never into the stream's totals.
 
+mod batch;
 mod layout;
 mod objects;
 mod process;

@@ -13,10 +13,39 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use super::batch;
 use super::layout::Layout;
 use super::objects::{dict_get, set_keys, small_int, type_name};
 use crate::python::offsets::FRAME_OWNED_BY_CSTACK;
 use crate::python::reader::Interpreter;
+
+/// How a task's walk ended (or goes on).
+enum End {
+    Walking,
+    /// At a suspended coroutine: its waiter says what it waits for.
+    Waiter,
+    Leaf(&'static str),
+    Awaiting(String),
+    Unreadable,
+}
+
+/// One task being read.
+struct Walk {
+    task: u64,
+    waiter: u64,
+    /// Its `task_name` object.
+    name: u64,
+    /// The coroutine read next.
+    at: u64,
+    frames: Vec<Rc<str>>,
+    /// The innermost coroutine is asyncio.sleep.
+    sleep: bool,
+    end: End,
+}
+
+fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
 
 /// Coroutines followed down one task's await chain, at most.
 const MAX_CHAIN: usize = 64;
@@ -115,7 +144,8 @@ impl AsyncioProcess {
 
     /// Every pending task read (at most `budget` of them: a rotating
     /// subset past it), and how many tasks there are. None: no asyncio
-    /// (yet: looked for again once a second).
+    /// (yet: looked for again, see `looked`). Each step of the walk reads
+    /// one field of every task in one system call (`batch`).
     pub fn tick(&mut self, budget: usize) -> Option<(Vec<Seen>, usize)> {
         if self.found.is_none() {
             let wait = match self.looked {
@@ -128,115 +158,170 @@ impl AsyncioProcess {
         }
         let f = self.found.as_ref()?;
         let (weakrefs, eager, task_type) = (f.weakrefs, f.eager, f.task_type);
+        let lay = self.lay;
+        let pid = self.it.pid();
         self.it.new_turn();
         self.checked.clear();
         let mut refs = Vec::new();
         set_keys(&self.it, weakrefs, &mut refs)?;
-        // PyWeakReference.wr_object; a dead one's is None, and a deleted
-        // entry's dummy key points at no Task: both fail the type check.
-        let mut tasks: Vec<u64> = refs.iter().filter_map(|&r| self.it.u64(r + 16).ok()).collect();
+        let mut tasks = Vec::new();
         if eager != 0 {
             set_keys(&self.it, eager, &mut tasks);
         }
+        let all = refs.len() + tasks.len();
+        if all > budget {
+            // A rotating subset of the weak references (the eager tasks,
+            // running their first step, are few).
+            self.cursor %= refs.len().max(1);
+            refs.rotate_left(self.cursor);
+            refs.truncate(budget.saturating_sub(tasks.len()).max(1));
+            self.cursor += refs.len();
+        }
+        let (mut buf, mut ok) = (Vec::new(), Vec::new());
+        // PyWeakReference.wr_object; a dead one's is None, and a deleted
+        // entry's dummy key points at no Task: both fail the type check.
+        let at: Vec<u64> = refs.iter().map(|r| r + 16).collect();
+        batch::read(pid, &at, 8, &mut buf, &mut ok);
+        tasks.extend((0..refs.len()).filter(|&i| ok[i]).map(|i| word(&buf, i * 8)));
         tasks.sort_unstable();
         tasks.dedup();
-        let all = tasks.len();
-        if all > budget {
-            self.cursor %= all;
-            tasks.rotate_left(self.cursor);
-            tasks.truncate(budget);
-            self.cursor += budget;
-        }
-        let mut threads = None;
-        let mut seen = Vec::with_capacity(tasks.len());
-        let mut head = vec![0u8; self.lay.task_bytes()];
-        for t in tasks {
-            if self.it.read(t, &mut head).is_err() {
-                continue;
-            }
-            let word = |at: u64| u64::from_le_bytes(head[at as usize..at as usize + 8].try_into().unwrap());
+        let size = lay.task_bytes();
+        batch::read(pid, &tasks, size, &mut buf, &mut ok);
+        let mut walks = Vec::with_capacity(tasks.len());
+        for (i, &t) in tasks.iter().enumerate() {
+            let head = &buf[i * size..(i + 1) * size];
             // Not a Task (a dead reference), or one done (the WeakSet
             // keeps it until it is freed).
-            if word(8) != task_type || head[self.lay.fut_state as usize] != 0 {
+            if !ok[i] || word(head, 8) != task_type || head[lay.fut_state as usize] != 0 {
                 continue;
             }
-            let (coro, waiter, name) = (word(self.lay.task_coro), word(self.lay.task_fut_waiter), word(self.lay.task_name));
-            let name = self.task_name(t, name);
-            seen.push(self.task(t, coro, waiter, name, &mut threads));
+            let (coro, waiter, name) = (word(head, lay.task_coro as usize), word(head, lay.task_fut_waiter as usize), word(head, lay.task_name as usize));
+            walks.push(Walk { task: t, waiter, name, at: coro, frames: Vec::new(), sleep: false, end: End::Walking });
+        }
+        self.walk(&mut walks);
+        self.waiters(&mut walks);
+        let mut seen = Vec::with_capacity(walks.len());
+        for w in walks {
+            let name = self.task_name(w.task, w.name);
+            let (what, waiting): (&str, bool) = match w.end {
+                End::Leaf(l) => (l, l == "[sleep]"),
+                End::Awaiting(ref l) => (l, true),
+                End::Walking | End::Waiter | End::Unreadable => {
+                    self.unreadable += 1;
+                    ("[unreadable]", false)
+                }
+            };
+            let what = what.to_string();
+            seen.push(self.seen(w.task, w.waiter, name, &w.frames, &what, waiting));
         }
         Some((seen, all))
     }
 
-    fn task(&mut self, task: u64, coro: u64, waiter: u64, name: Rc<str>, threads: &mut Option<Vec<(u32, u64)>>) -> Seen {
+    /// Down every task's await chain, a level at a time.
+    fn walk(&mut self, walks: &mut [Walk]) {
         let lay = self.lay;
-        let mut frames: Vec<Rc<str>> = Vec::new();
-        let mut sleep = false;
-        let mut at = coro;
-        let mut b = vec![0u8; lay.coro_bytes()];
-        let what = 'walk: {
-            for depth in 0..MAX_CHAIN {
-                if self.it.read(at, &mut b).is_err() {
-                    break 'walk None;
+        let o = self.it.offsets;
+        let pid = self.it.pid();
+        let (mut buf, mut ok) = (Vec::new(), Vec::new());
+        let mut threads = None;
+        let size = lay.coro_bytes();
+        for depth in 0..MAX_CHAIN {
+            let live: Vec<usize> = (0..walks.len()).filter(|&i| matches!(walks[i].end, End::Walking)).collect();
+            if live.is_empty() {
+                return;
+            }
+            let at: Vec<u64> = live.iter().map(|&i| walks[i].at).collect();
+            batch::read(pid, &at, size, &mut buf, &mut ok);
+            // Where each suspended coroutine's awaited object is.
+            let mut next: Vec<(usize, u64)> = Vec::new();
+            for (k, &i) in live.iter().enumerate() {
+                let b = &buf[k * size..(k + 1) * size];
+                let w = &mut walks[i];
+                if !ok[k] {
+                    w.end = End::Unreadable;
+                    continue;
                 }
-                let word = |o: u64| u64::from_le_bytes(b[o as usize..o as usize + 8].try_into().unwrap());
                 let state = b[lay.coro_frame_state as usize] as i8;
-                let frame = at + lay.coro_iframe;
-                let o = self.it.offsets;
-                let code = word(lay.coro_iframe + o.frame_code);
+                let frame = w.at + lay.coro_iframe;
+                let code = word(b, (lay.coro_iframe + o.frame_code) as usize);
                 if depth == 0 && state == lay.executing {
                     // Its frames are on a thread's stack now: from the
                     // coroutine's down to the innermost (or, the thread
                     // gone on meanwhile, the coroutine's own).
-                    if !self.running(frame, threads, &mut frames) {
-                        let Some(c) = self.code(code) else { break 'walk None };
-                        frames.push(c.frame.clone());
+                    let mut frames = Vec::new();
+                    if !self.running(frame, &mut threads, &mut frames) {
+                        frames.extend(self.code(code).map(|c| c.frame.clone()));
                     }
-                    break 'walk Some("[running]");
+                    let w = &mut walks[i];
+                    w.frames = frames;
+                    w.end = if w.frames.is_empty() { End::Unreadable } else { End::Leaf("[running]") };
+                    continue;
                 }
-                let Some(c) = self.code(code) else { break 'walk None };
-                frames.push(c.frame.clone());
-                sleep = c.sleep;
                 let stacktop = i32::from_le_bytes(b[(lay.coro_iframe + lay.frame_stacktop) as usize..][..4].try_into().unwrap());
+                let Some(c) = self.code(code) else {
+                    walks[i].end = End::Unreadable;
+                    continue;
+                };
+                let (frame_name, sleep) = (c.frame.clone(), c.sleep);
+                let w = &mut walks[i];
+                w.frames.push(frame_name);
+                w.sleep = sleep;
                 if state == lay.created {
-                    break 'walk Some("[ready]");
-                }
-                if state != lay.suspended_await || stacktop < 1 {
-                    break;
-                }
-                let Ok(awaited) = self.it.u64(frame + o.frame_localsplus + 8 * (stacktop as u64 - 1)) else { break 'walk None };
-                match self.type_of(awaited).as_deref() {
-                    Some("coroutine") => at = awaited,
-                    Some(_) => break,
-                    None => break 'walk None,
+                    w.end = End::Leaf("[ready]");
+                } else if state != lay.suspended_await || stacktop < 1 {
+                    w.end = End::Waiter;
+                } else {
+                    next.push((i, frame + o.frame_localsplus + 8 * (stacktop as u64 - 1)));
                 }
             }
-            // Suspended: on its future, unless that is done (the task is
-            // then scheduled to resume: ready).
-            if waiter == 0 {
-                break 'walk Some("[ready]");
-            }
-            let wt = self.type_of(waiter);
-            let Some(wt) = wt else { break 'walk None };
-            if matches!(&*wt, "_asyncio.Future" | "_asyncio.Task") {
-                match self.it.u8(waiter + lay.fut_state) {
-                    Ok(0) => {}
-                    Ok(_) => break 'walk Some("[ready]"),
-                    Err(_) => break 'walk None,
+            // The awaited objects, then their types: a coroutine is walked
+            // into, anything else ends the chain (a FutureIter, a
+            // generator-based awaitable...).
+            let at: Vec<u64> = next.iter().map(|n| n.1).collect();
+            batch::read(pid, &at, 8, &mut buf, &mut ok);
+            let awaited: Vec<(usize, Option<u64>)> = next.iter().enumerate().map(|(k, n)| (n.0, ok[k].then(|| word(&buf, k * 8)))).collect();
+            let at: Vec<u64> = awaited.iter().map(|a| a.1.unwrap_or(0) + 8).collect();
+            batch::read(pid, &at, 8, &mut buf, &mut ok);
+            for (k, &(i, obj)) in awaited.iter().enumerate() {
+                let tp = (ok[k] && obj.is_some()).then(|| word(&buf, k * 8));
+                let name = tp.and_then(|tp| self.type_name(tp));
+                let w = &mut walks[i];
+                match (name.as_deref(), obj) {
+                    (Some("coroutine"), Some(obj)) => w.at = obj,
+                    (Some(_), _) => w.end = End::Waiter,
+                    _ => w.end = End::Unreadable,
                 }
             }
-            if sleep {
-                break 'walk Some("[sleep]");
+        }
+    }
+
+    /// Suspended tasks: on their future, unless it is done (the task is
+    /// then scheduled to resume: ready).
+    fn waiters(&mut self, walks: &mut [Walk]) {
+        let lay = self.lay;
+        let (mut buf, mut ok) = (Vec::new(), Vec::new());
+        let at_waiter: Vec<usize> = (0..walks.len()).filter(|&i| matches!(walks[i].end, End::Waiter)).collect();
+        let at: Vec<u64> = at_waiter.iter().map(|&i| walks[i].waiter).collect();
+        let size = lay.fut_state as usize + 1;
+        batch::read(self.it.pid(), &at, size, &mut buf, &mut ok);
+        for (k, &i) in at_waiter.iter().enumerate() {
+            let b = &buf[k * size..(k + 1) * size];
+            if walks[i].waiter == 0 {
+                walks[i].end = End::Leaf("[ready]");
+                continue;
             }
-            let short = wt.strip_prefix("_asyncio.").unwrap_or(&wt).to_string();
-            let leaf = format!("[awaiting {short}]");
-            return self.seen(task, waiter, name, &frames, &leaf, true);
-        };
-        match what {
-            Some(w) => self.seen(task, waiter, name, &frames, w, w == "[sleep]"),
-            None => {
-                self.unreadable += 1;
-                self.seen(task, waiter, name, &frames, "[unreadable]", false)
-            }
+            let Some(tp) = ok[k].then(|| word(b, 8)).and_then(|tp| self.type_name(tp)) else {
+                walks[i].end = End::Unreadable;
+                continue;
+            };
+            let w = &mut walks[i];
+            w.end = if matches!(&*tp, "_asyncio.Future" | "_asyncio.Task") && b[lay.fut_state as usize] != 0 {
+                End::Leaf("[ready]")
+            } else if w.sleep {
+                End::Leaf("[sleep]")
+            } else {
+                End::Awaiting(format!("[awaiting {}]", tp.strip_prefix("_asyncio.").unwrap_or(&tp)))
+            };
         }
     }
 
@@ -307,8 +392,8 @@ impl AsyncioProcess {
         self.codes.get(&code)
     }
 
-    fn type_of(&mut self, obj: u64) -> Option<Rc<str>> {
-        let tp = self.it.u64(obj + 8).ok()?;
+    /// The name of the type at `tp` (cached: types live long).
+    fn type_name(&mut self, tp: u64) -> Option<Rc<str>> {
         if let Some(n) = self.types.get(&tp) {
             return Some(n.clone());
         }
@@ -323,7 +408,8 @@ impl AsyncioProcess {
         if let Some(n) = self.names.get(&(task, name)) {
             return n.clone();
         }
-        let n: Rc<str> = match self.type_of(name).as_deref() {
+        let tp = self.it.u64(name + 8).ok().and_then(|tp| self.type_name(tp));
+        let n: Rc<str> = match tp.as_deref() {
             Some("str") => self.it.string(name).map(|s| wallclock_stream::names::check(&s).into_owned()).unwrap_or_else(|_| "?".into()).into(),
             Some("int") => small_int(&self.it, name, self.lay.minor).map_or_else(|| "Task-?".into(), |n| format!("Task-{n}")).into(),
             _ => "?".into(),
