@@ -152,3 +152,35 @@ fn pyenvs_313_tasks_wait_under_fetch() {
         tasks_wait_under_fetch(&p);
     }
 }
+
+/// Issue 31's part 3 for a runtime whose tasks are not read: a Node
+/// program's report says, in its ASYNC RUNTIMES line, that its tasks'
+/// waits are not visible and what is; and no task view is written.
+#[test]
+fn node_says_its_tasks_cannot_be_seen() {
+    if util::skip_without_root("Node capture") {
+        return;
+    }
+    let have = Command::new("sh").args(["-c", "command -v node"]).output().is_ok_and(|o| o.status.success());
+    if !have && util::missing("node is not installed", "scripts/setup --tests installs nodejs", "WALLCLOCK_SKIP_RUNTIMES") {
+        return;
+    }
+    let dir = util::scratch("tasks_node");
+    let prefix = dir.join("n");
+    // Timers on the event loop: idle in epoll_wait between them.
+    let js = "const t = setInterval(() => { let x = 0; for (let i = 0; i < 1e5; i++) x += i; }, 20); setTimeout(() => clearInterval(t), 2000);";
+    let st = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "49", "-o"])
+        .arg(&prefix)
+        .args(["--", "node", "-e", js])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .status()
+        .expect("run scripts/wallclock");
+    assert!(st.success(), "scripts/wallclock failed");
+    let report = ["n_thread_analysis.txt", "n_single_thread_analysis.txt"].iter().find_map(|f| std::fs::read_to_string(dir.join(f)).ok()).expect("the report");
+    let section = report.split("\nASYNC RUNTIMES\n").nth(1).unwrap_or_else(|| panic!("no ASYNC RUNTIMES section:\n{report}"));
+    let line = section.lines().next().unwrap_or_default();
+    assert!(line.contains("async runtime (Node)") && line.contains("not visible") && line.contains("idle time"), "{line}");
+    assert!(!dir.join("n.tasks.folded").exists(), "a Node program got a task view");
+}
