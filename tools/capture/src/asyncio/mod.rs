@@ -78,10 +78,11 @@ fn write(tally: Tally, out: &Path) -> Result<()> {
 }
 
 /// A target: its executable (device, inode), its asyncio reader if it
-/// runs a CPython this reads, and when that was last looked for (a
-/// process just exec'd may not have mapped its libpython yet: looked for
-/// again once a second).
-type Entry = ((u64, u64), Option<AsyncioProcess>, Instant);
+/// runs a CPython this reads, when that was last looked for and how many
+/// times (a process just exec'd may not have mapped its libpython yet:
+/// looked for again a second later, three times at most, so that a
+/// thousand other processes do not cost a read of their maps a second).
+type Entry = ((u64, u64), Option<AsyncioProcess>, Instant, u32);
 
 fn run(hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally {
     let period = Duration::from_nanos(1_000_000_000 / hz);
@@ -115,9 +116,11 @@ fn run(hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally {
             }
             let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/exe")) else { continue };
             let ident = (meta.dev(), meta.ino());
-            let e = procs.entry(pid).or_insert(((0, 0), None, t0));
-            if e.0 != ident || (e.1.is_none() && t0.duration_since(e.2) >= Duration::from_secs(1)) {
-                *e = (ident, python(pid), t0);
+            let e = procs.entry(pid).or_insert(((0, 0), None, t0, 0));
+            if e.0 != ident {
+                *e = (ident, python(pid), t0, 1);
+            } else if e.1.is_none() && e.3 < 3 && t0.duration_since(e.2) >= Duration::from_secs(1) {
+                *e = (ident, python(pid), t0, e.3 + 1);
             }
             let Some(ap) = e.1.as_mut() else { continue };
             let got = ap.tick(BUDGET);
