@@ -9,6 +9,7 @@
 //! section), never into the stream's totals.
 
 mod batch;
+mod chain;
 mod layout;
 mod objects;
 mod process;
