@@ -65,6 +65,8 @@ fn parked_goroutines_are_under_their_functions_with_their_wait_reasons() {
     let folded = std::fs::read_to_string(dir.join("g.goroutines.folded")).expect("g.goroutines.folded");
     let svg = std::fs::read_to_string(dir.join("g.goroutines.svg")).expect("g.goroutines.svg");
     assert!(svg.contains("main.waiter"), "the goroutine flame graph has no main.waiter");
+    // A sampled view, and its title says so (issue 31's part 4).
+    assert!(svg.contains("goroutine-time sampled at 49 Hz"), "the goroutine flame graph's title does not say it is sampled");
     let root = |f: &[&str]| f.first().is_some_and(|r| r.trim_end_matches(".abi0") == "runtime.goexit");
     let has = |f: &[&str], name: &str| f.contains(&name);
 

@@ -112,6 +112,10 @@ pub trait Tool {
     fn goroutines(&self) -> Option<(u64, std::path::PathBuf)> {
         None
     }
+    /// `--tasks FILE`: the same for asyncio tasks (crate::asyncio).
+    fn tasks(&self) -> Option<(u64, std::path::PathBuf)> {
+        None
+    }
 }
 
 /// Threads that exited, moved out of the BPF thread map as the capture
@@ -358,6 +362,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     };
     python(&mut unwind, &sess, &skel);
     let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;
+    let tasks = tool.tasks().map(|(hz, out)| crate::asyncio::Sampler::start(hz, &out)).transpose()?;
     let boost = crate::wait::activate(T::NAME, &schedule)?;
     let start = monotonic_ns();
     skel.set_bss(Some(start), None, !late.is_empty());
@@ -385,6 +390,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         python(&mut unwind, &sess, &skel);
         if let Some(g) = &goroutines {
             g.targets(&sess.pids, &bpf::u32_keys(skel.maps().tgids));
+        }
+        if let Some(t) = &tasks {
+            t.targets(&sess.pids, &bpf::u32_keys(skel.maps().tgids));
         }
         retired.turn(tool, &skel);
         sess.settle_if_ready();
@@ -422,6 +430,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     // The side file failing loses nothing else of the capture.
     if let Err(e) = goroutines.map(|g| g.finish()).transpose() {
         eprintln!("{}: warning: goroutines: {e:#}", T::NAME);
+    }
+    if let Err(e) = tasks.map(|t| t.finish()).transpose() {
+        eprintln!("{}: warning: tasks: {e:#}", T::NAME);
     }
     // The window opens at the held command's exec (when it came).
     let start = match skel.exec_ns() {

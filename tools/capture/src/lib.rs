@@ -4,6 +4,7 @@
 //! launching `-- COMMAND`, the clock, /proc, user-stack unwinding with
 //! .eh_frame, Ctrl-C.
 
+pub mod asyncio;
 pub mod bpf;
 pub mod cgroup;
 pub mod drain;

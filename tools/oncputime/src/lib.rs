@@ -98,6 +98,15 @@ pub struct Cli {
     /// apart from the stream's per-thread time.
     #[arg(long = "goroutines", value_name = "FILE")]
     pub goroutines: Option<std::path::PathBuf>,
+    /// Also sample the asyncio tasks of the CPython 3.11-3.13 processes
+    /// among the targets at the sampling frequency (at most 100 Hz), from the
+    /// interpreter's own objects: each pending task's await chain and state,
+    /// into FILE as folded lines of task-microseconds
+    /// (`py::worker:app.py;py::fetch:app.py;...;[sleep] 5000000`), and the
+    /// TASKS section of the report into FILE.report. A sampled view, apart
+    /// from the stream's per-thread time.
+    #[arg(long = "tasks", value_name = "FILE")]
+    pub tasks: Option<std::path::PathBuf>,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
     pub max_threads: u32,
@@ -220,6 +229,10 @@ impl driver::Tool for On<'_> {
 
     fn goroutines(&self) -> Option<(u64, std::path::PathBuf)> {
         self.cli.goroutines.clone().map(|f| (self.cli.freq.min(100), f))
+    }
+
+    fn tasks(&self) -> Option<(u64, std::path::PathBuf)> {
+        self.cli.tasks.clone().map(|f| (self.cli.freq.min(100), f))
     }
 
     fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {

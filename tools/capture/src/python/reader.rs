@@ -131,7 +131,7 @@ impl Interpreter {
         Ok(it)
     }
 
-    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
         let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
         // SAFETY: one local iovec over `buf`, which outlives the call.
@@ -142,13 +142,13 @@ impl Interpreter {
         Ok(())
     }
 
-    pub(super) fn u64(&self, addr: u64) -> Result<u64, String> {
+    pub(crate) fn u64(&self, addr: u64) -> Result<u64, String> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
 
-    pub(super) fn u8(&self, addr: u64) -> Result<u8, String> {
+    pub(crate) fn u8(&self, addr: u64) -> Result<u8, String> {
         let mut b = [0u8; 1];
         self.read(addr, &mut b)?;
         Ok(b[0])
@@ -156,7 +156,7 @@ impl Interpreter {
 
     /// A `str` object: compact ASCII or one-byte (Latin-1) strings, the
     /// others as `?` per character.
-    pub(super) fn string(&self, obj: u64) -> Result<String, String> {
+    pub(crate) fn string(&self, obj: u64) -> Result<String, String> {
         let o = self.offsets;
         let len = self.u64(obj + 16)?.min(MAX_STR);
         let state = self.u8(obj + 32)?;

@@ -66,6 +66,12 @@ impl Interpreter {
 
     /// The `str` attribute `name` of the instance `obj` of a class.
     fn str_attr(&self, obj: u64, name: &str) -> Option<String> {
+        self.string(self.attr(obj, name)?).ok()
+    }
+
+    /// The attribute `name` of the instance `obj` of a class (the object
+    /// it points at; crate::asyncio reads a WeakSet's `data` with it).
+    pub(crate) fn attr(&self, obj: u64, name: &str) -> Option<u64> {
         let o = self.offsets;
         if obj < 4096 {
             return None; // not an object (the words before it are read)
@@ -113,7 +119,7 @@ impl Interpreter {
         } else {
             return None;
         };
-        self.string(value).ok()
+        Some(value)
     }
 
     /// The index of `name` in the dict keys object `keys`, and the value

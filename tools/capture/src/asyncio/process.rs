@@ -1,0 +1,254 @@
+//! One Python process's asyncio tasks, read from outside at each tick:
+//! `asyncio.tasks` (found in `sys.modules`) holds the WeakSet of every
+//! scheduled task, `_asyncio`'s own (3.11 `_all_tasks`, 3.12+
+//! `_scheduled_tasks`, and 3.12+ `_eager_tasks`, a set of the tasks running
+//! their first step eagerly); the WeakSet's `data` is a set of weak
+//! references, each to a `_asyncio.Task`. For each pending Task: its
+//! coroutine, and from it the chain of awaited coroutines (a suspended
+//! coroutine's awaited object is the top of its frame's value stack, as
+//! `cr_await` reads it) down to the innermost one, and the future the
+//! Task waits on (`task_fut_waiter`).
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::batch;
+use super::chain::{word, End, Walk};
+use super::layout::Layout;
+use super::objects::{dict_get, set_keys, small_int, type_name};
+use crate::python::reader::Interpreter;
+
+
+
+/// One task at one tick.
+pub struct Seen {
+    pub task: u64,
+    /// The future it waits on (0: none): one wait ends where another
+    /// begins at the same place.
+    pub waiter: u64,
+    pub name: Rc<str>,
+    /// Folded frames, outermost coroutine first.
+    pub stack: Rc<str>,
+    /// The leaf: `[sleep]`, `[awaiting Future]`, `[ready]`, `[running]`...
+    pub what: Rc<str>,
+    pub waiting: bool,
+}
+
+/// What `asyncio.tasks` holds, found once.
+struct Found {
+    /// The WeakSet's set of weak references.
+    weakrefs: u64,
+    /// `_eager_tasks` (3.12+; 0: none).
+    eager: u64,
+    /// `asyncio.tasks.Task`, the C `_asyncio.Task`.
+    task_type: u64,
+}
+
+/// A code object's folded frame, and whether it is `asyncio.sleep`.
+pub(super) struct Code {
+    pub(super) frame: Rc<str>,
+    pub(super) sleep: bool,
+}
+
+pub struct AsyncioProcess {
+    pub(super) it: Interpreter,
+    pub(super) lay: &'static Layout,
+    found: Option<Found>,
+    /// When `asyncio.tasks` was last looked for, and how long until the
+    /// next look: 50 ms doubling to a second (a program imports it as it
+    /// starts, or late: a service that never does costs one look a second).
+    looked: Option<(Instant, Duration)>,
+    types: HashMap<u64, Rc<str>>,
+    names: HashMap<(u64, u64), Rc<str>>,
+    codes: HashMap<u64, Code>,
+    /// Code objects checked this tick (one freed and another made at its
+    /// address is named anew).
+    checked: HashSet<u64>,
+    stacks: HashSet<Rc<str>>,
+    leaves: HashMap<String, Rc<str>>,
+    cursor: usize,
+    /// Tasks whose chain could not be read whole (a read failed: the
+    /// task freed meanwhile, or a torn pointer), kept under `[unreadable]`.
+    pub unreadable: u64,
+    /// Said once: `asyncio.tasks.Task` is not the C Task.
+    pub pure_python: Option<String>,
+}
+
+impl AsyncioProcess {
+    pub fn new(it: Interpreter, lay: &'static Layout) -> AsyncioProcess {
+        AsyncioProcess {
+            it,
+            lay,
+            found: None,
+            looked: None,
+            types: HashMap::new(),
+            names: HashMap::new(),
+            codes: HashMap::new(),
+            checked: HashSet::new(),
+            stacks: HashSet::new(),
+            leaves: HashMap::new(),
+            cursor: 0,
+            unreadable: 0,
+            pure_python: None,
+        }
+    }
+
+    fn find(&mut self) -> Option<Found> {
+        let it = &self.it;
+        let interp = it.u64(it.runtime() + it.offsets.runtime_interpreters_head).ok()?;
+        let modules = it.u64(interp + self.lay.interp_modules).ok()?;
+        let tasks = dict_get(it, modules, "asyncio.tasks")?;
+        let globals = it.u64(tasks + 16).ok()?; // PyModuleObject.md_dict
+        let task_type = dict_get(it, globals, "Task")?;
+        let weakset = dict_get(it, globals, self.lay.all_tasks)?;
+        let weakrefs = it.attr(weakset, "data")?;
+        let eager = self.lay.eager_tasks.and_then(|n| dict_get(it, globals, n)).unwrap_or(0);
+        if let Some(n) = type_name(it, task_type).filter(|n| n != "_asyncio.Task") {
+            self.pure_python.get_or_insert(n);
+            return None;
+        }
+        Some(Found { weakrefs, eager, task_type })
+    }
+
+    /// Every pending task read (at most `budget` of them: a rotating
+    /// subset past it), and how many tasks there are. None: no asyncio
+    /// (yet: looked for again, see `looked`). Each step of the walk reads
+    /// one field of every task in one system call (`batch`).
+    pub fn tick(&mut self, budget: usize) -> Option<(Vec<Seen>, usize)> {
+        if self.found.is_none() {
+            let wait = match self.looked {
+                Some((t, wait)) if t.elapsed() < wait => return None,
+                Some((_, wait)) => (wait * 2).min(Duration::from_secs(1)),
+                None => Duration::from_millis(50),
+            };
+            self.looked = Some((Instant::now(), wait));
+            self.found = self.find();
+        }
+        let f = self.found.as_ref()?;
+        let (weakrefs, eager, task_type) = (f.weakrefs, f.eager, f.task_type);
+        let lay = self.lay;
+        let pid = self.it.pid();
+        self.it.new_turn();
+        self.checked.clear();
+        let mut refs = Vec::new();
+        set_keys(&self.it, weakrefs, &mut refs)?;
+        let mut tasks = Vec::new();
+        if eager != 0 {
+            set_keys(&self.it, eager, &mut tasks);
+        }
+        let all = refs.len() + tasks.len();
+        if all > budget {
+            // A rotating subset of the weak references (the eager tasks,
+            // running their first step, are few).
+            self.cursor %= refs.len().max(1);
+            refs.rotate_left(self.cursor);
+            refs.truncate(budget.saturating_sub(tasks.len()).max(1));
+            self.cursor += refs.len();
+        }
+        let (mut buf, mut ok) = (Vec::new(), Vec::new());
+        // PyWeakReference.wr_object; a dead one's is None, and a deleted
+        // entry's dummy key points at no Task: both fail the type check.
+        let at: Vec<u64> = refs.iter().map(|r| r + 16).collect();
+        batch::read(pid, &at, 8, &mut buf, &mut ok);
+        tasks.extend((0..refs.len()).filter(|&i| ok[i]).map(|i| word(&buf, i * 8)));
+        tasks.sort_unstable();
+        tasks.dedup();
+        let size = lay.task_bytes();
+        batch::read(pid, &tasks, size, &mut buf, &mut ok);
+        let mut walks = Vec::with_capacity(tasks.len());
+        for (i, &t) in tasks.iter().enumerate() {
+            let head = &buf[i * size..(i + 1) * size];
+            // Not a Task (a dead reference), or one done (the WeakSet
+            // keeps it until it is freed).
+            if !ok[i] || word(head, 8) != task_type || head[lay.fut_state as usize] != 0 {
+                continue;
+            }
+            let (coro, waiter, name) = (word(head, lay.task_coro as usize), word(head, lay.task_fut_waiter as usize), word(head, lay.task_name as usize));
+            walks.push(Walk { task: t, waiter, name, at: coro, frames: Vec::new(), sleep: false, end: End::Walking });
+        }
+        self.walk(&mut walks);
+        self.waiters(&mut walks);
+        let mut seen = Vec::with_capacity(walks.len());
+        for w in walks {
+            let name = self.task_name(w.task, w.name);
+            let (what, waiting): (&str, bool) = match w.end {
+                End::Leaf(l) => (l, l == "[sleep]"),
+                End::Awaiting(ref l) => (l, true),
+                End::Walking | End::Waiter | End::Unreadable => {
+                    self.unreadable += 1;
+                    ("[unreadable]", false)
+                }
+            };
+            let what = what.to_string();
+            seen.push(self.seen(w.task, w.waiter, name, &w.frames, &what, waiting));
+        }
+        Some((seen, all))
+    }
+
+    fn seen(&mut self, task: u64, waiter: u64, name: Rc<str>, frames: &[Rc<str>], what: &str, waiting: bool) -> Seen {
+        let key = frames.iter().map(|f| &**f).collect::<Vec<_>>().join(";");
+        let stack = match self.stacks.get(key.as_str()) {
+            Some(s) => s.clone(),
+            None => {
+                let s: Rc<str> = key.into();
+                self.stacks.insert(s.clone());
+                s
+            }
+        };
+        let what = match self.leaves.get(what) {
+            Some(w) => w.clone(),
+            None => {
+                let w: Rc<str> = what.into();
+                self.leaves.insert(what.to_string(), w.clone());
+                w
+            }
+        };
+        Seen { task, waiter: if waiting { waiter } else { 0 }, name, stack, what, waiting }
+    }
+
+    /// The folded frame of code object `code`, named as the main
+    /// profile names Python frames (`py::QUALNAME:FILE`).
+    pub(super) fn code(&mut self, code: u64) -> Option<&Code> {
+        if !self.checked.contains(&code) || !self.codes.contains_key(&code) {
+            let (name, file, ..) = self.it.code(code).ok()?;
+            let frame = wallclock_stream::names::check(&format!("py::{name}:{file}")).into_owned();
+            if self.codes.get(&code).is_none_or(|c| *c.frame != *frame) {
+                let sleep = name == "sleep" && file.ends_with("/asyncio/tasks.py") && super::tally::stdlib_asyncio(&file);
+                let frame = wallclock_stream::folded::escape(&frame).into_owned().into();
+                self.codes.insert(code, Code { frame, sleep });
+            }
+            self.checked.insert(code);
+        }
+        self.codes.get(&code)
+    }
+
+    /// The name of the type at `tp` (cached: types live long).
+    pub(super) fn type_name(&mut self, tp: u64) -> Option<Rc<str>> {
+        if let Some(n) = self.types.get(&tp) {
+            return Some(n.clone());
+        }
+        let n: Rc<str> = type_name(&self.it, tp)?.into();
+        self.types.insert(tp, n.clone());
+        Some(n)
+    }
+
+    /// `Task.get_name()`: the str it was given, or (3.13, by default) its
+    /// number, formatted as get_name() formats it.
+    fn task_name(&mut self, task: u64, name: u64) -> Rc<str> {
+        if let Some(n) = self.names.get(&(task, name)) {
+            return n.clone();
+        }
+        let tp = self.it.u64(name + 8).ok().and_then(|tp| self.type_name(tp));
+        let n: Rc<str> = match tp.as_deref() {
+            Some("str") => self.it.string(name).map(|s| wallclock_stream::names::check(&s).into_owned()).unwrap_or_else(|_| "?".into()).into(),
+            Some("int") => small_int(&self.it, name, self.lay.minor).map_or_else(|| "Task-?".into(), |n| format!("Task-{n}")).into(),
+            _ => "?".into(),
+        };
+        if self.names.len() > 100_000 {
+            self.names.clear();
+        }
+        self.names.insert((task, name), n.clone());
+        n
+    }
+}
