@@ -30,6 +30,7 @@ pub mod python;
 pub mod v8;
 pub mod realtime;
 pub mod signal;
+pub mod splice;
 pub mod spool;
 pub mod steal;
 pub mod target;

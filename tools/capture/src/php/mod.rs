@@ -118,7 +118,7 @@ impl Php {
         let in_ex = |a: u64| p.ex.execute_ex.iter().any(|&(s, e)| a > s && a <= e);
         let exs: Vec<usize> = (0..native.len()).rev().filter(|&i| in_ex(native[i])).collect();
         let in_php = |a: u64| p.ex.mapped.iter().any(|&(s, e)| a >= s && a < e);
-        place(&native, &exs, fallback(&native, in_file, in_php), runs)
+        crate::splice::place(&native, &exs, crate::splice::Rest::Above(fallback(&native, in_file, in_php)), runs)
     }
 }
 
@@ -154,32 +154,6 @@ fn cut(frames: &[WcPyframe], mut name: impl FnMut(u64, u64) -> Option<u64>) -> V
     }
     runs.retain(|r| !r.is_empty());
     runs
-}
-
-/// `native` (root first) with each run right after (leafward of) its
-/// `execute_ex` frame (`exs`: their indexes, innermost first); runs beyond
-/// those found go above the outermost, and with none above `fallback`,
-/// else at the root.
-fn place(native: &[u64], exs: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
-    let mut at: HashMap<Option<usize>, Vec<u64>> = HashMap::new();
-    let mut total = 0;
-    for (k, run) in runs.into_iter().enumerate() {
-        total += run.len();
-        let i = exs.get(k).or(exs.last()).copied().or(fallback);
-        let v = at.entry(i).or_default();
-        let mut r: Vec<u64> = run.into_iter().rev().collect();
-        r.append(v);
-        *v = r;
-    }
-    let mut out = Vec::with_capacity(native.len() + total);
-    out.extend(at.remove(&None).unwrap_or_default());
-    for (i, a) in native.iter().enumerate() {
-        out.push(*a);
-        if let Some(r) = at.remove(&Some(i)) {
-            out.extend(r);
-        }
-    }
-    out
 }
 
 impl Proc {
@@ -262,12 +236,13 @@ mod tests {
 
     #[test]
     fn runs_go_above_execute_ex_or_after_the_cut_marker() {
+        use crate::splice::{place, Rest};
         // root, execute_ex, zif_array_map, execute_ex, zif_usleep, leaf.
         let native = [10, 11, 12, 13, 14, 15];
         let runs = vec![vec![1, 2], vec![3]];
-        assert_eq!(place(&native, &[3, 1], None, runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14, 15]);
+        assert_eq!(place(&native, &[3, 1], Rest::Above(None), runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14, 15]);
         // JIT: no execute_ex; a stack cut short ([truncated] = 10).
-        assert_eq!(place(&native, &[], Some(0), runs), vec![10, 3, 2, 1, 11, 12, 13, 14, 15]);
+        assert_eq!(place(&native, &[], Rest::Above(Some(0)), runs), vec![10, 3, 2, 1, 11, 12, 13, 14, 15]);
     }
 
     #[test]
