@@ -87,6 +87,22 @@ impl Php {
         }
     }
 
+    /// Look at `pid` as it execs: a PHP found then has its frames read
+    /// from its first stacks, not from the capture loop's next turn (up
+    /// to 800 ms later on a loaded machine, its script running by then).
+    pub fn at_exec(&mut self, pid: u32, threads: &dyn MapCore, cfg: &dyn MapCore) {
+        self.refresh(&[pid], threads, cfg);
+    }
+
+    /// The trailer's counts, where a PHP was found: frames whose function
+    /// could not be read (each a `php::[unreadable frame]`).
+    pub fn stats(&self) -> Vec<(String, u64)> {
+        if self.procs.is_empty() {
+            return Vec::new();
+        }
+        vec![("php_unreadable_frames".to_string(), self.unread)]
+    }
+
     /// Whether `pid` was found to run PHP 8.2.
     pub fn is_php(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)

@@ -189,7 +189,7 @@ impl Python {
 /// one `_PyEval_EvalFrameDefault` call executes, innermost run first, each
 /// named by `name` (code object, instruction pointer) and innermost first.
 /// A frame that names no code object (being changed as it was read, in an
-/// on-CPU sample) is left out.
+/// on-CPU sample) is left out, its run kept.
 fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Option<u64>) -> Vec<Vec<u64>> {
     let mut runs: Vec<Vec<u64>> = vec![Vec::new()];
     for f in frames {
@@ -207,7 +207,11 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
             runs.push(Vec::new());
         }
     }
-    runs.retain(|r| !r.is_empty());
+    // The last run is empty (nothing after the outermost frame); one
+    // whose every frame failed to be named still has its eval frame.
+    if runs.last().is_some_and(Vec::is_empty) {
+        runs.pop();
+    }
     runs
 }
 
@@ -292,7 +296,9 @@ mod tests {
         let f = frames(&[(1, 0), (2, 1), (3, 0x0101)]);
         assert_eq!(cut(&f, &PY311, id), vec![vec![1, 2], vec![3]]);
         // 3.10: one frame a run; a frame naming no code is left out.
+        // A run none of whose frames is named keeps its place (its
+        // eval frame): the runs rootward of it stay on theirs.
         let f = frames(&[(1, 0), (2, 0), (3, 0)]);
-        assert_eq!(cut(&f, &PY310, |c, _| (c != 2).then_some(c)), vec![vec![1], vec![3]]);
+        assert_eq!(cut(&f, &PY310, |c, _| (c != 2).then_some(c)), vec![vec![1], vec![], vec![3]]);
     }
 }

@@ -142,6 +142,16 @@ impl Interpreter {
         Ok(())
     }
 
+    /// Whether the process has exited (its memory is gone).
+    fn gone(&self) -> bool {
+        let mut b = [0u8; 1];
+        let local = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 1 };
+        let remote = libc::iovec { iov_base: self.runtime as *mut libc::c_void, iov_len: 1 };
+        // SAFETY: one local iovec over `b`, which outlives the call.
+        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+
     pub(super) fn u64(&self, addr: u64) -> Result<u64, String> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
@@ -187,7 +197,14 @@ impl Interpreter {
     /// startup, then a function's) has other name, file and table objects.
     pub fn code(&mut self, code: u64) -> Result<(String, String, i64, &[u8]), String> {
         if !(self.checked.contains(&code) && self.code.contains_key(&code)) {
-            self.read_code(code)?;
+            match self.read_code(code) {
+                Ok(()) => {}
+                // Stacks taken before the process exited are named after
+                // it (a loaded machine's capture lags seconds behind):
+                // nothing can have replaced a code object read before.
+                Err(_) if self.code.contains_key(&code) && self.gone() => {}
+                Err(e) => return Err(e),
+            }
             self.checked.insert(code);
         }
         let (_, n, f, l, t) = &self.code[&code];
