@@ -22,16 +22,19 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// The extension's frames: its module is the file's base name.
+const SO: &str = "driver.cpython-311-x86_64-linux-gnu.so";
+
+/// The extension's frames: their module names the file (`pN/` before its
+/// base name, which 40 loaded files share).
 fn extension(f: &Value) -> bool {
-    f["module"].as_str().is_some_and(|m| m.starts_with("driver.cpython"))
+    f["module"].as_str().is_some_and(|m| m.ends_with(SO))
 }
 
 fn build(dir: &Path, python: &Path) -> bool {
     let includes = Command::new(python).args(["-m", "pybind11", "--includes"]).output().expect("run python -m pybind11");
     assert!(includes.status.success(), "pybind11 is missing from target/venv-numpy: run scripts/setup --tests");
     let includes = String::from_utf8(includes.stdout).unwrap();
-    let so = dir.join("driver.cpython-311-x86_64-linux-gnu.so");
+    let so = dir.join(SO);
     let out = Command::new("g++")
         .args(["-O2", "-fno-optimize-sibling-calls", "-shared", "-fPIC", "-std=c++17"])
         .args(includes.split_whitespace())
@@ -82,6 +85,7 @@ fn python_frames_stay_rootward_of_the_native_code_they_call() {
     let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
     let (mut all, mut native_root, mut hook_deep, mut hook_deep_marked) = (0u64, 0u64, 0u64, 0u64);
     let mut worst: (u64, String) = (0, String::new());
+    let mut modules = std::collections::BTreeSet::new();
     for r in stream.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()) {
         if r["type"] != "stack" || r["tid"].as_u64() != Some(tid) {
             continue;
@@ -93,6 +97,9 @@ fn python_frames_stay_rootward_of_the_native_code_they_call() {
         }
         let ns = r["ns"].as_u64().unwrap();
         all += ns;
+        for m in frames.iter().filter(|f| extension(f)).filter_map(|f| f["module"].as_str()) {
+            modules.insert(m.to_string());
+        }
         let is_py = |n: &&str| n.starts_with("py::");
         let Some(first_py) = names.iter().position(is_py) else { continue };
         // Native code rootward of the Python frames that called it: a
@@ -109,7 +116,7 @@ fn python_frames_stay_rootward_of_the_native_code_they_call() {
         let (Some(train), Some(hook)) = (names.iter().position(|n| n.starts_with("py::train:")), names.iter().position(|n| n.starts_with("py::hook:"))) else {
             continue;
         };
-        if let Some(deep) = names.iter().position(|&n| n == "descend") {
+        if let Some(deep) = names.iter().position(|n| n.starts_with("descend(")) {
             hook_deep += ns;
             if names.iter().position(|&n| n == "[truncated]").is_some_and(|c| train < c && c < deep) && deep < hook {
                 hook_deep_marked += ns;
@@ -127,4 +134,7 @@ fn python_frames_stay_rootward_of_the_native_code_they_call() {
     assert_eq!(native_root, 0, "{:.2}% of the time has native code rootward of the Python frames that called it, the most: {} ns {}", pct(native_root), worst.0, worst.1);
     assert!(pct(hook_deep) >= 20.0, "the hook under the deep C++ stack is only {:.1}% of the thread's time", pct(hook_deep));
     assert_eq!(hook_deep_marked, hook_deep, "a hook stack without [truncated] between py::train and the extension");
+    // 40 files of one base name, told apart by their package's directory.
+    assert!(modules.contains(&format!("p0/{SO}")), "the training loop's own copy is not p0/{SO}: {modules:?}");
+    assert!(modules.iter().all(|m| m.strip_suffix(SO).is_some_and(|d| d.starts_with('p') && d.ends_with('/'))), "extension frames not told apart by their directory: {modules:?}");
 }
