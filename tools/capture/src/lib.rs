@@ -25,6 +25,7 @@ pub mod privs;
 pub mod probe;
 pub mod session;
 pub mod procfs;
+pub mod procmem;
 pub mod php;
 pub mod python;
 pub mod v8;

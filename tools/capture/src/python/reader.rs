@@ -132,24 +132,12 @@ impl Interpreter {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: one local iovec over `buf`, which outlives the call.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n != buf.len() as isize {
-            return Err(format!("pid {}: cannot read {} bytes at {addr:#x}", self.pid, buf.len()));
-        }
-        Ok(())
+        crate::procmem::Mem { pid: self.pid }.read(addr, buf)
     }
 
     /// Whether the process has exited (its memory is gone).
     fn gone(&self) -> bool {
-        let mut b = [0u8; 1];
-        let local = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: 1 };
-        let remote = libc::iovec { iov_base: self.runtime as *mut libc::c_void, iov_len: 1 };
-        // SAFETY: one local iovec over `b`, which outlives the call.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        crate::procmem::Mem { pid: self.pid }.gone()
     }
 
     pub(super) fn u64(&self, addr: u64) -> Result<u64, String> {
