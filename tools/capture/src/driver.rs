@@ -344,9 +344,13 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
+    // A PHP is looked for at its exec (crate::php), not a turn later.
+    let php_maps = (libbpf_rs::MapHandle::try_from(skel.maps().py_threads)?, libbpf_rs::MapHandle::try_from(skel.maps().py_cfg)?);
     let event = |tool: &mut T, e: &[u8], unwind: &mut Unwind| {
         if !tree::marker(e, unwind) {
             tool.event(e, unwind);
+        } else if let Some(pid) = tree::exec_pid(e) {
+            unwind.php.at_exec(pid, &php_maps.0, &php_maps.1);
         }
     };
 

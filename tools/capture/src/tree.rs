@@ -15,6 +15,11 @@ fn u32_at(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(data.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// The pid of an exec event.
+pub fn exec_pid(data: &[u8]) -> Option<u32> {
+    (u32_at(data, offset_of!(WcEvent, kind))? == KIND_EXEC).then(|| u32_at(data, offset_of!(WcEvent, pid))).flatten()
+}
+
 /// Apply a fork or exec event to the unwinder's mappings. True when
 /// `data` was one (then it holds no stack); false for a stack event.
 pub fn marker(data: &[u8], unwind: &mut Unwind) -> bool {

@@ -509,7 +509,12 @@ impl Unwind {
             let in_file: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
             return self.php.splice(e, native, &in_file);
         }
-        self.python.splice(e, native)
+        let v = self.python.splice(e, native);
+        // A Python run whose interpreter frame the unwind lost is a cut.
+        if v.contains(&TRUNCATED_ADDR) {
+            self.truncated.insert(e.pid);
+        }
+        v
     }
 
     /// [`Unwind::unwind`] with V8's JavaScript frames named, as

@@ -363,6 +363,7 @@ fn records(
     stats.counts.insert("threads".into(), out.len() as u64);
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     stats.counts.extend(unwind.reader_stats());
+    stats.counts.extend(unwind.php.stats());
     for k in ["ringbuf_drops", "map_full"] {
         if stats.counts[k] > 0 {
             header.lost.insert(k.into(), stats.counts[k]);

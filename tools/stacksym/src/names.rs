@@ -26,6 +26,28 @@ pub fn basename(path: &str) -> &str {
     p.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(p)
 }
 
+/// A module's name in frames: its file name, or, where another file the
+/// process mapped has that name too (two packages'
+/// `driver.cpython-311-x86_64-linux-gnu.so`), the shortest tail of its
+/// path that tells it apart (`p3/driver.cpython-311-x86_64-linux-gnu.so`),
+/// which wcreport turns back into the path.
+pub fn module_name<'a>(path: &str, maps: impl IntoIterator<Item = &'a str>) -> String {
+    let path = path.trim_end_matches(" (deleted)");
+    let base = basename(path);
+    let others: Vec<&str> = maps.into_iter().map(|p| p.trim_end_matches(" (deleted)")).filter(|p| *p != path && basename(p) == base).collect();
+    if others.is_empty() {
+        return base.to_string();
+    }
+    let parts: Vec<&str> = path.split('/').collect();
+    for k in 2..parts.len() {
+        let tail = parts[parts.len() - k..].join("/");
+        if others.iter().all(|o| !o.ends_with(&format!("/{tail}"))) {
+            return tail;
+        }
+    }
+    path.to_string()
+}
+
 /// `module+0xOFFSET`: an address we could not name, in a module we know.
 pub fn module_offset(module: &str, offset: u64) -> String {
     format!("{}+{:#x}", basename(module), offset)
@@ -53,6 +75,11 @@ mod tests {
         assert_eq!(basename("/usr/lib/x86_64-linux-gnu/libc.so.6"), "libc.so.6");
         assert_eq!(basename("/tmp/a.out (deleted)"), "a.out");
         assert_eq!(module_offset("/bin/true", 0x1234), "true+0x1234");
+        let so = "driver.cpython-311-x86_64-linux-gnu.so";
+        let (a, b, c) = (format!("/x/p1/{so}"), format!("/x/p2/{so}"), format!("/y/p1/{so}"));
+        assert_eq!(module_name(&a, ["/lib/libc.so.6", a.as_str()]), so);
+        assert_eq!(module_name(&a, [a.as_str(), b.as_str()]), format!("p1/{so}"));
+        assert_eq!(module_name(&a, [a.as_str(), b.as_str(), c.as_str()]), format!("x/p1/{so}"));
         assert_eq!(unknown_addr(0x7f00), "[unknown]+0x7f00");
     }
 }

@@ -132,7 +132,8 @@ impl Engine {
                 Some(m) if m.path().is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
                 Some(_) => "no symbol covers these addresses".into(),
             };
-            let frame = unresolved_frame(entry, it.addr);
+            let all = stream_maps.iter().chain(snapshot.iter()).map(|m| &**m.path());
+            let frame = unresolved_frame(entry.map(|m| (m, names::module_name(m.path(), all))), it.addr);
             if let Some(m) = frame.unnamed_module() {
                 self.why.entry(m.to_string()).or_insert(why);
             }
@@ -184,7 +185,7 @@ impl Engine {
             } else {
                 std::path::PathBuf::from(&**m.path())
             };
-            let module = names::basename(m.path());
+            let module = &*names::module_name(m.path(), maps.iter().map(|m| &**m.path()));
             let src = Source::Elf(Elf::new(elf_path.clone()));
             match self.symbolizer.symbolize(&src, Input::FileOffset(&offs)) {
                 Ok(res) => {
@@ -207,7 +208,7 @@ impl Engine {
                         self.why.entry(module.to_string()).or_insert(why);
                     }
                     for ((it, _), f) in list.iter().zip(found) {
-                        let f = f.unwrap_or_else(|_| vec![unresolved_frame(Some(m), it.addr)]);
+                        let f = f.unwrap_or_else(|_| vec![unresolved_frame(Some((m, module.to_string())), it.addr)]);
                         let ids = self.intern(&f);
                         self.files.insert(key(it), ids.clone());
                         out[it.idx] = Some(ids);
@@ -254,7 +255,7 @@ impl Engine {
             };
             let jit = sym.module.is_none() && anonymous;
             let module = match (entry, &sym.module) {
-                (Some(m), _) if !m.path().is_empty() => Some(names::basename(m.path()).to_string()),
+                (Some(m), _) if !m.path().is_empty() => Some(names::module_name(m.path(), snapshot.iter().map(|m| &**m.path()))),
                 (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
                 _ => None,
             };
@@ -315,12 +316,13 @@ fn lookup(addr: u64, ret: bool) -> u64 {
 }
 
 /// `module+0xFILEOFFSET` in a known mapping, `[unknown]+0xADDR` elsewhere.
-fn unresolved_frame(entry: Option<&Mapping>, addr: u64) -> Frame {
+/// `entry` comes with its module's name in frames (names::module_name).
+fn unresolved_frame(entry: Option<(&Mapping, String)>, addr: u64) -> Frame {
     match entry {
-        Some(m) => {
-            let module = if m.path().is_empty() { "[anon]" } else { &**m.path() };
+        Some((m, name)) => {
+            let module = if m.path().is_empty() { "[anon]".to_string() } else { name };
             let off = addr.wrapping_sub(m.start).wrapping_add(m.offset);
-            let mut f = Frame { module: Some(names::basename(module).to_string()), ..Frame::named(names::module_offset(module, off)) };
+            let mut f = Frame { func: format!("{module}+{off:#x}"), module: Some(module), ..Frame::named("") };
             wallclock_stream::names::check_frame(&mut f);
             f
         }

@@ -92,6 +92,22 @@ impl Php {
         }
     }
 
+    /// Look at `pid` as it execs: a PHP found then has its frames read
+    /// from its first stacks, not from the capture loop's next turn (up
+    /// to 800 ms later on a loaded machine, its script running by then).
+    pub fn at_exec(&mut self, pid: u32, threads: &dyn MapCore, cfg: &dyn MapCore) {
+        self.refresh(&[pid], threads, cfg);
+    }
+
+    /// The trailer's counts, where a PHP was found: frames whose function
+    /// could not be read (each a `php::[unreadable frame]`).
+    pub fn stats(&self) -> Vec<(String, u64)> {
+        if self.procs.is_empty() {
+            return Vec::new();
+        }
+        vec![("php_unreadable_frames".to_string(), self.unread)]
+    }
+
     /// Whether `pid` was found to run PHP 8.2.
     pub fn is_php(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
@@ -124,7 +140,7 @@ impl Php {
         let in_ex = |a: u64| p.ex.execute_ex.iter().any(|&(s, e)| a > s && a <= e);
         let exs: Vec<usize> = (0..native.len()).rev().filter(|&i| in_ex(native[i])).collect();
         let in_php = |a: u64| p.ex.mapped.iter().any(|&(s, e)| a >= s && a < e);
-        let out = place(&native, &exs, fallback(&native, in_file, in_php), runs);
+        let out = crate::splice::place(&native, &exs, crate::splice::Rest::Above(fallback(&native, in_file, in_php)), runs);
         self.cost.stack(t0);
         out
     }
@@ -162,32 +178,6 @@ fn cut(frames: &[WcPyframe], mut name: impl FnMut(u64, u64) -> Option<u64>) -> V
     }
     runs.retain(|r| !r.is_empty());
     runs
-}
-
-/// `native` (root first) with each run right after (leafward of) its
-/// `execute_ex` frame (`exs`: their indexes, innermost first); runs beyond
-/// those found go above the outermost, and with none above `fallback`,
-/// else at the root.
-fn place(native: &[u64], exs: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
-    let mut at: HashMap<Option<usize>, Vec<u64>> = HashMap::new();
-    let mut total = 0;
-    for (k, run) in runs.into_iter().enumerate() {
-        total += run.len();
-        let i = exs.get(k).or(exs.last()).copied().or(fallback);
-        let v = at.entry(i).or_default();
-        let mut r: Vec<u64> = run.into_iter().rev().collect();
-        r.append(v);
-        *v = r;
-    }
-    let mut out = Vec::with_capacity(native.len() + total);
-    out.extend(at.remove(&None).unwrap_or_default());
-    for (i, a) in native.iter().enumerate() {
-        out.push(*a);
-        if let Some(r) = at.remove(&Some(i)) {
-            out.extend(r);
-        }
-    }
-    out
 }
 
 impl Proc {
@@ -270,12 +260,13 @@ mod tests {
 
     #[test]
     fn runs_go_above_execute_ex_or_after_the_cut_marker() {
+        use crate::splice::{place, Rest};
         // root, execute_ex, zif_array_map, execute_ex, zif_usleep, leaf.
         let native = [10, 11, 12, 13, 14, 15];
         let runs = vec![vec![1, 2], vec![3]];
-        assert_eq!(place(&native, &[3, 1], None, runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14, 15]);
+        assert_eq!(place(&native, &[3, 1], Rest::Above(None), runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14, 15]);
         // JIT: no execute_ex; a stack cut short ([truncated] = 10).
-        assert_eq!(place(&native, &[], Some(0), runs), vec![10, 3, 2, 1, 11, 12, 13, 14, 15]);
+        assert_eq!(place(&native, &[], Rest::Above(Some(0)), runs), vec![10, 3, 2, 1, 11, 12, 13, 14, 15]);
     }
 
     #[test]

@@ -108,14 +108,7 @@ impl Executor {
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: one local iovec over `buf`, which outlives the call.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n != buf.len() as isize {
-            return Err(format!("pid {}: cannot read {} bytes at {addr:#x}", self.pid, buf.len()));
-        }
-        Ok(())
+        crate::procmem::Mem { pid: self.pid }.read(addr, buf)
     }
 
     fn u64(&self, addr: u64) -> Result<u64, String> {

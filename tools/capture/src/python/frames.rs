@@ -16,7 +16,8 @@
 //! the runs that one `_PyEval_EvalFrameDefault` call executes (3.10: one
 //! frame each; 3.11 marks a run's outermost frame `is_entry`; 3.12+ push a
 //! frame owned by the C stack under it) and puts each run right above the native frame of that
-//! call, innermost run on the innermost call. Each Python frame becomes an
+//! call, innermost run on the innermost call (crate::splice); a run whose
+//! call the native unwind lost goes at the root, then `[truncated]`. Each Python frame becomes an
 //! address at [`NAMED_ADDR_BASE`] and up, named in the process's Maps
 //! record (`py::QUALNAME:FILE` as CPython's perf map writes it for
 //! `-X perf`, with the file and the line of the instruction), so a
@@ -176,12 +177,11 @@ impl Python {
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
         let o = p.it.offsets;
         let runs = cut(&e.py[..n], o, |code, instr| p.name(code, instr));
-        // The native frames of _PyEval_EvalFrameDefault, innermost first.
+        // The native frames of _PyEval_EvalFrameDefault, innermost first:
+        // each run has one, so a run without one is a cut (splice.rs).
         let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
         let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
-        let in_file = |a: u64| p.it.mapped.iter().any(|&(s, e)| a >= s && a < e);
-        let fallback = (0..native.len()).rev().find(|&i| in_file(native[i]));
-        place(&native, &evals, fallback, runs)
+        crate::splice::place(&native, &evals, crate::splice::Rest::Cut, runs)
     }
 }
 
@@ -189,7 +189,7 @@ impl Python {
 /// one `_PyEval_EvalFrameDefault` call executes, innermost run first, each
 /// named by `name` (code object, instruction pointer) and innermost first.
 /// A frame that names no code object (being changed as it was read, in an
-/// on-CPU sample) is left out.
+/// on-CPU sample) is left out, its run kept.
 fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Option<u64>) -> Vec<Vec<u64>> {
     let mut runs: Vec<Vec<u64>> = vec![Vec::new()];
     for f in frames {
@@ -207,39 +207,12 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
             runs.push(Vec::new());
         }
     }
-    runs.retain(|r| !r.is_empty());
+    // The last run is empty (nothing after the outermost frame); one
+    // whose every frame failed to be named still has its eval frame.
+    if runs.last().is_some_and(Vec::is_empty) {
+        runs.pop();
+    }
     runs
-}
-
-/// `native` (root first) with each run of Python frames right after
-/// (leafward of) its eval frame: `evals` are the indexes of those, the
-/// innermost first, for the runs in order. Runs beyond the eval frames
-/// found (an unwind cut short) go above the outermost one found; without
-/// any, above `fallback` (the innermost frame of the interpreter's file),
-/// else at the root: a native stack cut short of the interpreter (it
-/// begins with `[truncated]`) holds only code the Python frames called,
-/// and a Python frame never goes leafward of a native frame it called.
-fn place(native: &[u64], evals: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
-    let mut at: HashMap<Option<usize>, Vec<u64>> = HashMap::new();
-    let mut total = 0;
-    for (k, run) in runs.into_iter().enumerate() {
-        total += run.len();
-        let i = evals.get(k).or(evals.last()).copied().or(fallback);
-        // Outer runs (later) go rootward of inner ones at the same frame.
-        let v = at.entry(i).or_default();
-        let mut r: Vec<u64> = run.into_iter().rev().collect();
-        r.append(v);
-        *v = r;
-    }
-    let mut out = Vec::with_capacity(native.len() + total);
-    out.extend(at.remove(&None).unwrap_or_default());
-    for (i, a) in native.iter().enumerate() {
-        out.push(*a);
-        if let Some(r) = at.remove(&Some(i)) {
-            out.extend(r);
-        }
-    }
-    out
 }
 
 impl Proc {
@@ -323,22 +296,9 @@ mod tests {
         let f = frames(&[(1, 0), (2, 1), (3, 0x0101)]);
         assert_eq!(cut(&f, &PY311, id), vec![vec![1, 2], vec![3]]);
         // 3.10: one frame a run; a frame naming no code is left out.
+        // A run none of whose frames is named keeps its place (its
+        // eval frame): the runs rootward of it stay on theirs.
         let f = frames(&[(1, 0), (2, 0), (3, 0)]);
-        assert_eq!(cut(&f, &PY310, |c, _| (c != 2).then_some(c)), vec![vec![1], vec![3]]);
-    }
-
-    #[test]
-    fn runs_go_above_their_eval_frames() {
-        // root, eval (outer), C call, eval (inner), leaf.
-        let native = [10, 11, 12, 13, 14];
-        let runs = vec![vec![1, 2], vec![3]];
-        assert_eq!(place(&native, &[3, 1], None, runs.clone()), vec![10, 11, 3, 12, 13, 2, 1, 14]);
-        // One eval frame found: the outer run goes rootward of the inner.
-        assert_eq!(place(&native, &[3], None, runs.clone()), vec![10, 11, 12, 13, 3, 2, 1, 14]);
-        // None: above the interpreter's innermost frame, else at the
-        // root (a native stack cut short: [truncated], then BLAS frames).
-        assert_eq!(place(&native, &[], Some(2), runs.clone()), vec![10, 11, 12, 3, 2, 1, 13, 14]);
-        assert_eq!(place(&native, &[], None, runs.clone()), vec![3, 2, 1, 10, 11, 12, 13, 14]);
-        assert_eq!(place(&[], &[], None, runs), vec![3, 2, 1]);
+        assert_eq!(cut(&f, &PY310, |c, _| (c != 2).then_some(c)), vec![vec![1], vec![], vec![3]]);
     }
 }

@@ -132,14 +132,12 @@ impl Interpreter {
     }
 
     pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: one local iovec over `buf`, which outlives the call.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n != buf.len() as isize {
-            return Err(format!("pid {}: cannot read {} bytes at {addr:#x}", self.pid, buf.len()));
-        }
-        Ok(())
+        crate::procmem::Mem { pid: self.pid }.read(addr, buf)
+    }
+
+    /// Whether the process has exited (its memory is gone).
+    fn gone(&self) -> bool {
+        crate::procmem::Mem { pid: self.pid }.gone()
     }
 
     pub(crate) fn u64(&self, addr: u64) -> Result<u64, String> {
@@ -187,7 +185,14 @@ impl Interpreter {
     /// startup, then a function's) has other name, file and table objects.
     pub fn code(&mut self, code: u64) -> Result<(String, String, i64, &[u8]), String> {
         if !(self.checked.contains(&code) && self.code.contains_key(&code)) {
-            self.read_code(code)?;
+            match self.read_code(code) {
+                Ok(()) => {}
+                // Stacks taken before the process exited are named after
+                // it (a loaded machine's capture lags seconds behind):
+                // nothing can have replaced a code object read before.
+                Err(_) if self.code.contains_key(&code) && self.gone() => {}
+                Err(e) => return Err(e),
+            }
             self.checked.insert(code);
         }
         let (_, n, f, l, t) = &self.code[&code];
