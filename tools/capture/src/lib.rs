@@ -27,6 +27,7 @@ pub mod session;
 pub mod procfs;
 pub mod php;
 pub mod python;
+pub mod ruby;
 pub mod v8;
 pub mod realtime;
 pub mod signal;

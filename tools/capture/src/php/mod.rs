@@ -160,7 +160,7 @@ fn cut(frames: &[WcPyframe], mut name: impl FnMut(u64, u64) -> Option<u64>) -> V
 /// `execute_ex` frame (`exs`: their indexes, innermost first); runs beyond
 /// those found go above the outermost, and with none above `fallback`,
 /// else at the root.
-fn place(native: &[u64], exs: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
+pub(crate) fn place(native: &[u64], exs: &[usize], fallback: Option<usize>, runs: Vec<Vec<u64>>) -> Vec<u64> {
     let mut at: HashMap<Option<usize>, Vec<u64>> = HashMap::new();
     let mut total = 0;
     for (k, run) in runs.into_iter().enumerate() {
