@@ -59,7 +59,7 @@ done = false
 holder = Thread.new do
   Thread.current.name = "holder"
   until done
-    lock.synchronize { sleep 0.003 }
+    lock.synchronize { sleep 0.008 }
     sleep 0.001
   end
 end
