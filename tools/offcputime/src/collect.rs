@@ -375,6 +375,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     let mut stats = stats(cfg, counts, &acc, &sums.short, out_threads.len() + done.threads.len());
     *stats.counts.entry("missed_switches".into()).or_default() += sums.missed_at_stop;
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
+    stats.counts.extend(unwind.ruby.stats());
     if cfg.wake_depth.is_some() {
         let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
         stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);

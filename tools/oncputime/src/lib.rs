@@ -355,6 +355,7 @@ fn records(
     }
     stats.counts.insert("threads".into(), out.len() as u64);
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
+    stats.counts.extend(unwind.ruby.stats());
     for k in ["ringbuf_drops", "map_full"] {
         if stats.counts[k] > 0 {
             header.lost.insert(k.into(), stats.counts[k]);

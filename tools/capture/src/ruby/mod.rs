@@ -55,6 +55,10 @@ pub struct Ruby {
     pub unread: u64,
     /// Stacks made whole past a VM stack.
     pub joined: u64,
+    /// Stacks whose Ruby frames were named, and the time spent on them
+    /// here (joining, naming, placing; the BPF walk is the kernel's).
+    stacks: u64,
+    read_ns: u64,
 }
 
 const UNREAD: &str = "rb::[unreadable frame]";
@@ -107,6 +111,13 @@ impl Ruby {
     /// inside a Ruby thread's VM stack, the copy joined to the live memory
     /// above that VM stack (see the module's doc).
     pub fn stack<'a>(&mut self, e: &'a WcEvent) -> std::borrow::Cow<'a, [u8]> {
+        let t0 = std::time::Instant::now();
+        let s = self.join(e);
+        self.read_ns += t0.elapsed().as_nanos() as u64;
+        s
+    }
+
+    fn join<'a>(&mut self, e: &'a WcEvent) -> std::borrow::Cow<'a, [u8]> {
         let copy = e.ustack_bytes();
         let Some(p) = self.procs.get_mut(&e.pid) else { return copy.into() };
         let b = e.py[e.py.len() - 1];
@@ -136,6 +147,22 @@ impl Ruby {
 
     /// `native` (root first) with the Ruby frames of `e` put in.
     pub fn splice(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
+        let t0 = std::time::Instant::now();
+        let v = self.place(e, native, in_file);
+        self.read_ns += t0.elapsed().as_nanos() as u64;
+        v
+    }
+
+    /// The counts of the stats record (none without a Ruby process).
+    pub fn stats(&self) -> Vec<(String, u64)> {
+        if self.procs.is_empty() {
+            return Vec::new();
+        }
+        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread)];
+        v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
+    }
+
+    fn place(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
         let n = (e.py_n as usize).min(e.py.len() - 1);
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
         if n == 0 {
@@ -161,6 +188,7 @@ impl Ruby {
             }
         }
         self.unread += unread;
+        self.stacks += 1;
         runs.retain(|r| !r.is_empty());
         let (s, t) = p.vm.vm_exec;
         // The frame leafward of `rb_vm_exec` runs the instructions
