@@ -32,6 +32,29 @@ struct {
 	__type(value, struct wc_rbcfg);
 } rb_cfg SEC(".maps");
 
+/* Whether the thread of `ec` waits for its ractor's GVL: its
+ * native_thread_data node (ec->thread_ptr + 104) is linked into a list
+ * whose head lies in its ractor (th->ractor + 24: threads.gvl.waitq), not
+ * into the ubf list that shares the node (a static of libruby's), nor
+ * unlinked (pointing at itself). Ruby 3.1's rb_thread_t offsets. */
+static __always_inline __u32 rb_gvl_waiting(__u64 ec)
+{
+	__u64 th = 0, ractor = 0, p = 0;
+	if (bpf_probe_read_user(&th, 8, (void *)(ec + 48)) || !th)
+		return 0;
+	if (bpf_probe_read_user(&ractor, 8, (void *)(th + 24)) || bpf_probe_read_user(&p, 8, (void *)(th + 104)))
+		return 0;
+	for (int k = 0; k < 8; k++) {
+		if (!p || p == th + 104)
+			return 0;
+		if (p >= ractor && p < ractor + 2048)
+			return 1;
+		if (bpf_probe_read_user(&p, 8, (void *)p))
+			return 0;
+	}
+	return 0;
+}
+
 /* Walk the control frames of the current task (of `pid`); fill e->py when
  * e is given. Returns a hash of the frames (0: not a Ruby thread), mixed
  * into offcputime's stack fingerprint as Python's is. */
@@ -54,10 +77,13 @@ static __noinline __u64 rb_walk(__u32 pid, struct wc_event *e)
 	if (bpf_probe_read_user(hd, sizeof(hd), (void *)ec) || !hd[0] || hd[1] > (1 << 24))
 		return 0;
 	__u64 end = hd[0] + hd[1] * 8, f = hd[2], h = 0x5262;
+	__u32 gvl = rb_gvl_waiting(ec);
+	h = py_mix(h, gvl);
 	if (e) {
 		e->py[WC_PY_MAX - 1].code = hd[0];
 		e->py[WC_PY_MAX - 1].instr = end;
 		e->py[WC_PY_MAX - 1].flags = WC_RB_BOUNDS;
+		e->py[WC_PY_MAX - 1].pad = gvl;
 	}
 	__u32 n = 0;
 	for (int i = 0; i < WC_PY_MAX - 1; i++) {

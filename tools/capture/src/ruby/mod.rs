@@ -59,6 +59,8 @@ pub struct Ruby {
     /// here (joining, naming, placing; the BPF walk is the kernel's).
     stacks: u64,
     read_ns: u64,
+    /// Stacks waiting for the GVL (a `[GIL]` frame, as CPython's).
+    gvl: u64,
 }
 
 const UNREAD: &str = "rb::[unreadable frame]";
@@ -158,7 +160,7 @@ impl Ruby {
         if self.procs.is_empty() {
             return Vec::new();
         }
-        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread)];
+        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread), ("ruby_gvl_stacks", self.gvl)];
         v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
     }
 
@@ -201,6 +203,17 @@ impl Ruby {
             .filter(|&i| in_exec(native[i]))
             .map(|i| if i + 1 < native.len() && in_lib(native[i + 1]) && !in_exec(native[i + 1]) { i + 1 } else { i })
             .collect();
+        let mut native = native;
+        if b_gvl(e) {
+            // Above the wait itself: the leafmost libruby frame but the
+            // condition/mutex wrappers (`rb_native_cond_wait`).
+            let wrapper = |a: u64| p.vm.native_waits.iter().any(|&(s, e)| a > s && a <= e);
+            if let Some(i) = (0..native.len()).rev().find(|&i| in_lib(native[i]) && !wrapper(native[i])) {
+                let g = p.address(wallclock_stream::accounting::GIL_FRAME.to_string(), None, None);
+                native.insert(i + 1, g);
+                self.gvl += 1;
+            }
+        }
         let fallback = if native.first().is_some_and(|_| in_file.first() == Some(&false)) { Some(0) } else { None };
         crate::php::place(&native, &exs, fallback, runs)
     }
@@ -230,6 +243,12 @@ impl Proc {
         self.names.push(NamedAddr { addr: a, frame: Frame { file, line, ..Frame::named(func) } });
         a
     }
+}
+
+/// Whether the BPF walk found the thread waiting for the GVL.
+fn b_gvl(e: &WcEvent) -> bool {
+    let b = e.py[e.py.len() - 1];
+    b.flags == BOUNDS && b.pad == 1
 }
 
 /// The address that stands for a frame (FNV-1a of its name, file and line,

@@ -45,6 +45,8 @@ pub struct Vm {
     pub vm_exec: (u64, u64),
     /// libruby's mappings.
     pub mapped: Vec<(u64, u64)>,
+    /// Its wrappers of pthread's waits (`rb_native_cond_wait`, ...).
+    pub native_waits: Vec<(u64, u64)>,
     /// `ruby_global_symbols` (not exported: found in `rb_id2str`'s code).
     symbols: Option<u64>,
     /// Method names by ID (IDs never change their name).
@@ -68,12 +70,13 @@ impl Vm {
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
         let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let bias = crate::elf::load_bias(&segments, first.start, first.offset).ok_or_else(|| format!("{path}: no segment holds {:#x}", first.offset))?;
-        let (mut ec, mut vm_exec, mut id2str) = (None, None, None);
+        let (mut ec, mut vm_exec, mut id2str, mut native_waits) = (None, None, None, Vec::new());
         for s in obj.dynamic_symbols() {
             match s.name_bytes() {
                 Ok(b"ruby_current_ec") => ec = Some((s.index(), s.address())),
                 Ok(b"rb_vm_exec") => vm_exec = Some((s.address() + bias, s.address() + bias + s.size().max(1))),
                 Ok(b"rb_id2str") => id2str = Some(s.address()),
+                Ok(n) if n.starts_with(b"rb_native_cond_") || n.starts_with(b"rb_native_mutex_") => native_waits.push((s.address() + bias, s.address() + bias + s.size().max(1))),
                 _ => {}
             }
         }
@@ -89,7 +92,7 @@ impl Vm {
             .ok_or_else(|| format!("{path}: no TLS module slot for ruby_current_ec"))?;
         let symbols = id2str.and_then(|a| global_symbols(&obj, a)).map(|a| a + bias);
         let mapped = mine.iter().filter(|m| m.path == path).map(|m| (m.start, m.end)).collect();
-        let mut vm = Vm { pid, modid: 0, dtpoff, vm_exec, mapped, symbols, ids: HashMap::new() };
+        let mut vm = Vm { pid, modid: 0, dtpoff, vm_exec, mapped, native_waits, symbols, ids: HashMap::new() };
         vm.modid = vm.u64(got + bias)?;
         if vm.modid == 0 || vm.modid > 4096 {
             return Err(format!("pid {pid}: libruby's TLS module id is {} (not yet loaded?)", vm.modid));
