@@ -12,7 +12,8 @@
 //!   interpreter's `rb_vm_exec`;
 //! - each method's share of the thread's time in `work` is within 5 points
 //!   of the thread's own clocks;
-//! - the threads are named as Ruby named them (`Thread#name=`).
+//! - the threads are named as Ruby named them (`Thread#name=`);
+//! - their waits for the GVL are under a `[GIL]` frame (as CPython's).
 //!
 //! Root (BPF) and ruby are needed; the test skips, saying so, without them.
 
@@ -86,5 +87,11 @@ fn ruby_methods_named_with_their_callers_whole_and_timed_as_the_threads_time_the
             }
             eprintln!("ruby {name}: {rf} {share:.1}% of work's time (thread's clocks: {truth:.1}%); {whole_pct:.1}% of the thread's time whole, {named_pct:.1}% under rb::work");
         }
+        // Two threads computing at once on one GVL: each waits for it, and
+        // that wait is its own frame, under the method that wanted the lock.
+        let gvl = ns(&t, |s| s.kind == "off" && has(s, "[GIL]"));
+        let gvl_under = ns(&t, |s| s.kind == "off" && s.frames.iter().position(|f| f == "[GIL]") > s.frames.iter().position(|f| f == "rb::work"));
+        assert!(gvl > 0 && gvl_under as f64 >= 0.95 * gvl as f64, "{name}: {gvl} ns waiting for the GVL, {gvl_under} ns of it under rb::work:\n{}", top(&t, |s| has(s, "[GIL]")));
+        eprintln!("ruby {name}: {:.1}% of its time waiting for the GVL ([GIL])", gvl as f64 * 100.0 / all as f64);
     }
 }

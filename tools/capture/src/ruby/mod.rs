@@ -204,7 +204,9 @@ impl Ruby {
             .map(|i| if i + 1 < native.len() && in_lib(native[i + 1]) && !in_exec(native[i + 1]) { i + 1 } else { i })
             .collect();
         let mut native = native;
-        if b_gvl(e) {
+        // Off-CPU only: a sample of a thread just handed the lock (still
+        // queued) runs, it does not wait.
+        if e.kind == 0 && b_gvl(e) {
             // Above the wait itself: the leafmost libruby frame but the
             // condition/mutex wrappers (`rb_native_cond_wait`).
             let wrapper = |a: u64| p.vm.native_waits.iter().any(|&(s, e)| a > s && a <= e);
