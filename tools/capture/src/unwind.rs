@@ -486,7 +486,9 @@ impl Unwind {
             vec![TRUNCATED_ADDR, e.ip]
         } else {
             let stack = self.ruby.stack(e);
-            self.unwind(e.pid, e.ip, e.sp, e.bp, &stack)
+            let v = self.unwind(e.pid, e.ip, e.sp, e.bp, &stack);
+            self.ruby.recycle(stack);
+            v
         };
         self.at = None;
         if native.first() == Some(&TRUNCATED_ADDR) && images::not_started(e) {

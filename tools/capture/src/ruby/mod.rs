@@ -44,6 +44,9 @@ struct Proc {
     names: Vec<NamedAddr>,
     /// The live memory above each thread's VM stack (by the VM stack's end).
     above: HashMap<u64, Vec<u8>>,
+    /// Iseq or method entry -> its frame's address (None: not an
+    /// iseq), this turn.
+    iseqs: HashMap<u64, Option<u64>>,
 }
 
 /// The Ruby processes of a capture.
@@ -61,6 +64,9 @@ pub struct Ruby {
     read_ns: u64,
     /// Stacks waiting for the GVL (a `[GIL]` frame, as CPython's).
     gvl: u64,
+    /// The joined stack's buffer and the ranges its last join wrote.
+    buf: Vec<u8>,
+    dirty: Vec<(usize, usize)>,
 }
 
 const UNREAD: &str = "rb::[unreadable frame]";
@@ -76,7 +82,10 @@ impl Ruby {
     /// BPF side where their execution contexts are.
     pub fn refresh(&mut self, pids: &[u32], cfg: &dyn MapCore) {
         for &pid in pids {
-            if self.procs.contains_key(&pid) {
+            if let Some(p) = self.procs.get_mut(&pid) {
+                // Read anew each turn: an iseq freed by the GC and another
+                // made at its address is named anew.
+                p.iseqs.clear();
                 continue;
             }
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
@@ -97,7 +106,7 @@ impl Ruby {
             if cfg.update(&pid.to_ne_bytes(), b, MapFlags::ANY).is_err() {
                 continue;
             }
-            self.procs.insert(pid, Proc { vm, addr: HashMap::new(), names: Vec::new(), above: HashMap::new() });
+            self.procs.insert(pid, Proc { vm, addr: HashMap::new(), names: Vec::new(), above: HashMap::new(), iseqs: HashMap::new() });
         }
     }
 
@@ -140,11 +149,32 @@ impl Ruby {
             return copy.into();
         }
         let gap = (hi - e.sp) as usize;
-        let mut v = vec![0u8; gap + above.len()];
+        // One buffer, its gap kept zero: what the last join wrote is
+        // cleared, not the whole MiB made again (a fresh zeroed MiB per
+        // stack cost more than the rest of the reader).
+        let mut v = std::mem::take(&mut self.buf);
+        for &(s, t) in &self.dirty {
+            let t = t.min(v.len());
+            if let Some(d) = v.get_mut(s..t) {
+                d.fill(0);
+            }
+        }
+        if v.len() < gap + above.len() {
+            v.resize(gap + above.len(), 0);
+        }
+        v.truncate(gap + above.len());
         v[..copy.len()].copy_from_slice(copy);
         v[gap..].copy_from_slice(above);
+        self.dirty = vec![(0, copy.len()), (gap, gap + above.len())];
         self.joined += 1;
         v.into()
+    }
+
+    /// The buffer of a joined stack, back for the next join.
+    pub fn recycle(&mut self, s: std::borrow::Cow<'_, [u8]>) {
+        if let std::borrow::Cow::Owned(v) = s {
+            self.buf = v;
+        }
     }
 
     /// `native` (root first) with the Ruby frames of `e` put in.
@@ -223,6 +253,15 @@ impl Ruby {
 
 impl Proc {
     fn iseq(&mut self, iseq: u64) -> Result<Option<u64>, ()> {
+        if let Some(&a) = self.iseqs.get(&iseq) {
+            return Ok(a);
+        }
+        let a = self.read_iseq(iseq)?;
+        self.iseqs.insert(iseq, a);
+        Ok(a)
+    }
+
+    fn read_iseq(&mut self, iseq: u64) -> Result<Option<u64>, ()> {
         let Some((label, path, line)) = self.vm.iseq(iseq).map_err(|_| ())? else { return Ok(None) };
         let func = wallclock_stream::names::check(&format!("rb::{label}")).into_owned();
         let file = wallclock_stream::names::check(&path).into_owned();
@@ -230,6 +269,15 @@ impl Proc {
     }
 
     fn cfunc(&mut self, me: u64) -> Result<u64, ()> {
+        if let Some(&Some(a)) = self.iseqs.get(&me) {
+            return Ok(a);
+        }
+        let a = self.read_cfunc(me)?;
+        self.iseqs.insert(me, Some(a));
+        Ok(a)
+    }
+
+    fn read_cfunc(&mut self, me: u64) -> Result<u64, ()> {
         let name = self.vm.method(me).map_err(|_| ())?;
         let func = wallclock_stream::names::check(&format!("rb::{name}")).into_owned();
         Ok(self.address(func, None, None))
