@@ -44,9 +44,10 @@ struct Proc {
     names: Vec<NamedAddr>,
     /// The live memory above each thread's VM stack (by the VM stack's end).
     above: HashMap<u64, Vec<u8>>,
-    /// Iseq or method entry -> its frame's address (None: not an
-    /// iseq), this turn.
-    iseqs: HashMap<u64, Option<u64>>,
+    /// Iseq or method entry -> its first words and its frame's address
+    /// (None: not an iseq). One read checks an entry: an object freed by
+    /// the GC and another made at its address is named anew.
+    iseqs: HashMap<u64, ([u64; 3], Option<u64>)>,
 }
 
 /// The Ruby processes of a capture.
@@ -82,10 +83,7 @@ impl Ruby {
     /// BPF side where their execution contexts are.
     pub fn refresh(&mut self, pids: &[u32], cfg: &dyn MapCore) {
         for &pid in pids {
-            if let Some(p) = self.procs.get_mut(&pid) {
-                // Read anew each turn: an iseq freed by the GC and another
-                // made at its address is named anew.
-                p.iseqs.clear();
+            if self.procs.contains_key(&pid) {
                 continue;
             }
             let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
@@ -253,11 +251,14 @@ impl Ruby {
 
 impl Proc {
     fn iseq(&mut self, iseq: u64) -> Result<Option<u64>, ()> {
-        if let Some(&a) = self.iseqs.get(&iseq) {
-            return Ok(a);
+        let head = self.vm.head(iseq).map_err(|_| ())?;
+        if let Some(&(h, a)) = self.iseqs.get(&iseq) {
+            if h == head {
+                return Ok(a);
+            }
         }
         let a = self.read_iseq(iseq)?;
-        self.iseqs.insert(iseq, a);
+        self.iseqs.insert(iseq, (head, a));
         Ok(a)
     }
 
@@ -269,11 +270,14 @@ impl Proc {
     }
 
     fn cfunc(&mut self, me: u64) -> Result<u64, ()> {
-        if let Some(&Some(a)) = self.iseqs.get(&me) {
-            return Ok(a);
+        let head = self.vm.head(me).map_err(|_| ())?;
+        if let Some(&(h, Some(a))) = self.iseqs.get(&me) {
+            if h == head {
+                return Ok(a);
+            }
         }
         let a = self.read_cfunc(me)?;
-        self.iseqs.insert(me, Some(a));
+        self.iseqs.insert(me, (head, Some(a)));
         Ok(a)
     }
 

@@ -111,6 +111,15 @@ impl Vm {
         Ok(())
     }
 
+    /// An object's first three words (an iseq's flags, wrapper and body;
+    /// a method entry's flags, class and definition): what says it is
+    /// still the object a name was read for.
+    pub fn head(&self, obj: u64) -> Result<[u64; 3], String> {
+        let mut b = [0u8; 24];
+        self.read(obj, &mut b)?;
+        Ok([0, 8, 16].map(|i| u64::from_le_bytes(b[i..i + 8].try_into().unwrap())))
+    }
+
     fn u64(&self, addr: u64) -> Result<u64, String> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
