@@ -6,6 +6,7 @@
 
 #include "wallclock.h"
 #include "python.bpf.h"
+#include "ruby.bpf.h"
 
 #define PF_KTHREAD 0x00200000
 
@@ -368,6 +369,7 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 				stat_add(WC_STAT_USTACK_FAULTS, 1);
 		}
 		py_walk(e->pid, e->tid, e);
+		rb_walk(e->pid, e);
 	}
 	return 0;
 }

@@ -185,6 +185,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
 		fp = mix(fp, py_walk(th->pid, tid, NULL));
+		fp = mix(fp, rb_walk(th->pid, NULL));
 		fp = mix(fp, fd_kind(cur, regs, RD(btf, regs, orig_ax), btf));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so

@@ -45,6 +45,7 @@ pub struct Maps<'a> {
     pub stats: &'a MapMut<'static>,
     pub py_threads: &'a MapMut<'static>,
     pub py_cfg: &'a MapMut<'static>,
+    pub rb_cfg: &'a MapMut<'static>,
 }
 
 /// The programs of tree.bpf.h.
@@ -363,6 +364,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         pids.dedup();
         unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
         unwind.php.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
+        unwind.ruby.refresh(&pids, skel.maps().rb_cfg);
     };
     python(&mut unwind, &sess, &skel);
     let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;

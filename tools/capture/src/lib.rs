@@ -29,6 +29,7 @@ pub mod procfs;
 pub mod procmem;
 pub mod php;
 pub mod python;
+pub mod ruby;
 pub mod v8;
 pub mod readcost;
 pub mod realtime;

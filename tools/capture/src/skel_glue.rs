@@ -57,6 +57,7 @@ macro_rules! capture_skel {
                     stats: &self.maps.stats,
                     py_threads: &self.maps.py_threads,
                     py_cfg: &self.maps.py_cfg,
+                    rb_cfg: &self.maps.rb_cfg,
                 }
             }
 

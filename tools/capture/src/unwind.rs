@@ -233,6 +233,8 @@ pub struct Unwind {
     pub python: Python,
     /// PHP's, read by the same walker (php).
     pub php: crate::php::Php,
+    /// Ruby's, read by bpf/ruby.bpf.h (ruby).
+    pub ruby: crate::ruby::Ruby,
     /// HotSpot JVMs' frames, walked by the JVM's rules (hotspot).
     pub hotspot: HotSpots,
     /// Node's JavaScript frames, named from V8's heap (v8).
@@ -484,7 +486,10 @@ impl Unwind {
             self.truncated.insert(e.pid);
             vec![TRUNCATED_ADDR, e.ip]
         } else {
-            self.unwind(e.pid, e.ip, e.sp, e.bp, e.ustack_bytes())
+            let stack = self.ruby.stack(e);
+            let v = self.unwind(e.pid, e.ip, e.sp, e.bp, &stack);
+            self.ruby.recycle(stack);
+            v
         };
         self.at = None;
         if native.first() == Some(&TRUNCATED_ADDR) && images::not_started(e) {
@@ -504,6 +509,10 @@ impl Unwind {
                 i += 1;
                 covered[i - 1] || !self.trampolines.contains(e.pid, a)
             });
+        }
+        if self.ruby.is_ruby(e.pid) {
+            let in_file: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
+            return self.ruby.splice(e, native, &in_file);
         }
         if self.php.is_php(e.pid) {
             let in_file: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
@@ -638,6 +647,7 @@ impl Unwind {
         maps.sort_by_key(|m| m.start);
         let mut names = self.python.names(pid);
         names.extend(self.php.names(pid));
+        names.extend(self.ruby.names(pid));
         names.extend(self.hotspot.names(pid));
         names.extend(self.v8.names(pid));
         if self.truncated.contains(&pid) {

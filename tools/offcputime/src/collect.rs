@@ -377,6 +377,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     stats.counts.extend(unwind.reader_stats());
     stats.counts.extend(unwind.php.stats());
+    stats.counts.extend(unwind.ruby.stats());
     if cfg.wake_depth.is_some() {
         let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
         stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);

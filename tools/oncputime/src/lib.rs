@@ -364,6 +364,7 @@ fn records(
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     stats.counts.extend(unwind.reader_stats());
     stats.counts.extend(unwind.php.stats());
+    stats.counts.extend(unwind.ruby.stats());
     for k in ["ringbuf_drops", "map_full"] {
         if stats.counts[k] > 0 {
             header.lost.insert(k.into(), stats.counts[k]);

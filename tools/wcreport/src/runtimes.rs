@@ -73,6 +73,8 @@ struct Seen {
     /// interpreter (`php::`, `py::`).
     php_frames: Ns,
     py_frames: Ns,
+    /// Ruby's (`rb::`, read for Ruby 3.1).
+    rb_frames: Ns,
     /// Stacks with frames of the interpreter's own file.
     interp: Ns,
     total: Ns,
@@ -136,6 +138,9 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
         if s.frames.iter().any(|f| f.func.starts_with("py::")) {
             e.py_frames.add(s);
         }
+        if s.frames.iter().any(|f| f.func.starts_with("rb::")) {
+            e.rb_frames.add(s);
+        }
         if s.frames.first().is_some_and(|f| f.func.starts_with(CUT)) {
             e.cut.add(s);
         }
@@ -182,8 +187,8 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             let what = "has opcache JIT code without names (its PHP functions are named, php::...)";
             add("php", "opcache.jit_debug=0x10", e.unnamed_jit, what, "opcache.jit_debug=0x10 writes a perf map that names the JIT code too");
         }
-        if e.ruby {
-            add("ruby", "", e.interp, "runs Ruby, whose frames are not walked", "its methods show as the interpreter's C functions (rbspy reads them)");
+        if e.ruby && e.rb_frames.0 == 0 {
+            add("ruby", "", e.interp, "runs Ruby whose frames are not walked (the capture reads Ruby 3.1's)", "its methods show as the interpreter's C functions (rbspy reads them)");
         }
         if let Some(minor) = e.python.filter(|_| e.py_frames.0 == 0) {
             let fix = if minor >= 12 { "start it with python3 -X perf to name its functions" } else { "CPython 3.10+ has its frames read by the capture; 3.12+ names them with -X perf" };
@@ -271,6 +276,9 @@ mod tests {
         let a = advice(s.iter());
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].flag, "opcache.jit_debug=0x10");
+        // Ruby with its frames read (3.1): no such line.
+        let s = [stack(6, 100, vec![in_module("rb_vm_exec", "libruby-3.1.so.3.1"), Frame::named("rb::crunch")])];
+        assert!(advice(s.iter()).is_empty());
     }
 
     #[test]

@@ -1,0 +1,112 @@
+/* Ruby's own frames, read where a stack is taken (switch-out, sample), as
+ * CPython's are (python.bpf.h): a blocked thread has moved on by the time
+ * user space looks. The thread's execution context is Ruby's TLS variable
+ * `ruby_current_ec` (the fiber that runs, whatever the thread): found as
+ * glibc finds it, through the thread's dtv (x86_64: the TCB at fsbase
+ * holds the dtv at +8, a module's block at dtv[modid]), so no thread
+ * list is needed and a thread born a moment ago is read too. Its control
+ * frames are an array from ec->cfp up to the end of its VM stack; each
+ * frame's iseq and pc, or for a C method its method entry (ep[-2]), and
+ * its frame flags (ep[0]) go to e->py; user space names them. The last
+ * slot carries the VM stack's bounds (a thread's 1 MiB VM stack lies on its
+ * machine stack: the unwinder reads past it, see capture's ruby/). */
+#ifndef RUBY_BPF_H
+#define RUBY_BPF_H
+
+#include "wallclock.h"
+
+/* Where a Ruby process keeps its execution context (filled by user space,
+ * tools/capture/src/ruby/mod.rs). */
+struct wc_rbcfg {
+	__u64 modid;  /* libruby's TLS module id */
+	__u64 dtpoff; /* ruby_current_ec's offset in libruby's TLS block */
+};
+
+/* The marker of the last slot of e->py: it holds (vm_stack, its end). */
+#define WC_RB_BOUNDS 0x52425354
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct wc_rbcfg);
+} rb_cfg SEC(".maps");
+
+/* Whether the thread of `ec` waits for its ractor's GVL: its
+ * native_thread_data node (ec->thread_ptr + 104) is linked into a list
+ * whose head lies in its ractor (th->ractor + 24: threads.gvl.waitq), not
+ * into the ubf list that shares the node (a static of libruby's), nor
+ * unlinked (pointing at itself). Ruby 3.1's rb_thread_t offsets. */
+static __always_inline __u32 rb_gvl_waiting(__u64 ec)
+{
+	__u64 th = 0, ractor = 0, p = 0;
+	if (bpf_probe_read_user(&th, 8, (void *)(ec + 48)) || !th)
+		return 0;
+	if (bpf_probe_read_user(&ractor, 8, (void *)(th + 24)) || bpf_probe_read_user(&p, 8, (void *)(th + 104)))
+		return 0;
+	for (int k = 0; k < 8; k++) {
+		if (!p || p == th + 104)
+			return 0;
+		if (p >= ractor && p < ractor + 2048)
+			return 1;
+		if (bpf_probe_read_user(&p, 8, (void *)p))
+			return 0;
+	}
+	return 0;
+}
+
+/* Walk the control frames of the current task (of `pid`); fill e->py when
+ * e is given. Returns a hash of the frames (0: not a Ruby thread), mixed
+ * into offcputime's stack fingerprint as Python's is. */
+static __noinline __u64 rb_walk(__u32 pid, struct wc_event *e)
+{
+	struct wc_rbcfg *c = bpf_map_lookup_elem(&rb_cfg, &pid);
+	if (!c)
+		return 0;
+	if (e)
+		e->py[WC_PY_MAX - 1].flags = 0;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u64 tp = BPF_CORE_READ(cur, thread.fsbase), dtv = 0, blk = 0, ec = 0;
+	if (!tp || bpf_probe_read_user(&dtv, 8, (void *)(tp + 8)) || !dtv)
+		return 0;
+	if (bpf_probe_read_user(&blk, 8, (void *)(dtv + c->modid * 16)) || !blk || blk == ~0ULL)
+		return 0;
+	if (bpf_probe_read_user(&ec, 8, (void *)(blk + c->dtpoff)) || !ec)
+		return 0;
+	__u64 hd[3]; /* vm_stack, vm_stack_size (VALUEs), cfp */
+	if (bpf_probe_read_user(hd, sizeof(hd), (void *)ec) || !hd[0] || hd[1] > (1 << 24))
+		return 0;
+	__u64 end = hd[0] + hd[1] * 8, f = hd[2], h = 0x5262;
+	__u32 gvl = rb_gvl_waiting(ec);
+	h = py_mix(h, gvl);
+	if (e) {
+		e->py[WC_PY_MAX - 1].code = hd[0];
+		e->py[WC_PY_MAX - 1].instr = end;
+		e->py[WC_PY_MAX - 1].flags = WC_RB_BOUNDS;
+		e->py[WC_PY_MAX - 1].pad = gvl;
+	}
+	__u32 n = 0;
+	for (int i = 0; i < WC_PY_MAX - 1; i++) {
+		__u64 cf[5]; /* pc, sp, iseq, self, ep */
+		__u64 env[3]; /* ep[-2] method entry or cref, ep[-1], ep[0] flags */
+		if (f < hd[0] || f + 64 > end || bpf_probe_read_user(cf, sizeof(cf), (void *)f))
+			break;
+		if (!cf[4] || bpf_probe_read_user(env, sizeof(env), (void *)(cf[4] - 16)))
+			break;
+		__u64 code = cf[2], instr = cf[2] ? cf[0] : env[0];
+		h = py_mix(h, code);
+		h = py_mix(h, instr);
+		if (e) {
+			e->py[i & (WC_PY_MAX - 1)].code = code;
+			e->py[i & (WC_PY_MAX - 1)].instr = instr;
+			e->py[i & (WC_PY_MAX - 1)].flags = env[2];
+		}
+		n = i + 1;
+		f += 64; /* sizeof(rb_control_frame_t), Ruby 3.1 */
+	}
+	if (e)
+		e->py_n = n;
+	return h;
+}
+
+#endif
