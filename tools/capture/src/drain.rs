@@ -222,3 +222,17 @@ impl Drain {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ring_bytes;
+
+    #[test]
+    fn the_ring_follows_the_thread_count_within_its_bounds() {
+        assert_eq!(ring_bytes(false, 1), 4 << 20);
+        assert_eq!(ring_bytes(false, 300), 8 << 20);
+        assert_eq!(ring_bytes(false, 2001), 64 << 20 >> 1);
+        assert_eq!(ring_bytes(false, 100_000), 64 << 20);
+        assert_eq!(ring_bytes(true, 1), 16 << 20);
+    }
+}
