@@ -304,7 +304,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         want_kstack: !args.user_stacks_only,
         snap_stacks: req.blocked_stacks && sess.system_wide(),
         max_threads: req.max_threads,
-        ringbuf_bytes: args.ringbuf_mb.unwrap_or(if sess.system_wide() { 16 } else { 4 }) << 20,
+        ringbuf_bytes: match args.ringbuf_mb {
+            Some(mb) => mb << 20,
+            None => crate::drain::ring_bytes(sess.system_wide(), sess.pids.iter().map(|&p| crate::procfs::threads(p).len()).sum()),
+        },
     };
     let (mut skel, btf) = load(tool, &common)?;
     // The command is its own from its exec: the wrapper's time before it
@@ -342,7 +345,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             Err(e) => eprintln!("{}: warning: {e}: exited processes' maps stay in memory until the stop", T::NAME),
         }
     }
-    let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?)?;
+    let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?, common.ringbuf_bytes)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
     // A PHP is looked for at its exec (crate::php), not a turn later.

@@ -70,9 +70,10 @@ pub struct TargetArgs {
     #[arg(short = 'f', long = "folded")]
     pub folded: bool,
     /// Size of the ring buffer that carries new stacks to user space, MiB
-    /// (a power of two; default 4, or 16 system-wide, where every thread
-    /// of the machine sends its stacks). Larger: fewer `[lost stack]` in
-    /// bursts of new stacks; smaller: less memory.
+    /// (a power of two; default 16K per thread of the targets at the
+    /// start, from 4 to 64, or 16 system-wide, where every thread of the
+    /// machine sends its stacks). Larger: fewer `[lost stack]` in bursts
+    /// of new stacks; smaller: less memory.
     #[arg(long = "ringbuf-mb", value_name = "MIB")]
     pub ringbuf_mb: Option<u32>,
     /// Create FILE once the BPF programs are attached, so that a script
