@@ -214,8 +214,21 @@ fn the_gate_is_not_the_commands_time() {
     let thread = recs.iter().find(|r| r["type"] == "thread" && r["comm"] == "stamp").expect("the command's thread");
     let (start, t_end) = (thread["start_ns"].as_u64().unwrap(), thread["end_ns"].as_u64().unwrap());
     let before_main = main_ns as f64 / 1e6 - start as f64 / 1e6;
-    eprintln!("thread begins {before_main:.2} ms before main(); window start {}", header["start_ns"]);
-    assert!(start <= main_ns && before_main <= 15.0, "the thread begins {before_main:.2} ms before its main(): the gate was counted");
+    // The loader's waits for a CPU before main() are the command's own
+    // (CI once: 28 ms runnable in `resolve_map` and `_start` on a loaded
+    // machine); the gate is a sleep in the wrapper's shell.
+    let folded = std::fs::read_to_string(dir.join("g.folded")).unwrap();
+    let loader_r_ms: f64 = folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(st, _)| st.starts_with("stamp") && !st.contains(";main;") && st.ends_with("[runnable]_[o]"))
+        .map(|(_, us)| us.parse::<f64>().unwrap() / 1e3)
+        .sum();
+    eprintln!("thread begins {before_main:.2} ms before main() ({loader_r_ms:.2} ms of it waiting for a CPU); window start {}", header["start_ns"]);
+    assert!(
+        start <= main_ns && before_main - loader_r_ms <= 15.0,
+        "the thread begins {before_main:.2} ms before its main(), {loader_r_ms:.2} ms of it waiting for a CPU: the gate was counted"
+    );
     // (Each capture stamps the exec in its own program: microseconds apart.)
     let window = header["start_ns"].as_u64().unwrap();
     assert!(window.abs_diff(start) < 1_000_000, "the window opens at {window}, the command's exec at {start}");
