@@ -1,7 +1,7 @@
 //! Reads of another process's memory (process_vm_readv): the one reader
 //! of every runtime's own structures read from outside (CPython's
-//! frames and code objects, PHP's executor; HotSpot's, V8's and Go's
-//! readers have wrappers of their own still, each the same call).
+//! frames and code objects, PHP's executor, HotSpot's tables; V8's and
+//! Go's readers have wrappers of their own still, each the same call).
 
 /// The memory of process `pid`.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +52,25 @@ impl Mem {
         let mut b = [0u8; 1];
         self.read(addr, &mut b)?;
         Ok(b[0])
+    }
+
+    /// A C string of at most 256 bytes (the tables' names, blob names),
+    /// read in pieces that stay within its page.
+    pub fn cstr(&self, addr: u64) -> Result<String, String> {
+        let mut out = Vec::new();
+        let mut a = addr;
+        while out.len() < 256 {
+            let n = (4096 - (a % 4096)).min(64) as usize;
+            let mut b = vec![0u8; n];
+            self.read(a, &mut b)?;
+            if let Some(z) = b.iter().position(|&c| c == 0) {
+                out.extend_from_slice(&b[..z]);
+                return Ok(String::from_utf8_lossy(&out).into_owned());
+            }
+            out.extend_from_slice(&b);
+            a += n as u64;
+        }
+        Err(format!("no string at {addr:#x}"))
     }
 
     /// Whether the process has exited: its memory is gone (ESRCH), not
