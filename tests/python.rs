@@ -175,6 +175,11 @@ struct Gil {
     runnable: f64,
     blocked: f64,
     runq: f64,
+    /// All its off-CPU time in the profile (the GIL, the run queue and
+    /// any other wait), and the points of the two windows that do not
+    /// match (see the on-CPU check).
+    off: f64,
+    unmatched: f64,
 }
 
 /// Check every measured function against the stream: named, with its whole
@@ -280,11 +285,14 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
             let blocked = t.wall_ns.saturating_sub(t.cpu_ns + t.runq_ns);
             let pct = |ns: u64| ns as f64 * 100.0 / t.wall_ns as f64;
             let runnable: u64 = mine.iter().filter(|(s, _)| s.kind == "off" && s.state == "R").map(|(s, _)| s.ns).sum();
+            let off: u64 = mine.iter().filter(|(s, _)| s.kind == "off").map(|(s, _)| s.ns).sum();
             gil.push(Gil {
                 shown: waited as f64 * 100.0 / total as f64,
                 runnable: runnable as f64 * 100.0 / total as f64,
                 blocked: pct(blocked),
                 runq: pct(t.runq_ns),
+                off: off as f64 * 100.0 / total as f64,
+                unmatched,
             });
         }
     }
@@ -351,16 +359,28 @@ fn assert_gil(gil: &[Gil]) {
             g.shown, g.runnable, g.blocked, g.runq
         );
         // Off-CPU as a whole is one quantity both sides measure the same
-        // way: within 3 points. Its split between the GIL wait and the
+        // way (below). Its split between the GIL wait and the
         // run queue is read by the program at its function's edges, by the
         // capture at each switch. It leans one way on a loaded machine (the
         // capture shows more GIL wait and less run queue than the
         // program's clocks: 2.3-4.3 points under two CPU hogs, past 5 once
         // in two runs at load 5 with the whole suite): a known open fault
         // (issue 28, the run-queue wait after a wake-up), bounded here at
-        // 8 points until it is fixed; the sum above stays at 3.
-        let (off, own_off) = (g.shown + g.runnable, g.blocked + g.runq);
-        assert!((off - own_off).abs() <= 3.0, "GIL wait + runnable {off:.1}% vs blocked + run delay {own_off:.1}%");
+        // 8 points until it is fixed; the sum stays at 3.
+        // The program counts as blocked whatever is neither CPU nor run
+        // queue (CI once: 4.1% of a spin's time off-CPU under neither
+        // [GIL] nor R, so GIL + runnable was 58.0% against its 62.4%):
+        // all of the profile's off-CPU time is compared with it, within
+        // 3 points and the unmatched part of the two windows.
+        let own_off = g.blocked + g.runq;
+        assert!(
+            (g.off - own_off).abs() <= 3.0 + g.unmatched,
+            "off-CPU {:.1}% (GIL wait {:.1}, runnable {:.1}) vs blocked + run delay {own_off:.1}% (bound 3 + {:.1})",
+            g.off,
+            g.shown,
+            g.runnable,
+            g.unmatched
+        );
         assert!((g.shown - g.blocked).abs() <= 8.0, "GIL wait {:.1}% vs blocked {:.1}%", g.shown, g.blocked);
         assert!((g.runnable - g.runq).abs() <= 8.0, "runnable {:.1}% vs run delay {:.1}%", g.runnable, g.runq);
     }
