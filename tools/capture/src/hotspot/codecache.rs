@@ -65,13 +65,7 @@ impl CodeCache {
         if heaps.is_empty() {
             return Err("its code cache has no heaps yet".into());
         }
-        let q = mem.u64(l.interp_code)?;
-        let interp = if q == 0 {
-            (0, 0)
-        } else {
-            let b = mem.u64(q + l.queue_buffer)?;
-            (b, b + u64::from(mem.u32(q + l.queue_limit)?))
-        };
+        let interp = interp_range(mem, l)?;
         Ok(CodeCache { heaps, interp, nmethod_names: Vec::new(), other_names: Vec::new() })
     }
 
@@ -80,6 +74,14 @@ impl CodeCache {
     }
 
     pub fn find(&mut self, mem: &Mem, l: &Layout, pc: u64) -> Result<Found, String> {
+        // Read early in the JVM's start (the capture reaches a launched
+        // JVM within milliseconds), its code cache can be set up before
+        // its interpreter is generated: until it is, every interpreted
+        // frame would be an unnamed blob (`Interpreter` from the perf map,
+        // kept while its block's fingerprint repeats).
+        if self.interp == (0, 0) {
+            self.interp = interp_range(mem, l)?;
+        }
         if pc >= self.interp.0 && pc < self.interp.1 {
             return Ok(Found::Interpreter);
         }
@@ -144,6 +146,18 @@ impl CodeCache {
             method,
         }))
     }
+}
+
+/// The interpreter's code (its StubQueue's buffer), (0, 0) while it is
+/// not generated yet.
+fn interp_range(mem: &Mem, l: &Layout) -> Result<(u64, u64), String> {
+    let q = mem.u64(l.interp_code)?;
+    if q == 0 {
+        return Ok((0, 0));
+    }
+    let b = mem.u64(q + l.queue_buffer)?;
+    let limit = mem.u32(q + l.queue_limit)?;
+    Ok(if b == 0 || limit == 0 { (0, 0) } else { (b, b + u64::from(limit)) })
 }
 
 /// Bytes of the segment map read at once: the hops from a pc back to its

@@ -37,8 +37,11 @@ use vmstructs::Layout;
 
 /// The marker of a frame whose code was freed before its stack was read.
 pub const FREED: &str = "[JIT code freed before the stack was read]";
-/// Tries to read the tables of a JVM that is still starting.
-const TRIES: u32 = 5;
+/// Tries to read the tables of a JVM that is still starting, one per
+/// [`RETRY`] at most: 5 s in all (a launched JVM's first stacks come at
+/// its exec, before libjvm is even mapped).
+const TRIES: u32 = 50;
+const RETRY: Duration = Duration::from_millis(100);
 
 /// One step of a walk through JVM code.
 pub enum Step {
@@ -104,7 +107,7 @@ impl HotSpots {
         }
         let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0, error: None });
         if let State::No { since, tries, error } = st {
-            if since.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            if since.is_some_and(|t| t.elapsed() < RETRY) {
                 return None;
             }
             *since = Some(Instant::now());
