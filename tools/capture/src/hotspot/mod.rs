@@ -38,10 +38,9 @@ use vmstructs::Layout;
 /// The marker of a frame whose code was freed before its stack was read.
 pub const FREED: &str = "[JIT code freed before the stack was read]";
 /// Tries to read the tables of a JVM that is still starting, one per
-/// [`RETRY`] at most: 5 s in all (a launched JVM's first stacks come at
-/// its exec, before libjvm is even mapped).
-const TRIES: u32 = 50;
-const RETRY: Duration = Duration::from_millis(100);
+/// [`RETRY`] at most (each maps libjvm.so and reads its symbols again).
+const TRIES: u32 = 5;
+const RETRY: Duration = Duration::from_secs(1);
 
 /// One step of a walk through JVM code.
 pub enum Step {
