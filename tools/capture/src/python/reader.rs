@@ -318,22 +318,7 @@ impl Interpreter {
 
     /// The Python frames of a thread state, innermost first.
     pub fn frames(&mut self, tstate: u64) -> Result<Vec<PyFrame>, String> {
-        let o = self.offsets;
-        let mut f = self.u64(tstate + o.tstate_frame)?;
-        if let (Some(c), true) = (o.cframe_current, f != 0) {
-            f = self.u64(f + c)?;
-        }
-        let mut out = Vec::new();
-        while f != 0 && out.len() < MAX_FRAMES {
-            let owner = self.u8(f + o.frame_owner)?;
-            let code = self.u64(f + o.frame_code)?;
-            if !(o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK) {
-                let instr = self.u64(f + o.frame_instr)?;
-                out.push(self.frame_at(code, instr)?);
-            }
-            f = self.u64(f + o.frame_previous)?;
-        }
-        Ok(out)
+        Ok(self.runs(tstate)?.into_iter().flatten().collect())
     }
 
     /// The Python frames of a thread state cut into the runs that one
