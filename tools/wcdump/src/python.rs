@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 
 use wallclock_capture::python::reader::{Interpreter, PyFrame};
+use wallclock_capture::splice::{place, Rest};
+use wallclock_capture::unwind::{TRUNCATED, TRUNCATED_ADDR};
 use wallclock_stream::Frame;
 
 /// One thread's Python frames, in runs, and its Python name.
@@ -44,42 +46,48 @@ fn frame(f: &PyFrame) -> Frame {
 }
 
 /// `frames` (leaf first) with each run (innermost first) leafward of its
-/// eval frame: the k-th run at the k-th `_PyEval_EvalFrameDefault` from
-/// the leaf (before the frames inlined at that address), runs past the
-/// eval frames found at the outermost one, and with none found (a stack
-/// cut short) at the root end: a Python frame never goes leafward of a
-/// native frame it called.
+/// eval frame (before the frames inlined at that address), the k-th run
+/// at the k-th `_PyEval_EvalFrameDefault` from the leaf, by the capture's
+/// own splice (`splice::place`, `Rest::Cut`): runs past the eval frames
+/// found (a native stack cut short) go at the root, then `[truncated]`,
+/// never leafward of native code they called.
 pub fn splice(frames: Vec<Frame>, runs: &[Vec<PyFrame>]) -> Vec<Frame> {
     if runs.is_empty() {
         return frames;
     }
-    let evals: Vec<usize> = (0..frames.len())
+    let n = frames.len();
+    // Root first, each frame by its index in `frames`, the stack's own
+    // cut marker by the capture's, so that the splice says it once.
+    let native: Vec<u64> = (0..n).rev().map(|i| if frames[i].func == TRUNCATED { TRUNCATED_ADDR } else { i as u64 }).collect();
+    let anchors: Vec<usize> = (0..n)
         .filter(|&i| !frames[i].inlined && !frames[i].kernel && frames[i].func.starts_with("_PyEval_EvalFrameDefault"))
         .map(|mut i| {
             while i > 0 && frames[i - 1].inlined {
                 i -= 1;
             }
-            i
+            n - 1 - i
         })
         .collect();
-    // The root end, before a marker there (`[truncated]`).
-    let root = match frames.last() {
-        Some(f) if f.func.starts_with('[') => frames.len() - 1,
-        _ => frames.len(),
-    };
-    let mut at: HashMap<usize, Vec<Frame>> = HashMap::new();
-    for (k, run) in runs.iter().enumerate() {
-        let i = evals.get(k).or(evals.last()).copied().unwrap_or(root);
-        // Outer runs go rootward of inner ones placed at the same frame.
-        at.entry(i).or_default().extend(run.iter().map(frame));
-    }
-    let mut out = Vec::with_capacity(frames.len() + runs.iter().map(Vec::len).sum::<usize>());
-    for (i, f) in frames.into_iter().enumerate() {
-        out.extend(at.remove(&i).unwrap_or_default());
-        out.push(f);
-    }
-    out.extend(at.into_values().flatten());
-    out
+    let py: Vec<&PyFrame> = runs.iter().flatten().collect();
+    let mut next = n as u64;
+    let tokens: Vec<Vec<u64>> = runs
+        .iter()
+        .map(|r| {
+            let t = (next..next + r.len() as u64).collect();
+            next += r.len() as u64;
+            t
+        })
+        .collect();
+    let placed = place(&native, &anchors, Rest::Cut, tokens);
+    placed
+        .into_iter()
+        .rev()
+        .map(|t| match t {
+            TRUNCATED_ADDR => Frame::named(TRUNCATED.to_string()),
+            t if (t as usize) < n => frames[t as usize].clone(),
+            t => frame(py[t as usize - n]),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -116,11 +124,11 @@ mod tests {
     }
 
     #[test]
-    fn runs_past_the_eval_frames_go_rootward() {
+    fn runs_past_the_eval_frames_go_at_the_root_past_a_cut() {
         let n = native(&[("_PyEval_EvalFrameDefault", false), ("main", false)]);
         let got = splice(n, &[vec![py("a")], vec![py("b")]]);
-        assert_eq!(funcs(&got), ["py::a:a.py", "py::b:a.py", "_PyEval_EvalFrameDefault", "main"]);
+        assert_eq!(funcs(&got), ["py::a:a.py", "_PyEval_EvalFrameDefault", "main", "[truncated]", "py::b:a.py"]);
         let cut = splice(native(&[("[truncated]", false)]), &[vec![py("a")]]);
-        assert_eq!(funcs(&cut), ["py::a:a.py", "[truncated]"]);
+        assert_eq!(funcs(&cut), ["[truncated]", "py::a:a.py"]);
     }
 }
