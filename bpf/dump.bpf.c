@@ -58,17 +58,16 @@ static __always_inline __u64 since_of(struct task_struct *t, __u64 now)
 	return since > now ? now : since;
 }
 
-SEC("iter.s/task")
-int dump_task(struct bpf_iter__task *ctx)
+/* A running thread's record, taken on it (`dump_tick`), by tid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct wcd_thread);
+} ticks SEC(".maps");
+
+static __always_inline void fill(struct wcd_thread *e, struct task_struct *t)
 {
-	struct seq_file *seq = ctx->meta->seq;
-	struct task_struct *t = ctx->task;
-	__u32 zero = 0;
-	if (!t || t->tgid != target_tgid)
-		return 0;
-	struct wcd_thread *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
-		return 0;
 	e->now = bpf_ktime_get_ns();
 	e->since = since_of(t, e->now);
 	e->exec_ns = t->se.sum_exec_runtime;
@@ -80,10 +79,75 @@ int dump_task(struct bpf_iter__task *ctx)
 	e->on_cpu = t->on_cpu;
 	e->kthread = (t->flags & 0x00200000 /* PF_KTHREAD */) != 0;
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), t->comm);
-	long n = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
-	e->kstack_bytes = n > 0 ? n : 0;
 	e->ip = e->sp = e->bp = 0;
 	e->ustack_bytes = 0;
+}
+
+/* A thread on a CPU when the iterator visits it has moved on from the
+ * registers it saved at its last kernel entry: its stack above them is
+ * another stack by then (a dump of a Node thread read `getpid` under a
+ * garbage collection long over, then a stack word taken for a return
+ * address). wcdump opens a CPU-clock event on each such thread; this
+ * takes the thread's registers and stacks at its next tick, on its own
+ * CPU, where they agree, once per thread. */
+SEC("perf_event")
+int dump_tick(struct bpf_perf_event_data *ctx)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u32 zero = 0, tid = t->pid;
+	if (t->tgid != target_tgid || bpf_map_lookup_elem(&ticks, &tid))
+		return 0;
+	struct wcd_thread *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	fill(e, t);
+	e->on_cpu = 1;
+	/* Interrupted in the kernel, its kernel stack; in user mode, none. */
+	long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+	e->kstack_bytes = n > 0 ? n : 0;
+	if (!e->kthread) {
+		/* The user registers, saved on entry from user mode (by this
+		 * very interrupt when it came from there). */
+		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+		__u64 sp = BPF_CORE_READ(regs, sp);
+		e->ip = BPF_CORE_READ(regs, ip);
+		e->sp = sp;
+		e->bp = BPF_CORE_READ(regs, bp);
+		/* No faults here: the whole copy, else page by page, a page
+		 * not present read as zeros (as the capture copies it). */
+		if (!bpf_probe_read_user(e->ustack, WCD_USTACK_MAX, (void *)sp)) {
+			e->ustack_bytes = WCD_USTACK_MAX;
+		} else {
+			__u32 head = 4096 - (sp & 4095);
+			__u32 off = 0, len = head;
+			for (int k = 0; k < WCD_USTACK_MAX / 4096; k++) {
+				if (off > WCD_USTACK_MAX - 4096 || len > 4096)
+					break;
+				if (!bpf_probe_read_user(e->ustack + off, len, (void *)(sp + off)))
+					e->ustack_bytes = off + len;
+				off += len;
+				len = 4096;
+			}
+		}
+	}
+	bpf_map_update_elem(&ticks, &tid, e, BPF_NOEXIST);
+	return 0;
+}
+
+SEC("iter.s/task")
+int dump_task(struct bpf_iter__task *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct task_struct *t = ctx->task;
+	__u32 zero = 0;
+	if (!t || t->tgid != target_tgid)
+		return 0;
+	struct wcd_thread *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	fill(e, t);
+	long n = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
+	e->kstack_bytes = n > 0 ? n : 0;
 	if (!e->kthread && !e->exit_state) {
 		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
 		__u64 sp = BPF_CORE_READ(regs, sp);

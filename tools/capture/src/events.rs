@@ -148,11 +148,20 @@ pub(crate) struct PerfAttr {
 /// perf_event_open(2) of `attr` on one CPU, every task, close-on-exec
 /// (`attr.size` is filled in here).
 pub(crate) fn perf_event_open(attr: &PerfAttr, cpu: u32) -> std::io::Result<i32> {
+    open_on(attr, -1, cpu as i32)
+}
+
+/// The CPU clock of one thread, wherever it runs, firing after each
+/// `period_ns` of its CPU time (wcdump's tick on a running thread).
+pub fn open_thread_clock(tid: u32, period_ns: u64) -> std::io::Result<i32> {
+    let attr = PerfAttr { type_: SOFTWARE, config: 0 /* PERF_COUNT_SW_CPU_CLOCK */, sample_period: period_ns, ..Default::default() };
+    open_on(&attr, tid as i32, -1)
+}
+
+fn open_on(attr: &PerfAttr, pid: i32, cpu: i32) -> std::io::Result<i32> {
     let attr = PerfAttr { size: std::mem::size_of::<PerfAttr>() as u32, ..*attr };
     // SAFETY: attr is a valid perf_event_attr of the size given.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfAttr, -1i32, cpu as i32, -1i32, 8u64 /* PERF_FLAG_FD_CLOEXEC */)
-    };
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfAttr, pid, cpu, -1i32, 8u64 /* PERF_FLAG_FD_CLOEXEC */) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }

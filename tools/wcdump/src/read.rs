@@ -1,10 +1,13 @@
 //! One pass of the task iterator (bpf/dump.bpf.c) over a process's
 //! threads: each thread's record as the kernel had it at the visit.
 
+use std::collections::HashMap;
 use std::io::Read;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
 
 mod skel {
     #![allow(clippy::all, clippy::undocumented_unsafe_blocks, unused, non_snake_case, non_camel_case_types)]
@@ -37,12 +40,49 @@ impl Raw {
     }
 }
 
-/// Every thread of `pid` now, in the iterator's order (by tid).
+/// Every thread of `pid` now, in the iterator's order (by tid). A thread
+/// running at the visit is read again on its own CPU at its next tick
+/// (`dump_tick` in bpf/dump.bpf.c): the registers it saved at its last
+/// kernel entry no longer match its stack.
 pub fn threads(pid: u32) -> Result<Vec<Box<Raw>>> {
     let obj = Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
     let mut open = skel::DumpSkelBuilder::default().open(obj).context("open the dump BPF program")?;
     open.maps.rodata_data.as_deref_mut().expect("rodata").target_tgid = pid;
     let skel = open.load().context("load the dump BPF program (bpf/dump.bpf.c)")?;
+    let mut raws = pass(&skel)?;
+    let running: Vec<u32> = raws.iter().filter(|r| moving(r)).map(|r| r.tid).collect();
+    if running.is_empty() {
+        return Ok(raws);
+    }
+    let mut ticked = ticks(&skel, &running);
+    let mut again: Option<Vec<Box<Raw>>> = None;
+    for r in raws.iter_mut().filter(|r| moving(r)) {
+        if let Some(t) = ticked.remove(&r.tid) {
+            *r = t;
+            continue;
+        }
+        // No tick: it left the CPU before one, and its registers, saved
+        // on the way into the kernel, match its stack now.
+        if again.is_none() {
+            again = Some(pass(&skel).unwrap_or_default());
+        }
+        match again.as_ref().and_then(|a| a.iter().find(|x| x.tid == r.tid)) {
+            Some(x) if !moving(x) => r.clone_from(x),
+            // Still on a CPU, untouched by its clock (or gone): no
+            // user stack rather than one read from another moment.
+            _ => r.ip = 0,
+        }
+    }
+    Ok(raws)
+}
+
+/// On a CPU, with a user stack that moves as the dump reads it.
+fn moving(r: &Raw) -> bool {
+    r.on_cpu != 0 && r.kthread == 0 && r.exit_state == 0
+}
+
+/// One pass of the task iterator.
+fn pass(skel: &skel::DumpSkel) -> Result<Vec<Box<Raw>>> {
     let link = skel.progs.dump_task.attach().context("attach the task iterator")?;
     let mut it = libbpf_rs::Iter::new(&link).context("create the task iterator")?;
     let mut bytes = Vec::with_capacity(REC * 64);
@@ -50,17 +90,53 @@ pub fn threads(pid: u32) -> Result<Vec<Box<Raw>>> {
     if bytes.len() % REC != 0 {
         bail!("the task iterator wrote {} bytes, not a whole number of {REC}-byte records", bytes.len());
     }
-    Ok(bytes
-        .chunks_exact(REC)
-        .map(|ch| {
-            let mut r: Box<Raw> = Box::new(Raw::default_zeroed());
-            // SAFETY: `Raw` is plain old data of exactly REC bytes (its
-            // layout asserted by bindgen), every bit pattern valid; the
-            // chunk is REC bytes long and the box's memory is its own.
-            unsafe { std::ptr::copy_nonoverlapping(ch.as_ptr(), (&mut *r as *mut Raw).cast::<u8>(), REC) };
-            r
-        })
-        .collect())
+    Ok(bytes.chunks_exact(REC).map(Raw::from_bytes).collect())
+}
+
+/// Each of `tids` as its own CPU clock's next tick (100 us of its CPU
+/// time on) finds it; a thread that leaves the CPU first has none within
+/// the 200 ms this waits at most.
+fn ticks(skel: &skel::DumpSkel, tids: &[u32]) -> HashMap<u32, Box<Raw>> {
+    let mut links = Vec::new();
+    for &tid in tids {
+        match wallclock_capture::events::open_thread_clock(tid, 100_000) {
+            Ok(fd) => match skel.progs.dump_tick.attach_perf_event(fd) {
+                Ok(l) => links.push(l),
+                Err(e) => eprintln!("wcdump: warning: thread {tid}: attach its clock: {e}: its stack as saved at its last kernel entry"),
+            },
+            // Gone since the visit, or perf events refused.
+            Err(e) => eprintln!("wcdump: warning: thread {tid}: perf_event_open: {e}: its stack as saved at its last kernel entry"),
+        }
+    }
+    let mut got = HashMap::new();
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while got.len() < tids.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        for &tid in tids {
+            if got.contains_key(&tid) {
+                continue;
+            }
+            if let Ok(Some(v)) = skel.maps.ticks.lookup(&tid.to_ne_bytes(), MapFlags::ANY) {
+                if v.len() == REC {
+                    got.insert(tid, Raw::from_bytes(&v));
+                }
+            }
+        }
+    }
+    drop(links);
+    got
+}
+
+impl Raw {
+    fn from_bytes(ch: &[u8]) -> Box<Raw> {
+        assert_eq!(ch.len(), REC);
+        let mut r: Box<Raw> = Box::new(Raw::default_zeroed());
+        // SAFETY: `Raw` is plain old data of exactly REC bytes (its
+        // layout asserted by bindgen), every bit pattern valid; the
+        // slice is REC bytes long and the box's memory is its own.
+        unsafe { std::ptr::copy_nonoverlapping(ch.as_ptr(), (&mut *r as *mut Raw).cast::<u8>(), REC) };
+        r
+    }
 }
 
 impl Raw {
