@@ -368,8 +368,8 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 			if (!e->ustack_bytes)
 				stat_add(WC_STAT_USTACK_FAULTS, 1);
 		}
-		py_walk(e->pid, e->tid, e);
-		rb_walk(e->pid, e);
+		py_walk(e->pid, e->tid, e, 1);
+		rb_walk(e->pid, e, 1);
 	}
 	return 0;
 }

@@ -184,8 +184,11 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	if (!th->kthread) {
 		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
 		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
-		fp = mix(fp, py_walk(th->pid, tid, NULL));
-		fp = mix(fp, rb_walk(th->pid, NULL));
+		/* The walks take an event to fill; here they only hash. */
+		__u32 zero = 0;
+		struct wc_event *sink = bpf_map_lookup_elem(&ev_scratch, &zero);
+		fp = mix(fp, py_walk(th->pid, tid, sink, 0));
+		fp = mix(fp, rb_walk(th->pid, sink, 0));
 		fp = mix(fp, fd_kind(cur, regs, RD(btf, regs, orig_ax), btf));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so

@@ -56,14 +56,17 @@ static __always_inline __u32 rb_gvl_waiting(__u64 ec)
 }
 
 /* Walk the control frames of the current task (of `pid`); fill e->py when
- * e is given. Returns a hash of the frames (0: not a Ruby thread), mixed
- * into offcputime's stack fingerprint as Python's is. */
-static __noinline __u64 rb_walk(__u32 pid, struct wc_event *e)
+ * `fill`. Returns a hash of the frames (0: not a Ruby thread), mixed into
+ * offcputime's stack fingerprint as Python's is. Global, verified once,
+ * as py_walk. */
+__noinline __u64 rb_walk(__u32 pid, struct wc_event *e, __u32 fill)
 {
+	if (!e)
+		return 0;
 	struct wc_rbcfg *c = bpf_map_lookup_elem(&rb_cfg, &pid);
 	if (!c)
 		return 0;
-	if (e)
+	if (fill)
 		e->py[WC_PY_MAX - 1].flags = 0;
 	struct task_struct *cur = bpf_get_current_task_btf();
 	__u64 tp = BPF_CORE_READ(cur, thread.fsbase), dtv = 0, blk = 0, ec = 0;
@@ -79,7 +82,7 @@ static __noinline __u64 rb_walk(__u32 pid, struct wc_event *e)
 	__u64 end = hd[0] + hd[1] * 8, f = hd[2], h = 0x5262;
 	__u32 gvl = rb_gvl_waiting(ec);
 	h = py_mix(h, gvl);
-	if (e) {
+	if (fill) {
 		e->py[WC_PY_MAX - 1].code = hd[0];
 		e->py[WC_PY_MAX - 1].instr = end;
 		e->py[WC_PY_MAX - 1].flags = WC_RB_BOUNDS;
@@ -96,7 +99,7 @@ static __noinline __u64 rb_walk(__u32 pid, struct wc_event *e)
 		__u64 code = cf[2], instr = cf[2] ? cf[0] : env[0];
 		h = py_mix(h, code);
 		h = py_mix(h, instr);
-		if (e) {
+		if (fill) {
 			e->py[i & (WC_PY_MAX - 1)].code = code;
 			e->py[i & (WC_PY_MAX - 1)].instr = instr;
 			e->py[i & (WC_PY_MAX - 1)].flags = env[2];
@@ -104,7 +107,7 @@ static __noinline __u64 rb_walk(__u32 pid, struct wc_event *e)
 		n = i + 1;
 		f += 64; /* sizeof(rb_control_frame_t), Ruby 3.1 */
 	}
-	if (e)
+	if (fill)
 		e->py_n = n;
 	return h;
 }
