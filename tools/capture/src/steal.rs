@@ -103,6 +103,18 @@ pub fn cap(steals: &mut [&mut u64], machine: u64) {
     }
 }
 
+/// [`cap`] over the thread records of a stream (a capture, a window).
+pub fn cap_records(records: &mut [wallclock_stream::Record], machine: u64) {
+    let mut steals: Vec<&mut u64> = records
+        .iter_mut()
+        .filter_map(|r| match r {
+            wallclock_stream::Record::Thread(t) => t.steal_ns.as_mut(),
+            _ => None,
+        })
+        .collect();
+    cap(&mut steals, machine);
+}
+
 /// How late the CPU clock of a running thread may be when read: the
 /// kernel adds a running task's time at ticks (HZ 100 at the least).
 const TICK_NS: u64 = 10_000_000;

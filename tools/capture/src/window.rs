@@ -29,18 +29,23 @@ pub struct Windows {
     /// Where the window now open began, and the records up to there.
     start: u64,
     prev: Vec<Record>,
+    /// The machine's steal + irq + softirq (/proc/stat) at `start`: a
+    /// window's threads never claim more steal than the machine counted
+    /// over the window (the whole capture's cap does not bound a window).
+    machine: Option<u64>,
     pub closed: u32,
 }
 
 impl Windows {
-    pub fn new(every_s: f64, output: &Path, start: u64) -> Windows {
+    /// `machine`: the machine's steal at `start` (crate::steal::machine_ns).
+    pub fn new(every_s: f64, output: &Path, start: u64, machine: Option<u64>) -> Windows {
         let every_ns = (every_s * 1e9) as u64;
-        Windows { every_ns, follow: None, path: output.to_path_buf(), start, prev: Vec::new(), closed: 0 }
+        Windows { every_ns, follow: None, path: output.to_path_buf(), start, prev: Vec::new(), machine, closed: 0 }
     }
 
     /// Windows that end where another capture's (`FILE.N`) end.
-    pub fn following(leader: &Path, output: &Path, start: u64) -> Windows {
-        Windows { follow: Some(leader.to_path_buf()), ..Windows::new(0.0, output, start) }
+    pub fn following(leader: &Path, output: &Path, start: u64, machine: Option<u64>) -> Windows {
+        Windows { follow: Some(leader.to_path_buf()), ..Windows::new(0.0, output, start, machine) }
     }
 
     /// When the window open since `start` ends, if it is over at `now`:
@@ -66,9 +71,13 @@ impl Windows {
 
     /// Close the open window at `end`, given the capture's records from its
     /// start to `end`: write the window's file. The last one (at the stop)
-    /// is named in FILE.last first, for followers.
-    pub fn close(&mut self, end: u64, upto: Vec<Record>, last: bool) -> Result<()> {
-        let win = delta(&self.prev, &upto, self.start, end);
+    /// is named in FILE.last first, for followers. `machine`: the
+    /// machine's steal read at `end`; the window's is capped to it.
+    pub fn close(&mut self, end: u64, upto: Vec<Record>, last: bool, machine: Option<u64>) -> Result<()> {
+        let mut win = delta(&self.prev, &upto, self.start, end);
+        if let (Some(a), Some(b)) = (self.machine, machine) {
+            crate::steal::cap_records(&mut win, b.saturating_sub(a));
+        }
         self.closed += 1;
         let name = format!("{}.{}", self.path.display(), self.closed);
         let tmp = format!("{name}.tmp");
@@ -86,6 +95,7 @@ impl Windows {
         std::fs::rename(&tmp, &name).with_context(|| format!("renaming {tmp} to {name}"))?;
         self.start = end;
         self.prev = upto;
+        self.machine = machine;
         Ok(())
     }
 }
