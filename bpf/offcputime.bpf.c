@@ -163,8 +163,13 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 		th->last_ts = began;
 		th->running = 1;
 	}
-	close_slice(th, prev, now, btf);
-	th->last_ts = now;
+	__u64 late = close_slice(th, prev, now, btf);
+	/* A thread's life ends at its last switch: nothing follows it. */
+	if (pstate & 0x80) {
+		th->on_ns += late;
+		late = 0;
+	}
+	th->last_ts = now - late;
 	th->running = 0;
 	if (pstate & 0x80 /* TASK_DEAD */) {
 		th->exit_ns = now;

@@ -68,6 +68,16 @@ struct wc_thread {
 	__u64 exec_base;
 	__u64 slice_wall_ns;
 	__u64 slice_exec_ns;
+	/* The steal the kernel itself took from the task's clock in the
+	 * slices measured so: its CPU's rq->clock less rq->clock_task (both
+	 * as of __schedule's update) moves by the interrupt and paravirt
+	 * steal time of that CPU. rq_base: that difference at the switch-in;
+	 * kclock_base: rq->clock then (slice_kwall_ns: the slices' wall time
+	 * on the kernel's clock). */
+	__u64 rq_base;
+	__u64 kclock_base;
+	__u64 slice_steal_ns;
+	__u64 slice_kwall_ns;
 	__u64 first_out;
 	__u64 first_exec;
 	__u64 out_exec;  /* the clock at the last switch-out */

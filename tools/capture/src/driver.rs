@@ -467,6 +467,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     sess.add_thread_pids(&raw_threads);
     sess.add_pids(retired.pids.iter().copied());
     let threads = retired.with(threads);
+    if std::env::var_os("WALLCLOCK_STEAL_STATS").is_some() {
+        crate::steal::debug_sums(T::NAME, &threads, sess.machine_steal);
+    }
     sess.clocks_of_running(&threads);
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
     Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts, windows })

@@ -103,6 +103,36 @@ pub fn cap(steals: &mut [&mut u64], machine: u64) {
     }
 }
 
+/// `WALLCLOCK_STEAL_STATS=1`: the threads' closed slices summed, on our
+/// stamps and on the kernel's clocks, against the machine's steal.
+pub fn debug_sums(tool: &str, threads: &[(u32, WcThread)], machine: (Option<u64>, Option<u64>)) {
+    let (mut wall, mut exec, mut ksteal, mut kwall, mut n) = (0u128, 0u128, 0u128, 0u128, 0u64);
+    for (_, t) in threads {
+        wall += t.slice_wall_ns as u128;
+        exec += t.slice_exec_ns as u128;
+        ksteal += t.slice_steal_ns as u128;
+        kwall += t.slice_kwall_ns as u128;
+        n += 1;
+    }
+    let m = machine.1.unwrap_or(0).saturating_sub(machine.0.unwrap_or(0));
+    let ms = |v: u128| v as f64 / 1e6;
+    let mut odd: Vec<&(u32, WcThread)> = threads.iter().collect();
+    odd.sort_by_key(|(_, t)| std::cmp::Reverse((t.slice_kwall_ns as i128 - t.slice_wall_ns as i128).unsigned_abs()));
+    for (tid, t) in odd.iter().take(4) {
+        let comm = String::from_utf8_lossy(&t.comm.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect::<Vec<u8>>()).into_owned();
+        eprintln!("{tool}: steal stats: {tid} {comm}: wall {} clock {} kwall {} ksteal {} on {}", t.slice_wall_ns, t.slice_exec_ns, t.slice_kwall_ns, t.slice_steal_ns, t.on_ns);
+    }
+    eprintln!(
+        "{tool}: steal stats: {n} threads; slices' wall {:.3} ms, clock {:.3} ms, wall - clock {:.3} ms; kernel's wall {:.3} ms, kernel's steal {:.3} ms; machine {:.3} ms",
+        ms(wall),
+        ms(exec),
+        ms(wall) - ms(exec),
+        ms(kwall),
+        ms(ksteal),
+        m as f64 / 1e6
+    );
+}
+
 /// [`cap`] over the thread records of a stream (a capture, a window).
 pub fn cap_records(records: &mut [wallclock_stream::Record], machine: u64) {
     let mut steals: Vec<&mut u64> = records
