@@ -185,3 +185,47 @@ pub fn delta(prev: &[Record], cur: &[Record], start: u64, end: u64) -> Vec<Recor
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upto(steal: &[(u32, u64)]) -> Vec<Record> {
+        let mut v = vec![Record::Header(wallclock_stream::Header::new("offcputime", "0"))];
+        for &(tid, s) in steal {
+            let mut t = Thread::new(1, tid, "t");
+            (t.on_ns, t.steal_ns) = (Some(1_000_000_000), Some(s));
+            v.push(Record::Thread(t));
+        }
+        v
+    }
+
+    fn steal_of(path: &str) -> Vec<u64> {
+        let text = std::fs::read_to_string(path).unwrap();
+        let r = wallclock_stream::Reader::new(std::io::BufReader::new(text.as_bytes()), "", Default::default());
+        r.filter_map(|r| match r.unwrap() {
+            Record::Thread(t) => t.steal_ns,
+            _ => None,
+        })
+        .collect()
+    }
+
+    #[test]
+    fn each_window_capped_to_the_machines_steal_over_it() {
+        let dir = std::env::temp_dir().join(format!("wc-window-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("w.jsonl");
+        let mut w = Windows::new(1.0, &out, 0, Some(1_000));
+        // Window 1: the threads claim 30 + 10 against the machine's 20.
+        w.close(10, upto(&[(1, 30), (2, 10)]), false, Some(1_020)).unwrap();
+        // Window 2: 6 + 2 more, under the machine's 100 there.
+        w.close(20, upto(&[(1, 36), (2, 12)]), false, Some(1_120)).unwrap();
+        // Window 3: the machine read nothing new.
+        w.close(30, upto(&[(1, 40), (2, 12)]), true, Some(1_120)).unwrap();
+        let p = |n: u32| format!("{}.{n}", out.display());
+        assert_eq!(steal_of(&p(1)), vec![15, 5]);
+        assert_eq!(steal_of(&p(2)), vec![6, 2]);
+        assert_eq!(steal_of(&p(3)), vec![0, 0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
