@@ -86,13 +86,13 @@ pub fn machine_ns() -> Option<u64> {
 }
 
 /// Scale `steals` down so that they sum to `machine` at most: no thread
-/// lost more to the hypervisor than the whole machine did. Each is
-/// measured as its slices' wall time less its clock, and the few
-/// microseconds by which our stamps and the kernel's clock differ at each
-/// switch (another tracer's program on the tracepoint before ours adds
-/// to them) are kept where they are positive, one thread after another:
-/// over the thousands of threads of a system-wide capture they summed to
-/// more than the machine's steal (30.8 ms against 20 ms in 2 s).
+/// lost more to the hypervisor than the whole machine did. A closed
+/// slice's steal is at most its CPU's (bpf/capture.bpf.h, close_slice),
+/// so this rarely acts now; it bounds the first and last slices, measured
+/// here from /proc readings, and /proc/stat's whole ticks. Before the
+/// slices were bounded, the interval between a wake-up preemption and
+/// its switch was claimed as the preempted thread's steal: over a
+/// system-wide capture's threads, 30.8 ms against the machine's 20 ms.
 pub fn cap(steals: &mut [&mut u64], machine: u64) {
     let sum: u128 = steals.iter().map(|s| **s as u128).sum();
     if sum <= machine as u128 {
