@@ -61,7 +61,8 @@ struct wc_thread {
 	 * switch-in (valid when exec_known); slice_wall_ns and slice_exec_ns
 	 * sum wall and clock over the slices measured so (steal is their
 	 * difference, taken at the end; the wall sum never falls behind the
-	 * clock sum: see close_slice). A thread already running at the start
+	 * clock sum, nor passes it by more than slice_steal_ns: see
+	 * close_slice). A thread already running at the start
 	 * has no base for its first slice: first_out and first_exec (time and
 	 * clock at its end) let user space measure it from the /proc snapshot
 	 * taken at the start. */

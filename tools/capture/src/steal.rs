@@ -5,7 +5,10 @@
 //! the rest, so a function's share is the time it really ran.
 //!
 //! The BPF side measures every slice it saw begin (`se.sum_exec_runtime`
-//! at switch-in and switch-out). Two slices it cannot close alone are
+//! at switch-in and switch-out), and ends a slice where the kernel did
+//! when that is before our stamp: a slice's steal is never more than the
+//! steal the kernel took from its CPU's task clock over it (see
+//! close_slice in bpf/capture.bpf.h). Two slices it cannot close alone are
 //! measured here from `/proc/PID/task/TID/schedstat` readings: the slice a
 //! thread was already running in at the start, and the one still open at
 //! the stop. Such a reading of a running thread is as old as its last
