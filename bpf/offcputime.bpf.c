@@ -163,9 +163,18 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 		th->last_ts = began;
 		th->running = 1;
 	}
-	close_slice(th, prev, now, btf);
-	th->last_ts = now;
+	__u64 late = close_slice(th, prev, now, btf);
+	/* A thread's life ends at its last switch: nothing follows it. */
+	if (pstate & 0x80) {
+		th->on_ns += late;
+		late = 0;
+	}
+	th->last_ts = now - late;
 	th->running = 0;
+	/* Woken before its switch-out (see on_waking): no block, runnable
+	 * from here. */
+	if (th->woken_ns)
+		th->woken_ns = th->last_ts;
 	if (pstate & 0x80 /* TASK_DEAD */) {
 		th->exit_ns = now;
 		if (tid != RD(btf, prev, pid)) {
@@ -302,7 +311,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 	 * the CPU shows that wait as [runnable], not as the lock's). Only the
 	 * block is its waker's. */
 	__u64 d = now - th->last_ts, q = 0;
-	if ((st == WC_ST_S || st == WC_ST_D || st == WC_ST_OTHER) && th->woken_ns > th->last_ts && th->woken_ns < now)
+	if ((st == WC_ST_S || st == WC_ST_D || st == WC_ST_OTHER) && th->woken_ns >= th->last_ts && th->woken_ns < now)
 		q = now - th->woken_ns;
 	th->woken_ns = 0;
 	__u64 blk_fp = fp;

@@ -162,8 +162,13 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 			th->running = 1;
 		}
 		if (th) {
-			close_slice(th, prev, now, btf);
-			th->last_ts = now;
+			__u64 late = close_slice(th, prev, now, btf);
+			/* A thread's life ends at its last switch: nothing follows it. */
+			if (pstate & 0x80) {
+				th->on_ns += late;
+				late = 0;
+			}
+			th->last_ts = now - late;
 			th->running = 0;
 			if (pstate & 0x80) {
 				th->exit_ns = now;

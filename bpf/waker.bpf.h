@@ -83,7 +83,12 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 	/* Always (wakers or not): the block ends here; switch_in counts the
 	 * rest as runnable. */
 	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
-	if (th && !th->running)
+	/* Still running for us but off the run queue: it is between its
+	 * dequeue and its switch-out, which comes after this wake-up (a
+	 * GIL handed over as its waiter went to sleep); it is runnable from
+	 * that switch-out (see switch_out). Skipped, its wait for a CPU was
+	 * counted as the block's. */
+	if (th && (!th->running || !RD(btf, p, on_rq)))
 		th->woken_ns = now;
 	if (!want_wakers)
 		return 0;

@@ -61,13 +61,24 @@ struct wc_thread {
 	 * switch-in (valid when exec_known); slice_wall_ns and slice_exec_ns
 	 * sum wall and clock over the slices measured so (steal is their
 	 * difference, taken at the end; the wall sum never falls behind the
-	 * clock sum: see close_slice). A thread already running at the start
+	 * clock sum, nor passes it by more than slice_steal_ns: see
+	 * close_slice). A thread already running at the start
 	 * has no base for its first slice: first_out and first_exec (time and
 	 * clock at its end) let user space measure it from the /proc snapshot
 	 * taken at the start. */
 	__u64 exec_base;
 	__u64 slice_wall_ns;
 	__u64 slice_exec_ns;
+	/* The steal the kernel itself took from the task's clock in the
+	 * slices measured so: its CPU's rq->clock less rq->clock_task (both
+	 * as of __schedule's update) moves by the interrupt and paravirt
+	 * steal time of that CPU. rq_base: that difference at the switch-in;
+	 * kclock_base: rq->clock then (slice_kwall_ns: the slices' wall time
+	 * on the kernel's clock). */
+	__u64 rq_base;
+	__u64 kclock_base;
+	__u64 slice_steal_ns;
+	__u64 slice_kwall_ns;
 	__u64 first_out;
 	__u64 first_exec;
 	__u64 out_exec;  /* the clock at the last switch-out */

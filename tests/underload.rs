@@ -257,3 +257,76 @@ fn system_wide_steal_is_at_most_the_machines() {
     }
     assert!(worst.is_empty(), "{}", worst.join("\n"));
 }
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Each `--every` window's steal, system-wide and per process, is at most
+/// the machine's over that window: /proc/stat read by the test every
+/// 10 ms, from the last reading before the window's start to the first
+/// after its end (a span that holds the window). The whole capture was
+/// capped, the windows were not.
+#[test]
+fn every_windows_steal_is_at_most_the_machines() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("underload-every-steal");
+    let _hogs = Hogs::start();
+    let out = d.join("sys.jsonl");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let at = monotonic_ns();
+                v.push((at, machine_steal_ns()));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            v.push((monotonic_ns(), machine_steal_ns()));
+            v
+        })
+    };
+    let st = Command::new(util::bin("offcputime")).args(["-d", "4", "--every", "1", "-o"]).arg(&out).stderr(Stdio::inherit()).status().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let readings = sampler.join().unwrap();
+    assert!(st.success(), "offcputime failed");
+    let mut errors = Vec::new();
+    let mut n = 0;
+    for i in 1.. {
+        let p = PathBuf::from(format!("{}.{i}", out.display()));
+        if !p.exists() {
+            break;
+        }
+        n += 1;
+        let recs = records(&p);
+        let h = recs.iter().find(|r| r["type"] == "header").expect("a window's header");
+        let (start, end) = (u(&h["start_ns"]), u(&h["end_ns"]));
+        let before = readings.iter().rev().find(|(at, _)| *at <= start).expect("a reading before the window");
+        let after = readings.iter().find(|(at, _)| *at >= end).expect("a reading after the window");
+        let machine = after.1 - before.1;
+        let mut per_pid: HashMap<u64, u64> = HashMap::new();
+        for r in recs.iter().filter(|r| r["type"] == "thread") {
+            *per_pid.entry(u(&r["pid"])).or_default() += r["steal_ns"].as_u64().unwrap_or(0);
+        }
+        let all: u64 = per_pid.values().sum();
+        let top = per_pid.values().max().copied().unwrap_or(0);
+        eprintln!(
+            "window {i} ({:.0} ms): [steal] {:.1} ms in all, at most {:.1} ms in one process; the machine's steal + irq + softirq {:.1} ms",
+            (end - start) as f64 / 1e6,
+            all as f64 / 1e6,
+            top as f64 / 1e6,
+            machine as f64 / 1e6
+        );
+        if all > machine + tick_slack_ns() {
+            errors.push(format!("window {i}: [steal] {all} ns in all, the machine's {machine} ns"));
+        }
+    }
+    assert!(n >= 3, "{n} windows written, 4 s cut every 1 s");
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}

@@ -383,8 +383,8 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     drain.bounded();
     sess.begin(start, &args.tids, &mut unwind)?;
     let mut windows = match (args.every, &args.every_follow, &args.output) {
-        (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start)),
-        (None, Some(l), Some(o)) => Some(crate::window::Windows::following(l, o, start)),
+        (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start, sess.machine_steal.0)),
+        (None, Some(l), Some(o)) => Some(crate::window::Windows::following(l, o, start, sess.machine_steal.0)),
         _ => None,
     };
     // A cut due within half a window of the end of -d is left to the stop,
@@ -427,11 +427,12 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             let threads = retired.with(thread_map(skel.maps().threads).1);
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
             let cut_at = if args.every_follow.is_some() { cut_at } else { monotonic_ns().max(cut_at) };
+            let machine = crate::steal::machine_ns();
             let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };
             let Some(recs) = tool.snapshot(cut) else {
                 anyhow::bail!("{}: --every is not supported", T::NAME);
             };
-            w.close(cut_at, recs, false)?;
+            w.close(cut_at, recs, false, machine)?;
         }
     }
     let end = monotonic_ns();
@@ -466,6 +467,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     sess.add_thread_pids(&raw_threads);
     sess.add_pids(retired.pids.iter().copied());
     let threads = retired.with(threads);
+    if std::env::var_os("WALLCLOCK_STEAL_STATS").is_some() {
+        crate::steal::debug_sums(T::NAME, &threads, sess.machine_steal);
+    }
     sess.clocks_of_running(&threads);
     let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
     Ok(Captured { tool: T::NAME, skel, sess, unwind, start, end, threads, counts, windows })
@@ -482,9 +486,18 @@ impl<S> Captured<S> {
         value: impl Fn(&wallclock_stream::Stack) -> u64,
     ) -> Result<i32> {
         if let Some(mut w) = self.windows.take() {
-            let summed: Vec<Record> =
+            let mut summed: Vec<Record> =
                 records.iter().filter(|r| !matches!(r, Record::Slice(_) | Record::SliceStack(_))).cloned().collect();
-            w.close(self.end, summed, true)?;
+            // The whole capture's steal was capped to the machine's over
+            // all of it; the last window is capped over its own span.
+            for r in summed.iter_mut() {
+                if let Record::Thread(t) = r {
+                    if let Some(s) = self.sess.uncapped_steal.get(&(t.pid, t.tid)) {
+                        t.steal_ns = Some(*s);
+                    }
+                }
+            }
+            w.close(self.end, summed, true, self.sess.machine_steal.1)?;
         }
         let mut out = wallclock_stream::cli::open_output(args.output.as_deref())?;
         crate::output::write(self.tool, &mut out, records, args.folded, value)?;

@@ -67,6 +67,10 @@ pub struct Session {
     /// The machine's steal + irq + softirq (/proc/stat) read at the start
     /// and at the stop: no capture claims more (see [`Session::cap_steal`]).
     pub machine_steal: (Option<u64>, Option<u64>),
+    /// The threads' steal before [`Session::cap_steal`] scaled it, by
+    /// (pid, tid): the last `--every` window is cut from the records
+    /// before the cap (capped to the machine's over that window alone).
+    pub uncapped_steal: std::collections::HashMap<(u32, u32), u64>,
     tids: Vec<u32>,
     pub exit_code: Option<i32>,
     /// System-wide: every thread of /proc just after the start (see
@@ -124,6 +128,7 @@ impl Session {
             kstacks: None,
             at_stop: BTreeMap::new(),
             machine_steal: (None, None),
+            uncapped_steal: Default::default(),
             tids: Vec::new(),
             exit_code: None,
             listed: BTreeMap::new(),
@@ -324,17 +329,18 @@ impl Session {
     }
 
     /// Scale the threads' steal down to the machine's own over the window
-    /// when their sum is more (see [`steal::cap`]).
-    pub fn cap_steal(&self, records: &mut [wallclock_stream::Record]) {
+    /// when their sum is more (see [`steal::cap`]); what each was before
+    /// is kept in `uncapped_steal`.
+    pub fn cap_steal(&mut self, records: &mut [wallclock_stream::Record]) {
         let (Some(a), Some(b)) = self.machine_steal else { return };
-        let mut steals: Vec<&mut u64> = records
-            .iter_mut()
-            .filter_map(|r| match r {
-                wallclock_stream::Record::Thread(t) => t.steal_ns.as_mut(),
-                _ => None,
-            })
-            .collect();
-        steal::cap(&mut steals, b.saturating_sub(a));
+        for r in records.iter() {
+            if let wallclock_stream::Record::Thread(t) = r {
+                if let Some(s) = t.steal_ns {
+                    self.uncapped_steal.insert((t.pid, t.tid), s);
+                }
+            }
+        }
+        steal::cap_records(records, b.saturating_sub(a));
     }
 
     /// The stream header every capture tool writes for this session.

@@ -5,7 +5,10 @@
 //! the rest, so a function's share is the time it really ran.
 //!
 //! The BPF side measures every slice it saw begin (`se.sum_exec_runtime`
-//! at switch-in and switch-out). Two slices it cannot close alone are
+//! at switch-in and switch-out), and ends a slice where the kernel did
+//! when that is before our stamp: a slice's steal is never more than the
+//! steal the kernel took from its CPU's task clock over it (see
+//! close_slice in bpf/capture.bpf.h). Two slices it cannot close alone are
 //! measured here from `/proc/PID/task/TID/schedstat` readings: the slice a
 //! thread was already running in at the start, and the one still open at
 //! the stop. Such a reading of a running thread is as old as its last
@@ -86,13 +89,13 @@ pub fn machine_ns() -> Option<u64> {
 }
 
 /// Scale `steals` down so that they sum to `machine` at most: no thread
-/// lost more to the hypervisor than the whole machine did. Each is
-/// measured as its slices' wall time less its clock, and the few
-/// microseconds by which our stamps and the kernel's clock differ at each
-/// switch (another tracer's program on the tracepoint before ours adds
-/// to them) are kept where they are positive, one thread after another:
-/// over the thousands of threads of a system-wide capture they summed to
-/// more than the machine's steal (30.8 ms against 20 ms in 2 s).
+/// lost more to the hypervisor than the whole machine did. A closed
+/// slice's steal is at most its CPU's (bpf/capture.bpf.h, close_slice),
+/// so this rarely acts now; it bounds the first and last slices, measured
+/// here from /proc readings, and /proc/stat's whole ticks. Before the
+/// slices were bounded, the interval between a wake-up preemption and
+/// its switch was claimed as the preempted thread's steal: over a
+/// system-wide capture's threads, 30.8 ms against the machine's 20 ms.
 pub fn cap(steals: &mut [&mut u64], machine: u64) {
     let sum: u128 = steals.iter().map(|s| **s as u128).sum();
     if sum <= machine as u128 {
@@ -101,6 +104,48 @@ pub fn cap(steals: &mut [&mut u64], machine: u64) {
     for s in steals.iter_mut() {
         **s = (**s as u128 * machine as u128 / sum) as u64;
     }
+}
+
+/// `WALLCLOCK_STEAL_STATS=1`: the threads' closed slices summed, on our
+/// stamps and on the kernel's clocks, against the machine's steal.
+pub fn debug_sums(tool: &str, threads: &[(u32, WcThread)], machine: (Option<u64>, Option<u64>)) {
+    let (mut wall, mut exec, mut ksteal, mut kwall, mut n) = (0u128, 0u128, 0u128, 0u128, 0u64);
+    for (_, t) in threads {
+        wall += t.slice_wall_ns as u128;
+        exec += t.slice_exec_ns as u128;
+        ksteal += t.slice_steal_ns as u128;
+        kwall += t.slice_kwall_ns as u128;
+        n += 1;
+    }
+    let m = machine.1.unwrap_or(0).saturating_sub(machine.0.unwrap_or(0));
+    let ms = |v: u128| v as f64 / 1e6;
+    let mut odd: Vec<&(u32, WcThread)> = threads.iter().collect();
+    odd.sort_by_key(|(_, t)| std::cmp::Reverse((t.slice_kwall_ns as i128 - t.slice_wall_ns as i128).unsigned_abs()));
+    for (tid, t) in odd.iter().take(4) {
+        let comm = String::from_utf8_lossy(&t.comm.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect::<Vec<u8>>()).into_owned();
+        eprintln!("{tool}: steal stats: {tid} {comm}: wall {} clock {} kwall {} ksteal {} on {}", t.slice_wall_ns, t.slice_exec_ns, t.slice_kwall_ns, t.slice_steal_ns, t.on_ns);
+    }
+    eprintln!(
+        "{tool}: steal stats: {n} threads; slices' wall {:.3} ms, clock {:.3} ms, wall - clock {:.3} ms; kernel's wall {:.3} ms, kernel's steal {:.3} ms; machine {:.3} ms",
+        ms(wall),
+        ms(exec),
+        ms(wall) - ms(exec),
+        ms(kwall),
+        ms(ksteal),
+        m as f64 / 1e6
+    );
+}
+
+/// [`cap`] over the thread records of a stream (a capture, a window).
+pub fn cap_records(records: &mut [wallclock_stream::Record], machine: u64) {
+    let mut steals: Vec<&mut u64> = records
+        .iter_mut()
+        .filter_map(|r| match r {
+            wallclock_stream::Record::Thread(t) => t.steal_ns.as_mut(),
+            _ => None,
+        })
+        .collect();
+    cap(&mut steals, machine);
 }
 
 /// How late the CPU clock of a running thread may be when read: the

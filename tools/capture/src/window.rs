@@ -29,18 +29,23 @@ pub struct Windows {
     /// Where the window now open began, and the records up to there.
     start: u64,
     prev: Vec<Record>,
+    /// The machine's steal + irq + softirq (/proc/stat) at `start`: a
+    /// window's threads never claim more steal than the machine counted
+    /// over the window (the whole capture's cap does not bound a window).
+    machine: Option<u64>,
     pub closed: u32,
 }
 
 impl Windows {
-    pub fn new(every_s: f64, output: &Path, start: u64) -> Windows {
+    /// `machine`: the machine's steal at `start` (crate::steal::machine_ns).
+    pub fn new(every_s: f64, output: &Path, start: u64, machine: Option<u64>) -> Windows {
         let every_ns = (every_s * 1e9) as u64;
-        Windows { every_ns, follow: None, path: output.to_path_buf(), start, prev: Vec::new(), closed: 0 }
+        Windows { every_ns, follow: None, path: output.to_path_buf(), start, prev: Vec::new(), machine, closed: 0 }
     }
 
     /// Windows that end where another capture's (`FILE.N`) end.
-    pub fn following(leader: &Path, output: &Path, start: u64) -> Windows {
-        Windows { follow: Some(leader.to_path_buf()), ..Windows::new(0.0, output, start) }
+    pub fn following(leader: &Path, output: &Path, start: u64, machine: Option<u64>) -> Windows {
+        Windows { follow: Some(leader.to_path_buf()), ..Windows::new(0.0, output, start, machine) }
     }
 
     /// When the window open since `start` ends, if it is over at `now`:
@@ -66,9 +71,13 @@ impl Windows {
 
     /// Close the open window at `end`, given the capture's records from its
     /// start to `end`: write the window's file. The last one (at the stop)
-    /// is named in FILE.last first, for followers.
-    pub fn close(&mut self, end: u64, upto: Vec<Record>, last: bool) -> Result<()> {
-        let win = delta(&self.prev, &upto, self.start, end);
+    /// is named in FILE.last first, for followers. `machine`: the
+    /// machine's steal read at `end`; the window's is capped to it.
+    pub fn close(&mut self, end: u64, upto: Vec<Record>, last: bool, machine: Option<u64>) -> Result<()> {
+        let mut win = delta(&self.prev, &upto, self.start, end);
+        if let (Some(a), Some(b)) = (self.machine, machine) {
+            crate::steal::cap_records(&mut win, b.saturating_sub(a));
+        }
         self.closed += 1;
         let name = format!("{}.{}", self.path.display(), self.closed);
         let tmp = format!("{name}.tmp");
@@ -86,6 +95,7 @@ impl Windows {
         std::fs::rename(&tmp, &name).with_context(|| format!("renaming {tmp} to {name}"))?;
         self.start = end;
         self.prev = upto;
+        self.machine = machine;
         Ok(())
     }
 }
@@ -174,4 +184,48 @@ pub fn delta(prev: &[Record], cur: &[Record], start: u64, end: u64) -> Vec<Recor
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upto(steal: &[(u32, u64)]) -> Vec<Record> {
+        let mut v = vec![Record::Header(wallclock_stream::Header::new("offcputime", "0"))];
+        for &(tid, s) in steal {
+            let mut t = Thread::new(1, tid, "t");
+            (t.on_ns, t.steal_ns) = (Some(1_000_000_000), Some(s));
+            v.push(Record::Thread(t));
+        }
+        v
+    }
+
+    fn steal_of(path: &str) -> Vec<u64> {
+        let text = std::fs::read_to_string(path).unwrap();
+        let r = wallclock_stream::Reader::new(std::io::BufReader::new(text.as_bytes()), "", Default::default());
+        r.filter_map(|r| match r.unwrap() {
+            Record::Thread(t) => t.steal_ns,
+            _ => None,
+        })
+        .collect()
+    }
+
+    #[test]
+    fn each_window_capped_to_the_machines_steal_over_it() {
+        let dir = std::env::temp_dir().join(format!("wc-window-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("w.jsonl");
+        let mut w = Windows::new(1.0, &out, 0, Some(1_000));
+        // Window 1: the threads claim 30 + 10 against the machine's 20.
+        w.close(10, upto(&[(1, 30), (2, 10)]), false, Some(1_020)).unwrap();
+        // Window 2: 6 + 2 more, under the machine's 100 there.
+        w.close(20, upto(&[(1, 36), (2, 12)]), false, Some(1_120)).unwrap();
+        // Window 3: the machine read nothing new.
+        w.close(30, upto(&[(1, 40), (2, 12)]), true, Some(1_120)).unwrap();
+        let p = |n: u32| format!("{}.{n}", out.display());
+        assert_eq!(steal_of(&p(1)), vec![15, 5]);
+        assert_eq!(steal_of(&p(2)), vec![6, 2]);
+        assert_eq!(steal_of(&p(3)), vec![0, 0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
