@@ -169,7 +169,7 @@ pub fn delta(prev: &[Record], cur: &[Record], start: u64, end: u64) -> Vec<Recor
                 out.push(Record::Stats(s));
             }
             // (Captures write no stack table; definitions pass as they are.)
-            Record::Maps(_) | Record::Frame(_) | Record::StackDef(_) => out.push(r.clone()),
+            Record::Maps(_) | Record::Ksyms(_) | Record::Frame(_) | Record::StackDef(_) => out.push(r.clone()),
             Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
         }
     }
