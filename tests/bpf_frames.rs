@@ -135,3 +135,57 @@ fn the_captures_own_programs_are_named_from_the_capture() {
     let name = func(&mine.2[0]);
     assert!(name.starts_with("[unknown]+0x") || mine.2[0]["module"] == "[bpf]", "without the record: {:?}", mine.2);
 }
+
+/// Without root or a capture: `stacksym --kallsyms FILE` with this
+/// machine's tail of kallsyms and a BPF program in it. An address past the
+/// last kernel symbol (a data marker) is `[unknown]`, one in the program
+/// is named as perf names it, one at a function's return address keeps
+/// its name; a stream's ksyms record wins over kallsyms.
+#[test]
+fn kernel_addresses_in_no_symbols_code_are_unknown() {
+    let dir = util::scratch("bpf-frames-kallsyms");
+    let kallsyms = dir.join("kallsyms");
+    std::fs::write(
+        &kallsyms,
+        "ffffffff81000000 T _stext\n\
+         ffffffff81000100 T do_nanosleep\n\
+         ffffffff81000200 T schedule\n\
+         ffffffff822090c8 T _etext\n\
+         ffffffff83b264c8 R __start_runtime_ptr_USER_PTR_MAX\n\
+         ffffffff83b266f0 R __stop_runtime_ptr_USER_PTR_MAX\n\
+         ffffffffc0026f68 t bpf_prog_f225b9a298e3b5c8_switch_btf\t[bpf]\n\
+         ffffffffc0028c10 t bpf_prog_393e990012986b82_thread_new\t[bpf]\n\
+         ffffffffc0201000 t ftrace_trampoline\t[__builtin__ftrace]\n",
+    )
+    .unwrap();
+    let header = r#"{"type":"header","format":"wallclock","version":"1.5","tool":"offcputime","tool_version":"0","clock":"monotonic"}"#;
+    // Root first: do_nanosleep's return address, schedule, the program,
+    // an unloaded program's address, one far past the trampoline.
+    let kstack = [0xffffffff81000140u64, 0xffffffff81000210, 0xffffffffc0027000, 0xffffffffc0010000, 0xffffffffc0300000];
+    let stack = format!(r#"{{"type":"stack","kind":"off","state":"S","pid":4000000001,"tid":4000000001,"comm":"x","kstack":{kstack:?},"ns":5,"count":1}}"#);
+    let input = format!("{header}\n{stack}\n");
+    let funcs = |out: &str| -> Vec<(String, Option<String>)> {
+        let recs: Vec<wallclock_stream::Record> =
+            wallclock_stream::Reader::new(out.as_bytes(), "out", Default::default()).collect::<Result<_, _>>().unwrap();
+        let s = recs.into_iter().find_map(|r| if let wallclock_stream::Record::Stack(s) = r { Some(s) } else { None }).unwrap();
+        s.frames.into_iter().map(|f| (f.func, f.module)).collect()
+    };
+    let k = kallsyms.to_str().unwrap();
+    let got = funcs(&util::ok("stacksym", &["-q", "--kallsyms", k], input.as_bytes()));
+    let bpf = Some("[bpf]".to_string());
+    assert_eq!(
+        got,
+        [
+            ("do_nanosleep".to_string(), Some("[kernel]".to_string())),
+            ("schedule".to_string(), Some("[kernel]".to_string())),
+            ("bpf_prog_f225b9a298e3b5c8_switch_btf".to_string(), bpf.clone()),
+            ("[unknown]+0xffffffffc0010000".to_string(), None),
+            ("[unknown]+0xffffffffc0300000".to_string(), None),
+        ]
+    );
+    // The stream's record names the unloaded program.
+    let ksyms = r#"{"type":"ksyms","module":"[bpf]","syms":[{"addr":18446744072635875312,"len":256,"name":"bpf_prog_5a93185c26553e49_snapshot"}]}"#;
+    assert_eq!(0xffffffffc0010000u64 - 16, 18446744072635875312, "16 bytes into it, a return address");
+    let got = funcs(&util::ok("stacksym", &["-q", "--kallsyms", k], format!("{header}\n{ksyms}\n{stack}\n").as_bytes()));
+    assert_eq!(got[3], ("bpf_prog_5a93185c26553e49_snapshot".to_string(), bpf));
+}
