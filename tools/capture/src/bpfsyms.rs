@@ -25,7 +25,7 @@ type Read = (Vec<u32>, Ksyms);
 enum State {
     Idle,
     Reading(JoinHandle<Read>),
-    Done(Ksyms),
+    Read(Read),
 }
 
 static STATE: Mutex<State> = Mutex::new(State::Idle);
@@ -37,23 +37,37 @@ pub fn at_attach() {
     }
 }
 
+/// The attach-time read, waited for where `wait`, else if done.
+fn settle(state: &mut State, wait: bool) {
+    if matches!(state, State::Reading(t) if wait || t.is_finished()) {
+        let State::Reading(t) = std::mem::replace(state, State::Idle) else { unreachable!() };
+        if let Ok(r) = t.join() {
+            *state = State::Read(r);
+        }
+    }
+}
+
 /// Finish reading while the programs are still loaded: the attach-time
 /// read, and a second one where programs were loaded since.
 pub fn at_stop() {
     let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    let State::Reading(t) = std::mem::replace(&mut *state, State::Idle) else { return };
-    let Ok((ids, mut syms)) = t.join() else { return };
+    settle(&mut state, true);
+    let State::Read((ids, syms)) = &mut *state else { return };
     let now: Vec<u32> = ProgInfoIter::default().map(|p| p.id).collect();
     if now.iter().any(|id| !ids.contains(id)) {
-        syms.merge(read().1);
+        let (_, later) = read();
+        syms.merge(later);
+        *ids = now;
     }
-    *state = State::Done(syms);
 }
 
-/// The `ksyms` record, if any program was seen.
+/// The `ksyms` record, if any program was seen (so far: a window of
+/// `--every` closed before the stop has the attach-time read).
 pub fn record() -> Option<Record> {
-    match &*STATE.lock().unwrap_or_else(|e| e.into_inner()) {
-        State::Done(k) if !k.syms.is_empty() => Some(Record::Ksyms(k.clone())),
+    let mut state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    settle(&mut state, false);
+    match &*state {
+        State::Read((_, k)) if !k.syms.is_empty() => Some(Record::Ksyms(k.clone())),
         _ => None,
     }
 }

@@ -74,7 +74,14 @@ impl Windows {
         let tmp = format!("{name}.tmp");
         let f = std::fs::File::create(&tmp).with_context(|| format!("creating {tmp}"))?;
         let mut w = Writer::from_env(std::io::BufWriter::new(f))?;
+        // The BPF programs loaded (crate::bpfsyms), after the header.
+        let mut ksyms = crate::bpfsyms::record();
         for r in &win {
+            if !matches!(r, Record::Header(_)) {
+                if let Some(k) = ksyms.take() {
+                    w.write(&k)?;
+                }
+            }
             w.write(r)?;
         }
         w.flush()?;
