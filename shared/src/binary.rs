@@ -28,10 +28,13 @@ use crate::record::Record;
 
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
-/// Framing version, the byte after [`MAGIC`]. 4 (stream 1.4): the
-/// header's new fields (see `Header`'s `Decode`) and the `probe` and
-/// `span` records (appended variants).
-pub const VERSION: u8 = 4;
+/// Framing version, the byte after [`MAGIC`]. 5 (stream 1.5): the
+/// `ksyms` record (an appended variant).
+pub const VERSION: u8 = 5;
+/// The framing of stream 1.4, still read: the same records less `ksyms`.
+/// 4 brought the header's new fields (see `Header`'s `Decode`) and the
+/// `probe` and `span` records (appended variants).
+pub const VERSION_4: u8 = 4;
 /// The framing of stream 1.3, still read: the same records less 1.4's
 /// two, whose header ends before 1.4's fields.
 pub const VERSION_3: u8 = 3;
@@ -93,7 +96,7 @@ pub fn read_magic(r: &mut impl BufRead) -> Result<u8, String> {
 }
 
 /// The framing version of a magic this reader understands: [`VERSION`],
-/// [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
+/// [`VERSION_4`], [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
 /// stack table).
 fn check_magic(m: &[u8]) -> Result<u8, String> {
     if m.len() < 4 || m[..4] != MAGIC {
@@ -104,7 +107,7 @@ fn check_magic(m: &[u8]) -> Result<u8, String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
+        Some(&v) if v != VERSION && v != VERSION_4 && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
             "binary framing version {v}, this reader understands {} to {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
             crate::legacy::VERSION
         )),

@@ -123,6 +123,12 @@ pub fn check_record(rec: &mut crate::Record) {
         // Names the user gave in a spec, checked as comms are.
         Record::Probe(p) => check_in_place(&mut p.probe),
         Record::Span(s) => check_in_place(&mut s.name),
+        // Names a stream carries into frames (a stream may be written by
+        // anyone): checked as frames are.
+        Record::Ksyms(k) => {
+            check_in_place(&mut k.module);
+            k.syms.iter_mut().for_each(|s| check_in_place(&mut s.name));
+        }
         Record::Header(_) | Record::Stats(_) | Record::StackDef(_) => {}
     }
 }

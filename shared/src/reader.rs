@@ -483,8 +483,8 @@ fn fast_object(line: &mut [u8]) -> Option<(&str, usize)> {
 /// A record of one of these that does not parse is an error naming its
 /// line, never skipped as a newer stream's (a test checks the list against
 /// the record types serde knows).
-const KNOWN_TYPES: [&str; 11] =
-    ["header", "thread", "maps", "stack", "stats", "frame", "stackdef", "slice", "slice_stack", "probe", "span"];
+const KNOWN_TYPES: [&str; 12] =
+    ["header", "thread", "maps", "stack", "stats", "frame", "stackdef", "slice", "slice_stack", "probe", "span", "ksyms"];
 
 /// Reject streams this reader cannot understand.
 pub fn check_header(format: &str, version: &str) -> Result<(), String> {

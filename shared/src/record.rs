@@ -13,7 +13,7 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 4;
+pub const VERSION_MINOR: u32 = 5;
 
 /// Count-name prefixes of what a symbolizer could not name, per module:
 /// distinct addresses, time (ns) and events of the stacks holding at least
@@ -45,6 +45,9 @@ pub enum Record {
     Probe(crate::probe::ProbeEvent),
     /// 1.4, with span probes: an entry and its exit on one thread (see [`crate::Span`]).
     Span(crate::probe::Span),
+    /// 1.5: kernel symbols of code loaded only during the capture (its
+    /// own BPF programs among them), see [`crate::Ksyms`].
+    Ksyms(crate::ksyms::Ksyms),
 }
 
 /// First record: makes the stream self-describing.

@@ -329,6 +329,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         .flatten();
     let links = tool.attach(&skel, btf)?;
     let tree_links = attach_tree(&skel, btf, sess.follow)?;
+    crate::bpfsyms::at_attach();
     // Children of -p -C created while loading: the fork hook missed them.
     let late = sess.late_children();
     bpf::put_u32_set(skel.maps().tgids, &late)?;
@@ -460,6 +461,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     for w in unwind.hotspot.warnings() {
         eprintln!("{}: warning: {w}", T::NAME);
     }
+    crate::bpfsyms::at_stop();
     drop(links);
     drop(tree_links);
 

@@ -6,6 +6,7 @@
 
 pub mod asyncio;
 pub mod bpf;
+pub mod bpfsyms;
 pub mod cgroup;
 pub mod drain;
 pub mod elf;

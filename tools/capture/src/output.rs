@@ -24,6 +24,9 @@ pub fn folded_key(s: &Stack) -> String {
 /// (`TOOL: warning: frames left as MODULE+0x...: WHY`).
 fn symbolized(tool: &'static str, records: &[Record]) -> Vec<Record> {
     let mut engine = Engine::new(Options { no_lines: true, tool, ..Options::default() });
+    if let Some(Record::Ksyms(k)) = crate::bpfsyms::record() {
+        engine.add_ksyms(&k);
+    }
     engine.prepare_records(records);
     records
         .iter()
@@ -73,8 +76,15 @@ pub fn write_stream<'a>(out: &mut dyn Write, records: impl Iterator<Item = std::
     // Names read from the targets that were not printable text (marked
     // where they were read: wallclock_stream::names), in the trailer.
     let bad = wallclock_stream::names::replaced();
+    // The capture's BPF programs (crate::bpfsyms), before any stack.
+    let mut ksyms = crate::bpfsyms::record();
     for r in records {
         let r = r?;
+        if !matches!(&*r, Record::Header(_)) {
+            if let Some(k) = ksyms.take() {
+                w.write(&k)?;
+            }
+        }
         match &*r {
             Record::Stats(st) if bad > 0 => {
                 let mut st = st.clone();

@@ -83,7 +83,14 @@ impl Windows {
         let tmp = format!("{name}.tmp");
         let f = std::fs::File::create(&tmp).with_context(|| format!("creating {tmp}"))?;
         let mut w = Writer::from_env(std::io::BufWriter::new(f))?;
+        // The BPF programs loaded (crate::bpfsyms), after the header.
+        let mut ksyms = crate::bpfsyms::record();
         for r in &win {
+            if !matches!(r, Record::Header(_)) {
+                if let Some(k) = ksyms.take() {
+                    w.write(&k)?;
+                }
+            }
             w.write(r)?;
         }
         w.flush()?;
@@ -179,7 +186,7 @@ pub fn delta(prev: &[Record], cur: &[Record], start: u64, end: u64) -> Vec<Recor
                 out.push(Record::Stats(s));
             }
             // (Captures write no stack table; definitions pass as they are.)
-            Record::Maps(_) | Record::Frame(_) | Record::StackDef(_) => out.push(r.clone()),
+            Record::Maps(_) | Record::Ksyms(_) | Record::Frame(_) | Record::StackDef(_) => out.push(r.clone()),
             Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
         }
     }

@@ -138,7 +138,7 @@ impl Merger {
                 }
                 // The merged view is the summed one: a timeline is read
                 // from the capture's own stream (wcexport --trace).
-                Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
+                Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) | Record::Ksyms(_) => {}
                 Record::Stats(s) => {
                     self.any_stats = true;
                     self.stats.end_ns = self.stats.end_ns.max(s.end_ns);

@@ -126,6 +126,11 @@ pub struct Engine {
     pub(crate) file_sizes: HashMap<Rc<str>, bool>,
     /// The kernel's symbols read ahead ([`Engine::read_kallsyms_ahead`]).
     pub(crate) kallsyms: crate::kallsyms::Kallsyms,
+    /// Kernel symbols the stream listed (its `ksyms` records: the
+    /// capture's BPF programs), asked before kallsyms (crate::ktext).
+    pub(crate) stream_ksyms: Vec<wallclock_stream::Ksyms>,
+    /// What kallsyms says each kernel address is, read on first need.
+    pub(crate) ktext: Option<crate::ktext::KernelText>,
 }
 
 impl Engine {
@@ -174,6 +179,8 @@ impl Engine {
             open_files: HashSet::new(),
             file_sizes: HashMap::new(),
             kallsyms: Default::default(),
+            stream_ksyms: Vec::new(),
+            ktext: None,
         };
         e.intern_cut_markers();
         e

@@ -39,6 +39,7 @@ mod gil;
 mod jit;
 mod kallsyms;
 mod known;
+mod ktext;
 mod knownstacks;
 mod names;
 mod procmaps;
@@ -174,8 +175,10 @@ pub fn run(cli: &Cli) -> Result<i32> {
     for p in &cli.maps {
         let (name, input) = open_input(p)?;
         for rec in Reader::new(input, &name, ReaderOptions::default()) {
-            if let Record::Maps(m) = rec? {
-                engine.add_maps(&m);
+            match rec? {
+                Record::Maps(m) => engine.add_maps(&m),
+                Record::Ksyms(k) => engine.add_ksyms(&k),
+                _ => {}
             }
         }
     }

@@ -109,11 +109,13 @@ impl Engine {
         }
     }
 
-    /// Remember the maps records among `records`.
+    /// Remember the maps records (and kernel symbols) among `records`.
     pub fn learn_maps(&mut self, records: &[Record]) {
         for r in records {
-            if let Record::Maps(m) = r {
-                self.add_maps(m);
+            match r {
+                Record::Maps(m) => self.add_maps(m),
+                Record::Ksyms(k) => self.add_ksyms(k),
+                _ => {}
             }
         }
     }

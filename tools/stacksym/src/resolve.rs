@@ -27,6 +27,15 @@ pub(crate) struct Item {
 
 impl Engine {
     pub(crate) fn resolve_kernel(&mut self, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
+        // BPF programs and addresses past a symbol's code first (crate::ktext).
+        let decided: Vec<Option<Frame>> = keys.iter().map(|&(a, ret)| self.kernel_frame(a, lookup(a, ret))).collect();
+        let rest: Vec<(u64, bool)> = keys.iter().zip(&decided).filter(|(_, d)| d.is_none()).map(|(k, _)| *k).collect();
+        let mut named = if rest.is_empty() { Vec::new() } else { self.resolve_kernel_syms(&rest) }.into_iter();
+        decided.into_iter().map(|d| d.map(|f| vec![f]).or_else(|| named.next()).unwrap_or_default()).collect()
+    }
+
+    /// [`Engine::resolve_kernel`] by the symbolizer (kallsyms' nearest symbol).
+    fn resolve_kernel_syms(&mut self, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
         let lookups: Vec<u64> = keys.iter().map(|&(a, ret)| lookup(a, ret)).collect();
         let kallsyms = match (&self.opts.kallsyms, self.kallsyms.path()) {
             (Some(p), _) => MaybeDefault::Some(p.clone()),

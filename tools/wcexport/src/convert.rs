@@ -79,8 +79,9 @@ impl Input {
                 Record::Probe(p) => inp.probes.push(p),
                 Record::Span(s) => inp.spans.push(s),
                 Record::Stats(s) => inp.stats = Some(s),
-                // The reader resolves the stack table into each stack's frames.
-                Record::Frame(_) | Record::StackDef(_) => {}
+                // The reader resolves the stack table into each stack's
+                // frames; kernel symbols are stacksym's to use.
+                Record::Frame(_) | Record::StackDef(_) | Record::Ksyms(_) => {}
             }
         }
         inp

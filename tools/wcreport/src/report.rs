@@ -194,7 +194,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
             Record::Maps(m) => modules.add(m),
             // The reader resolves the stack table into each stack's frames.
             Record::Frame(_) | Record::StackDef(_) => {}
-            Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) => {}
+            Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) | Record::Ksyms(_) => {}
         }
     }
     let event = headers.iter().find_map(|h| h.event.clone());
