@@ -30,8 +30,12 @@ use crate::record::Record;
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`]. 4 (stream 1.4): the
 /// header's new fields (see `Header`'s `Decode`) and the `probe` and
-/// `span` records (appended variants).
-pub const VERSION: u8 = 4;
+/// `span` records (appended variants). 5: `pgen` at the end of the
+/// `thread`, `maps` and `stack` records (see [`crate::pgen`]).
+pub const VERSION: u8 = 5;
+/// The framing of stream 1.4 before `pgen`, still read: the same records
+/// with the field absent.
+pub const VERSION_4: u8 = 4;
 /// The framing of stream 1.3, still read: the same records less 1.4's
 /// two, whose header ends before 1.4's fields.
 pub const VERSION_3: u8 = 3;
@@ -104,7 +108,7 @@ fn check_magic(m: &[u8]) -> Result<u8, String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
+        Some(&v) if v != VERSION && v != VERSION_4 && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
             "binary framing version {v}, this reader understands {} to {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
             crate::legacy::VERSION
         )),

@@ -37,6 +37,7 @@ pub mod idmap;
 mod legacy;
 pub mod names;
 pub mod perfscript;
+pub mod pgen;
 pub mod procmaps;
 pub mod reader;
 pub mod safe_open;

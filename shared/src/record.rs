@@ -249,7 +249,7 @@ impl StateNs {
 }
 
 /// What the producer knows of one thread over the window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Thread {
     pub pid: u32,
     pub tid: u32,
@@ -275,6 +275,15 @@ pub struct Thread {
     /// On-CPU samples taken of this thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
+    /// The process's generation under its pid in this capture: 1 for the
+    /// second process the capture saw with this pid (the pid was used
+    /// again after the first one exited), 2 for the third...; absent for
+    /// the first. Two processes with one pid are two processes: readers
+    /// key a process by (pid, pgen) and a thread by (pid, pgen, tid).
+    /// Added in 1.4 after the rest; last: decoded only where the binary
+    /// record has bytes left (see [`trailing_pgen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
 }
 
 impl Thread {
@@ -290,6 +299,7 @@ impl Thread {
             steal_ns: None,
             off_ns: None,
             samples: None,
+            pgen: None,
         }
     }
     pub fn alive_ns(&self) -> Option<u64> {
@@ -299,7 +309,7 @@ impl Thread {
 
 /// A process's executable mappings, so that its addresses can be
 /// symbolized after it exited.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Maps {
     pub pid: u32,
     pub maps: Vec<MapEntry>,
@@ -309,6 +319,15 @@ pub struct Maps {
     /// in no mapping, at [`NAMED_ADDR_BASE`] and up). Since 1.3.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<NamedAddr>,
+    /// The process's generation under its pid in this capture: 1 for the
+    /// second process the capture saw with this pid (the pid was used
+    /// again after the first one exited), 2 for the third...; absent for
+    /// the first. Two processes with one pid are two processes: readers
+    /// key a process by (pid, pgen) and a thread by (pid, pgen, tid).
+    /// Added in 1.4 after the rest; last: decoded only where the binary
+    /// record has bytes left (see [`trailing_pgen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
 }
 
 /// User addresses from here up are never code (the kernel's half): the
@@ -361,7 +380,7 @@ impl Kind {
 }
 
 /// One stack and the time spent in it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Stack {
     pub kind: Kind,
     /// Off-CPU thread state (kind `off` only).
@@ -406,6 +425,15 @@ pub struct Stack {
     /// sums them to the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waker: Option<Box<Waker>>,
+    /// The process's generation under its pid in this capture: 1 for the
+    /// second process the capture saw with this pid (the pid was used
+    /// again after the first one exited), 2 for the third...; absent for
+    /// the first. Two processes with one pid are two processes: readers
+    /// key a process by (pid, pgen) and a thread by (pid, pgen, tid).
+    /// Added in 1.4 after the rest; last: decoded only where the binary
+    /// record has bytes left (see [`trailing_pgen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
 }
 
 impl Stack {
@@ -424,6 +452,7 @@ impl Stack {
             count: 0,
             gpu: None,
             waker: None,
+            pgen: None,
         }
     }
 }

@@ -147,6 +147,21 @@ impl Unwind {
     }
 
     /// Records of the mmap log the kernel could not write.
+    /// The generation of the process of `pid` a thread born at `born`
+    /// belongs to (`pgen` of the stream's records): None for the first
+    /// process of that pid the capture saw, or without the mmap log.
+    pub fn pgen(&self, pid: u32, born: u64) -> Option<u32> {
+        Some(self.log.as_ref()?.pgen(pid, born)).filter(|&g| g > 0)
+    }
+
+    /// Apply every record of the mmap log made so far (the exits
+    /// [`Unwind::pgen`] counts).
+    pub fn sync_log(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            log.sync(u64::MAX);
+        }
+    }
+
     pub fn log_lost(&self) -> u64 {
         self.log.as_ref().map_or(0, |l| l.lost)
     }
