@@ -1,0 +1,143 @@
+//! A pid used again within one capture: two processes, not one.
+//!
+//! tests/programs/pidreuse/reuse.c runs a process (comm `reuse_first`)
+//! that sleeps in `first_sleeper`, reaps it, then forks under the same
+//! pid (ns_last_pid) a second one (`reuse_second`, `second_sleeper`);
+//! each prints its sleep by its own clock. One offcputime capture of a
+//! cgroup holding both must keep them apart through stacksym and
+//! stackmerge: each under its own root with its own name, each sleeping
+//! function with the time its process slept. Before `pgen`, both were
+//! one process `reuse_second (PID)` holding both sleeps.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The cgroup v2 mount point, from /proc/self/mounts.
+fn cgroup2_mount() -> Option<PathBuf> {
+    let s = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    s.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+    })
+}
+
+/// Removes the test's cgroup (moving stragglers out first) however the test ends.
+struct TempCgroup(PathBuf, PathBuf);
+
+impl Drop for TempCgroup {
+    fn drop(&mut self) {
+        if let Ok(s) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+            for p in s.lines() {
+                let _ = std::fs::write(self.1.join("cgroup.procs"), p);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// What reuse printed: (name, pid, slept ns by its own clock).
+fn truths(stdout: &str) -> Vec<(String, u64, u64)> {
+    stdout
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|e| panic!("bad line {l}: {e}"));
+            (f[0].to_string(), n(1), n(3) - n(2))
+        })
+        .collect()
+}
+
+/// Folded lines (values in ns) whose text holds every one of `parts`, summed.
+fn folded_ns(folded: &str, parts: &[&str]) -> u64 {
+    folded
+        .lines()
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum()
+}
+
+fn capture(dir: &Path, gap_ms: u32) -> (Vec<(String, u64, u64)>, PathBuf) {
+    let root = cgroup2_mount().expect("no cgroup2 file system is mounted: this test needs one");
+    let cg = root.join(format!("wallclock-pidreuse-test-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.display()));
+    let _guard = TempCgroup(cg.clone(), root);
+    let reuse = util::build_c("tests/programs/pidreuse/reuse.c", dir, "reuse");
+    let (ready, out_file) = (dir.join("ready"), dir.join("out.jsonl"));
+    let t0 = Instant::now();
+    // Long enough for the two sleeps, the gap and a loaded machine's
+    // slow start of the program; the capture ends on its own.
+    let mut tool = Command::new(util::bin("offcputime"))
+        .arg("--cgroup")
+        .arg(&cg)
+        .args(["-d", "6", "--ready-file"])
+        .arg(&ready)
+        .arg("-o")
+        .arg(&out_file)
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "offcputime never became ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = Command::new(&reuse)
+        .arg(cg.join("cgroup.procs"))
+        .args([&gap_ms.to_string(), "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "reuse failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(tool.wait().unwrap().success(), "offcputime --cgroup failed");
+    (truths(&String::from_utf8_lossy(&out.stdout)), out_file)
+}
+
+/// 2.5 s between the first process's exit and the second's start: the
+/// capture moves an exited thread's entry out of its BPF map once a
+/// second, and until then a new thread of the same tid is not seen (see
+/// docs/stream-format.md, "A pid used again").
+#[test]
+fn a_reused_pid_is_two_processes_in_the_folded_output() {
+    if util::skip_without_root("pid reuse") {
+        return;
+    }
+    let dir = util::scratch("pid-reuse");
+    let (truth, out_file) = capture(&dir, 2500);
+    assert_eq!(truth.len(), 2, "both processes report: {truth:?}");
+    let (first, second) = (&truth[0], &truth[1]);
+    assert_eq!((first.0.as_str(), second.0.as_str()), ("reuse_first", "reuse_second"));
+    assert_eq!(first.1, second.1, "the second process has the first one's pid");
+    let pid = first.1;
+
+    // The stream: two thread records of that pid, the second `pgen` 1.
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let recs: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let mut threads: Vec<(&str, u64)> = recs
+        .iter()
+        .filter(|r| r["type"] == "thread" && r["pid"] == pid)
+        .map(|r| (r["comm"].as_str().unwrap_or(""), r["pgen"].as_u64().unwrap_or(0)))
+        .collect();
+    threads.sort();
+    assert_eq!(threads, [("reuse_first", 0), ("reuse_second", 1)], "the thread records of pid {pid}");
+
+    let sym = util::run("stacksym", &[out_file.to_str().unwrap()], b"");
+    assert!(sym.status.success(), "stacksym failed: {}", String::from_utf8_lossy(&sym.stderr));
+    let folded = util::ok("stackmerge", &["--folded", "--unit", "ns"], &sym.stdout);
+    let (root_a, root_b) = (format!("reuse_first ({pid});"), format!("reuse_second ({pid}) (2nd);"));
+    for (root, own, other, (name, _, slept)) in [(&root_a, "first_sleeper", "second_sleeper", first), (&root_b, "second_sleeper", "first_sleeper", second)] {
+        let got = folded_ns(&folded, &[root, own, "clock_nanosleep", "_[o]"]);
+        eprintln!("{name}: {got} ns under {own} in the profile, {slept} ns slept by its own clock");
+        // Its blocks are measured switch to switch: the clock reads
+        // around nanosleep and the wake-up's run-queue wait are all there is.
+        assert!(got.abs_diff(*slept) <= 5_000_000, "{name}: {got} ns under {root}..{own}, it slept {slept} ns:\n{folded}");
+        assert_eq!(folded_ns(&folded, &[root, other]), 0, "{name}'s root holds the other process's {other}:\n{folded}");
+    }
+    // No line of that pid under any other root.
+    let pid_roots: std::collections::BTreeSet<&str> =
+        folded.lines().filter_map(|l| l.split(';').next()).filter(|r| r.contains(&format!("({pid})"))).collect();
+    assert_eq!(pid_roots.len(), 2, "two roots for pid {pid}: {pid_roots:?}");
+}
