@@ -140,4 +140,51 @@ fn a_reused_pid_is_two_processes_in_the_folded_output() {
     let pid_roots: std::collections::BTreeSet<&str> =
         folded.lines().filter_map(|l| l.split(';').next()).filter(|r| r.contains(&format!("({pid})"))).collect();
     assert_eq!(pid_roots.len(), 2, "two roots for pid {pid}: {pid_roots:?}");
+
+    // wcreport: two processes of that pid, each with its name and its
+    // own sleep in its S time.
+    let report: Value = serde_json::from_str(&util::ok("wcreport", &["--json"], &sym.stdout)).unwrap();
+    let procs: Vec<&Value> = report["processes"].as_array().unwrap().iter().filter(|p| p["pid"] == pid).collect();
+    assert_eq!(procs.len(), 2, "two processes of pid {pid} in the report: {procs:?}");
+    for (name, pgen, slept) in [(&first.0, 0, first.2), (&second.0, 1, second.2)] {
+        let p = procs.iter().find(|p| p["pgen"].as_u64().unwrap_or(0) == pgen).unwrap_or_else(|| panic!("no process of pid {pid}, pgen {pgen}: {procs:?}"));
+        assert_eq!(p["comm"], name.as_str(), "{p}");
+        let s = p["off_ns"]["S"].as_u64().unwrap();
+        assert!(s.abs_diff(slept) <= 5_000_000, "{name}: S {s} ns in the report, it slept {slept} ns");
+    }
+}
+
+/// Without root or a capture: a hand-made stream of two processes of one
+/// pid (the second `pgen` 1) is two processes in stackmerge and wcreport,
+/// and the same stream without `pgen` is one, as before.
+#[test]
+fn pgen_keeps_two_processes_of_one_pid_apart() {
+    let thread = |comm: &str, pgen: &str, s: u64| {
+        format!(r#"{{"type":"thread","pid":77,"tid":77,"comm":"{comm}","start_ns":0,"end_ns":{s},"on_ns":0,"off_ns":{{"R":0,"S":{s},"D":0,"other":0}}{pgen}}}"#)
+    };
+    let stack = |comm: &str, f: &str, pgen: &str, s: u64| {
+        format!(r#"{{"type":"stack","kind":"off","state":"S","pid":77,"tid":77,"comm":"{comm}","frames":[{{"func":"main"}},{{"func":"{f}"}}],"ns":{s},"count":1{pgen}}}"#)
+    };
+    let header = r#"{"type":"header","format":"wallclock","version":"1.4","tool":"offcputime","tool_version":"0","clock":"monotonic","start_ns":0,"end_ns":1000}"#;
+    let stream = |pgen: &str| {
+        [header.to_string(), thread("one", "", 300), stack("one", "f_one", "", 300), thread("two", pgen, 500), stack("two", "f_two", pgen, 500)].join("\n")
+    };
+    let folded = util::ok("stackmerge", &["--folded", "--unit", "ns"], stream(r#","pgen":1"#).as_bytes());
+    assert_eq!(folded, "one (77);main;f_one;[sleep]_[o] 300\ntwo (77) (2nd);main;f_two;[sleep]_[o] 500\n");
+    let report: Value = serde_json::from_str(&util::ok("wcreport", &["--json"], stream(r#","pgen":1"#).as_bytes())).unwrap();
+    let procs: Vec<(String, u64, u64)> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["comm"].as_str().unwrap().to_string(), p["pgen"].as_u64().unwrap_or(0), p["off_ns"]["S"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(procs, [("two".to_string(), 1, 500), ("one".to_string(), 0, 300)]);
+    // The binary framing keeps it too.
+    let bin = util::run_cmd(std::process::Command::new(util::bin("stackmerge")).env("WALLCLOCK_STREAM_FORMAT", "bincode"), stream(r#","pgen":1"#).as_bytes());
+    assert!(bin.status.success(), "{}", String::from_utf8_lossy(&bin.stderr));
+    assert_eq!(util::ok("stackmerge", &["--folded", "--unit", "ns"], &bin.stdout), folded);
+    // Without pgen: one process, as streams were read before.
+    let merged = util::ok("stackmerge", &["--folded", "--unit", "ns"], stream("").as_bytes());
+    let roots: std::collections::BTreeSet<&str> = merged.lines().filter_map(|l| l.split(';').next()).collect();
+    assert_eq!(roots.len(), 1, "{merged}");
 }

@@ -154,6 +154,14 @@ impl Unwind {
         Some(self.log.as_ref()?.pgen(pid, born)).filter(|&g| g > 0)
     }
 
+    /// [`Unwind::pgen`] of a stack taken at `ts`, the log's records up to
+    /// then applied first (an exit not yet read would leave it 0).
+    pub fn pgen_at(&mut self, pid: u32, ts: u64) -> Option<u32> {
+        let log = self.log.as_mut()?;
+        log.sync(ts);
+        Some(log.pgen(pid, ts)).filter(|&g| g > 0)
+    }
+
     /// Apply every record of the mmap log made so far (the exits
     /// [`Unwind::pgen`] counts).
     pub fn sync_log(&mut self) {
