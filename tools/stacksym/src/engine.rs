@@ -64,6 +64,9 @@ pub(crate) fn space_key(pid: u32, pgen: Option<u32>) -> u32 {
     }
 }
 
+/// The pid part of a [`space_key`].
+pub(crate) const PID_MASK: u32 = (1 << 22) - 1;
+
 /// [`space_key`] of a stack's process.
 pub(crate) fn space_pid(s: &Stack) -> u32 {
     space_key(s.pid, s.pgen)
