@@ -187,6 +187,15 @@ fn pgen_keeps_two_processes_of_one_pid_apart() {
         .map(|p| (p["comm"].as_str().unwrap().to_string(), p["pgen"].as_u64().unwrap_or(0), p["off_ns"]["S"].as_u64().unwrap()))
         .collect();
     assert_eq!(procs, [("two".to_string(), 1, 500), ("one".to_string(), 0, 300)]);
+    // flame: one root box per process, the later one named so.
+    let dir = util::scratch("pid-reuse-flame");
+    let svg = dir.join("g.svg");
+    let out = util::run("flame", &["-o", svg.to_str().unwrap()], stream(r#","pgen":1"#).as_bytes());
+    assert!(out.status.success(), "flame: {}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    for root in ["<title>one (77) (", "<title>two (77) (2nd) ("] {
+        assert!(svg.contains(root), "no {root} in the graph");
+    }
     // The binary framing keeps it too.
     let bin = util::run_cmd(std::process::Command::new(util::bin("stackmerge")).env("WALLCLOCK_STREAM_FORMAT", "bincode"), stream(r#","pgen":1"#).as_bytes());
     assert!(bin.status.success(), "{}", String::from_utf8_lossy(&bin.stderr));

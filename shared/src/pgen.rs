@@ -48,6 +48,23 @@ pub fn pgen_suffix(p: Option<u32>) -> String {
     }
 }
 
+/// One number for a process, for tools that key processes by a u32: the
+/// pid, or for a later process of a reused pid the pid with its
+/// generation above the pid's 22 bits (a pid is below 4,194,304, the
+/// kernel's largest `pid_max`).
+pub fn process_key(pid: u32, pgen: Option<u32>) -> u32 {
+    match pgen_of(pgen) {
+        0 => pid,
+        g => pid | g.min(1023) << 22,
+    }
+}
+
+/// The pid and `pgen` of a [`process_key`].
+pub fn split_process_key(k: u32) -> (u32, Option<u32>) {
+    let g = k >> 22;
+    (k & ((1 << 22) - 1), (g > 0).then_some(g))
+}
+
 impl<C> bincode::Decode<C> for Thread {
     fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
         Ok(Thread {
