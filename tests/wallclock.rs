@@ -234,7 +234,10 @@ fn the_gate_is_not_the_commands_time() {
     assert!(window.abs_diff(start) < 1_000_000, "the window opens at {window}, the command's exec at {start}");
     let wall = (t_end - start) as f64 / 1e6;
     let own = (end_ns - main_ns) as f64 / 1e6;
-    assert!(wall - own <= 20.0 && wall >= own, "thread wall {wall:.1} ms against its own {own:.1} ms");
+    // Less the loader's waits for a CPU before main(), as above: the
+    // program's own clock starts at main() (CI at a load of 13: 19.5 ms
+    // runnable in `_start`, wall 321.4 ms against its own 300.1 ms).
+    assert!(wall - own - loader_r_ms <= 20.0 && wall >= own, "thread wall {wall:.1} ms against its own {own:.1} ms ({loader_r_ms:.1} ms of it waiting for a CPU before main)");
     let folded = std::fs::read_to_string(dir.join("g.folded")).unwrap();
     for f in ["fifo_open", "wait_for_partner", "pipe_read"] {
         assert!(!folded.contains(f), "the gate's wait ({f}) is in the profile: {}", folded.lines().find(|l| l.contains(f)).unwrap());

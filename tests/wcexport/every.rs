@@ -52,6 +52,8 @@ fn every_2_over_10_s_gives_5_profiles_that_add_up() {
     let _ = w.wait();
     assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
     assert!(!dir.join("run.6.pb.gz").exists(), "a sixth window");
+    let missing: Vec<usize> = (1..=5).filter(|i| !dir.join(format!("run.{i}.pb.gz")).exists()).collect();
+    assert!(missing.is_empty(), "windows {missing:?} not written: {}", String::from_utf8_lossy(&out.stderr));
     let wins: Vec<Value> = (1..=5).map(|i| decode(&dir.join(format!("run.{i}.pb.gz")))).collect();
     let whole = decode(&dir.join("run.pb.gz"));
 
