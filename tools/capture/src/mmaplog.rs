@@ -83,9 +83,6 @@ pub struct MmapLog {
     /// Every exit of a main thread seen, by pid, in time order, kept to
     /// the end: a pid used again names a new process (see [`MmapLog::pgen`]).
     ended: HashMap<u32, Vec<u64>>,
-    /// Each pid's process births (FORK records of a new process), in
-    /// time order: a stack's process is the one born last before it.
-    born: HashMap<u32, Vec<u64>>,
     /// Records the kernel could not write (a buffer full).
     pub lost: u64,
 }
@@ -227,7 +224,7 @@ impl MmapLog {
                 t.lock().unwrap_or_else(|e| e.into_inner()).take();
             }
         })?;
-        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), born: HashMap::new(), lost: 0 };
+        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), lost: 0 };
         match only {
             Some(pids) => log.synthesize(pids.iter().copied()),
             None => log.synthesize(all_pids()),
@@ -309,9 +306,6 @@ impl MmapLog {
                     None => (false, true, Vec::new()),
                 };
                 let gen = Gen { since: ts, exact, parent: (!exact).then_some(ppid), exec: false, anon_code, maps };
-                let born = self.born.entry(pid).or_default();
-                let at = born.partition_point(|&t| t <= ts);
-                born.insert(at, ts);
                 // A pid used again: the earlier process's stacks may still
                 // be queued, and find its images by their time.
                 self.procs.entry(pid).or_default().push(gen);
@@ -339,16 +333,6 @@ impl MmapLog {
     /// record, so every thread of the next process is born after it.
     pub fn pgen(&self, pid: u32, born: u64) -> u32 {
         self.ended.get(&pid).map_or(0, |e| e.partition_point(|&t| t < born) as u32)
-    }
-
-    /// The generation of the process of `pid` a stack taken at `ts`
-    /// belongs to: that of the last process of that pid born before it.
-    /// Counting the exits before `ts` instead put a dying process's last
-    /// samples (in do_exit, after its exit record) in a next process that
-    /// never came: 5-8 nameless processes in a `make -j2`'s report.
-    pub fn pgen_of_stack(&self, pid: u32, ts: u64) -> u32 {
-        let born = self.born.get(&pid).and_then(|b| b[..b.partition_point(|&t| t <= ts)].last().copied());
-        self.pgen(pid, born.unwrap_or(0))
     }
 
     /// Forget `pid` (its Maps record is made).
