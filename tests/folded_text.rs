@@ -193,7 +193,6 @@ fn rust_program_stacks_through_the_pipeline() {
             build_id: None,
         }],
         names: vec![],
-        pgen: None,
     };
     let stack = |frames: &[&str], ns: u64| {
         let mut s = Stack::new(Kind::Off, pid, pid, "rustnames");

@@ -38,7 +38,6 @@ mod ksyms;
 mod legacy;
 pub mod names;
 pub mod perfscript;
-pub mod pgen;
 pub mod procmaps;
 pub mod reader;
 pub mod safe_open;
