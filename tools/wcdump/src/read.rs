@@ -102,10 +102,10 @@ fn ticks(skel: &skel::DumpSkel, tids: &[u32]) -> HashMap<u32, Box<Raw>> {
         match wallclock_capture::events::open_thread_clock(tid, 100_000) {
             Ok(fd) => match skel.progs.dump_tick.attach_perf_event(fd) {
                 Ok(l) => links.push(l),
-                Err(e) => eprintln!("wcdump: warning: thread {tid}: attach its clock: {e}: its stack as saved at its last kernel entry"),
+                Err(e) => eprintln!("wcdump: warning: thread {tid}: attach its clock: {e}: its user stack left out unless it leaves the CPU"),
             },
             // Gone since the visit, or perf events refused.
-            Err(e) => eprintln!("wcdump: warning: thread {tid}: perf_event_open: {e}: its stack as saved at its last kernel entry"),
+            Err(e) => eprintln!("wcdump: warning: thread {tid}: perf_event_open: {e}: its user stack left out unless it leaves the CPU"),
         }
     }
     let mut got = HashMap::new();
