@@ -150,8 +150,12 @@ fn nothing_before_activation() {
     // holds about a third of the spinner's CPU time, whatever its share of
     // a busy machine.
     assert!(on <= 1_020_000_000 && on * 10 <= cpu_during * 6, "on-CPU time of the activated second only: {on} of {cpu_during}");
-    assert!(on > 0 && samples > 0, "the activated second was recorded");
-    assert!(samples <= on * 49 / 1_000_000_000 + 5, "samples of that second at 49 Hz: {samples}");
+    assert!(on > 0, "the activated second was recorded");
+    // Sampled too, when it ran enough of that second to be: niced behind
+    // two CPU hogs it ran 13 ms of it (0.65 samples due at 49 Hz).
+    let due = on * 49 / 1_000_000_000;
+    assert!(samples > 0 || due < 5, "the activated second was sampled: {samples} samples, {due} due");
+    assert!(samples <= due + 5, "samples of that second at 49 Hz: {samples}");
 }
 
 /// A time in the past, an activation before the preparation, a spec that
