@@ -102,11 +102,16 @@ impl Unwind {
     /// used no more; what follows stays in memory).
     fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
+            self.gone.insert(pid, p.maps);
+            // Made while the log still has the process's files.
+            let record = self.maps_record(pid);
             if let Some(log) = self.log.as_mut() {
                 log.forget(pid);
             }
-            self.gone.insert(pid, p.maps);
-            if let (Some(m), true) = (self.maps_record(pid), self.gone_spool.is_some() && !self.gone_spool_failed) {
+            if let Some(m) = &record {
+                self.gone.insert(pid, m.maps.clone());
+            }
+            if let (Some(m), true) = (record, self.gone_spool.is_some() && !self.gone_spool_failed) {
                 match self.gone_spool.as_mut().map(|s| s.push(&wallclock_stream::Record::Maps(m))) {
                     Some(Ok(())) => {
                         self.gone.remove(&pid);

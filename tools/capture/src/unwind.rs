@@ -644,6 +644,20 @@ impl Unwind {
                 maps.push(old.clone());
             }
         }
+        // Files the mmap log saw mapped that no stack ran in (the unwinder
+        // never read them): in the record too, by path, so that a module
+        // is told apart from another file of its base name the process
+        // mapped (40 copies of one extension: with one of them in the
+        // stacks, it was named by its base name alone whenever the maps
+        // were last read before the others were loaded).
+        if let Some(g) = self.log.as_ref().and_then(|l| l.gen_at(pid, u64::MAX)) {
+            for (_, m) in &g.maps {
+                if !m.path.starts_with('/') || maps.iter().any(|o| o.start < m.end && m.start < o.end) {
+                    continue;
+                }
+                maps.push(m.clone());
+            }
+        }
         maps.sort_by_key(|m| m.start);
         let mut names = self.python.names(pid);
         names.extend(self.php.names(pid));
