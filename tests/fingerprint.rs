@@ -103,10 +103,16 @@ fn one_call_site_on_two_kinds_of_file_keeps_both_kernel_paths() {
         .unwrap();
     assert!(o.status.success(), "offcputime failed: {}", o.status);
     let truth: Value = serde_json::from_slice(&o.stdout).expect("the workload's JSON line");
-    // Sleeping time under read_one, by the kernel path its stack holds:
+    // Off-CPU time under read_one, by the kernel path its stack holds:
     // the pipe's (pipe_read, anon_pipe_read) or the socket's (unix_stream_*).
+    // Every state, not only sleeping: the program's clock holds the wait
+    // for a CPU after each wake-up too, and the capture keeps that wait
+    // under the stack that slept (state R). With the spinners of
+    // runnable_at_the_start_keeps_its_stack on CPU 0 beside it, that wait
+    // was 24 ms of the socket's 227 in a CI run, over the slack when
+    // only sleeping time was counted.
     let (mut pipe, mut sock) = (0u64, 0u64);
-    for s in records(&out).iter().filter(|r| r["type"] == "stack" && r["kind"] == "off" && r["state"] == "S") {
+    for s in records(&out).iter().filter(|r| r["type"] == "stack" && r["kind"] == "off") {
         let f = funcs(s);
         if !f.iter().any(|x| x == "read_one") {
             continue;
