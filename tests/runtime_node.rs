@@ -8,6 +8,9 @@
 //! - With --perf-basic-prof the names read from the heap are those V8
 //!   wrote in its perf map (an independent reader of the same names), and
 //!   the main thread's sleep in libuv's poll is whole, through `uv_run`.
+//! - Stacks unwound after node exited (the capture stopped while node
+//!   finishes: a capture lagging on a loaded machine) keep the names and
+//!   tier markers read while it lived, all in V8's map.
 //! - tests/programs/node/server.js (an HTTP server whose handler costs
 //!   about 7 ms of CPU in the app's functions, loaded by client.js),
 //!   launched and attached by pid: the app's functions named in >= 80%
@@ -143,6 +146,55 @@ fn node_names_agree_with_perf_basic_prof() {
     assert!(!prof.stderr.contains("no /tmp/perf-"), "a perf map that exists is said to be missing:\n{}", prof.stderr);
     assert!(!prof.report.contains("--perf-basic-prof"), "the report asks for a flag node has");
     eprintln!("node --perf-basic-prof: {named:.1}% named hashLoop, {} names of work.js all in V8's map; {whole_pct:.1}% reach _start; {idle_whole:.1}% of the sleep in uv__io_poll through uv_run", ours.len());
+}
+
+/// A capture that lags behind its target (a loaded machine) unwinds its
+/// last stacks after the process exited: their names are what was read
+/// while it lived, tier markers included. Here the lag is made: oncputime
+/// is stopped (SIGSTOP) while node finishes, its ring buffer holding the
+/// last stacks, and continued once node is gone. Every name of work.js
+/// must still be one V8 wrote in its perf map (a baseline `^tick` once
+/// came out `*tick`: its bytecode slot's type was read from a process no
+/// longer there).
+#[test]
+fn names_unwound_after_the_process_exited_keep_their_tier() {
+    if util::skip_without_root("Node capture") || !have("node", "nodejs") {
+        return;
+    }
+    let dir = util::scratch("runtime_node_gone");
+    let out = dir.join("on.jsonl");
+    let mut node = Command::new("node").args(["--perf-basic-prof", &prog("work.js"), "3"]).stdout(Stdio::null()).spawn().expect("run node");
+    let pid = node.id();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut cap = Command::new(util::bin("oncputime")).args(["-F", "199", "-p", &pid.to_string(), "-o"]).arg(&out).stderr(Stdio::null()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: kill(2) on our own child's pid, not yet waited for.
+    let signal = |sig: i32| unsafe { libc::kill(cap.id() as libc::pid_t, sig) };
+    signal(libc::SIGSTOP);
+    node.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    signal(libc::SIGCONT);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    signal(libc::SIGINT);
+    assert!(cap.wait().unwrap().success(), "oncputime -p {pid} failed");
+    let map_path = format!("/tmp/perf-{pid}.map");
+    let map = std::fs::read_to_string(&map_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&map_path);
+    let in_map: HashSet<&str> = map.lines().filter_map(|l| l.splitn(3, ' ').nth(2)).collect();
+    let o = Command::new(util::bin("stacksym")).arg(&out).stderr(Stdio::null()).output().unwrap();
+    assert!(o.status.success(), "stacksym failed");
+    let stream = util::resolved(&String::from_utf8_lossy(&o.stdout));
+    let mut ours = HashSet::new();
+    for r in stream.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|r| r["type"] == "stack") {
+        for f in r["frames"].as_array().into_iter().flatten().filter_map(|f| f["func"].as_str()) {
+            if f.starts_with("JS:") && f.contains("/work.js:") {
+                ours.insert(f.to_string());
+            }
+        }
+    }
+    assert!(ours.iter().any(|f| js_frame(f, "tick", "work.js")), "tick never named: {ours:?}");
+    let missing: Vec<&String> = ours.iter().filter(|n| !in_map.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "names not in V8's perf map: {missing:?}\nthe map's: {:?}", in_map.iter().filter(|n| n.contains("work.js")).collect::<Vec<_>>());
 }
 
 const APP: [&str; 3] = ["handle", "renderPage", "mix"];

@@ -47,6 +47,10 @@ struct Proc {
     /// (its last stacks are unwound after it exited, on a loaded
     /// machine), what was read last stands.
     fn_last: HashMap<u64, u64>,
+    /// The bytecode-array slot words found to hold a BytecodeArray (a
+    /// baseline frame's), for the same reason: a `^` frame unwound after
+    /// the process exited stays `^`, not `*`.
+    bytecode_last: HashSet<u64>,
     sfi_checked: HashSet<u64>,
     script_checked: HashSet<u64>,
     /// SFI -> its words and what they describe.
@@ -139,6 +143,7 @@ impl V8 {
             types: HashMap::new(),
             fn_sfi: HashMap::new(),
             fn_last: HashMap::new(),
+            bytecode_last: HashSet::new(),
             sfi_checked: HashSet::new(),
             script_checked: HashSet::new(),
             sfis: HashMap::new(),
@@ -184,7 +189,7 @@ impl V8 {
             let bytecode = if interpreted { None } else { slot(p, p.heap.m.off_fp_bytecode_array) };
             let marker = if interpreted {
                 "~"
-            } else if bytecode.is_some_and(|b| p.type_of(b) == Some(p.heap.m.type_bytecode_array)) {
+            } else if bytecode.is_some_and(|b| p.holds_bytecode(b)) {
                 "^"
             } else {
                 "*"
@@ -237,6 +242,23 @@ impl Proc {
         let t = self.heap.type_of(o);
         self.types.insert(o, t);
         t
+    }
+
+    /// Whether `b`, a compiled frame's bytecode-array slot, holds a
+    /// BytecodeArray (a baseline frame's; an optimized frame has a spill
+    /// slot there). Once the process is gone, what was read while it lived.
+    fn holds_bytecode(&mut self, b: u64) -> bool {
+        if !self.heap.gone.get() {
+            let t = self.type_of(b);
+            if !self.heap.gone.get() {
+                let yes = t == Some(self.heap.m.type_bytecode_array);
+                if yes {
+                    self.bytecode_last.insert(b);
+                }
+                return yes;
+            }
+        }
+        self.bytecode_last.contains(&b)
     }
 
     /// The SharedFunctionInfo of what may be a JSFunction.
