@@ -44,8 +44,11 @@ struct Truth {
     chain: Vec<String>,
     cpu_ns: u64,
     wall_ns: u64,
-    /// Of wall_ns, runnable (waiting for a CPU).
+    /// Of wall_ns, runnable (waiting for a CPU): the run delay read
+    /// around the wall clock, and read inside it (the wall window's lies
+    /// between the two, see workload.py's `measured`).
     runq_ns: u64,
+    runq_in_ns: u64,
 }
 
 /// A stack of the merged stream: kind, tid, frames (root first), ns.
@@ -140,6 +143,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
                 cpu_ns: v["cpu_ns"].as_u64().unwrap(),
                 wall_ns: v["wall_ns"].as_u64().unwrap(),
                 runq_ns: v["runq_ns"].as_u64().unwrap(),
+                runq_in_ns: v["runq_in_ns"].as_u64().unwrap(),
             }
         })
         .collect();
@@ -173,8 +177,10 @@ const ROOTS: [&str; 3] = ["_start", "clone3", "clone"];
 struct Gil {
     shown: f64,
     runnable: f64,
-    blocked: f64,
-    runq: f64,
+    /// Blocked and runnable by its clocks, each a range: the run delay of
+    /// its wall window is between the inner and the outer reads'.
+    blocked: (f64, f64),
+    runq: (f64, f64),
     /// All its off-CPU time in the profile (the GIL, the run queue and
     /// any other wait), and the points of the two windows that do not
     /// match (see the on-CPU check).
@@ -282,15 +288,15 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
             let txt = util::ok("wcreport", &[prefix.with_extension("stream").to_str().unwrap()], b"");
             let line = format!("waiting for the GIL {}", wallclock_stream::units::human_ns(all));
             assert!(txt.contains(&line), "{line} not in\n{txt}");
-            let blocked = t.wall_ns.saturating_sub(t.cpu_ns + t.runq_ns);
+            let blocked = |runq: u64| t.wall_ns.saturating_sub(t.cpu_ns + runq);
             let pct = |ns: u64| ns as f64 * 100.0 / t.wall_ns as f64;
             let runnable: u64 = mine.iter().filter(|(s, _)| s.kind == "off" && s.state == "R").map(|(s, _)| s.ns).sum();
             let off: u64 = mine.iter().filter(|(s, _)| s.kind == "off").map(|(s, _)| s.ns).sum();
             gil.push(Gil {
                 shown: waited as f64 * 100.0 / total as f64,
                 runnable: runnable as f64 * 100.0 / total as f64,
-                blocked: pct(blocked),
-                runq: pct(t.runq_ns),
+                blocked: (pct(blocked(t.runq_ns)), pct(blocked(t.runq_in_ns))),
+                runq: (pct(t.runq_in_ns), pct(t.runq_ns)),
                 off: off as f64 * 100.0 / total as f64,
                 unmatched,
             });
@@ -348,36 +354,25 @@ fn perf_trampolines(minor: u32) {
     assert_gil(&check(&prefix, &stacks, &truth));
 }
 
-/// The two `spin` threads' GIL wait as they measured it, within 5 points.
-/// A block ends at its wake-up: a thread handed the GIL and then kept
-/// waiting for a CPU is runnable from there, as its own clocks count it.
+/// The two `spin` threads' GIL wait as they measured it, within 3 points
+/// (and the unmatched part of the two windows). A block ends at its
+/// wake-up: a thread handed the GIL and then kept waiting for a CPU is
+/// runnable from there, as its own clocks count it.
 fn assert_gil(gil: &[Gil]) {
     assert_eq!(gil.len(), 2, "two spin threads");
+    // How far `x` is from the range `r`.
+    let off_range = |x: f64, r: (f64, f64)| (r.0 - x).max(x - r.1).max(0.0);
     for g in gil {
         eprintln!(
-            "spin: waiting for the GIL {:.1}% of its time, runnable {:.1}%; by its own clocks blocked {:.1}%, runnable {:.1}%",
-            g.shown, g.runnable, g.blocked, g.runq
+            "spin: waiting for the GIL {:.1}% of its time, runnable {:.1}%; by its own clocks blocked {:.1}-{:.1}%, runnable {:.1}-{:.1}%",
+            g.shown, g.runnable, g.blocked.0, g.blocked.1, g.runq.0, g.runq.1
         );
         // Off-CPU as a whole is one quantity both sides measure the same
-        // way (below). Its split between the GIL wait and the
-        // run queue is read by the program at its function's edges, by the
-        // capture at each switch. It leans one way on a loaded machine (the
-        // capture shows more GIL wait and less run queue than the
-        // program's clocks: 2.3-4.3 points under two CPU hogs, past 5 once
-        // in two runs at load 5 with the whole suite). Part of it was the
-        // interval between a wake-up preemption and its switch, counted
-        // on-CPU (as steal) by the capture and as run delay by the kernel:
-        // now off-CPU, runnable (bpf/capture.bpf.h, close_slice). With two
-        // CPU hogs since: 0.1-4.3 points in 11 of 12 thread-runs, 6.2 in
-        // one (that run's two spin threads measured themselves blocked
-        // 19.6% and 14.0%, the capture 21.5% and 20.2%). Bounded here at 8
-        // points until the rest is found (issue 28); the sum stays at 3.
-        // The program counts as blocked whatever is neither CPU nor run
-        // queue (CI once: 4.1% of a spin's time off-CPU under neither
-        // [GIL] nor R, so GIL + runnable was 58.0% against its 62.4%):
-        // all of the profile's off-CPU time is compared with it, within
-        // 3 points and the unmatched part of the two windows.
-        let own_off = g.blocked + g.runq;
+        // way: the program counts as blocked whatever is neither CPU nor
+        // run queue (CI once: 4.1% of a spin's time off-CPU under neither
+        // [GIL] nor R, so GIL + runnable was 58.0% against its 62.4%), so
+        // all of the profile's off-CPU time is compared with it.
+        let own_off = g.blocked.0 + g.runq.1;
         assert!(
             (g.off - own_off).abs() <= 3.0 + g.unmatched,
             "off-CPU {:.1}% (GIL wait {:.1}, runnable {:.1}) vs blocked + run delay {own_off:.1}% (bound 3 + {:.1})",
@@ -386,8 +381,18 @@ fn assert_gil(gil: &[Gil]) {
             g.runnable,
             g.unmatched
         );
-        assert!((g.shown - g.blocked).abs() <= 8.0, "GIL wait {:.1}% vs blocked {:.1}%", g.shown, g.blocked);
-        assert!((g.runnable - g.runq).abs() <= 8.0, "runnable {:.1}% vs run delay {:.1}%", g.runnable, g.runq);
+        // Its split between the GIL wait and the run queue: the program
+        // reads its run delay at its function's edges, where the
+        // interpreter may hand the GIL over after any C call (the clock
+        // reads), so one read of it was never the wall window's. With
+        // two CPU hogs, read outside the wall clock it leaned 0.4-5.5
+        // points to runnable (the capture's GIL wait above the program's
+        // blocked, and once 8.2 points: 27.3% vs 19.1%); read inside it,
+        // 1.2-4.5 points the other way. The two reads bound it.
+        let bound = 3.0 + g.unmatched;
+        let (gil_off, runq_off) = (off_range(g.shown, g.blocked), off_range(g.runnable, g.runq));
+        assert!(gil_off <= bound, "GIL wait {:.1}% vs blocked {:.1}-{:.1}% (bound {bound:.1})", g.shown, g.blocked.0, g.blocked.1);
+        assert!(runq_off <= bound, "runnable {:.1}% vs run delay {:.1}-{:.1}% (bound {bound:.1})", g.runnable, g.runq.0, g.runq.1);
     }
 }
 

@@ -14,7 +14,9 @@ chain of Python functions from the thread's first (threading's
 Thread._bootstrap) down to it, and the CPU and wall nanoseconds it
 measured, and of those the nanoseconds it spent runnable, waiting for a
 CPU (so wall - cpu - runq is the time it was blocked: for `spin`, waiting
-for the GIL). With GO_FILE, the work waits until that
+for the GIL), read around the wall clock (runq_ns) and inside it
+(runq_in_ns): the run delay of the wall window lies between the two. With
+GO_FILE, the work waits until that
 file exists (so a profiler can attach first)."""
 
 import ctypes
@@ -53,24 +55,34 @@ def measured(leaf, *args):
     calls = 0
     sched = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
     buf = ctypes.create_string_buffer(128)
+    runq_in = 0
     while not stop.is_set():
         q0 = waited(sched, buf)
         # The wall clock (vDSO) read just around the call; the CPU clock
         # (a system call, where the thread can be preempted) outside it.
+        # The run delay is read on both sides of the wall clock: no read
+        # is atomic with another, and after each C call the interpreter
+        # may hand the GIL over (and wait to take it back, blocked then
+        # runnable), so the run delay of the wall window lies between the
+        # inner and the outer reads' (runq_in_ns <= it <= runq_ns).
         c0 = time.thread_time()
         w0 = time.perf_counter()
+        i0 = waited(sched, buf)
         leaf(*args)
+        i1 = waited(sched, buf)
         w1 = time.perf_counter()
         c1 = time.thread_time()
         cpu += c1 - c0
         wall += w1 - w0
         runq += waited(sched, buf) - q0
+        runq_in += i1 - i0
         calls += 1
     os.close(sched)
     with results_lock:
         results.append({"tid": threading.get_native_id(), "thread": threading.current_thread().name,
                         "func": leaf.__name__, "chain": chain + [leaf.__name__],
-                        "cpu_ns": int(cpu * 1e9), "wall_ns": int(wall * 1e9), "runq_ns": runq, "calls": calls})
+                        "cpu_ns": int(cpu * 1e9), "wall_ns": int(wall * 1e9), "runq_ns": runq,
+                        "runq_in_ns": runq_in, "calls": calls})
 
 
 # libc called holding the GIL (PyDLL): os.pread would let it go, and
