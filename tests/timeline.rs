@@ -143,8 +143,9 @@ fn trace_tiles_each_thread_and_shows_the_sleeps() {
     // Every call of nap (a 9 ms nanosleep) is one sleeping slice under
     // nap of 9 ms, from leaving the CPU to the wake-up (the wait for a CPU
     // after it is runnable), so at least 9 ms less the microseconds from
-    // arming the timer to leaving the CPU; together at most nap's measured
-    // wall time.
+    // arming the timer to leaving the CPU (68 us once in CI: an interrupt
+    // or the hypervisor between the two; 100 us allowed); together at most
+    // nap's measured wall time.
     let (_, wall, calls) = func(&truth, "mixer", "nap");
     let tr = track(&sum, tid_of(&truth, "mixer"));
     let sl = slices_in(tr, "nap");
@@ -152,7 +153,7 @@ fn trace_tiles_each_thread_and_shows_the_sleeps() {
     let total: u64 = naps.iter().sum();
     eprintln!("mixer: {} sleeping slices under nap, {total} ns; nap: {calls} calls, {wall} ns", naps.len());
     assert_eq!(naps.len() as u64, calls, "one sleeping slice per nap call");
-    assert!(naps.iter().all(|&n| n >= 8_950_000), "a nap slice under 8.95 ms: {naps:?}");
+    assert!(naps.iter().all(|&n| n >= 8_900_000), "a nap slice under 8.9 ms: {naps:?}");
     assert!(total <= wall, "{total} ns asleep in nap, nap measured {wall} ns");
 }
 
