@@ -45,8 +45,8 @@ static __always_inline __u64 since_of(struct task_struct *t, __u64 now)
 		stamp = t->sched_info.last_arrival;
 	} else if (t->__state == 0 && t->sched_info.last_queued) {
 		stamp = t->sched_info.last_queued;
-	} else if (t->sched_info.last_arrival) {
-		/* Left the CPU at the end of its last slice: its last switch-in
+	} else if (t->__state != 0 && t->sched_info.last_arrival) {
+		/* Blocked since the end of its last slice: its last switch-in
 		 * (rq->clock) plus what its clock ran since (sum_exec_runtime
 		 * less its value at that pick). The slice's own interrupt time
 		 * is all this leaves out. Its exec_start (rq->clock_task) taken

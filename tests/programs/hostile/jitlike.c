@@ -64,11 +64,11 @@ int main(int argc, char **argv) {
         t[1] = t[0];
         if (utimensat(AT_FDCWD, path, t, 0)) { perror("utimensat"); return 1; }
     } else if (!strcmp(mode, "devzero")) {
-        if (symlink("/dev/zero", path)) { perror("symlink"); return 1; }
+        if (symlink("/dev/zero", path)) { perror(path); return 1; }
     } else if (!strcmp(mode, "link") && argc > 2) {
-        if (symlink(argv[2], path)) { perror("symlink"); return 1; }
+        if (symlink(argv[2], path)) { perror(path); return 1; }
     } else if (!strcmp(mode, "fifo")) {
-        if (mkfifo(path, 0644)) { perror("mkfifo"); return 1; }
+        if (mkfifo(path, 0644)) { perror(path); return 1; }
     } else if (!strcmp(mode, "sparse")) {
         write_map(path, code);
         if (truncate(path, 2L << 30)) { perror("truncate"); return 1; }
