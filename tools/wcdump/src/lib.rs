@@ -82,6 +82,15 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
         bail!("no such process: {pid}");
     }
     wallclock_capture::privs::check("wcdump")?;
+    // The kernel's symbols are copied from /proc/kallsyms on a thread of
+    // their own while the threads are read, and both readers of them (the
+    // symbolizer, stacksym's table of kernel text) read the copy: the
+    // kernel formats that file's lines slowly, and read twice it was a
+    // third of a dump's CPU time.
+    let mut engine = stacksym::Engine::new(stacksym::Options { tool: "wcdump", ..Default::default() });
+    if kernel {
+        engine.read_kallsyms_ahead();
+    }
     // A thread's id stands for its process.
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let pid = status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()).unwrap_or(pid);
@@ -108,7 +117,6 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
     }
     let mut records: Vec<Record> = unwind.maps_records().into_iter().map(Record::Maps).collect();
     records.extend(stacks.into_iter().map(Record::Stack));
-    let mut engine = stacksym::Engine::new(stacksym::Options { tool: "wcdump", ..Default::default() });
     engine.prepare_records(&records);
     let mut threads = Vec::with_capacity(raws.len());
     let named = records.iter().filter_map(|r| match r {
