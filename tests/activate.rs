@@ -156,25 +156,15 @@ fn nothing_before_activation() {
     let dir = util::scratch("activate-nothing-before");
     let f = dir.join("on.jsonl");
     let clock = cpu_clock(spin.id());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let reader = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            // (monotonic before, its CPU clock, monotonic after)
-            let mut v = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let a = monotonic_ns();
-                let c = clock_ns(clock);
-                v.push((a, c, monotonic_ns()));
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            v
-        })
-    };
+    // (monotonic before, its CPU clock, monotonic after)
+    let reader = util::poll(Duration::from_millis(1), move || {
+        let a = monotonic_ns();
+        let c = clock_ns(clock);
+        (a, c, monotonic_ns())
+    });
     let (t0, out) =
         capture("oncputime", &["--exact", "--prepare", "@now", "--activate", "+2s", "-d", "1", "-p", &pid, "-o", f.to_str().unwrap()]);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let reads = reader.join().unwrap();
+    let reads = reader.finish();
     let _ = spin.kill();
     let _ = spin.wait();
     let s = std::fs::read_to_string(&f).unwrap();

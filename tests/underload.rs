@@ -278,23 +278,9 @@ fn every_windows_steal_is_at_most_the_machines() {
     let d = util::scratch("underload-every-steal");
     let _hogs = Hogs::start();
     let out = d.join("sys.jsonl");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let at = monotonic_ns();
-                v.push((at, machine_steal_ns()));
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            v.push((monotonic_ns(), machine_steal_ns()));
-            v
-        })
-    };
+    let sampler = util::poll(Duration::from_millis(10), || (monotonic_ns(), machine_steal_ns()));
     let st = Command::new(util::bin("offcputime")).args(["-d", "4", "--every", "1", "-o"]).arg(&out).stderr(Stdio::inherit()).status().unwrap();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let readings = sampler.join().unwrap();
+    let readings = sampler.finish();
     assert!(st.success(), "offcputime failed");
     let mut errors = Vec::new();
     let mut n = 0;

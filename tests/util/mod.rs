@@ -337,3 +337,35 @@ impl WakeLatency {
         self.handle.join().unwrap()
     }
 }
+
+/// A thread taking `read()` every `period` until [`Poller::finish`],
+/// which takes one more reading after the stop and returns them all in
+/// order: a test's own clock beside a capture, read around its edges.
+pub struct Poller<T> {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<T>>,
+}
+
+pub fn poll<T: Send + 'static>(period: std::time::Duration, read: impl Fn() -> T + Send + 'static) -> Poller<T> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                v.push(read());
+                std::thread::sleep(period);
+            }
+            v.push(read());
+            v
+        })
+    };
+    Poller { stop, thread }
+}
+
+impl<T> Poller<T> {
+    pub fn finish(self) -> Vec<T> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
