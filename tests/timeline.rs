@@ -263,6 +263,34 @@ fn thread_totals(recs: &[Value]) -> HashMap<u64, ([u64; 5], u64)> {
     m
 }
 
+/// Per thread: its blocks (the off-CPU records' counts).
+fn blocks(recs: &[Value]) -> HashMap<u64, u64> {
+    let mut m = HashMap::new();
+    for s in recs.iter().filter(|r| r["type"] == "stack" && r["kind"] == "off") {
+        *m.entry(u(&s["tid"])).or_default() += u(&s["count"]);
+    }
+    m
+}
+
+/// A capture's switch and wake-up programs' run time (the kernel's count,
+/// by tag) over the target's switches it handled: ns per switch, at most
+/// (the programs also run, briefly, for other processes' switches).
+fn switch_cost(recs: &[Value], progs: &HashMap<String, (u64, u64)>) -> f64 {
+    let stats = recs.iter().rev().find(|r| r["type"] == "stats").expect("a stats record");
+    let switches = u(&stats["counts"]["switches"]).max(1);
+    let mut ns = 0;
+    for ks in recs.iter().filter(|r| r["type"] == "ksyms" && r["module"] == "[bpf]") {
+        for sym in ks["syms"].as_array().unwrap() {
+            let Some((tag, name)) = sym["name"].as_str().and_then(|n| n.strip_prefix("bpf_prog_")?.split_once('_')) else { continue };
+            if name.starts_with("switch_") || name.starts_with("waking_") {
+                ns += progs.get(tag).map_or(0, |p| p.0);
+            }
+        }
+    }
+    assert!(ns > 0, "no run time of the switch programs: {progs:?}");
+    ns as f64 / switches as f64
+}
+
 fn stack_ns(recs: &[Value]) -> u64 {
     recs.iter().filter(|r| r["type"] == "stack").map(|s| u(&s["ns"])).sum()
 }
@@ -270,8 +298,15 @@ fn stack_ns(recs: &[Value]) -> u64 {
 /// `--every 2` over 10 s: five windows that tile the capture and add up to
 /// it (the same process's whole stream), and to an independent 10 s
 /// capture of the same process run beside it, within 2% of each thread's
-/// time (plus what the two captures' different start and stop times
-/// account for).
+/// time, plus what the two captures' different start and stop times
+/// account for, plus what each stamps of the other: both programs run at
+/// every switch and wake-up, one after the other, so each capture's
+/// stamps of a block are later than the other's by the other's run time
+/// (a thread blocking 9,000 times a second moves 2.8 us a block between
+/// its states, 2.6% of its time, between the two captures; a CI run
+/// failed the test at 2.57% against 2.24%). That margin is the thread's
+/// blocks times each capture's program time per switch, as the kernel
+/// counted it (`BPF_ENABLE_STATS`).
 #[test]
 fn every_2_over_10_s_gives_5_windows_that_add_up() {
     if skip() {
@@ -294,9 +329,21 @@ fn every_2_over_10_s_gives_5_windows_that_add_up() {
             .unwrap()
     };
     let latency = util::WakeLatency::start();
+    let _counted = util::bpfstats::enable();
     let mut a = run("a.stream", &["--every", "2"]);
     let mut b = run("b.stream", &[]);
+    let (pa, pb) = (a.id(), b.id());
+    let cost = util::poll(std::time::Duration::from_millis(100), move || [util::bpfstats::of_process(pa), util::bpfstats::of_process(pb)]);
     assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    // Each capture's programs as last read before it exited.
+    let mut progs = [HashMap::new(), HashMap::new()];
+    for r in cost.finish() {
+        for (p, m) in progs.iter_mut().zip(r) {
+            if !m.is_empty() {
+                *p = m;
+            }
+        }
+    }
     // The tool turns a window over from a thread that sleeps until the
     // next boundary: a busy machine delays that wake-up as it delays this
     // one's, so a window may be late by that much (and the next one early).
@@ -344,21 +391,33 @@ fn every_2_over_10_s_gives_5_windows_that_add_up() {
     let (bs, be) = span(&other);
     let skew = bs.abs_diff(ws) + be.abs_diff(we);
     let indep = thread_totals(&other);
-    let mut worst = 0.0f64;
+    let per_switch = [&whole, &other].iter().zip(&progs).map(|(r, p)| switch_cost(r, p)).fold(0.0, f64::max);
+    let (ba, bb) = (blocks(&whole), blocks(&other));
+    eprintln!("every: the captures' programs took up to {:.2} us a switch of the target", per_switch / 1e3);
+    let mut worst = (0.0f64, 0.0f64);
     for (tid, (v, alive)) in &sum {
         let Some((bv, _)) = indep.get(tid) else { continue };
         let diff: u64 = (0..5).map(|i| v[i].abs_diff(bv[i])).sum();
         let err = diff as f64 / *alive as f64;
-        worst = worst.max(err);
-        let bound = 0.02 + 2.0 * skew as f64 / *alive as f64;
-        assert!(err <= bound, "thread {tid}: windows {v:?} vs independent {bv:?}: {:.2}% > {:.2}%", err * 100.0, bound * 100.0);
+        let n = ba.get(tid).max(bb.get(tid)).copied().unwrap_or(0);
+        let bound = 0.02 + (2.0 * skew as f64 + 2.0 * n as f64 * per_switch) / *alive as f64;
+        if err / bound > worst.0 / worst.1.max(1e-9) {
+            worst = (err, bound);
+        }
+        assert!(
+            err <= bound,
+            "thread {tid}: windows {v:?} vs independent {bv:?}: {:.2}% > {:.2}% ({n} blocks)",
+            err * 100.0,
+            bound * 100.0
+        );
     }
     let sum_ns: u64 = sum.values().map(|(v, _)| v.iter().sum::<u64>()).sum();
     let ind_ns: u64 = indep.values().map(|(v, _)| v.iter().sum::<u64>()).sum();
     eprintln!(
-        "every: 5 windows {sum_ns} thread-ns, independent 10 s capture {ind_ns} ({:+.2}%); worst thread {:.2}%; start/stop skew {skew} ns",
+        "every: 5 windows {sum_ns} thread-ns, independent 10 s capture {ind_ns} ({:+.2}%); nearest its margin: a thread {:.2}% off, margin {:.2}%; start/stop skew {skew} ns",
         (sum_ns as f64 - ind_ns as f64) / ind_ns as f64 * 100.0,
-        worst * 100.0
+        worst.0 * 100.0,
+        worst.1 * 100.0
     );
 }
 

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod bpfstats;
 pub mod browser;
 pub mod gopprof;
 
