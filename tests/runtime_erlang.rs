@@ -56,7 +56,21 @@ fn erlang_named_with_jpperf_and_told_the_flag_without() {
         .filter(|s| s.frames.windows(2).any(|w| w[0].contains("wc:burner/1") && w[1].contains("wc:burn/2")))
         .map(|s| s.ns)
         .sum();
-    assert!(under as f64 >= 0.9 * burn as f64, "wc:burn/2 is not under wc:burner/1:\n{top}");
+    // burn/2 loops by tail calls, each leaving its frame and entering it
+    // again: a sample taken in between (a few instructions) finds the
+    // frame pointer still at burner/1's frame, whose return address is
+    // burner's caller, so burner/1 alone is skipped (the frame-pointer
+    // unwinder's limit at any function's entry; 2.7-6.8% of burn/2's time
+    // in 9 runs, one beside two hogs, 10.1% in a fresh-clone run). Any other frame lost or
+    // wrong is a failure: burn/2 sits under burner/1 or, skipped, its
+    // caller, and most of its time under burner/1.
+    let skipped: u64 = on
+        .iter()
+        .filter(|s| s.frames.windows(2).any(|w| w[0].contains("wc:'-main/1-fun-0-'/1") && w[1].contains("wc:burn/2")))
+        .map(|s| s.ns)
+        .sum();
+    assert!(under + skipped == burn, "wc:burn/2 is under neither wc:burner/1 nor its caller:\n{top}");
+    assert!(under as f64 >= 0.8 * burn as f64, "wc:burn/2 is not under wc:burner/1:\n{top}");
     // Whole as the Erlang process's stack is: from its first function,
     // marked as such, not as a stack cut for want of frame pointers.
     let rooted: u64 = on
