@@ -193,6 +193,7 @@ fn rust_program_stacks_through_the_pipeline() {
             build_id: None,
         }],
         names: vec![],
+        pgen: None,
     };
     let stack = |frames: &[&str], ns: u64| {
         let mut s = Stack::new(Kind::Off, pid, pid, "rustnames");

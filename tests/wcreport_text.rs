@@ -61,7 +61,7 @@ fn maps(pid: u32) -> Record {
         path: path.into(),
         build_id: id.map(String::from),
     };
-    Record::Maps(Maps { pid, maps: vec![e(APP, Some(APP_ID)), e(LIBC, None), e("[vdso]", None)], names: vec![] })
+    Record::Maps(Maps { pid, maps: vec![e(APP, Some(APP_ID)), e(LIBC, None), e("[vdso]", None)], names: vec![], pgen: None })
 }
 
 fn header(pids: Vec<u32>) -> Record {
@@ -273,7 +273,7 @@ fn unnamed_time_per_module_with_what_to_install() {
         return;
     }
     let mut recs = vec![header(vec![800]), thread(800, 800, "gzip", (START, END), 2_000 * MS, StateNs::default())];
-    let mut m = Maps { pid: 800, maps: vec![], names: vec![] };
+    let mut m = Maps { pid: 800, maps: vec![], names: vec![], pgen: None };
     m.maps.push(MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: "/usr/bin/gzip".into(), build_id: None });
     recs.push(Record::Maps(m));
     recs.push(stack(800, 800, Kind::On, None, &["gzip+0x4a1f0@gzip"], 1_500 * MS));
@@ -302,7 +302,7 @@ fn unnamed_frames_inside_stacks_are_listed() {
     const EXT: &str = "/usr/lib/python3.11/lib-dynload/_sqlite3.cpython-311-x86_64-linux-gnu.so";
     let base = EXT.rsplit('/').next().unwrap();
     let mut recs = vec![header(vec![900]), thread(900, 900, "python3", (START, END), 1_900 * MS, StateNs::default())];
-    let mut m = Maps { pid: 900, maps: vec![], names: vec![] };
+    let mut m = Maps { pid: 900, maps: vec![], names: vec![], pgen: None };
     m.maps.push(MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: EXT.into(), build_id: None });
     recs.push(Record::Maps(m));
     let ext_frame = format!("{base}+0x7a10@{base}");

@@ -152,6 +152,7 @@ pub fn steal_stack(t: &Thread) -> Option<Stack> {
     let mut s = Stack::new(Kind::On, t.pid, t.tid, &t.comm);
     s.frames = vec![Frame::named(STEAL_FRAME)];
     s.ns = ns;
+    s.pgen = t.pgen;
     Some(s)
 }
 

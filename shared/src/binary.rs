@@ -29,11 +29,13 @@ use crate::record::Record;
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
 /// Framing version, the byte after [`MAGIC`]. 5 (stream 1.5): the
-/// `ksyms` record (an appended variant).
+/// `ksyms` record (an appended variant) and `pgen` at the end of the
+/// `thread`, `maps` and `stack` records (see [`crate::pgen`]).
 pub const VERSION: u8 = 5;
-/// The framing of stream 1.4, still read: the same records less `ksyms`.
-/// 4 brought the header's new fields (see `Header`'s `Decode`) and the
-/// `probe` and `span` records (appended variants).
+/// The framing of stream 1.4, still read: the same records less `ksyms`
+/// and with `pgen` absent. 4 brought the header's new fields (see
+/// `Header`'s `Decode`) and the `probe` and `span` records (appended
+/// variants).
 pub const VERSION_4: u8 = 4;
 /// The framing of stream 1.3, still read: the same records less 1.4's
 /// two, whose header ends before 1.4's fields.

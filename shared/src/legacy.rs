@@ -48,7 +48,7 @@ impl From<RecordV2> for Record {
         match r {
             RecordV2::Header(h) => Record::Header(h),
             RecordV2::Thread(t) => Record::Thread(t),
-            RecordV2::Maps(m) => Record::Maps(Maps { pid: m.pid, maps: m.maps, names: Vec::new() }),
+            RecordV2::Maps(m) => Record::Maps(Maps { pid: m.pid, maps: m.maps, names: Vec::new(), pgen: None }),
             RecordV2::Stats(s) => Record::Stats(s),
             RecordV2::Stack(s) => Record::Stack(Stack {
                 kind: s.kind,
@@ -64,6 +64,7 @@ impl From<RecordV2> for Record {
                 count: s.count,
                 gpu: s.gpu,
                 waker: None,
+                pgen: None,
             }),
         }
     }
@@ -102,7 +103,7 @@ mod tests {
         let recs: Vec<Record> = Reader::new(&bytes[..], "t", ReaderOptions::default()).map(Result::unwrap).collect();
         let mut want = Stack::new(Kind::Off, 1, 2, "w");
         (want.state, want.ustack, want.frames, want.ns, want.count) = (Some(State::S), vec![7], frames, 5, 1);
-        assert_eq!(recs[1], Record::Maps(Maps { pid: 1, maps: vec![], names: vec![] }));
+        assert_eq!(recs[1], Record::Maps(Maps { pid: 1, maps: vec![], names: vec![], pgen: None }));
         assert_eq!(recs[2], Record::Stack(want));
     }
 }

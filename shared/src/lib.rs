@@ -38,6 +38,7 @@ mod ksyms;
 mod legacy;
 pub mod names;
 pub mod perfscript;
+pub mod pgen;
 pub mod procmaps;
 pub mod reader;
 pub mod safe_open;

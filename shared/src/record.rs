@@ -252,7 +252,7 @@ impl StateNs {
 }
 
 /// What the producer knows of one thread over the window.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Thread {
     pub pid: u32,
     pub tid: u32,
@@ -278,6 +278,15 @@ pub struct Thread {
     /// On-CPU samples taken of this thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
+    /// The process's generation under its pid in this capture: 1 for the
+    /// second process the capture saw with this pid (the pid was used
+    /// again after the first one exited), 2 for the third...; absent for
+    /// the first. Two processes with one pid are two processes: readers
+    /// key a process by (pid, pgen) and a thread by (pid, pgen, tid).
+    /// Added in 1.4 after the rest; last: decoded only where the binary
+    /// record has bytes left (see [`trailing_pgen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
 }
 
 impl Thread {
@@ -293,6 +302,7 @@ impl Thread {
             steal_ns: None,
             off_ns: None,
             samples: None,
+            pgen: None,
         }
     }
     pub fn alive_ns(&self) -> Option<u64> {
@@ -302,7 +312,7 @@ impl Thread {
 
 /// A process's executable mappings, so that its addresses can be
 /// symbolized after it exited.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Maps {
     pub pid: u32,
     pub maps: Vec<MapEntry>,
@@ -312,6 +322,15 @@ pub struct Maps {
     /// in no mapping, at [`NAMED_ADDR_BASE`] and up). Since 1.3.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<NamedAddr>,
+    /// The process's generation under its pid in this capture: 1 for the
+    /// second process the capture saw with this pid (the pid was used
+    /// again after the first one exited), 2 for the third...; absent for
+    /// the first. Two processes with one pid are two processes: readers
+    /// key a process by (pid, pgen) and a thread by (pid, pgen, tid).
+    /// Added in 1.4 after the rest; last: decoded only where the binary
+    /// record has bytes left (see [`trailing_pgen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
 }
 
 /// User addresses from here up are never code (the kernel's half): the
@@ -364,7 +383,7 @@ impl Kind {
 }
 
 /// One stack and the time spent in it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct Stack {
     pub kind: Kind,
     /// Off-CPU thread state (kind `off` only).
@@ -409,6 +428,15 @@ pub struct Stack {
     /// sums them to the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waker: Option<Box<Waker>>,
+    /// The process's generation under its pid in this capture: 1 for the
+    /// second process the capture saw with this pid (the pid was used
+    /// again after the first one exited), 2 for the third...; absent for
+    /// the first. Two processes with one pid are two processes: readers
+    /// key a process by (pid, pgen) and a thread by (pid, pgen, tid).
+    /// Added in 1.4 after the rest; last: decoded only where the binary
+    /// record has bytes left (see [`trailing_pgen`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
 }
 
 impl Stack {
@@ -427,6 +455,7 @@ impl Stack {
             count: 0,
             gpu: None,
             waker: None,
+            pgen: None,
         }
     }
 }

@@ -187,7 +187,7 @@ pub fn parse_stack_into(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>, s: &mut St
 /// Every field of `s` as [`Stack::new`] leaves it, its allocations kept.
 fn reset(s: &mut Stack) {
     // Named one by one: a field added to `Stack` must be reset here too.
-    let Stack { kind, state, pid, tid, comm, ustack, kstack, frames, stack_id, ns, count, gpu, waker } = s;
+    let Stack { kind, state, pid, tid, comm, ustack, kstack, frames, stack_id, ns, count, gpu, waker, pgen } = s;
     *kind = Kind::Other;
     *state = None;
     (*pid, *tid, *ns, *count) = (0, 0, 0, 0);
@@ -198,6 +198,7 @@ fn reset(s: &mut Stack) {
     *stack_id = None;
     *gpu = None;
     *waker = None;
+    *pgen = None;
 }
 
 /// Reads a plain `stackdef` object (`{"id":N,"frames":[...]}` in this

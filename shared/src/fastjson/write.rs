@@ -5,7 +5,7 @@ use crate::record::{Kind, Stack, State};
 
 /// Appends `{"type":"stack",...}` for `s` as serde writes it (without the
 /// line feed); `false`, with nothing written, for a record with `frames`,
-/// `gpu` or `waker` (serde writes those).
+/// `gpu`, `waker` or `pgen` (serde writes those).
 pub fn write_stack(out: &mut Vec<u8>, s: &Stack) -> bool {
     write_stack_lists(out, s, None)
 }
@@ -16,7 +16,7 @@ pub fn write_stack(out: &mut Vec<u8>, s: &Stack) -> bool {
 /// addresses again was a tenth of stacksym's run. The texts must be
 /// those of `s.ustack` and `s.kstack` (empty for an empty list).
 pub fn write_stack_lists(out: &mut Vec<u8>, s: &Stack, lists: Option<(&[u8], &[u8])>) -> bool {
-    if !s.frames.is_empty() || s.gpu.is_some() || s.waker.is_some() || needs_escape(&s.comm) {
+    if !s.frames.is_empty() || s.gpu.is_some() || s.waker.is_some() || s.pgen.is_some() || needs_escape(&s.comm) {
         return false;
     }
     out.extend_from_slice(br#"{"type":"stack","kind":""#);

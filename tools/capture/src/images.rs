@@ -147,6 +147,29 @@ impl Unwind {
     }
 
     /// Records of the mmap log the kernel could not write.
+    /// The generation of the process of `pid` a thread born at `born`
+    /// belongs to (`pgen` of the stream's records): None for the first
+    /// process of that pid the capture saw, or without the mmap log.
+    pub fn pgen(&self, pid: u32, born: u64) -> Option<u32> {
+        Some(self.log.as_ref()?.pgen(pid, born)).filter(|&g| g > 0)
+    }
+
+    /// [`Unwind::pgen`] of a stack taken at `ts`, the log's records up to
+    /// then applied first (an exit not yet read would leave it 0).
+    pub fn pgen_at(&mut self, pid: u32, ts: u64) -> Option<u32> {
+        let log = self.log.as_mut()?;
+        log.sync(ts);
+        Some(log.pgen(pid, ts)).filter(|&g| g > 0)
+    }
+
+    /// Apply every record of the mmap log made so far (the exits
+    /// [`Unwind::pgen`] counts).
+    pub fn sync_log(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            log.sync(u64::MAX);
+        }
+    }
+
     pub fn log_lost(&self) -> u64 {
         self.log.as_ref().map_or(0, |l| l.lost)
     }

@@ -80,6 +80,9 @@ pub struct MmapLog {
     procs: HashMap<u32, Vec<Gen>>,
     /// Processes that exited (their main thread), and when.
     pub exits: HashMap<u32, u64>,
+    /// Every exit of a main thread seen, by pid, in time order, kept to
+    /// the end: a pid used again names a new process (see [`MmapLog::pgen`]).
+    ended: HashMap<u32, Vec<u64>>,
     /// Records the kernel could not write (a buffer full).
     pub lost: u64,
 }
@@ -221,7 +224,7 @@ impl MmapLog {
                 t.lock().unwrap_or_else(|e| e.into_inner()).take();
             }
         })?;
-        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), lost: 0 };
+        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), lost: 0 };
         match only {
             Some(pids) => log.synthesize(pids.iter().copied()),
             None => log.synthesize(all_pids()),
@@ -309,6 +312,9 @@ impl MmapLog {
             }
             RECORD_EXIT if u32_at(r, 8) == u32_at(r, 16) => {
                 self.exits.insert(u32_at(r, 8), ts);
+                let ended = self.ended.entry(u32_at(r, 8)).or_default();
+                let at = ended.partition_point(|&t| t <= ts);
+                ended.insert(at, ts);
             }
             RECORD_LOST => self.lost += u64_at(r, 16),
             _ => {}
@@ -318,6 +324,15 @@ impl MmapLog {
     /// The image `pid` ran at time `ts`, when one is known here.
     pub fn gen_at(&self, pid: u32, ts: u64) -> Option<&Gen> {
         self.procs.get(&pid)?.iter().rev().find(|g| g.since <= ts)
+    }
+
+    /// The generation of the process of `pid` that a thread born (or first
+    /// seen) at `born` belongs to: how many processes of that pid the
+    /// capture saw end before then (0: the first). A pid is free again
+    /// only once its process is reaped, after its main thread's exit
+    /// record, so every thread of the next process is born after it.
+    pub fn pgen(&self, pid: u32, born: u64) -> u32 {
+        self.ended.get(&pid).map_or(0, |e| e.partition_point(|&t| t < born) as u32)
     }
 
     /// Forget `pid` (its Maps record is made).

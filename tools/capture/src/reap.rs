@@ -103,8 +103,12 @@ impl Unwind {
     fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
             self.gone.insert(pid, p.maps);
-            // Made while the log still has the process's files.
-            let record = self.maps_record(pid);
+            // Made while the log still has the process's files and exit.
+            let pgen = self.maps_pgen(pid);
+            let record = self.maps_record(pid).map(|mut m| {
+                m.pgen = pgen;
+                m
+            });
             if let Some(log) = self.log.as_mut() {
                 log.forget(pid);
             }

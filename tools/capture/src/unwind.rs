@@ -667,7 +667,15 @@ impl Unwind {
         if self.truncated.contains(&pid) {
             names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
         }
-        Some(Maps { pid, maps, names })
+        Some(Maps { pid, maps, names, pgen: self.maps_pgen(pid) })
+    }
+
+    /// The generation of the process whose maps are kept under `pid`: the
+    /// one that exited (its exit is the log's last of that pid), else the
+    /// one alive, after every exit of the pid.
+    pub(crate) fn maps_pgen(&self, pid: u32) -> Option<u32> {
+        let at = self.log.as_ref().and_then(|l| l.exits.get(&pid).copied()).unwrap_or(u64::MAX);
+        self.pgen(pid, at)
     }
 
     /// The Maps record of every process whose mappings were read, by pid.

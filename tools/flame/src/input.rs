@@ -10,6 +10,7 @@ use std::io::{BufRead, Cursor, Read};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use wallclock_stream::pgen::process_key;
 use wallclock_stream::sniff::{self, InputKind};
 use wallclock_stream::{folded, Frame, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
 
@@ -257,18 +258,22 @@ impl Profile {
                     }
                     crate::title::merge_header(&mut self.header, h)
                 }
+                // A later process of a reused pid (`pgen`) is a process of
+                // its own: keyed by wallclock_stream::pgen::process_key.
                 Record::Thread(t) => {
+                    let pid = process_key(t.pid, t.pgen);
                     if t.tid == t.pid && !t.comm.is_empty() {
-                        self.processes.insert(t.pid, t.comm.clone());
+                        self.processes.insert(pid, t.comm.clone());
                     }
-                    self.threads.insert(t.tid, ThreadName { pid: t.pid, comm: t.comm, role: t.role });
+                    self.threads.insert(t.tid, ThreadName { pid, comm: t.comm, role: t.role });
                 }
                 Record::Stack(s) => {
+                    let pid = process_key(s.pid, s.pgen);
                     if s.pid != 0 && !s.comm.is_empty() {
-                        self.processes.entry(s.pid).or_insert_with(|| s.comm.clone());
+                        self.processes.entry(pid).or_insert_with(|| s.comm.clone());
                     }
                     self.threads.entry(s.tid).or_insert_with(|| ThreadName {
-                        pid: s.pid,
+                        pid,
                         comm: s.comm.clone(),
                         role: None,
                     });
@@ -307,7 +312,7 @@ impl Profile {
                         }
                         _ => self.text_id(stack_text(&s)),
                     };
-                    self.stream.add(tid, s.pid, text, kind_index(s.kind), s.ns);
+                    self.stream.add(tid, pid, text, kind_index(s.kind), s.ns);
                 }
                 _ => {}
             }

@@ -229,7 +229,7 @@ pub fn run(cli: &Cli) -> Result<i32> {
         let t = p.threads.get(&tid).cloned().unwrap_or_default();
         let role = thread_role(tid, &t);
         let sub = format!("thread {tid} {} ({role})", t.comm);
-        let root = p.processes.get(&t.pid).map(|n| wallclock_stream::folded::process_root(n, t.pid));
+        let root = p.processes.get(&t.pid).map(|n| title::process_root(false, n, t.pid));
         let o = RenderOptions { subtitle: Some(opts.subtitle.clone().unwrap_or(sub)), root, ..opts.clone() };
         let path = dir.join(format!("thread_{tid}_{role}.svg"));
         write_to(Some(&path), |w| render::render(entries, &o, w))?;
@@ -305,7 +305,7 @@ fn flatten(p: &Profile, folded_scale: u64, roots: bool, by_command: bool) -> Vec
 /// use too (`accounting::role_for`), so `thread_<TID>_<role>.svg` sits
 /// beside `thread_<TID>_<role>_analysis.txt`.
 pub fn thread_role(tid: u32, t: &ThreadName) -> String {
-    let mut th = wallclock_stream::Thread::new(t.pid, tid, &t.comm);
+    let mut th = wallclock_stream::Thread::new(wallclock_stream::pgen::split_process_key(t.pid).0, tid, &t.comm);
     th.role = t.role.clone();
     wallclock_stream::accounting::role_for(&th)
 }

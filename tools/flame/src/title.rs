@@ -35,7 +35,19 @@ pub fn merge_header(into: &mut Option<Header>, h: Header) {
 /// The root of each process of the profile: `NAME (PID)`, or `NAME` when
 /// grouped by command.
 pub fn process_roots(p: &Profile, by_command: bool) -> BTreeMap<u32, String> {
-    p.processes.iter().map(|(&pid, name)| (pid, folded::Roots::root(by_command, name, pid))).collect()
+    p.processes.iter().map(|(&key, name)| (key, process_root(by_command, name, key))).collect()
+}
+
+/// The root of the process of this key (`process_key`): a later process
+/// of a reused pid is `NAME (PID) (2nd)`.
+pub fn process_root(by_command: bool, name: &str, key: u32) -> String {
+    let (pid, pgen) = wallclock_stream::pgen::split_process_key(key);
+    let root = folded::Roots::root(by_command, name, pid);
+    if by_command {
+        root
+    } else {
+        root + &wallclock_stream::pgen::pgen_suffix(pgen)
+    }
 }
 
 /// The distinct command names of the profile's processes and how many
@@ -90,7 +102,7 @@ pub const TITLE_MAX: usize = 100;
 /// and their command names, as many as fit in [`TITLE_MAX`].
 pub fn default_title(p: &Profile) -> String {
     let Some(h) = &p.header else { return GENERIC.to_string() };
-    let mut pids: Vec<u32> = if h.pids.is_empty() { p.processes.keys().copied().collect() } else { h.pids.clone() };
+    let mut pids: Vec<u32> = if h.pids.is_empty() { p.processes.keys().map(|&k| wallclock_stream::pgen::split_process_key(k).0).collect() } else { h.pids.clone() };
     pids.sort_unstable();
     pids.dedup();
     // An event profile (oncputime -e) counts its event, not time.

@@ -273,7 +273,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
         add(&mut c.counts, "gpu_bad_lines", bad_lines);
     }
     if !maps.is_empty() {
-        c.records.push(Record::Maps(Maps { pid, maps, names: Vec::new() }));
+        c.records.push(Record::Maps(Maps { pid, maps, names: Vec::new(), pgen: None }));
     }
     add(&mut c.counts, "gpu_launch_stacks", stacks.len() as u64);
 

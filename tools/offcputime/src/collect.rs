@@ -328,7 +328,9 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
                 comm_of(th.pid, tid, &event::comm_str(&th.comm))
             }
         };
-        out_threads.insert(tid, r.thread(&mut acc, tid, th, &mut sums, comm));
+        let mut t = r.thread(&mut acc, tid, th, &mut sums, comm);
+        t.pgen = unwind.pgen(th.pid, th.begin_ns);
+        out_threads.insert(tid, t);
     }
     // Threads blocked from the start to the stop never switched: all off-CPU.
     for (&tid, i) in &sess.initial {
@@ -400,11 +402,13 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     recs.extend(all.iter().map(|t| Record::Thread((*t).clone())));
     recs.extend(all.iter().filter_map(|t| accounting::steal_stack(t)).map(Record::Stack));
     let thread_of = |tid: u32| out_threads.get(&tid).map(|t| (t.pid, t.comm.clone()));
+    let pgen_of = |tid: u32| out_threads.get(&tid).and_then(|t| t.pgen);
     let wblock_of = |tid: u32, fp: u64, state: u32| Some(r.block_of(tid, fp, state, 0, 1));
     let wcx = wakers::Ctx { stacks, wakes: &wakes, block_of: &wblock_of, thread: &thread_of };
     for ((tid, state, w), (ns, count)) in &acc.stacks {
         let (pid, comm) = thread_of(*tid).unwrap_or_default();
         let mut s = stack_record(pid, *tid, &comm, *state, w);
+        s.pgen = pgen_of(*tid);
         let (split, left_ns, left_count) = match cfg.wake_depth {
             Some(_) => wakes.split(&(*tid, *state, w.clone()), *ns, *count),
             None => (Vec::new(), *ns, *count),

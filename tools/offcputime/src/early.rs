@@ -129,13 +129,16 @@ impl Early {
         let mut threads = Vec::new();
         for (tid, th) in written {
             used.entry(tid).or_default().extend([th.pend_fp[0], th.pend_fp[1], th.cur_fp]);
-            threads.push(r.thread(&mut acc, tid, th, &mut sums, |th| event::comm_str(&th.comm)));
+            let mut t = r.thread(&mut acc, tid, th, &mut sums, |th| event::comm_str(&th.comm));
+            t.pgen = unwind.pgen(th.pid, th.begin_ns);
+            threads.push(t);
             self.done.tids.insert(tid);
         }
         unwind.python.name_threads(threads.iter_mut());
         for ((tid, state, w), (ns, count)) in &acc.stacks {
-            let (pid, comm) = threads.iter().find(|t| t.tid == *tid).map(|t| (t.pid, t.comm.as_str())).unwrap_or_default();
+            let (pid, comm, pgen) = threads.iter().find(|t| t.tid == *tid).map(|t| (t.pid, t.comm.as_str(), t.pgen)).unwrap_or_default();
             let mut s = collect::stack_record(pid, *tid, comm, *state, w);
+            s.pgen = pgen;
             s.ns = *ns;
             s.count = *count;
             self.spool.push(&Record::Stack(s)).with_context(|| format!("writing {SPOOL}"))?;

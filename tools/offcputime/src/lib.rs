@@ -487,6 +487,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         None => (collect::Done::default(), None),
     };
     let read_at_stop = atstop::read_missing(&threads, &mut stacks, &mut cap.unwind);
+    // Every process exit so far, for the generations of reused pids.
+    cap.unwind.sync_log();
     let cfg = config(&cli, cap.start, cap.end, read_at_stop);
     let inp = collect::Input {
         cfg: &cfg,

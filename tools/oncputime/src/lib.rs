@@ -126,9 +126,10 @@ pub fn command() -> clap::Command {
 
 #[derive(Default)]
 struct Samples {
-    /// (tid, ustack, kstack) -> samples
-    stacks: BTreeMap<(u32, Vec<u64>, Vec<u64>), u64>,
-    per_thread: HashMap<u32, (u32, u64, String)>,
+    /// (tid, pgen, ustack, kstack) -> samples; pgen: the process's
+    /// generation under its pid (a pid used again in the capture).
+    stacks: BTreeMap<(u32, u32, Vec<u64>, Vec<u64>), u64>,
+    per_thread: HashMap<(u32, u32), (u32, u64, String)>,
     /// --sample-events: (pid, tid, time, stack id) per sample, and the ids.
     timed: Option<Vec<(u32, u32, u64, u64)>>,
     ids: HashMap<(u32, Vec<u64>, Vec<u64>), u64>,
@@ -143,8 +144,9 @@ impl Samples {
             let id = *self.ids.entry((e.pid, ustack.clone(), e.kstack_root_first())).or_insert(n);
             timed.push((e.pid, e.tid, e.ts, id));
         }
-        *self.stacks.entry((e.tid, ustack, e.kstack_root_first())).or_default() += 1;
-        let t = self.per_thread.entry(e.tid).or_insert((e.pid, 0, String::new()));
+        let pgen = unwind.pgen_at(e.pid, e.ts).unwrap_or(0);
+        *self.stacks.entry((e.tid, pgen, ustack, e.kstack_root_first())).or_default() += 1;
+        let t = self.per_thread.entry((e.tid, pgen)).or_insert((e.pid, 0, String::new()));
         t.1 += 1;
         t.2 = event::comm_str(&e.comm);
     }
@@ -265,6 +267,8 @@ pub fn run(cli: Cli) -> Result<i32> {
     let spool_maps = !t.folded && t.every.is_none() && t.every_follow.is_none();
     let req = Request { target: &cli.target, duration: cli.duration, command: &cli.command, max_threads: cli.max_threads, blocked_stacks: false, spool_maps };
     let mut cap = driver::capture(&mut on, req)?;
+    // Every process exit so far, for the generations of reused pids.
+    cap.unwind.sync_log();
     let mut records = records(&cli, &cap.sess, cap.start, cap.end, &cap.unwind, &on.samples, &cap.threads, &cap.counts);
     cap.sess.cap_steal(&mut records);
     if let Some(events) = on.probe_drain.take().map(wallclock_capture::probe::Drain::finish) {
@@ -297,7 +301,8 @@ fn records(
     threads: &[(u32, WcThread)],
     counts: &[u64],
 ) -> Vec<Record> {
-    let mut out: BTreeMap<u32, Thread> = BTreeMap::new();
+    // By (tid, pgen): a thread of a pid used again is another thread.
+    let mut out: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
     // Threads the kernel keeps from BPF (wallclock_capture::hidden): no
     // samples, their on-CPU time from their own clock.
     let hidden = sess.hidden(threads, end);
@@ -310,18 +315,19 @@ fn records(
             t.steal_ns = Some(0);
         }
         t.samples = Some(0);
-        out.insert(h.tid, t);
+        out.insert((h.tid, 0), t);
     }
     let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
     for &(tid, th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
         let mut on = th.on_ns;
+        let pgen = unwind.pgen(th.pid, th.begin_ns).unwrap_or(0);
         if th.exit_ns == 0 && th.running != 0 && th.last_ts < end {
             on += sess.open_slice(tid, &th, end).0;
         }
         let comm = (th.exit_ns > 0)
             .then(|| event::comm_str(&th.comm))
             .or_else(|| procfs::comm(th.pid, tid))
-            .or_else(|| samples.per_thread.get(&tid).map(|t| t.2.clone()))
+            .or_else(|| samples.per_thread.get(&(tid, pgen)).map(|t| t.2.clone()))
             .unwrap_or_else(|| event::comm_str(&th.comm));
         let mut t = Thread::new(th.pid, tid, &comm);
         // Without the switch hook the thread's life and on-CPU time are
@@ -332,11 +338,12 @@ fn records(
             t.on_ns = Some(on);
             t.steal_ns = Some(sess.steal_of(tid, &th, end, on));
         }
-        t.samples = Some(samples.per_thread.get(&tid).map_or(0, |t| t.1));
-        out.insert(tid, t);
+        t.samples = Some(samples.per_thread.get(&(tid, pgen)).map_or(0, |t| t.1));
+        t.pgen = (pgen > 0).then_some(pgen);
+        out.insert((tid, pgen), t);
     }
     for (&tid, i) in &sess.initial {
-        if !out.contains_key(&tid) && procfs::exists(i.pid) {
+        if !out.contains_key(&(tid, 0)) && procfs::exists(i.pid) {
             let mut t = Thread::new(i.pid, tid, &procfs::comm(i.pid, tid).unwrap_or_else(|| i.comm.clone()));
             if cli.exact {
                 t.start_ns = Some(start);
@@ -345,7 +352,7 @@ fn records(
                 t.steal_ns = Some(0);
             }
             t.samples = Some(0);
-            out.insert(tid, t);
+            out.insert((tid, 0), t);
         }
     }
     unwind.python.name_threads(out.values_mut());
@@ -374,12 +381,13 @@ fn records(
     recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
     recs.extend(out.values().cloned().map(Record::Thread));
     recs.extend(out.values().filter_map(accounting::steal_stack).map(Record::Stack));
-    for ((tid, u, k), n) in &samples.stacks {
-        let (pid, comm, on, tot) = match out.get(tid) {
+    for ((tid, pgen, u, k), n) in &samples.stacks {
+        let (pid, comm, on, tot) = match out.get(&(*tid, *pgen)) {
             Some(t) => (t.pid, t.comm.clone(), accounting::sampled_on_ns(t), t.samples.unwrap_or(0)),
-            None => (samples.per_thread.get(tid).map_or(0, |t| t.0), String::new(), None, 0),
+            None => (samples.per_thread.get(&(*tid, *pgen)).map_or(0, |t| t.0), String::new(), None, 0),
         };
         let mut s = Stack::new(Kind::On, pid, *tid, &comm);
+        s.pgen = (*pgen > 0).then_some(*pgen);
         s.ustack = u.clone();
         s.kstack = k.clone();
         s.count = *n;

@@ -8,7 +8,7 @@ use wallclock_stream::accounting::{role_for, sampled_on_ns, samples_to_ns, scale
 use wallclock_stream::{Kind, Stack, Thread};
 
 use crate::key::{Agg, Key};
-use crate::merge::{keep, Merger};
+use crate::merge::{keep, Merger, ThreadKey};
 use crate::named::Named;
 use crate::order::{sorted, Merged};
 
@@ -19,16 +19,16 @@ impl Merger {
         // Each thread's samples: what its keys still to be scaled count
         // (every record kept is summed under one, with its `scale`),
         // added up once here rather than once per record.
-        let mut last: Option<((u32, u32), &mut u64)> = None;
-        let scaled = self.named.items.iter().filter(|(n, _)| n.scale.is_some()).map(|(n, v)| (n.pid, n.tid, v.count));
-        let scaled = scaled.chain(self.agg.iter().filter(|(k, _)| k.scale.is_some()).map(|(k, v)| (k.pid, k.tid, v.count)));
-        for (pid, tid, count) in scaled {
+        let mut last: Option<((u32, u32, u32), &mut u64)> = None;
+        let scaled = self.named.items.iter().filter(|(n, _)| n.scale.is_some()).map(|(n, v)| ((n.pid, n.pgen, n.tid), v.count));
+        let scaled = scaled.chain(self.agg.iter().filter(|(k, _)| k.scale.is_some()).map(|(k, v)| ((k.pid, k.pgen, k.tid), v.count)));
+        for (who, count) in scaled {
             match &mut last {
-                Some((t, n)) if *t == (pid, tid) => **n += count,
+                Some((t, n)) if *t == who => **n += count,
                 _ => {
-                    let n = self.thread_samples.entry((pid, tid)).or_insert(0);
+                    let n = self.thread_samples.entry(who).or_insert(0);
                     *n += count;
-                    last = Some(((pid, tid), n));
+                    last = Some((who, n));
                 }
             }
         }
@@ -52,13 +52,13 @@ impl Merger {
         let steal_ids = self.interned.single_frame_stacks(STEAL_FRAME);
         if !steal_ids.is_empty() {
             let threads = &self.threads;
-            let stale = |kind: Kind, frames: Option<u32>, pid: u32, tid: u32| {
+            let stale = |kind: Kind, frames: Option<u32>, who: ThreadKey| {
                 kind == Kind::On
                     && frames.is_some_and(|id| steal_ids.contains(&id))
-                    && threads.get(&(pid, tid)).is_some_and(|t| t.steal_ns.is_some())
+                    && threads.get(&who).is_some_and(|t| t.steal_ns.is_some())
             };
-            items.retain(|(n, _)| !stale(n.kind, Some(n.frames), n.pid, n.tid));
-            self.agg.retain(|k, _| !stale(k.kind, k.frames, k.pid, k.tid));
+            items.retain(|(n, _)| !stale(n.kind, Some(n.frames), (n.pid, n.pgen, n.tid)));
+            self.agg.retain(|k, _| !stale(k.kind, k.frames, (k.pid, k.pgen, k.tid)));
         }
         for s in steals {
             let (key, v) = self.key_of(s, None, None, None);
@@ -110,18 +110,18 @@ impl Merger {
         // Each thread's exact on-CPU time and samples, looked up once per
         // run of its stacks rather than per stack.
         type OnAndSamples = (Option<u64>, Option<u64>);
-        let mut last: Option<((u32, u32), OnAndSamples)> = None;
-        let mut ns_of = |pid: u32, tid: u32, count: u64, freq: u64| {
+        let mut last: Option<(ThreadKey, OnAndSamples)> = None;
+        let mut ns_of = |who: ThreadKey, count: u64, freq: u64| {
             let (on, denom) = match last {
-                Some((t, (on, denom))) if t == (pid, tid) => (on, denom),
+                Some((t, (on, denom))) if t == who => (on, denom),
                 _ => {
-                    let t = threads.get(&(pid, tid));
+                    let t = threads.get(&who);
                     let denom = t
                         .and_then(|t| t.samples)
                         .filter(|n| *n > 0)
-                        .or_else(|| thread_samples.get(&(pid, tid)).copied());
+                        .or_else(|| thread_samples.get(&who).copied());
                     let on = t.and_then(sampled_on_ns);
-                    last = Some(((pid, tid), (on, denom)));
+                    last = Some((who, (on, denom)));
                     (on, denom)
                 }
             };
@@ -132,22 +132,22 @@ impl Merger {
         };
         for (n, v) in &mut items {
             if let Some(freq) = n.scale.take() {
-                v.ns = ns_of(n.pid, n.tid, v.count, freq);
+                v.ns = ns_of((n.pid, n.pgen, n.tid), v.count, freq);
             }
         }
         let mut keys: Vec<(Key, Agg)> = Vec::with_capacity(agg.len());
         for (mut key, mut v) in agg {
             if let Some(freq) = key.scale.take() {
-                v.ns = ns_of(key.pid, key.tid, v.count, freq);
+                v.ns = ns_of((key.pid, key.pgen, key.tid), v.count, freq);
             }
             keys.push((key, v));
         }
         let mut unnamed = Default::default();
         crate::symbolize::count_stacks(&table, items.iter().map(|(n, v)| (n.frames, v.ns, v.count)), &mut unnamed);
         let items = sorted(items, keys, &table, &comms);
-        let threads: BTreeMap<(u32, u32), Thread> = threads
+        let threads: BTreeMap<ThreadKey, Thread> = threads
             .into_iter()
-            .filter(|((pid, tid), _)| {
+            .filter(|((pid, _, tid), _)| {
                 (opts.pids.is_empty() || opts.pids.contains(pid)) && (opts.tids.is_empty() || opts.tids.contains(tid))
             })
             .map(|(k, mut t)| {

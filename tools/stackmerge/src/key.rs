@@ -19,6 +19,8 @@ pub(crate) struct Key {
     pub kind: Kind,
     pub state: Option<State>,
     pub pid: u32,
+    /// The process's generation under its pid (`Stack::pgen`, 0 absent).
+    pub pgen: u32,
     pub tid: u32,
     /// The thread name, as an id of [`Comms`].
     pub comm: u32,
@@ -106,6 +108,7 @@ impl Key {
             kind: s.kind,
             state: s.state,
             pid: s.pid,
+            pgen: wallclock_stream::pgen::pgen_of(s.pgen),
             tid: s.tid,
             comm: comms.id(s.comm),
             ulen,
@@ -145,6 +148,7 @@ impl Key {
                 GpuInfo { activity, device, stream, name, launch_delay_ns: v.launch_delay_ns }
             }),
             waker: self.waker,
+            pgen: (self.pgen > 0).then_some(self.pgen),
         }
     }
 }

@@ -38,13 +38,13 @@ pub struct Merger {
     pub(crate) clock: Option<(String, String)>,
     /// The first header's sampled event (None: time) and its input.
     pub(crate) unit: Option<(Option<String>, String)>,
-    pub(crate) threads: BTreeMap<(u32, u32), Thread>,
+    pub(crate) threads: BTreeMap<ThreadKey, Thread>,
     pub(crate) maps: Vec<Maps>,
     pub(crate) stats: Stats,
     pub(crate) any_stats: bool,
     pub(crate) folded_on_input: bool,
     /// Samples per thread over all inputs: the denominators.
-    pub(crate) thread_samples: FastMap<(u32, u32), u64>,
+    pub(crate) thread_samples: FastMap<ThreadKey, u64>,
     pub(crate) agg: FastMap<Key, Agg>,
     /// The bulk of a symbolized stream, aggregated on a small key.
     pub(crate) named: NamedAgg,
@@ -125,10 +125,10 @@ impl Merger {
                     merge_header(&mut self.header, &h, role);
                 }
                 Record::Header(_) | Record::Frame(_) | Record::StackDef(_) => {}
-                Record::Thread(t) => match self.threads.get_mut(&(t.pid, t.tid)) {
+                Record::Thread(t) => match self.threads.get_mut(&thread_key(&t)) {
                     Some(into) => merge_thread(into, &t),
                     None => {
-                        self.threads.insert((t.pid, t.tid), t);
+                        self.threads.insert(thread_key(&t), t);
                     }
                 },
                 Record::Maps(m) => {
@@ -209,6 +209,7 @@ impl Merger {
             Some((k, _))
                 if k.frames == frames
                     && k.pid == s.pid
+                    && k.pgen == wallclock_stream::pgen::pgen_of(s.pgen)
                     && k.tid == s.tid
                     && k.kind == s.kind
                     && k.state == s.state
@@ -225,7 +226,7 @@ impl Merger {
             }
             None => true,
         };
-        let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, tid: s.tid, comm: self.comms.id(s.comm), scale };
+        let key = Named { frames, kind: s.kind, state: s.state, pid: s.pid, pgen: wallclock_stream::pgen::pgen_of(s.pgen), tid: s.tid, comm: self.comms.id(s.comm), scale };
         let slot = self.named.add(key, Agg { ns: s.ns, count: s.count, launch_delay_ns: None });
         input.last = Some((key, slot));
         if first {
@@ -242,6 +243,14 @@ impl Merger {
         let frames = self.interned.frames(&mut s, base, memo);
         Key::of(s, frames, scale, &mut self.comms)
     }
+}
+
+/// A thread: (pid, the process's generation under it, tid). Two
+/// processes with one pid (used again within the capture) are two.
+pub(crate) type ThreadKey = (u32, u32, u32);
+
+pub(crate) fn thread_key(t: &Thread) -> ThreadKey {
+    (t.pid, wallclock_stream::pgen::pgen_of(t.pgen), t.tid)
 }
 
 fn merge_header(into: &mut Header, h: &Header, role: InputRole) {

@@ -21,6 +21,8 @@ pub(crate) struct Named {
     pub kind: Kind,
     pub state: Option<State>,
     pub pid: u32,
+    /// The process's generation under its pid (`Stack::pgen`, 0 absent).
+    pub pgen: u32,
     pub tid: u32,
     /// The thread name, as an id of [`crate::key::Comms`].
     pub comm: u32,
@@ -37,6 +39,7 @@ impl Named {
             kind: k.kind,
             state: k.state,
             pid: k.pid,
+            pgen: k.pgen,
             tid: k.tid,
             comm: k.comm,
             scale: k.scale,
@@ -113,7 +116,7 @@ mod tests {
     #[test]
     fn keys_of_one_stack_found_past_the_chain() {
         let mut a = NamedAgg::default();
-        let key = |tid: u32, frames: u32| Named { frames, kind: Kind::On, state: None, pid: 1, tid, comm: 0, scale: None };
+        let key = |tid: u32, frames: u32| Named { frames, kind: Kind::On, state: None, pid: 1, pgen: 0, tid, comm: 0, scale: None };
         let one = |ns| Agg { ns, count: 1, launch_delay_ns: None };
         for round in 0..2 {
             for tid in 0..3 * CHAIN {

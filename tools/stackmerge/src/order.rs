@@ -19,7 +19,7 @@ use crate::named::Named;
 /// The merged view.
 pub struct Merged {
     pub header: Header,
-    pub threads: BTreeMap<(u32, u32), Thread>,
+    pub threads: BTreeMap<crate::merge::ThreadKey, Thread>,
     pub maps: Vec<Maps>,
     /// Aggregated, in ns, sorted; off-CPU leaf appended where frames exist.
     pub(crate) items: Vec<Item>,
@@ -61,6 +61,7 @@ impl Merged {
 pub(crate) fn named_stack(n: &Named, v: &Agg, comms: &Comms) -> Stack {
     let mut s = Stack::new(n.kind, n.pid, n.tid, comms.name(n.comm));
     s.state = n.state;
+    s.pgen = (n.pgen > 0).then_some(n.pgen);
     s.stack_id = Some(n.frames);
     s.ns = v.ns;
     s.count = v.count;
@@ -82,10 +83,13 @@ struct Entry {
     frames: u32,
 }
 
-fn hi(kind: Kind, state: Option<State>, pid: u32, tid: u32, comm_rank: u32) -> u128 {
-    // Option<State>: None first, then the states in their order.
+fn hi(kind: Kind, state: Option<State>, pid: u32, pgen: u32, tid: u32, comm_rank: u32) -> u128 {
+    // Option<State>: None first, then the states in their order (4 bits);
+    // a process's generation under its pid above them (12 bits: a pid
+    // used 4,096 times in one capture sorts among the first ones).
     let state = state.map_or(0, |s| 1 + s as u128);
-    (kind as u128) << 112 | state << 96 | u128::from(pid) << 64 | u128::from(tid) << 32 | u128::from(comm_rank)
+    let pgen = u128::from(pgen.min(0xfff));
+    (kind as u128) << 112 | pgen << 100 | state << 96 | u128::from(pid) << 64 | u128::from(tid) << 32 | u128::from(comm_rank)
 }
 
 /// Stacks in the order of their frames (lexicographic, as `Vec<Frame>`
@@ -150,12 +154,12 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
     let comm_rank = comms.ranks();
     let mut es: Vec<Entry> = Vec::with_capacity(named.len() + keys.len());
     for (i, (n, _)) in named.iter().enumerate() {
-        let hi = hi(n.kind, n.state, n.pid, n.tid, comm_rank[n.comm as usize]);
+        let hi = hi(n.kind, n.state, n.pid, n.pgen, n.tid, comm_rank[n.comm as usize]);
         es.push(Entry { hi, pre: fo.prefix(n.frames), src: i as u32, frames: n.frames });
     }
     let mut kes: Vec<Entry> = Vec::with_capacity(keys.len());
     for (i, (k, _)) in keys.iter().enumerate() {
-        let hi = hi(k.kind, k.state, k.pid, k.tid, comm_rank[k.comm as usize]);
+        let hi = hi(k.kind, k.state, k.pid, k.pgen, k.tid, comm_rank[k.comm as usize]);
         kes.push(Entry { hi, pre: 0, src: KEY | i as u32, frames: 0 });
     }
     let none: &[u64] = &[];

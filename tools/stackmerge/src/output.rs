@@ -6,6 +6,7 @@ use std::io::Write;
 use anyhow::Result;
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::fasthash::FastMap;
+use wallclock_stream::pgen::{pgen_of, pgen_suffix};
 use wallclock_stream::{folded, Frame, Kind, Stack, Waker};
 
 use crate::order::Merged;
@@ -28,7 +29,8 @@ pub fn display_frames(s: &Stack) -> Cow<'_, [Frame]> {
 /// The root frame of a folded line: the process, `NAME (PID)` (its main
 /// thread's name, which is the name after exec), or `NAME` when grouped by
 /// command (`by_command`, see `--roots`), or with --per-thread the thread,
-/// `comm-TID`.
+/// `comm-TID`. A later process of a pid used again in the capture
+/// (`pgen`) says which: `NAME (PID) (2nd)`, `comm-TID (2nd)`.
 fn root_of(s: &Stack, m: &Merged, opts: &Options, by_command: bool) -> Option<String> {
     if opts.gpu_roots && s.kind == Kind::Gpu {
         let g = s.gpu.as_ref();
@@ -37,18 +39,19 @@ fn root_of(s: &Stack, m: &Merged, opts: &Options, by_command: bool) -> Option<St
         return Some(format!("[gpu {dev} stream {stream}]"));
     }
     if opts.per_thread {
-        let comm = m.threads.get(&(s.pid, s.tid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
+        let comm = m.threads.get(&(s.pid, pgen_of(s.pgen), s.tid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
         if comm.is_empty() && s.tid == 0 {
             return None;
         }
-        return Some(format!("{comm}-{}", s.tid));
+        return Some(format!("{comm}-{}{}", s.tid, pgen_suffix(s.pgen)));
     }
-    let comm = m.threads.get(&(s.pid, s.pid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
+    let comm = m.threads.get(&(s.pid, pgen_of(s.pgen), s.pid)).map(|t| t.comm.as_str()).filter(|c| !c.is_empty()).unwrap_or(&s.comm);
     if s.pid == 0 {
         // Folded input: no process known.
         return (!comm.is_empty()).then(|| comm.to_string());
     }
-    Some(folded::Roots::root(by_command, comm, s.pid))
+    let root = folded::Roots::root(by_command, comm, s.pid);
+    Some(if by_command { root } else { root + &pgen_suffix(s.pgen) })
 }
 
 /// Frames of a waker's stack or block: named, else the addresses.
@@ -93,7 +96,7 @@ pub fn write_folded(m: &Merged, opts: &Options, out: &mut dyn Write) -> Result<(
     let mut lines: Vec<(Vec<u8>, u64)> = Vec::with_capacity(m.len());
     // The text of each table stack, made once (threads share stacks).
     let mut texts: FastMap<u32, String> = FastMap::default();
-    let pids: std::collections::BTreeSet<u32> = (0..m.len()).map(|i| m.stack(i).pid).filter(|&p| p != 0).collect();
+    let pids: std::collections::BTreeSet<(u32, u32)> = (0..m.len()).map(|i| m.stack(i)).filter(|s| s.pid != 0).map(|s| (s.pid, pgen_of(s.pgen))).collect();
     let by_command = opts.roots.by_command(pids.len());
     for i in 0..m.len() {
         let s = &*m.stack(i);

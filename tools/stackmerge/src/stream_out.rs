@@ -73,6 +73,7 @@ pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
                     rec.comm.push_str(m.comms.name(n.comm));
                 }
                 (rec.kind, rec.state, rec.pid, rec.tid) = (n.kind, n.state, n.pid, n.tid);
+                rec.pgen = (n.pgen > 0).then_some(n.pgen);
                 (rec.stack_id, rec.ns, rec.count) = (Some(id), v.ns, v.count);
                 o.stack(&rec, json)?;
             }

@@ -37,24 +37,24 @@ pub(crate) fn add(
     agg: &mut FastMap<Key, Agg>,
     interned: &mut Interned,
     comms: &mut Comms,
-    threads: &BTreeMap<(u32, u32), Thread>,
-    thread_samples: &FastMap<(u32, u32), u64>,
+    threads: &BTreeMap<crate::merge::ThreadKey, Thread>,
+    thread_samples: &FastMap<crate::merge::ThreadKey, u64>,
     keep: impl Fn(&Stack) -> bool,
 ) {
     let table = &interned.table;
     let markers: Vec<u32> =
         (0..table.frame_count() as u32).filter(|&f| table.frame(f).func == NOT_SAMPLED_FRAME).collect();
     if !markers.is_empty() && threads.values().any(|t| t.on_ns.is_some()) {
-        let stale = |kind: Kind, frames: Option<u32>, pid: u32, tid: u32| {
+        let stale = |kind: Kind, frames: Option<u32>, who: crate::merge::ThreadKey| {
             kind == Kind::On
                 && frames.is_some_and(|id| table.stack(id).last().is_some_and(|f| markers.contains(f)))
-                && threads.get(&(pid, tid)).is_some_and(|t| t.on_ns.is_some())
+                && threads.get(&who).is_some_and(|t| t.on_ns.is_some())
         };
-        named.retain(|(n, _)| !stale(n.kind, Some(n.frames), n.pid, n.tid));
-        agg.retain(|k, _| !stale(k.kind, k.frames, k.pid, k.tid));
+        named.retain(|(n, _)| !stale(n.kind, Some(n.frames), (n.pid, n.pgen, n.tid)));
+        agg.retain(|k, _| !stale(k.kind, k.frames, (k.pid, k.pgen, k.tid)));
     }
     let sampled = |t: &Thread| {
-        t.samples.is_some_and(|n| n > 0) || thread_samples.get(&(t.pid, t.tid)).is_some_and(|n| *n > 0)
+        t.samples.is_some_and(|n| n > 0) || thread_samples.get(&crate::merge::thread_key(t)).is_some_and(|n| *n > 0)
     };
     let todo: Vec<&Thread> =
         threads.values().filter(|t| !sampled(t) && sampled_on_ns(t).is_some_and(|ns| ns > 0)).collect();
@@ -62,30 +62,31 @@ pub(crate) fn add(
         return;
     }
     // The best off-CPU stack per thread: most blocks, then most time.
-    let mut best: FastMap<(u32, u32), (u64, u64, u32)> = FastMap::default();
+    let mut best: FastMap<crate::merge::ThreadKey, (u64, u64, u32)> = FastMap::default();
     let mut has_user: FastMap<u32, bool> = FastMap::default();
     let offs = named
         .iter()
         .filter(|(n, _)| n.kind == Kind::Off)
-        .map(|(n, v)| (n.pid, n.tid, n.frames, v))
-        .chain(agg.iter().filter(|(k, _)| k.kind == Kind::Off).filter_map(|(k, v)| Some((k.pid, k.tid, k.frames?, v))));
-    for (pid, tid, id, v) in offs {
+        .map(|(n, v)| ((n.pid, n.pgen, n.tid), n.frames, v))
+        .chain(agg.iter().filter(|(k, _)| k.kind == Kind::Off).filter_map(|(k, v)| Some(((k.pid, k.pgen, k.tid), k.frames?, v))));
+    for (who, id, v) in offs {
         let ok = *has_user.entry(id).or_insert_with(|| table.frames_of(id).any(user_frame));
         if !ok {
             continue;
         }
-        let e = best.entry((pid, tid)).or_insert((0, 0, id));
+        let e = best.entry(who).or_insert((0, 0, id));
         if (v.count, v.ns) > (e.0, e.1) {
             *e = (v.count, v.ns, id);
         }
     }
     for t in todo {
         let mut s = Stack::new(Kind::On, t.pid, t.tid, &t.comm);
+        s.pgen = t.pgen;
         if !keep(&s) {
             continue;
         }
         let t_ = &mut interned.table;
-        let mut ids: Vec<u32> = match best.get(&(t.pid, t.tid)) {
+        let mut ids: Vec<u32> = match best.get(&crate::merge::thread_key(t)) {
             Some(&(_, _, id)) => t_.stack(id).iter().copied().filter(|&f| user_frame(t_.frame(f))).collect(),
             None => Vec::new(),
         };

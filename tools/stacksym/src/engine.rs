@@ -51,6 +51,27 @@ pub struct Options {
     pub tool: &'static str,
 }
 
+/// The key of a process's address space: its pid, or for a later process
+/// of a pid used again within the capture (`Stack::pgen`, `Maps::pgen`)
+/// the pid with the generation above its 22 bits (a pid is below
+/// 4,194,304, the kernel's largest `pid_max`): no live process has that
+/// number, so such a process is named from its own `maps` record only,
+/// never from /proc or the earlier process's mappings.
+pub(crate) fn space_key(pid: u32, pgen: Option<u32>) -> u32 {
+    match pgen.unwrap_or(0) {
+        0 => pid,
+        g => pid | g.min(1023) << 22,
+    }
+}
+
+/// The pid part of a [`space_key`].
+pub(crate) const PID_MASK: u32 = (1 << 22) - 1;
+
+/// [`space_key`] of a stack's process.
+pub(crate) fn space_pid(s: &Stack) -> u32 {
+    space_key(s.pid, s.pgen)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Space {
     User(u32),
@@ -255,11 +276,11 @@ impl Engine {
         let mut seen: HashSet<(Space, u64, bool), FastHash> = HashSet::default();
         for s in stacks {
             // Met in this batch (kept), whether known or not.
-            self.space_mut(Space::User(s.pid));
+            self.space_mut(Space::User(space_pid(s)));
             if check_known && self.known(s) {
                 continue;
             }
-            for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+            for (space, addrs) in [(Space::User(space_pid(s)), &s.ustack), (Space::Kernel, &s.kstack)] {
                 let Some(cache) = self.space(space) else { continue };
                 for (i, &a) in addrs.iter().enumerate() {
                     let key = (a, i + 1 < addrs.len());
@@ -300,7 +321,7 @@ impl Engine {
     /// [`Engine::prepare`] saw `s`.
     pub fn frame_ids(&self, s: &Stack, out: &mut Vec<u32>) {
         let blocked = gil::blocked(s);
-        for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+        for (space, addrs) in [(Space::User(space_pid(s)), &s.ustack), (Space::Kernel, &s.kstack)] {
             let user = matches!(space, Space::User(_));
             let Some(cache) = self.space(space) else { continue };
             let addr_of = |i: usize| cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()));

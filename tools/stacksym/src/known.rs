@@ -9,7 +9,7 @@
 
 use wallclock_stream::{Record, Stack};
 
-use crate::engine::{Engine, Space};
+use crate::engine::{space_pid, Engine, Space};
 use crate::knownstacks::{Key, KnownStacks};
 
 /// How many records ahead of its lookup a record's slot is fetched; its
@@ -31,7 +31,7 @@ impl Engine {
         };
         // Their processes still in use: not to be dropped (crate::cache).
         let mut last = None;
-        let used: Vec<u32> = stacks().map(|(_, s)| s.pid).filter(|&p| last.replace(p) != Some(p)).collect();
+        let used: Vec<u32> = stacks().map(|(_, s)| space_pid(s)).filter(|&p| last.replace(p) != Some(p)).collect();
         for pid in used {
             if let Some(c) = self.spaces.get_mut(&pid) {
                 c.used = self.generation;
@@ -43,10 +43,10 @@ impl Engine {
         let mut todo: Vec<(&Stack, usize, Key, &KnownStacks)> = Vec::with_capacity(records.len());
         for (i, s) in stacks() {
             let known = match last {
-                Some((pid, k)) if pid == s.pid => k,
-                _ => self.spaces.get(&s.pid).map(|c| &c.known),
+                Some((pid, k)) if pid == space_pid(s) => k,
+                _ => self.spaces.get(&space_pid(s)).map(|c| &c.known),
             };
-            last = Some((s.pid, known));
+            last = Some((space_pid(s), known));
             if let (Some(k), Some(key)) = (known, Key::of(s)) {
                 todo.push((s, i, key, k));
             }
@@ -77,7 +77,7 @@ impl Engine {
 
     /// Whether `s` was met before.
     pub(crate) fn known(&self, s: &Stack) -> bool {
-        let Some(c) = self.spaces.get(&s.pid) else { return false };
+        let Some(c) = self.spaces.get(&space_pid(s)) else { return false };
         Key::of(s).is_some_and(|key| c.known.get(key, s).is_some())
     }
 
@@ -86,7 +86,7 @@ impl Engine {
     /// frames in.
     pub fn symbolized_known(&mut self, s: &Stack) -> Option<u32> {
         let generation = self.generation;
-        let c = self.spaces.get_mut(&s.pid)?;
+        let c = self.spaces.get_mut(&space_pid(s))?;
         // Still in use: not to be dropped (crate::cache).
         c.used = generation;
         let (id, unnamed) = c.known.get(Key::of(s)?, s)?;
@@ -107,7 +107,7 @@ impl Engine {
         self.add_unnamed_time(&unnamed, s);
         self.note_cut(s, id);
         if let Some(key) = Key::of(s) {
-            self.space_mut(Space::User(s.pid)).known.insert(key, s, id, &unnamed);
+            self.space_mut(Space::User(space_pid(s))).known.insert(key, s, id, &unnamed);
         }
         id
     }

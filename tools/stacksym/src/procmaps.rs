@@ -82,7 +82,8 @@ impl Engine {
     pub fn add_maps(&mut self, m: &Maps) {
         let maps: Vec<Mapping> = m.maps.iter().map(|e| self.absolute(e)).collect();
         // The same record may come from two streams (`--maps`).
-        let known = self.stream_maps.entry(m.pid).or_default();
+        let pid = crate::engine::space_key(m.pid, m.pgen);
+        let known = self.stream_maps.entry(pid).or_default();
         for e in maps {
             if !known.contains(&e) {
                 known.push(e);
@@ -90,7 +91,7 @@ impl Engine {
         }
         known.shrink_to_fit();
         if !m.names.is_empty() {
-            self.named.entry(m.pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
+            self.named.entry(pid).or_default().extend(m.names.iter().map(|n| (n.addr, n.frame.clone())));
         }
     }
 

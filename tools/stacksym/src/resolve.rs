@@ -67,6 +67,14 @@ impl Engine {
     /// `pid`, as ids of the table.
     pub(crate) fn resolve_user(&mut self, pid: u32, keys: &[(u64, bool)]) -> Vec<Rc<[u32]>> {
         let mut out: Vec<Option<Rc<[u32]>>> = vec![None; keys.len()];
+        // A later process of a reused pid with no maps record of its own
+        // (the capture wrote one record for both when the new process's
+        // stacks came before the old one was done): the pid's record, as
+        // before `pgen`.
+        let pid = match pid {
+            p if p > crate::engine::PID_MASK && !self.stream_maps.contains_key(&p) => p & crate::engine::PID_MASK,
+            p => p,
+        };
         // 0. Frames the capture named (an interpreter's: CPython's).
         if let Some(named) = self.named.get(&pid) {
             for (idx, (addr, _)) in keys.iter().enumerate() {

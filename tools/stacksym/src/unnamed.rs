@@ -49,7 +49,7 @@ impl Engine {
         if self.modules.is_empty() {
             return mods.into();
         }
-        for (space, addrs) in [(Space::User(s.pid), &s.ustack), (Space::Kernel, &s.kstack)] {
+        for (space, addrs) in [(Space::User(crate::engine::space_pid(s)), &s.ustack), (Space::Kernel, &s.kstack)] {
             let Some(c) = self.space(space) else { continue };
             for (i, &a) in addrs.iter().enumerate() {
                 if let Some(e) = c.addrs.get(&(a, i + 1 < addrs.len())) {

@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 
+use wallclock_stream::pgen::{pgen_of, pgen_suffix};
 use wallclock_stream::{Frame, Header, Kind, MapEntry, NamedAddr, Record, Slice, SliceStack, Stack, State, Stats, Thread};
 
 use crate::profile::{MappingKey, Profile};
@@ -170,14 +171,22 @@ pub fn values(s: &Stack) -> [i64; 7] {
 pub struct Converter<'a> {
     inp: &'a Input,
     names: HashMap<u32, String>,
-    comms: HashMap<(u32, u32), &'a str>,
+    /// Names of the later processes of a reused pid, by (pid, pgen).
+    later: HashMap<(u32, u32), String>,
+    comms: HashMap<(u32, u32, u32), &'a str>,
     pub profile: Profile,
 }
 
 impl<'a> Converter<'a> {
     pub fn new(inp: &'a Input) -> Self {
-        let comms = inp.threads.iter().map(|t| ((t.pid, t.tid), t.comm.as_str())).collect();
-        Converter { inp, names: inp.process_names(), comms, profile: Profile::new(&sample_types(inp), 0) }
+        let comms = inp.threads.iter().map(|t| ((t.pid, pgen_of(t.pgen), t.tid), t.comm.as_str())).collect();
+        let later = inp
+            .threads
+            .iter()
+            .filter(|t| t.tid == t.pid && pgen_of(t.pgen) > 0 && !t.comm.is_empty())
+            .map(|t| ((t.pid, pgen_of(t.pgen)), t.comm.clone()))
+            .collect();
+        Converter { inp, names: inp.process_names(), later, comms, profile: Profile::new(&sample_types(inp), 0) }
     }
 
     /// Every stack as a sample; the main binary's mapping listed first.
@@ -201,8 +210,16 @@ impl<'a> Converter<'a> {
         let mut out = Vec::new();
         let mut put = |p: &mut Profile, k: &str, v: &str| out.push((p.string(k), p.string(v)));
         if s.pid != 0 || s.tid != 0 {
-            let comm = if s.comm.is_empty() { self.comms.get(&(s.pid, s.tid)).copied().unwrap_or("") } else { &s.comm };
-            let process = self.names.get(&s.pid).cloned().unwrap_or_else(|| format!("pid {}", s.pid));
+            let pgen = pgen_of(s.pgen);
+            let comm = if s.comm.is_empty() { self.comms.get(&(s.pid, pgen, s.tid)).copied().unwrap_or("") } else { &s.comm };
+            // A later process of a reused pid is another process.
+            let process = match pgen {
+                0 => self.names.get(&s.pid).cloned().unwrap_or_else(|| format!("pid {}", s.pid)),
+                g => {
+                    let name = self.later.get(&(s.pid, g)).cloned().unwrap_or_else(|| format!("pid {}", s.pid));
+                    name + &pgen_suffix(s.pgen)
+                }
+            };
             put(&mut self.profile, "thread", comm);
             put(&mut self.profile, "thread_id", &s.tid.to_string());
             put(&mut self.profile, "process", &process);

@@ -103,7 +103,7 @@ fn stacks(inp: &Input) -> (HashMap<u64, Vec<Frame>>, HashMap<WakerStack, u64>) {
     let mut engine = Engine::new(Options { tool: "wcexport", ..Options::default() });
     for (pid, maps) in &inp.maps {
         let names = inp.names.get(pid).cloned().unwrap_or_default();
-        engine.add_maps(&Maps { pid: *pid, maps: maps.clone(), names });
+        engine.add_maps(&Maps { pid: *pid, maps: maps.clone(), names, pgen: None });
     }
     let raw: Vec<(u64, Stack)> = inp
         .slice_stacks

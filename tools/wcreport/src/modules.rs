@@ -70,7 +70,7 @@ mod tests {
         let entry = |path: String| MapEntry { start: 0, end: 1, offset: 0, path, build_id: None };
         let maps = vec![entry(format!("/x/p1/{so}")), entry(format!("/x/p2/{so}")), entry("/lib/libc.so.6".into())];
         let mut m = Modules::default();
-        m.add(&Maps { pid: 7, maps, names: Vec::new() });
+        m.add(&Maps { pid: 7, maps, names: Vec::new(), pgen: None });
         assert_eq!(m.path(7, "libc.so.6"), Some("/lib/libc.so.6"));
         // The base name alone names neither.
         assert_eq!(m.path(7, so), None);

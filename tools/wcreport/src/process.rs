@@ -3,20 +3,22 @@
 
 use std::collections::BTreeMap;
 
+use wallclock_stream::pgen::pgen_of;
 use wallclock_stream::{StateNs, Thread};
 
 use crate::report::{pct, ProcessReport, ThreadReport, Window};
 
-pub fn processes(ts: &[ThreadReport], threads: &BTreeMap<(u32, u32), Thread>, w: &Window) -> Vec<ProcessReport> {
-    let mut by: BTreeMap<u32, Vec<&ThreadReport>> = BTreeMap::new();
+pub fn processes(ts: &[ThreadReport], threads: &BTreeMap<crate::report::ThreadKey, Thread>, w: &Window) -> Vec<ProcessReport> {
+    // A process is (pid, pgen): a pid used again is another process.
+    let mut by: BTreeMap<(u32, u32), Vec<&ThreadReport>> = BTreeMap::new();
     for t in ts {
-        by.entry(t.pid).or_default().push(t);
+        by.entry((t.pid, pgen_of(t.pgen))).or_default().push(t);
     }
     let mut out = by
         .into_iter()
-        .map(|(pid, v)| {
+        .map(|((pid, pgen), v)| {
             let comm = threads
-                .get(&(pid, pid))
+                .get(&(pid, pgen, pid))
                 .map(|t| t.comm.clone())
                 .filter(|c| !c.is_empty())
                 .unwrap_or_else(|| most_common(v.iter().map(|t| t.comm.as_str())));
@@ -33,6 +35,7 @@ pub fn processes(ts: &[ThreadReport], threads: &BTreeMap<(u32, u32), Thread>, w:
             });
             ProcessReport {
                 pid,
+                pgen: (pgen > 0).then_some(pgen),
                 comm,
                 threads: v.len(),
                 wall_ns,
@@ -49,7 +52,7 @@ pub fn processes(ts: &[ThreadReport], threads: &BTreeMap<(u32, u32), Thread>, w:
         .collect::<Vec<_>>();
     // Heaviest first, so that a shell's child doing the work is not lost
     // among short-lived helpers; ties by pid, so the order is stable.
-    out.sort_by(|a, b| b.thread_ns.cmp(&a.thread_ns).then(b.on_ns.cmp(&a.on_ns)).then(a.pid.cmp(&b.pid)));
+    out.sort_by(|a, b| b.thread_ns.cmp(&a.thread_ns).then(b.on_ns.cmp(&a.on_ns)).then(a.pid.cmp(&b.pid)).then(a.pgen.cmp(&b.pgen)));
     out
 }
 

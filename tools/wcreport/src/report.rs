@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use wallclock_stream::accounting::{behaviour, kind_leaf, merge_thread, role_for, sampled_on_ns, scale_samples};
+use wallclock_stream::pgen::pgen_of;
 use wallclock_stream::{Frame, Header, Kind, Record, Stack, State, StateNs, Thread};
 
 use crate::functions::{by_function, FunctionTime};
@@ -61,6 +62,10 @@ pub struct Window {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
     pub pid: u32,
+    /// The process's generation under its pid (`pgen` of the stream: a
+    /// pid used again within the capture); absent for the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
     /// The main thread's name (the name after exec), else its threads' most common.
     pub comm: String,
     pub threads: usize,
@@ -82,6 +87,10 @@ pub struct ProcessReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadReport {
     pub pid: u32,
+    /// The process's generation under its pid (`pgen` of the stream: a
+    /// pid used again within the capture); absent for the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pgen: Option<u32>,
     pub tid: u32,
     pub comm: String,
     /// File-safe role (`main`, from the name...), as `flame --per-thread` uses it.
@@ -165,24 +174,28 @@ pub(crate) fn pct(part: u64, whole: Option<u64>) -> Option<f64> {
     whole.filter(|w| *w > 0).map(|w| part as f64 * 100.0 / w as f64)
 }
 
+/// (pid, pgen, tid): see `wallclock_stream::pgen`.
+pub type ThreadKey = (u32, u32, u32);
+
 /// Build the report from records (headers included, in input order).
 pub fn build(records: &[Record], top_n: usize) -> Report {
     let mut tools = Vec::new();
     let mut window = Window::default();
     let mut lost = BTreeMap::new();
     let mut stats = BTreeMap::new();
-    let mut threads: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
-    let mut stacks: BTreeMap<(u32, u32), Vec<&Stack>> = BTreeMap::new();
+    // A thread is (pid, pgen, tid): two processes of one pid stay two.
+    let mut threads: BTreeMap<ThreadKey, Thread> = BTreeMap::new();
+    let mut stacks: BTreeMap<ThreadKey, Vec<&Stack>> = BTreeMap::new();
     let mut headers: Vec<&Header> = Vec::new();
     let mut modules = Modules::default();
     for r in records {
         match r {
             Record::Header(h) => headers.push(h),
             Record::Thread(t) => {
-                let e = threads.entry((t.pid, t.tid)).or_insert_with(|| Thread::new(t.pid, t.tid, &t.comm));
+                let e = threads.entry((t.pid, pgen_of(t.pgen), t.tid)).or_insert_with(|| Thread { pgen: t.pgen, ..Thread::new(t.pid, t.tid, &t.comm) });
                 merge_thread(e, t);
             }
-            Record::Stack(s) => stacks.entry((s.pid, s.tid)).or_default().push(s),
+            Record::Stack(s) => stacks.entry((s.pid, pgen_of(s.pgen), s.tid)).or_default().push(s),
             Record::Stats(s) => {
                 for (k, v) in &s.counts {
                     *stats.entry(k.clone()).or_insert(0) += v;
@@ -213,7 +226,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     };
     for (k, ss) in &stacks {
         let comm = ss.iter().map(|s| s.comm.as_str()).find(|c| !c.is_empty()).unwrap_or("");
-        threads.entry(*k).or_insert_with(|| Thread::new(k.0, k.1, comm));
+        threads.entry(*k).or_insert_with(|| Thread { pgen: (k.1 > 0).then_some(k.1), ..Thread::new(k.0, k.2, comm) });
     }
 
     // An event profile's threads have no time to share out: their shares
@@ -234,7 +247,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     let processes = crate::process::processes(&out_threads, &threads, &window);
     let short_blocks_ns = out_threads.iter().map(|t| t.short_blocks_ns).sum();
     let lost_stack_ns = out_threads.iter().map(|t| t.lost_stack_ns).sum();
-    let comms: BTreeMap<(u32, u32), String> = threads.iter().map(|(k, t)| (*k, t.comm.clone())).collect();
+    let comms: BTreeMap<(u32, u32), String> = threads.iter().map(|(k, t)| ((k.0, k.2), t.comm.clone())).collect();
     let all: Vec<&Stack> = stacks.values().flatten().copied().collect();
     let mut gpu = gpu::build(&all, &comms, &stats, &lost, top_n);
     if let Some(g) = gpu.as_mut() {
@@ -337,6 +350,7 @@ fn thread_report(t: &Thread, ss: &[&Stack], w: &Window, top_n: usize, modules: &
     let functions = by_function(ss, &t.comm, base, modules);
     ThreadReport {
         pid: t.pid,
+        pgen: t.pgen,
         tid: t.tid,
         comm: t.comm.clone(),
         role: role_for(t),

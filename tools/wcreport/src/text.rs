@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use wallclock_stream::pgen::pgen_suffix;
 use wallclock_stream::units::human_ns;
 
 use crate::report::{ProcessReport, Report, ThreadReport, TopStack};
@@ -107,8 +108,9 @@ pub fn summary(r: &Report) -> String {
 fn process_line(pr: &ProcessReport) -> String {
     let o = &pr.off_ns;
     let mut s = format!(
-        "PROCESS {} ({}): wall {}, {} thread(s) alive {} thread-time; on-CPU {}, off-CPU {} (R {}, S {}, D {}, other {})",
+        "PROCESS {}{} ({}): wall {}, {} thread(s) alive {} thread-time; on-CPU {}, off-CPU {} (R {}, S {}, D {}, other {})",
         pr.pid,
+        pgen_suffix(pr.pgen),
         name(&pr.comm),
         time(pr.wall_ns),
         pr.threads,
@@ -160,11 +162,16 @@ fn push_commands(s: &mut String, r: &Report) {
     }
 }
 
+/// Whether `t` is a thread of `pr` (the same pid and generation).
+fn of_process(t: &ThreadReport, pr: &ProcessReport) -> bool {
+    t.pid == pr.pid && t.pgen == pr.pgen
+}
+
 /// A process's line and its thread table.
 fn process_table(r: &Report, pr: &ProcessReport) -> String {
     let mut s = process_line(pr);
     let mut rows = vec![thread_header()];
-    rows.extend(r.threads.iter().filter(|t| t.pid == pr.pid).map(thread_row));
+    rows.extend(r.threads.iter().filter(|t| of_process(t, pr)).map(thread_row));
     s.push_str(&table(&rows, 4, "  "));
     s
 }
@@ -222,7 +229,7 @@ fn tops(title: &str, v: &[TopStack]) -> String {
 
 /// One thread in detail; `max_parts`: the ways of one function shown.
 pub fn thread_detail(t: &ThreadReport, max_parts: usize) -> String {
-    let mut s = format!("THREAD {} {} (pid {}, role {}, {})\n", t.tid, name(&t.comm), t.pid, t.role, t.class);
+    let mut s = format!("THREAD {} {} (pid {}{}, role {}, {})\n", t.tid, name(&t.comm), t.pid, pgen_suffix(t.pgen), t.role, t.class);
     let base = t.alive_ns;
     let share = |ns: u64| {
         base.filter(|b| *b > 0).map(|b| format!(" ({:.1}%)", ns as f64 * 100.0 / b as f64)).unwrap_or_default()
@@ -310,7 +317,7 @@ pub fn full(r: &Report, max_parts: usize) -> String {
     for pr in &r.processes {
         s.push('\n');
         s.push_str(&process_table(r, pr));
-        for t in r.threads.iter().filter(|t| t.pid == pr.pid) {
+        for t in r.threads.iter().filter(|t| of_process(t, pr)) {
             s.push('\n');
             s.push_str(&thread_detail(t, max_parts));
         }
