@@ -61,6 +61,16 @@ struct {
 	__type(value, struct wc_thread);
 } threads SEC(".maps");
 
+/* The final entries of threads whose tid a new thread took before user
+ * space moved them out of `threads` (it does once a second): see
+ * thread_reborn. Key: WC_REBORN_KEY. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct wc_thread);
+} reborn SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 16 << 20); /* 256 events of a 64K stack copy */
@@ -190,6 +200,31 @@ static __noinline struct wc_thread *thread_new(struct task_struct *t, __u64 now)
 		return NULL;
 	}
 	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+/* th, the entry of `t`'s tid, is final (its thread exited), and `t` was
+ * born after that exit: the tid was used again, by a new thread of a new
+ * process (a pid reused) or of the same one, before user space moved the
+ * entry out. The final entry goes to `reborn` for user space, and `t`
+ * gets a fresh one, one tgen later. Returns NULL then: the caller makes
+ * or finds the new entry as for any new thread (thread_new). Else th. */
+static __noinline struct wc_thread *thread_reborn(struct wc_thread *th, struct task_struct *t, __u64 now)
+{
+	if (!th || !th->exit_ns || BPF_CORE_READ(t, start_time) <= th->exit_ns)
+		return th;
+	__u32 tid = BPF_CORE_READ(t, pid);
+	__u32 tgen = th->tgen;
+	__u64 key = WC_REBORN_KEY(tid, tgen);
+	if (bpf_map_update_elem(&reborn, &key, th, BPF_NOEXIST)) {
+		/* Full: the new thread waits, dropped, as before (counted). */
+		stat_add(WC_STAT_MAP_FULL, 1);
+		return th;
+	}
+	bpf_map_delete_elem(&threads, &tid);
+	struct wc_thread *n = thread_new(t, now);
+	if (n)
+		n->tgen = (tgen + 1) & 0x3ff;
+	return NULL;
 }
 
 /* A thread leaves the CPU at `now` after running since th->last_ts: the

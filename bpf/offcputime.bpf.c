@@ -53,7 +53,7 @@ struct {
 
 static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, __u64 cnt, struct wc_thread *th)
 {
-	struct wc_okey k = { .fp = fp, .tid = tid, .state = state };
+	struct wc_okey k = { .fp = fp, .tid = tid, .state = state | th->tgen << 16 };
 	struct wc_oval *v = bpf_map_lookup_elem(&offcpu, &k);
 	if (v) {
 		__sync_fetch_and_add(&v->ns, ns);
@@ -151,6 +151,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 {
 	__u32 tid = RD(btf, prev, pid);
 	struct wc_thread *th = dethread_entry(bpf_map_lookup_elem(&threads, &tid), &tid);
+	th = thread_reborn(th, prev, now);
 	if (!th) {
 		th = thread_new(prev, now);
 		if (!th)
@@ -216,6 +217,8 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	}
 	fp = mix(fp, st);
 	fp = mix(fp, tid);
+	if (th->tgen)
+		fp = mix(fp, th->tgen);
 	if (fp < 16)
 		fp += 16;
 	/* A failed copy (ring buffer full) keeps the real fingerprint for the
@@ -270,6 +273,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 {
 	__u32 tid = RD(btf, next, pid);
 	struct wc_thread *th = dethread_entry(bpf_map_lookup_elem(&threads, &tid), &tid);
+	th = thread_reborn(th, next, now);
 	__u64 fp;
 	__u32 st;
 	if (!th) {

@@ -152,7 +152,7 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 		return 0;
 	if (is_target_x(prev, btf)) {
 		__u32 tid = RD(btf, prev, pid);
-		struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+		struct wc_thread *th = thread_reborn(bpf_map_lookup_elem(&threads, &tid), prev, now);
 		if (!th) {
 			th = thread_new(prev, now);
 		} else if (th->exit_ns) {
@@ -178,7 +178,7 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 	}
 	if (is_target_x(next, btf)) {
 		__u32 tid = RD(btf, next, pid);
-		struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
+		struct wc_thread *th = thread_reborn(bpf_map_lookup_elem(&threads, &tid), next, now);
 		if (!th)
 			th = thread_new(next, now);
 		if (th && th->running && !th->exit_ns && !unseen_out(th, next, now, btf))

@@ -112,6 +112,11 @@ struct wc_thread {
 	/* The task iterator at the start visited it (snapshot.bpf.h): a
 	 * thread alive then that it did not visit is hidden from BPF. */
 	__u32 snapped;
+	/* How many earlier threads of this tid the capture saw end while
+	 * their entries were still here (see thread_reborn): 0 but for a tid
+	 * used again within a second. Keys its blocks (wc_okey) and mixed
+	 * into its fingerprints, so the two threads stay apart. */
+	__u32 tgen;
 	char comm[WC_COMM_LEN];
 	/* The return-address part of the last two stack fingerprints, and
 	 * a hash of the words each was found among (bpf/fingerprint.bpf.h). */
@@ -119,11 +124,17 @@ struct wc_thread {
 	__u64 fp_ret[2];
 };
 
+/* state: the off-CPU state in the low 16 bits, the thread's tgen (struct
+ * wc_thread) in the high 16. */
 struct wc_okey {
 	__u64 fp;
 	__u32 tid;
 	__u32 state;
 };
+
+/* The key of an entry of the `reborn` map: tid in the low 32 bits, its
+ * tgen in the high 32. */
+#define WC_REBORN_KEY(tid, tgen) ((__u64)(tid) | (__u64)(tgen) << 32)
 
 struct wc_oval {
 	__u64 ns;

@@ -64,7 +64,7 @@ fn folded_ns(folded: &str, parts: &[&str], not: &[&str]) -> u64 {
 
 fn capture(dir: &Path, gap_ms: u32) -> (Vec<(String, u64, u64)>, PathBuf) {
     let root = cgroup2_mount().expect("no cgroup2 file system is mounted: this test needs one");
-    let cg = root.join(format!("wallclock-pidreuse-test-{}", std::process::id()));
+    let cg = root.join(format!("wallclock-pidreuse-test-{}-{gap_ms}", std::process::id()));
     std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.display()));
     let _guard = TempCgroup(cg.clone(), root);
     let reuse = util::build_c("tests/programs/pidreuse/reuse.c", dir, "reuse");
@@ -98,16 +98,29 @@ fn capture(dir: &Path, gap_ms: u32) -> (Vec<(String, u64, u64)>, PathBuf) {
 }
 
 /// 2.5 s between the first process's exit and the second's start: the
-/// capture moves an exited thread's entry out of its BPF map once a
-/// second, and until then a new thread of the same tid is not seen (see
-/// docs/stream-format.md, "A pid used again").
+/// capture has moved the first one's thread out of its BPF map (it does
+/// once a second) when the second one comes.
 #[test]
 fn a_reused_pid_is_two_processes_in_the_folded_output() {
+    two_processes("pid-reuse", 2500);
+}
+
+/// The second process forked as soon as the first is reaped: its thread
+/// finds the first one's final entry still in the BPF map (see
+/// thread_reborn in bpf/capture.bpf.h). Before, its switches were dropped
+/// until user space moved that entry out, up to a second later: the
+/// second process had no time, or only what came after.
+#[test]
+fn a_pid_reused_at_once_is_two_processes() {
+    two_processes("pid-reuse-now", 0);
+}
+
+fn two_processes(name: &str, gap_ms: u32) {
     if util::skip_without_root("pid reuse") {
         return;
     }
-    let dir = util::scratch("pid-reuse");
-    let (truth, out_file) = capture(&dir, 2500);
+    let dir = util::scratch(name);
+    let (truth, out_file) = capture(&dir, gap_ms);
     assert_eq!(truth.len(), 2, "both processes report: {truth:?}");
     let (first, second) = (&truth[0], &truth[1]);
     assert_eq!((first.0.as_str(), second.0.as_str()), ("reuse_first", "reuse_second"));
@@ -132,12 +145,19 @@ fn a_reused_pid_is_two_processes_in_the_folded_output() {
     for (root, own, other, (name, _, slept)) in [(&root_a, "first_sleeper", "second_sleeper", first), (&root_b, "second_sleeper", "first_sleeper", second)] {
         // Everything under the function but its report (after its clock's
         // second read): the sleep, the wait for a CPU after it, and a
-        // preemption between a clock read and the sleep, on or off CPU.
+        // preemption between a clock read and the sleep, on or off CPU;
+        // and of it the sleep itself, from the switch-out in nanosleep to
+        // the timer's wake-up.
         let got = folded_ns(&folded, &[root, own], &["say"]);
-        eprintln!("{name}: {got} ns under {own} in the profile, {slept} ns slept by its own clock");
-        // Blocks and on-CPU time are measured switch to switch: the clock
-        // reads themselves are all that is not in both.
-        assert!(got.abs_diff(*slept) <= 5_000_000, "{name}: {got} ns under {root}..{own}, it slept {slept} ns:\n{folded}");
+        let asleep = folded_ns(&folded, &[root, own, "[sleep]"], &["say"]);
+        eprintln!("{name}: {got} ns under {own} in the profile, {asleep} ns of it asleep; {slept} ns between its own clock reads");
+        // Blocks and on-CPU time are measured switch to switch: all the
+        // program timed is there (but the clock reads themselves), and
+        // more only by a preemption just outside them (a loaded machine's:
+        // 6 ms once in a run of the suite). The sleep lies between the
+        // reads, and lasts the 300 ms asked for.
+        assert!(got + 5_000_000 >= *slept && got <= slept + 100_000_000, "{name}: {got} ns under {root}..{own}, its clock reads {slept} ns apart:\n{folded}");
+        assert!(asleep <= *slept && asleep + 2_000_000 >= 300_000_000, "{name}: {asleep} ns asleep under {root}..{own}, its clock reads {slept} ns apart:\n{folded}");
         assert_eq!(folded_ns(&folded, &[root, other], &[]), 0, "{name}'s root holds the other process's {other}:\n{folded}");
     }
     // No line of that pid under any other root.
@@ -153,12 +173,13 @@ fn a_reused_pid_is_two_processes_in_the_folded_output() {
     for (name, pgen, slept) in [(&first.0, 0, first.2), (&second.0, 1, second.2)] {
         let p = procs.iter().find(|p| p["pgen"].as_u64().unwrap_or(0) == pgen).unwrap_or_else(|| panic!("no process of pid {pid}, pgen {pgen}: {procs:?}"));
         assert_eq!(p["comm"], name.as_str(), "{p}");
-        let off = p["off_ns"]["S"].as_u64().unwrap() + p["off_ns"]["R"].as_u64().unwrap();
+        let (s, r) = (p["off_ns"]["S"].as_u64().unwrap(), p["off_ns"]["R"].as_u64().unwrap());
         let on = p["on_ns"].as_u64().unwrap();
         // Its life is the sleep and a little around it (fork to the first
-        // clock read, the report after the second): what it slept is at
-        // most its time, and not much less.
-        assert!(off + on + 5_000_000 >= slept && off <= slept + 20_000_000, "{name}: off-CPU {off} ns, on-CPU {on} ns in the report, it slept {slept} ns");
+        // clock read, the report after the second): all its clock reads
+        // timed, and asleep only in the nap (the waits for a CPU around it
+        // are R, as long as the machine makes them).
+        assert!(s + r + on + 5_000_000 >= slept && s <= slept && s + 2_000_000 >= 300_000_000, "{name}: S {s} ns, R {r} ns, on-CPU {on} ns in the report, its clock reads {slept} ns apart");
     }
 }
 

@@ -42,6 +42,7 @@ pub struct Maps<'a> {
     pub tgids: &'a MapMut<'static>,
     pub tids: &'a MapMut<'static>,
     pub threads: &'a MapMut<'static>,
+    pub reborn: &'a MapMut<'static>,
     pub stats: &'a MapMut<'static>,
     pub py_threads: &'a MapMut<'static>,
     pub py_cfg: &'a MapMut<'static>,
@@ -140,16 +141,41 @@ impl Retired {
         }
         self.last = Some(std::time::Instant::now());
         give_back_heap();
-        let map = skel.maps().threads;
-        let (_, threads) = thread_map(map);
-        let dead: Vec<(u32, WcThread)> = threads.into_iter().filter(|(_, t)| t.exit_ns != 0).collect();
+        let maps = skel.maps();
+        let (_, threads) = thread_map(maps.threads);
+        let mut dead = Vec::new();
+        for (key, th) in threads.into_iter().filter(|(_, t)| t.exit_ns != 0) {
+            // Taken out as it is now: a new thread given the tid since it
+            // was read has moved it to `reborn` (it is read from there)
+            // and has its own entry here, which goes back.
+            let tid = event::real_tid(key).to_ne_bytes();
+            let v = match libbpf_rs::MapCore::lookup_and_delete(maps.threads, &tid) {
+                Ok(Some(v)) => v,
+                Ok(None) => continue,
+                // A kernel without the command for hash maps (before
+                // 5.14): taken as read.
+                Err(_) => {
+                    let _ = libbpf_rs::MapCore::delete(maps.threads, &tid);
+                    dead.push((key, th));
+                    continue;
+                }
+            };
+            match event::from_bytes::<WcThread>(&v) {
+                Some(th) if th.exit_ns != 0 => dead.push((key, th)),
+                _ => {
+                    let _ = libbpf_rs::MapCore::update(maps.threads, &tid, &v, libbpf_rs::MapFlags::NO_EXIST);
+                }
+            }
+        }
+        let (raw, reborn) = reborn_map(maps.reborn);
+        for (k, _) in &raw {
+            let _ = libbpf_rs::MapCore::delete(maps.reborn, k);
+        }
+        dead.extend(reborn);
         if dead.is_empty() {
             return;
         }
         let taken = tool.retire(skel, &dead);
-        for (tid, _) in &dead {
-            let _ = libbpf_rs::MapCore::delete(map, &tid.to_ne_bytes());
-        }
         self.pids.extend(dead.iter().map(|(_, t)| t.pid));
         if !taken {
             self.threads.extend(dead);
@@ -191,13 +217,43 @@ pub struct Cut<'a, S> {
 /// A map's entries as bytes: (key, value).
 type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// The thread map: tid and the BPF side's accounting.
+/// The thread map: each thread's key ([`event::thread_key`]: its tid
+/// unless it is a later thread of a tid used again) and the BPF side's
+/// accounting.
 pub fn thread_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
     let raw = bpf::dump(map);
     let threads = raw
         .iter()
-        .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), event::from_bytes::<WcThread>(v)?)))
+        .filter_map(|(k, v)| {
+            let th = event::from_bytes::<WcThread>(v)?;
+            Some((event::thread_key(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), th.tgen), th))
+        })
         .collect();
+    (raw, threads)
+}
+
+/// The `reborn` map: final entries of threads whose tid a new thread
+/// took before they were retired (bpf/capture.bpf.h, thread_reborn), by
+/// thread key.
+pub fn reborn_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
+    let raw = bpf::dump(map);
+    let threads = raw
+        .iter()
+        .filter_map(|(k, v)| {
+            let th = event::from_bytes::<WcThread>(v)?;
+            let key = u64::from_ne_bytes(k.get(..8)?.try_into().ok()?);
+            Some((event::thread_key(key as u32, th.tgen), th))
+        })
+        .collect();
+    (raw, threads)
+}
+
+/// Every thread BPF holds: the thread map's and the `reborn` map's.
+pub fn bpf_threads(maps: &Maps<'_>) -> (RawEntries, Vec<(u32, WcThread)>) {
+    let (mut raw, mut threads) = thread_map(maps.threads);
+    let (rraw, reborn) = reborn_map(maps.reborn);
+    raw.extend(rraw);
+    threads.extend(reborn);
     (raw, threads)
 }
 
@@ -425,7 +481,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             // the earlier window: 118% of a thread's time in one window
             // and 70% in the next on a loaded machine). A follower keeps
             // its leader's ends.
-            let threads = retired.with(thread_map(skel.maps().threads).1);
+            let threads = retired.with(bpf_threads(&skel.maps()).1);
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
             let cut_at = if args.every_follow.is_some() { cut_at } else { monotonic_ns().max(cut_at) };
             let machine = crate::steal::machine_ns();
@@ -465,7 +521,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     drop(links);
     drop(tree_links);
 
-    let (raw_threads, threads) = thread_map(skel.maps().threads);
+    let (raw_threads, threads) = bpf_threads(&skel.maps());
     sess.add_thread_pids(&raw_threads);
     sess.add_pids(retired.pids.iter().copied());
     let threads = retired.with(threads);

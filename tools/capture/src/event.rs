@@ -14,6 +14,32 @@ pub use c::{
 };
 pub use c::{wc_wake as WcWake, wc_wkey as WcWkey};
 
+/// A thread's key in the tools' thread lists: its tid, or for a thread
+/// that took the tid of one whose entry BPF still held (`tgen` > 0, see
+/// thread_reborn in bpf/capture.bpf.h) the tid with the tgen above a
+/// tid's 22 bits (below 4,194,304, the kernel's largest `pid_max`), so
+/// that two threads of one tid are two keys. [`real_tid`] gives the tid.
+pub fn thread_key(tid: u32, tgen: u32) -> u32 {
+    tid | (tgen & 0x3ff) << 22
+}
+
+/// The tid of a [`thread_key`].
+pub fn real_tid(key: u32) -> u32 {
+    key & ((1 << 22) - 1)
+}
+
+impl WcOkey {
+    /// The block's state, without the tgen above it.
+    pub fn st(&self) -> u32 {
+        self.state & 0xffff
+    }
+
+    /// Its thread's [`thread_key`].
+    pub fn key(&self) -> u32 {
+        thread_key(self.tid, self.state >> 16)
+    }
+}
+
 /// A waker's stack event (`WcEvent::kind`); its `state` is the context.
 pub const KIND_WAKER: u32 = c::WC_KIND_WAKER;
 /// A probe's stack (`--probe '... (stack)'`); fp is its event's `stack`.

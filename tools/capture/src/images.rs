@@ -50,6 +50,7 @@ impl Unwind {
                 None => Proc::new(None),
             };
             proc.since = since;
+            proc.pgen = self.pgen_now(pid);
             self.add_maps(&mut proc, maps);
             self.procs.insert(pid, proc);
             return;
@@ -71,6 +72,7 @@ impl Unwind {
             return;
         }
         let mut proc = self.procs.remove(&pid).unwrap_or_else(|| Proc::new(exe));
+        proc.pgen = self.pgen_now(pid);
         self.add_maps(&mut proc, maps);
         self.procs.insert(pid, proc);
     }
@@ -104,6 +106,7 @@ impl Unwind {
     /// parent's image at its parent's addresses.
     pub fn fork(&mut self, parent: u32, child: u32, ts: u64) {
         self.last_ts = self.last_ts.max(ts);
+        self.rebirth(child, ts);
         if self.procs.contains_key(&child) {
             return;
         }
@@ -123,6 +126,7 @@ impl Unwind {
         let (exe, maps) = (p.exe, p.maps.clone());
         self.trampolines.fork(parent, child);
         let mut proc = Proc::new(exe);
+        proc.pgen = self.pgen(child, ts).unwrap_or(0);
         self.add_maps(&mut proc, maps);
         self.procs.insert(child, proc);
     }
@@ -146,12 +150,23 @@ impl Unwind {
         self.log = Some(log);
     }
 
-    /// Records of the mmap log the kernel could not write.
     /// The generation of the process of `pid` a thread born at `born`
     /// belongs to (`pgen` of the stream's records): None for the first
     /// process of that pid the capture saw, or without the mmap log.
     pub fn pgen(&self, pid: u32, born: u64) -> Option<u32> {
         Some(self.log.as_ref()?.pgen(pid, born)).filter(|&g| g > 0)
+    }
+
+    /// The generation of the process whose mappings are being read: the
+    /// stack's (at its time), or outside one the latest process of `pid`
+    /// (not every exit of the pid so far: the process read may be the
+    /// one that exited).
+    pub(super) fn pgen_now(&self, pid: u32) -> u32 {
+        match (self.at, self.log.as_ref()) {
+            (_, None) => 0,
+            (Some(ts), Some(log)) => log.pgen(pid, ts),
+            (None, Some(log)) => log.pgen(pid, u64::MAX),
+        }
     }
 
     /// [`Unwind::pgen`] of a stack taken at `ts`, the log's records up to
@@ -170,6 +185,7 @@ impl Unwind {
         }
     }
 
+    /// Records of the mmap log the kernel could not write.
     pub fn log_lost(&self) -> u64 {
         self.log.as_ref().map_or(0, |l| l.lost)
     }

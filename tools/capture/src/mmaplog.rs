@@ -83,6 +83,9 @@ pub struct MmapLog {
     /// Every exit of a main thread seen, by pid, in time order, kept to
     /// the end: a pid used again names a new process (see [`MmapLog::pgen`]).
     ended: HashMap<u32, Vec<u64>>,
+    /// Every fork of a process seen, by its pid, in time order, kept to
+    /// the end with `ended` (its images go when it is forgotten).
+    forked: HashMap<u32, Vec<u64>>,
     /// Records the kernel could not write (a buffer full).
     pub lost: u64,
 }
@@ -224,7 +227,7 @@ impl MmapLog {
                 t.lock().unwrap_or_else(|e| e.into_inner()).take();
             }
         })?;
-        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), lost: 0 };
+        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), forked: HashMap::new(), lost: 0 };
         match only {
             Some(pids) => log.synthesize(pids.iter().copied()),
             None => log.synthesize(all_pids()),
@@ -306,6 +309,9 @@ impl MmapLog {
                     None => (false, true, Vec::new()),
                 };
                 let gen = Gen { since: ts, exact, parent: (!exact).then_some(ppid), exec: false, anon_code, maps };
+                let forked = self.forked.entry(pid).or_default();
+                let at = forked.partition_point(|&t| t <= ts);
+                forked.insert(at, ts);
                 // A pid used again: the earlier process's stacks may still
                 // be queued, and find its images by their time.
                 self.procs.entry(pid).or_default().push(gen);
@@ -326,39 +332,62 @@ impl MmapLog {
         self.procs.get(&pid)?.iter().rev().find(|g| g.since <= ts)
     }
 
-    /// The generation of the process of `pid` that a thread born (or first
-    /// seen) at `born` belongs to: how many processes of that pid the
-    /// capture saw end before then (0: the first). A pid is free again
-    /// only once its process is reaped, after its main thread's exit
-    /// record, so every thread of the next process is born after it.
-    pub fn pgen(&self, pid: u32, born: u64) -> u32 {
-        self.ended.get(&pid).map_or(0, |e| e.partition_point(|&t| t < born) as u32)
+    /// The generation of the process of `pid` that a thread born (or a
+    /// stack taken) at `ts` belongs to: how many processes of that pid the
+    /// capture saw end before then (0: the first). A process ends at its
+    /// main thread's exit record, and a later one of the pid begins with a
+    /// fork after it (a pid is free again only once its process is
+    /// reaped). An exit with no fork of the pid after it (up to `ts`, or
+    /// to the next exit) is not counted: the process is still there, its
+    /// other threads outliving its main thread (an exit_group's last
+    /// mmput, whose stack comes after the main thread's exit; a main
+    /// thread that called pthread_exit), or a thread that exec'd took the
+    /// main thread's pid after the kernel killed it (de_thread), no fork.
+    pub fn pgen(&self, pid: u32, ts: u64) -> u32 {
+        let Some(e) = self.ended.get(&pid) else { return 0 };
+        let n = e.partition_point(|&t| t < ts);
+        (0..n).map(|i| u32::from(self.forked_between(pid, e[i], e.get(i + 1).copied().filter(|_| i + 1 < n).unwrap_or(ts)))).sum()
     }
 
-    /// Forget `pid` (its Maps record is made).
-    pub fn forget(&mut self, pid: u32) {
-        self.procs.remove(&pid);
-        self.exits.remove(&pid);
+    /// Whether a process of `pid` was forked after `from`, up to `to`.
+    fn forked_between(&self, pid: u32, from: u64, to: u64) -> bool {
+        self.forked.get(&pid).is_some_and(|f| f.iter().any(|&t| t > from && t <= to))
+    }
+
+    /// When the process of `pid` of generation `pgen` ended (its main
+    /// thread's exit), if it did.
+    pub fn end_of(&self, pid: u32, pgen: u32) -> Option<u64> {
+        self.ended.get(&pid)?.iter().rev().find(|&&e| self.pgen(pid, e) == pgen).copied()
+    }
+
+    /// Forget the process of `pid` of generation `pgen` (its Maps record
+    /// is made): its images and its exit; a later process of the pid
+    /// keeps its own (its stacks may still be queued).
+    pub fn forget(&mut self, pid: u32, pgen: u32) {
+        let Some(end) = self.end_of(pid, pgen) else {
+            self.procs.remove(&pid);
+            self.exits.remove(&pid);
+            return;
+        };
+        if let Some(gens) = self.procs.get_mut(&pid) {
+            gens.retain(|g| g.since > end);
+            if gens.is_empty() {
+                self.procs.remove(&pid);
+            }
+        }
+        if self.exits.get(&pid).is_some_and(|&t| t <= end) {
+            self.exits.remove(&pid);
+        }
     }
 
     /// Forget the processes that exited before `ts` and are not in
     /// `keep`: no stack of theirs is still to come.
     pub fn forget_exited(&mut self, ts: u64, keep: impl Fn(u32) -> bool) {
-        let newer = |p: u32, t: u64| self.procs.get(&p).and_then(|g| g.last()).is_some_and(|g| g.since > t);
-        let (mut gone, mut reused) = (Vec::new(), Vec::new());
-        for (&p, &t) in self.exits.iter().filter(|&(&p, &t)| t < ts && !keep(p)) {
-            if newer(p, t) {
-                reused.push(p);
-            } else {
-                gone.push(p);
-            }
-        }
-        for p in gone {
-            self.forget(p);
-        }
-        // The pid's new process exits later, and says so then.
-        for p in reused {
-            self.exits.remove(&p);
+        let gone: Vec<(u32, u64)> = self.exits.iter().filter(|&(&p, &t)| t < ts && !keep(p)).map(|(&p, &t)| (p, t)).collect();
+        // Each the process that exited then; a later one of the pid
+        // keeps its images.
+        for (p, t) in gone {
+            self.forget(p, self.pgen(p, t));
         }
     }
 

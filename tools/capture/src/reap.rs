@@ -93,8 +93,43 @@ impl Unwind {
     /// By the mmap log's record of its exit: whether a stack from well
     /// after the exit of `pid` was handled (None: no record of its exit).
     fn past_exit(&self, pid: u32) -> Option<bool> {
-        let exit = *self.log.as_ref()?.exits.get(&pid)?;
+        let log = self.log.as_ref()?;
+        let exit = *log.exits.get(&pid)?;
+        // The exit of an earlier process of a pid used again: not this one's.
+        if self.procs.get(&pid).is_some_and(|p| p.pgen > log.pgen(pid, exit)) {
+            return Some(false);
+        }
         Some(self.last_ts > exit.saturating_add(EXIT_SLACK))
+    }
+
+    /// A stack (or fork) of `pid` at `ts` comes from a later process of
+    /// that pid than the one whose mappings are kept under it: the pid
+    /// was used again within the capture. The earlier process's Maps
+    /// record is made now, with its `pgen`, and its mappings go, so that
+    /// the new process is unwound against its own (a process forked from
+    /// another program, or the same one at other addresses, unwound
+    /// against the earlier one's mappings had no names).
+    pub(super) fn rebirth(&mut self, pid: u32, ts: u64) {
+        let Some(now) = self.pgen_at(pid, ts) else { return };
+        let had = match (self.procs.get(&pid), self.gone.get(&pid)) {
+            (Some(p), _) => p.pgen,
+            (None, Some((g, _))) => *g,
+            (None, None) => return,
+        };
+        if now <= had {
+            return;
+        }
+        if self.procs.contains_key(&pid) {
+            self.forget(pid);
+        }
+        if let Some(m) = self.maps_record(pid) {
+            self.older.push(m);
+        }
+        self.gone.remove(&pid);
+        self.retired.remove(&pid);
+        self.truncated.remove(&pid);
+        self.exec_ino.remove(&pid);
+        self.reloads.remove(&pid);
     }
 
     /// Keep only the mappings of `pid`, for its Maps record: in the
@@ -102,18 +137,15 @@ impl Unwind {
     /// used no more; what follows stays in memory).
     fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
-            self.gone.insert(pid, p.maps);
+            let pgen = p.pgen;
+            self.gone.insert(pid, (pgen, p.maps));
             // Made while the log still has the process's files and exit.
-            let pgen = self.maps_pgen(pid);
-            let record = self.maps_record(pid).map(|mut m| {
-                m.pgen = pgen;
-                m
-            });
+            let record = self.maps_record(pid);
             if let Some(log) = self.log.as_mut() {
-                log.forget(pid);
+                log.forget(pid, pgen);
             }
             if let Some(m) = &record {
-                self.gone.insert(pid, m.maps.clone());
+                self.gone.insert(pid, (pgen, m.maps.clone()));
             }
             if let (Some(m), true) = (record, self.gone_spool.is_some() && !self.gone_spool_failed) {
                 match self.gone_spool.as_mut().map(|s| s.push(&wallclock_stream::Record::Maps(m))) {

@@ -309,7 +309,7 @@ impl Session {
     pub fn clocks_of_running(&mut self, threads: &[(u32, WcThread)]) {
         for &(tid, th) in threads {
             if th.running != 0 && th.exit_ns == 0 && !self.at_stop.contains_key(&tid) {
-                if let Some(c) = steal::read(th.pid, tid) {
+                if let Some(c) = steal::read(th.pid, crate::event::real_tid(tid)) {
                     self.at_stop.insert(tid, c);
                 }
             }

@@ -54,6 +54,7 @@ macro_rules! capture_skel {
                     tgids: &self.maps.tgids,
                     tids: &self.maps.tids,
                     threads: &self.maps.threads,
+                    reborn: &self.maps.reborn,
                     stats: &self.maps.stats,
                     py_threads: &self.maps.py_threads,
                     py_cfg: &self.maps.py_cfg,

@@ -192,6 +192,9 @@ struct Proc {
     /// The image of the mmap log (`mmaplog::Gen::since`) the maps are of,
     /// when they come from there.
     since: Option<u64>,
+    /// Which process of its pid it is (`pgen`: the pid used again within
+    /// the capture; see [`Unwind::rebirth`]).
+    pgen: u32,
     /// By the log, it has no executable memory outside its files.
     no_anon_code: bool,
     maps: Vec<MapEntry>,
@@ -205,7 +208,7 @@ struct Proc {
 
 impl Proc {
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, since: None, no_anon_code: false, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, since: None, pgen: 0, no_anon_code: false, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
     }
 }
 
@@ -217,8 +220,13 @@ pub struct Unwind {
     /// Mappings of an executable a process has since exec'd away from: its
     /// stacks from before the exec still need them to be symbolized.
     retired: HashMap<u32, Vec<MapEntry>>,
-    /// Mappings of the processes that exited (see `reap`).
-    gone: HashMap<u32, Vec<MapEntry>>,
+    /// Mappings of the processes that exited (see `reap`), with their
+    /// `pgen`.
+    gone: HashMap<u32, (u32, Vec<MapEntry>)>,
+    /// Maps records of the earlier processes of a pid used again, made
+    /// when the next one's first stack came (see [`Unwind::rebirth`]),
+    /// where there is no spool to take them.
+    older: Vec<Maps>,
     reaper: reap::Reaper,
     /// Code the leaf scan read.
     pages: Pages,
@@ -244,7 +252,7 @@ pub struct Unwind {
     fps: Vec<u64>,
     /// Processes with a stack cut short (their Maps record names
     /// [`TRUNCATED_ADDR`]).
-    truncated: std::collections::HashSet<u32>,
+    truncated: HashMap<u32, u32>,
     /// Where the Maps records of exited processes go, when the tool takes
     /// them at the stop from a spool instead of `gone` (see `reap`).
     gone_spool: Option<crate::spool::Spool>,
@@ -472,18 +480,27 @@ impl Unwind {
         if !whole {
             v.insert(0, TRUNCATED_ADDR);
             self.fps.insert(0, 0);
-            self.truncated.insert(pid);
+            self.cut(pid);
         }
         v
+    }
+
+    /// A stack of `pid` (as of the one being unwound) was cut short: its
+    /// Maps record names [`TRUNCATED_ADDR`], the record of that process
+    /// of the pid when there is no other.
+    fn cut(&mut self, pid: u32) {
+        let pgen = self.pgen_now(pid);
+        self.truncated.insert(pid, pgen);
     }
 
     /// The user stack of a stack event, root first: unwound, with the
     /// Python frames it carries put where the interpreter ran them.
     pub fn event_stack(&mut self, e: &WcEvent) -> Vec<u64> {
+        self.rebirth(e.pid, e.ts);
         self.at = Some(e.ts);
         self.last_ts = self.last_ts.max(e.ts);
         let mut native = if e.ip != 0 && images::in_exec(e) && self.mid_exec(e.pid, e.ip) {
-            self.truncated.insert(e.pid);
+            self.cut(e.pid);
             vec![TRUNCATED_ADDR, e.ip]
         } else {
             let stack = self.ruby.stack(e);
@@ -521,7 +538,9 @@ impl Unwind {
         let v = self.python.splice(e, native);
         // A Python run whose interpreter frame the unwind lost is a cut.
         if v.contains(&TRUNCATED_ADDR) {
-            self.truncated.insert(e.pid);
+            self.at = Some(e.ts);
+            self.cut(e.pid);
+            self.at = None;
         }
         v
     }
@@ -632,10 +651,12 @@ impl Unwind {
         // A stack cut short names TRUNCATED_ADDR, whether or not any
         // mapping of its process was known.
         let none = Vec::new();
-        let cur = match self.procs.get(&pid).map(|p| &p.maps).or_else(|| self.gone.get(&pid)) {
+        let (pgen, cur) = match self.procs.get(&pid).map(|p| (p.pgen, &p.maps)).or_else(|| self.gone.get(&pid).map(|(g, m)| (*g, m))) {
             Some(c) => c,
-            None if self.truncated.contains(&pid) => &none,
-            None => return None,
+            None => match self.truncated.get(&pid) {
+                Some(&g) => (g, &none),
+                None => return None,
+            },
         };
         let mut maps = cur.clone();
         // Before-exec mappings, where they do not collide with the current ones.
@@ -650,7 +671,9 @@ impl Unwind {
         // mapped (40 copies of one extension: with one of them in the
         // stacks, it was named by its base name alone whenever the maps
         // were last read before the others were loaded).
-        if let Some(g) = self.log.as_ref().and_then(|l| l.gen_at(pid, u64::MAX)) {
+        // Its own process's: the last image before its end.
+        let end = self.log.as_ref().and_then(|l| l.end_of(pid, pgen)).unwrap_or(u64::MAX);
+        if let Some(g) = self.log.as_ref().and_then(|l| l.gen_at(pid, end)) {
             for (_, m) in &g.maps {
                 if !m.path.starts_with('/') || maps.iter().any(|o| o.start < m.end && m.start < o.end) {
                     continue;
@@ -664,26 +687,20 @@ impl Unwind {
         names.extend(self.ruby.names(pid));
         names.extend(self.hotspot.names(pid));
         names.extend(self.v8.names(pid));
-        if self.truncated.contains(&pid) {
+        if self.truncated.contains_key(&pid) {
             names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
         }
-        Some(Maps { pid, maps, names, pgen: self.maps_pgen(pid) })
-    }
-
-    /// The generation of the process whose maps are kept under `pid`: the
-    /// one that exited (its exit is the log's last of that pid), else the
-    /// one alive, after every exit of the pid.
-    pub(crate) fn maps_pgen(&self, pid: u32) -> Option<u32> {
-        let at = self.log.as_ref().and_then(|l| l.exits.get(&pid).copied()).unwrap_or(u64::MAX);
-        self.pgen(pid, at)
+        Some(Maps { pid, maps, names, pgen: (pgen > 0).then_some(pgen) })
     }
 
     /// The Maps record of every process whose mappings were read, by pid.
     pub fn maps_records(&self) -> Vec<Maps> {
-        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).chain(self.truncated.iter()).copied().collect();
+        let mut pids: Vec<u32> = self.procs.keys().chain(self.gone.keys()).chain(self.truncated.keys()).copied().collect();
         pids.sort_unstable();
         pids.dedup();
-        pids.into_iter().filter_map(|pid| self.maps_record(pid)).collect()
+        let mut recs = self.older.clone();
+        recs.extend(pids.into_iter().filter_map(|pid| self.maps_record(pid)));
+        recs
     }
 }
 

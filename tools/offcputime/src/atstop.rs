@@ -25,8 +25,8 @@ fn still_there(pid: u32, tid: u32, th: &WcThread) -> bool {
 pub fn read_missing(threads: &[(u32, WcThread)], stacks: &mut Stacks, unwind: &mut Unwind) -> u64 {
     let mut found = Vec::new();
     let mut refreshed = std::collections::HashSet::new();
-    for &(tid, th) in threads {
-        let (pid, fp) = (th.pid, th.cur_fp);
+    for &(key, th) in threads {
+        let (pid, fp, tid) = (th.pid, th.cur_fp, wallclock_capture::event::real_tid(key));
         if th.exit_ns != 0 || th.running != 0 || fp < 16 || stacks.has(fp) || !still_there(pid, tid, &th) {
             continue;
         }

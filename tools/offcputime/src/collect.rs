@@ -164,8 +164,8 @@ impl Resolve<'_> {
     /// One entry of the `offcpu` map.
     pub fn add_entry(&self, acc: &mut Acc, k: &[u8], v: &[u8], skip: impl Fn(u32) -> bool) {
         let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { return };
-        if !skip(k.tid) {
-            self.add_key(acc, k.tid, k.fp, k.state, v.ns, v.count);
+        if !skip(k.key()) {
+            self.add_key(acc, k.key(), k.fp, k.st(), v.ns, v.count);
         }
     }
 
@@ -227,7 +227,7 @@ impl Resolve<'_> {
             }
         }
         *off.get_mut(self.init_state(tid)) += th.off_ns[event::ST_INIT as usize];
-        let mut t = Thread::new(th.pid, tid, &comm(&th));
+        let mut t = Thread::new(th.pid, event::real_tid(tid), &comm(&th));
         t.start_ns = Some(th.begin_ns);
         t.end_ns = Some(t_end);
         t.on_ns = Some(th.on_ns);
@@ -247,7 +247,7 @@ pub(crate) struct Sums {
 
 /// The record of one (thread, state, place) of the summed view.
 pub(crate) fn stack_record(pid: u32, tid: u32, comm: &str, state: State, w: &Where) -> Stack {
-    let mut s = Stack::new(Kind::Off, pid, tid, comm);
+    let mut s = Stack::new(Kind::Off, pid, event::real_tid(tid), comm);
     s.state = Some(state);
     match w {
         Where::Stack(u, k) => {
@@ -317,6 +317,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
 
     let mut out_threads = BTreeMap::new();
     let comm_of = |pid: u32, tid: u32, fallback: &str| {
+        let tid = event::real_tid(tid);
         procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
     };
     let mut sums = Sums::default();

@@ -98,7 +98,7 @@ impl Early {
             let used = self.write(&b, cfg, sess, unwind, stacks)?;
             for (tid, th) in b.threads.iter().filter(|(tid, _)| used.contains_key(tid)) {
                 let mine = used.get(tid).into_iter().flatten().copied();
-                gone.extend(stacks.forget(*tid, th.exit_ns, mine));
+                gone.extend(stacks.forget(event::real_tid(*tid), th.exit_ns, mine));
             }
         }
         Ok(gone)
@@ -119,24 +119,28 @@ impl Early {
         let mut used: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for (k, v) in &b.entries {
             let Some(key) = event::from_bytes::<WcOkey>(k) else { continue };
-            if kept_tids.contains(&key.tid) {
+            if kept_tids.contains(&key.key()) {
                 self.kept.entries.push((k.clone(), v.clone()));
                 continue;
             }
             r.add_entry(&mut acc, k, v, |_| false);
-            used.entry(key.tid).or_default().push(key.fp);
+            used.entry(key.key()).or_default().push(key.fp);
         }
-        let mut threads = Vec::new();
+        // The records and their threads' keys (event::thread_key: two
+        // threads of one tid may be in one batch).
+        let (mut threads, mut keys) = (Vec::new(), Vec::new());
         for (tid, th) in written {
             used.entry(tid).or_default().extend([th.pend_fp[0], th.pend_fp[1], th.cur_fp]);
             let mut t = r.thread(&mut acc, tid, th, &mut sums, |th| event::comm_str(&th.comm));
             t.pgen = unwind.pgen(th.pid, th.begin_ns);
             threads.push(t);
+            keys.push(tid);
             self.done.tids.insert(tid);
         }
         unwind.python.name_threads(threads.iter_mut());
         for ((tid, state, w), (ns, count)) in &acc.stacks {
-            let (pid, comm, pgen) = threads.iter().find(|t| t.tid == *tid).map(|t| (t.pid, t.comm.as_str(), t.pgen)).unwrap_or_default();
+            let t = keys.iter().position(|k| k == tid).map(|i| &threads[i]);
+            let (pid, comm, pgen) = t.map(|t| (t.pid, t.comm.as_str(), t.pgen)).unwrap_or_default();
             let mut s = collect::stack_record(pid, *tid, comm, *state, w);
             s.pgen = pgen;
             s.ns = *ns;

@@ -309,7 +309,7 @@ impl driver::Tool for Off<'_> {
         let map = &skel.maps.offcpu;
         // Only their entries are read: a copy of the whole map (65536
         // entries) every second was 10 MB of the capture's peak.
-        let theirs = |k: &[u8]| wallclock_capture::event::from_bytes::<wallclock_capture::event::WcOkey>(k).is_some_and(|k| tids.contains(&k.tid));
+        let theirs = |k: &[u8]| wallclock_capture::event::from_bytes::<wallclock_capture::event::WcOkey>(k).is_some_and(|k| tids.contains(&k.key()));
         let gone: Entries = map
             .keys()
             .filter(|k| theirs(k))

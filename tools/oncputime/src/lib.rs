@@ -318,12 +318,15 @@ fn records(
         out.insert((h.tid, 0), t);
     }
     let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
-    for &(tid, th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
+    for &(key, th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
         let mut on = th.on_ns;
         let pgen = unwind.pgen(th.pid, th.begin_ns).unwrap_or(0);
         if th.exit_ns == 0 && th.running != 0 && th.last_ts < end {
-            on += sess.open_slice(tid, &th, end).0;
+            on += sess.open_slice(key, &th, end).0;
         }
+        // The samples know a thread by tid and pgen: a tid used again
+        // within one process is one thread here.
+        let tid = event::real_tid(key);
         let comm = (th.exit_ns > 0)
             .then(|| event::comm_str(&th.comm))
             .or_else(|| procfs::comm(th.pid, tid))
@@ -336,7 +339,7 @@ fn records(
             t.start_ns = Some(th.begin_ns);
             t.end_ns = Some(if th.exit_ns > 0 { th.exit_ns.min(end) } else { end });
             t.on_ns = Some(on);
-            t.steal_ns = Some(sess.steal_of(tid, &th, end, on));
+            t.steal_ns = Some(sess.steal_of(key, &th, end, on));
         }
         t.samples = Some(samples.per_thread.get(&(tid, pgen)).map_or(0, |t| t.1));
         t.pgen = (pgen > 0).then_some(pgen);
