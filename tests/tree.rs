@@ -178,29 +178,6 @@ fn children_of_a_pid_are_followed() {
     assert!(stacks.iter().any(|s| s.iter().any(|f| f == "nap")), "no `nap` stack of the worker: {stacks:?}");
 }
 
-/// The cgroup v2 mount point, from /proc/self/mounts.
-fn cgroup2_mount() -> Option<PathBuf> {
-    let s = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    s.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-    })
-}
-
-/// Removes the test's cgroup (moving stragglers out first) however the test ends.
-struct TempCgroup(PathBuf, PathBuf);
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        if let Ok(s) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
-            for p in s.lines() {
-                let _ = std::fs::write(self.1.join("cgroup.procs"), p);
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// CLOCK_MONOTONIC now, ns: the clock of the stream's window.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -227,12 +204,12 @@ fn cgroup_takes_its_processes_and_no_others() {
     if skip() {
         return;
     }
-    let Some(root) = cgroup2_mount() else {
+    let Some(root) = util::cgroup::cgroup2_mount() else {
         panic!("no cgroup2 file system is mounted: this test needs one");
     };
     let cg = root.join(format!("wallclock-tree-test-{}", std::process::id()));
     std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.display()));
-    let _guard = TempCgroup(cg.clone(), root.clone());
+    let _guard = util::cgroup::TempCgroup(cg.clone(), root.clone());
     let dir = util::scratch("tree-cgroup");
     let stop = dir.join("stop");
     let procs = cg.join("cgroup.procs");

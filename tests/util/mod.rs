@@ -4,6 +4,7 @@
 
 pub mod bpfstats;
 pub mod browser;
+pub mod cgroup;
 pub mod gopprof;
 
 use std::io::Write;

@@ -221,28 +221,24 @@ type RawEntries = Vec<(Vec<u8>, Vec<u8>)>;
 /// unless it is a later thread of a tid used again) and the BPF side's
 /// accounting.
 pub fn thread_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
-    let raw = bpf::dump(map);
-    let threads = raw
-        .iter()
-        .filter_map(|(k, v)| {
-            let th = event::from_bytes::<WcThread>(v)?;
-            Some((event::thread_key(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?), th.tgen), th))
-        })
-        .collect();
-    (raw, threads)
+    threads_of(map, |k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?)))
 }
 
 /// The `reborn` map: final entries of threads whose tid a new thread
 /// took before they were retired (bpf/capture.bpf.h, thread_reborn), by
-/// thread key.
+/// thread key. Its key holds the tid in its low 32 bits.
 pub fn reborn_map(map: &MapMut<'static>) -> (RawEntries, Vec<(u32, WcThread)>) {
+    threads_of(map, |k| Some(u64::from_ne_bytes(k.get(..8)?.try_into().ok()?) as u32))
+}
+
+/// A map of thread entries, by thread key: `tid_of` reads a key's tid.
+fn threads_of(map: &MapMut<'static>, tid_of: impl Fn(&[u8]) -> Option<u32>) -> (RawEntries, Vec<(u32, WcThread)>) {
     let raw = bpf::dump(map);
     let threads = raw
         .iter()
         .filter_map(|(k, v)| {
             let th = event::from_bytes::<WcThread>(v)?;
-            let key = u64::from_ne_bytes(k.get(..8)?.try_into().ok()?);
-            Some((event::thread_key(key as u32, th.tgen), th))
+            Some((event::thread_key(tid_of(k)?, th.tgen), th))
         })
         .collect();
     (raw, threads)
