@@ -17,29 +17,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The cgroup v2 mount point, from /proc/self/mounts.
-fn cgroup2_mount() -> Option<PathBuf> {
-    let s = std::fs::read_to_string("/proc/self/mounts").ok()?;
-    s.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-    })
-}
-
-/// Removes the test's cgroup (moving stragglers out first) however the test ends.
-struct TempCgroup(PathBuf, PathBuf);
-
-impl Drop for TempCgroup {
-    fn drop(&mut self) {
-        if let Ok(s) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
-            for p in s.lines() {
-                let _ = std::fs::write(self.1.join("cgroup.procs"), p);
-            }
-        }
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// What reuse printed: (name, pid, slept ns by its own clock).
 fn truths(stdout: &str) -> Vec<(String, u64, u64)> {
     stdout
@@ -62,11 +39,18 @@ fn folded_ns(folded: &str, parts: &[&str], not: &[&str]) -> u64 {
         .sum()
 }
 
+/// One live test at a time: each sets the machine's next pid
+/// (ns_last_pid) to take its first process's pid again, and a thread the
+/// other test's tools start meanwhile can take that pid instead and keep
+/// it (a run of this binary: "reuse failed" once, both tests at once).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn capture(dir: &Path, gap_ms: u32) -> (Vec<(String, u64, u64)>, PathBuf) {
-    let root = cgroup2_mount().expect("no cgroup2 file system is mounted: this test needs one");
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = util::cgroup::cgroup2_mount().expect("no cgroup2 file system is mounted: this test needs one");
     let cg = root.join(format!("wallclock-pidreuse-test-{}-{gap_ms}", std::process::id()));
     std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.display()));
-    let _guard = TempCgroup(cg.clone(), root);
+    let _guard = util::cgroup::TempCgroup(cg.clone(), root);
     let reuse = util::build_c("tests/programs/pidreuse/reuse.c", dir, "reuse");
     let (ready, out_file) = (dir.join("ready"), dir.join("out.jsonl"));
     let t0 = Instant::now();
