@@ -82,7 +82,7 @@ fn run(dir: &Path) {
     let st = init::start(file);
     if let Some(st) = st {
         if let Ok(mut o) = st.out.lock() {
-            let _ = writeln!(o.w, "R {}", monotonic_ns());
+            let _ = writeln!(o.w, "R {} {}", monotonic_ns(), u8::from(st.callbacks.load(Ordering::SeqCst)));
             let _ = o.w.flush();
         }
         // SAFETY: `finish` is an extern "C" fn without arguments: a
@@ -111,8 +111,11 @@ fn run(dir: &Path) {
 
 /// Ends the window: no more callbacks or records, the last buffers
 /// flushed, the tail written.
+///
+/// The activity kinds go first and the callbacks after: a launch entered
+/// in between gets its `L` line and no activity, never an activity
+/// without its launch stack.
 fn stop(st: &State) {
-    st.done.store(true, Ordering::SeqCst);
     // SAFETY: CUPTI's documented calls, with the live subscriber and its own kinds and domains.
     unsafe {
         if let Some(disable) = st.cupti.activity_disable {
@@ -120,6 +123,7 @@ fn stop(st: &State) {
                 disable(kind);
             }
         }
+        st.done.store(true, Ordering::SeqCst);
         let sub = st.subscriber.swap(std::ptr::null_mut(), Ordering::SeqCst);
         if let Some(unsub) = st.cupti.unsubscribe.filter(|_| !sub.is_null()) {
             unsub(sub);

@@ -58,6 +58,7 @@ pub(crate) fn start(file: std::fs::File) -> Option<&'static State> {
         out: Mutex::new(Out::new(w)),
         done: AtomicBool::new(false),
         subscriber: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+        callbacks: AtomicBool::new(false),
     };
     let st = STATE.get_or_init(|| state);
     subscribe(st, &mut notes);
@@ -182,13 +183,16 @@ fn subscribe(st: &State, notes: &mut Vec<String>) {
         return;
     }
     st.subscriber.store(sub, Ordering::SeqCst);
+    let mut all = true;
     for d in [DOMAIN_RUNTIME_API, DOMAIN_DRIVER_API] {
         // SAFETY: CUPTI's documented call with the live subscriber and one of its domains.
         let r = unsafe { (st.cupti.enable_domain)(1, sub, d) };
         if r != CUPTI_SUCCESS {
             notes.push(format!("cannot enable callback domain {d}: {}", st.cupti.error(r)));
+            all = false;
         }
     }
+    st.callbacks.store(all, Ordering::SeqCst);
 }
 
 /// A thread that flushes CUPTI's buffers every `WALLCLOCK_GPU_FLUSH_MS`

@@ -32,7 +32,9 @@
 //! O KIND START END                     CUPTI overhead
 //! D N                                  N activity records dropped by CUPTI
 //! M START END OFFSET PATH              an executable mapping (at exit)
-//! R START                              attached: the window starts (gputrace -p)
+//! R START CALLBACKS                    attached: the window starts (gputrace -p); CALLBACKS 1:
+//!                                      every launch entered since has its L line, so an activity
+//!                                      without one was launched before the window
 //! X END                                clean end (at exit, or at the end of an attach)
 //! ```
 //!
@@ -72,6 +74,9 @@ struct State {
     done: AtomicBool,
     /// CUPTI's subscriber handle, to unsubscribe at the end of an attach.
     subscriber: std::sync::atomic::AtomicPtr<std::ffi::c_void>,
+    /// The API callbacks of both domains are on: every launch entered
+    /// from now on gets its `L` line.
+    callbacks: AtomicBool,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();

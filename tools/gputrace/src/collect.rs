@@ -116,6 +116,9 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
     let mut acts: Vec<Act> = Vec::new();
     let mut maps: Vec<MapEntry> = Vec::new();
     let mut bad_lines = 0u64;
+    // Attached with the API callbacks on (`R START 1`): an activity with no
+    // `L` line was launched by a call entered before the window.
+    let mut windowed = false;
     for line in text.lines() {
         let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
         let f: Vec<&str> = rest.split(' ').collect();
@@ -255,7 +258,10 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                     _ => false,
                 }
             }
-            "R" => n(0).map(|t| c.start_ns = Some(c.start_ns.map_or(t, |x| x.min(t)))).is_some(),
+            "R" => {
+                windowed |= f.get(1) == Some(&"1");
+                n(0).map(|t| c.start_ns = Some(c.start_ns.map_or(t, |x| x.min(t)))).is_some()
+            }
             "X" => {
                 if let Some(e) = n(0) {
                     c.end_ns = Some(c.end_ns.map_or(e, |x| x.max(e)));
@@ -282,6 +288,10 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
     let mut agg: BTreeMap<Key, Agg> = BTreeMap::new();
     let mut used = std::collections::BTreeSet::new();
     for a in acts {
+        if windowed && !launches.contains_key(&a.corr) {
+            add(&mut c.counts, "gpu_launched_before_window", 1);
+            continue;
+        }
         let ns = a.end.saturating_sub(a.start);
         add(&mut c.counts, &format!("gpu_{}_count", a.activity), 1);
         add(&mut c.counts, &format!("gpu_{}_ns", a.activity), ns);
@@ -352,6 +362,27 @@ fn note(c: &mut Collected, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attach_window_leaves_out_what_was_launched_before_it() {
+        // Call 11 was entered before the callbacks were on: its kernel
+        // has no L line. Call 12 was entered inside the window.
+        let text = "V 28 monotonic\nT 5 app\nS 1 10,20\nR 300 1\nL 5 12 1 310\n\
+                    K 11 305 390 0 7 0 early\nK 12 400 450 0 7 0 inside\nX 500\n";
+        let c = collect(&[(7, text.to_string())]);
+        let names: Vec<_> = c.records.iter().filter_map(|r| if let Record::Stack(s) = r { s.gpu.as_ref()?.name.clone() } else { None }).collect();
+        assert_eq!(names, ["inside"]);
+        assert_eq!(c.counts["gpu_launched_before_window"], 1);
+        assert_eq!((c.counts["gpu_kernel_count"], c.counts.get("gpu_unmatched")), (1, None));
+        assert_eq!(c.timeline.iter().filter(|r| matches!(r, Record::Slice(_))).count(), 1);
+        // Without callbacks (`R START 0`, or an older file's `R START`),
+        // nothing says when a launch began: it is kept, unmatched.
+        for r in ["R 300 0", "R 300"] {
+            let c = collect(&[(7, text.replace("R 300 1", r))]);
+            assert_eq!((c.counts["gpu_kernel_count"], c.counts["gpu_unmatched"]), (2, 1), "{r}");
+            assert_eq!(c.counts.get("gpu_launched_before_window"), None);
+        }
+    }
 
     #[test]
     fn joins_by_correlation_id_not_time() {

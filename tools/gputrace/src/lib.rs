@@ -92,7 +92,9 @@ pub struct Cli {
     pub timeline: bool,
     /// Attach to this running CUDA process instead of starting one: the
     /// injection library is loaded into it through ptrace (x86-64), CUPTI
-    /// records for the window, then lets go; the process runs on.
+    /// records for the window, then lets go; the process runs on. Work
+    /// launched by a call entered before the window is not written (counted
+    /// as gpu_launched_before_window); one entered before the stop is.
     #[arg(short, long, value_name = "PID", conflicts_with_all = ["command", "cpu_only", "merge"])]
     pub pid: Option<u32>,
     /// With -p: the window in seconds (default: until Ctrl-C).
