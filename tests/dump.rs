@@ -219,6 +219,8 @@ fn dump_of_a_thousand_threads_is_under_a_second() {
 /// where installed: the main thread in `nap`, "cruncher" in `crunch`,
 /// "sorter"'s key function (called from C, `sorted`) leafward of the
 /// inner eval call and `sorter` at the outer one; Python's thread names.
+/// The main thread is dumped once it has reached `nap` (it prints `ready`
+/// just before).
 #[test]
 fn dump_reads_python_frames_where_they_run() {
     if util::skip_without_root("wcdump") {
@@ -238,7 +240,18 @@ fn dump_reads_python_frames_where_they_run() {
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
         assert_eq!(line.trim(), "ready", "{}", py.display());
-        let (d, _, _) = dump_json(child.id());
+        // `ready` is written before the main thread is back from print (on
+        // a loaded machine it waits there for the GIL the cruncher holds):
+        // dump until it has reached nap, for 5 s at most.
+        let in_nap = |d: &Value| funcs(thread(d, child.id())).iter().any(|f| f.starts_with("py::nap:"));
+        let until = Instant::now() + Duration::from_secs(5);
+        let d = loop {
+            let (d, _, _) = dump_json(child.id());
+            if in_nap(&d) || Instant::now() > until {
+                break d;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         let _ = child.kill();
         let _ = child.wait();
         let by_name = |n: &str| d["threads"].as_array().unwrap().iter().find(|t| t["name"] == n).unwrap_or_else(|| panic!("{}: no thread {n}: {d}", py.display())).clone();
