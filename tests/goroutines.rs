@@ -7,8 +7,22 @@
 
 mod util;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Kills a process group when dropped before it is disarmed (`None`):
+/// after a panic.
+struct KillGroup(Option<i32>);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(g) = self.0 {
+            // SAFETY: kill has no memory preconditions; a negative pid names the group.
+            unsafe { libc::kill(-g, libc::SIGKILL) };
+        }
+    }
+}
 
 const SECS: f64 = 5.0;
 
@@ -110,6 +124,12 @@ fn a_servers_handlers_wait_under_the_handler() {
     if util::skip_without_root("goroutine capture") {
         return;
     }
+    // wrk before anything starts: the server runs until wrk asks it to quit.
+    if Command::new("wrk").arg("--version").output().is_err()
+        && util::missing("wrk is not installed", "scripts/setup --tests installs wrk", "WALLCLOCK_SKIP_RUNTIMES")
+    {
+        return;
+    }
     let dir = util::scratch("goroutines_server");
     let out = dir.join("sleepy_server");
     let cache = util::root().join("target/go-cache");
@@ -132,8 +152,12 @@ fn a_servers_handlers_wait_under_the_handler() {
         .arg(&out)
         .arg(&portfile)
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .process_group(0)
         .spawn()
         .expect("run scripts/wallclock");
+    // A failed assertion below must not leave the server and its capture
+    // running (they hold cargo test's output open, and the run never ends).
+    let mut group = KillGroup(Some(wc.id() as i32));
     let start = std::time::Instant::now();
     let port: u16 = loop {
         if let Some(p) = std::fs::read_to_string(&portfile).ok().and_then(|s| s.trim().parse().ok()) {
@@ -146,7 +170,9 @@ fn a_servers_handlers_wait_under_the_handler() {
     let wrk = Command::new("wrk").args(["-t", "2", "-c", "20", "-d", "3s"]).arg(&url).output().expect("wrk is needed (scripts/setup --tests)");
     assert!(wrk.status.success(), "wrk failed: {}", String::from_utf8_lossy(&wrk.stderr));
     let _ = Command::new("wrk").args(["-t", "1", "-c", "1", "-d", "1s"]).arg(format!("{url}quit")).output();
-    assert!(wc.wait().unwrap().success(), "scripts/wallclock failed");
+    let ended = wc.wait().unwrap();
+    group.0 = None;
+    assert!(ended.success(), "scripts/wallclock failed");
     let folded = std::fs::read_to_string(dir.join("s.goroutines.folded")).expect("s.goroutines.folded");
     let under = |f: &[&str]| f.contains(&"main.handler");
     let handler = sum(&folded, |f, _| under(f));
