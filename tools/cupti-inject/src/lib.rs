@@ -34,7 +34,8 @@
 //! M START END OFFSET PATH              an executable mapping (at exit)
 //! R START CALLBACKS                    attached: the window starts (gputrace -p); CALLBACKS 1:
 //!                                      every launch entered since has its L line, so an activity
-//!                                      without one was launched before the window
+//!                                      without one, its CORR below every L line's, was launched
+//!                                      before the window
 //! X END                                clean end (at exit, or at the end of an attach)
 //! ```
 //!

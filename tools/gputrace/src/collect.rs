@@ -116,8 +116,12 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
     let mut acts: Vec<Act> = Vec::new();
     let mut maps: Vec<MapEntry> = Vec::new();
     let mut bad_lines = 0u64;
-    // Attached with the API callbacks on (`R START 1`): an activity with no
-    // `L` line was launched by a call entered before the window.
+    // Attached with the API callbacks on (`R START 1`): every call entered
+    // since has its `L` line (when it launches, copies, sets or waits), so
+    // an activity with none whose correlation id (numbered as calls are
+    // entered) is below every `L` line's was launched by a call entered
+    // before the window. One above (a call the callback did not take for
+    // a launch) is kept, unmatched.
     let mut windowed = false;
     for line in text.lines() {
         let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
@@ -287,8 +291,9 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
     type Key = (u32, u32, &'static str, String, Option<u32>, Option<u32>);
     let mut agg: BTreeMap<Key, Agg> = BTreeMap::new();
     let mut used = std::collections::BTreeSet::new();
+    let first_seen = launches.keys().min().copied();
     for a in acts {
-        if windowed && !launches.contains_key(&a.corr) {
+        if windowed && !launches.contains_key(&a.corr) && first_seen.is_none_or(|f| a.corr < f) {
             add(&mut c.counts, "gpu_launched_before_window", 1);
             continue;
         }
@@ -375,6 +380,10 @@ mod tests {
         assert_eq!(c.counts["gpu_launched_before_window"], 1);
         assert_eq!((c.counts["gpu_kernel_count"], c.counts.get("gpu_unmatched")), (1, None));
         assert_eq!(c.timeline.iter().filter(|r| matches!(r, Record::Slice(_))).count(), 1);
+        // A call entered in the window that the callback did not take for a
+        // launch (13, after 12): its kernel is kept, unmatched.
+        let c = collect(&[(7, text.replace("X 500", "K 13 460 470 0 7 0 other\nX 500"))]);
+        assert_eq!((c.counts["gpu_kernel_count"], c.counts["gpu_unmatched"], c.counts["gpu_launched_before_window"]), (2, 1, 1));
         // Without callbacks (`R START 0`, or an older file's `R START`),
         // nothing says when a launch began: it is kept, unmatched.
         for r in ["R 300 0", "R 300"] {
