@@ -14,19 +14,23 @@ fn faults() -> std::path::PathBuf {
     util::build_c("tests/programs/capture/faults.c", &util::root().join("target/test-tmp/events-bin"), "faults")
 }
 
-/// (weight of the stacks through `func`, total weight) of folded lines.
-fn share(folded: &str, func: &str) -> (u64, u64) {
-    let mut part = 0;
-    let mut all = 0;
+/// Of folded lines: (weight of the stacks through `func`, of those whose
+/// leaf it is, total weight).
+fn share(folded: &str, func: &str) -> (u64, u64, u64) {
+    let (mut part, mut own, mut all) = (0, 0, 0);
     for l in folded.lines() {
         let (stack, v) = l.rsplit_once(' ').unwrap();
         let v: u64 = v.parse().unwrap();
         all += v;
-        if stack.split(';').any(|f| f.trim_end_matches("_[c]") == func) {
+        let is = |f: &str| f.trim_end_matches("_[c]") == func;
+        if stack.split(';').any(is) {
             part += v;
         }
+        if stack.rsplit(';').next().is_some_and(is) {
+            own += v;
+        }
     }
-    (part, all)
+    (part, own, all)
 }
 
 #[test]
@@ -53,7 +57,7 @@ fn page_faults_land_in_the_faulting_function() {
     util::ok("stacksym", &[raw.to_str().unwrap(), "-o", sym.to_str().unwrap()], b"");
     // stackmerge keeps the counts (no time unit, no scaling to time).
     let folded = util::ok("stackmerge", &[sym.to_str().unwrap(), "--folded"], b"");
-    let (part, all) = share(&folded, "fault_pages");
+    let (part, own, all) = share(&folded, "fault_pages");
     eprintln!("fault_pages: {part} of {all} page faults sampled; the program touched {pages} pages");
     assert!(part * 100 >= all * 90, "fault_pages carries {part} of {all}");
     // Each sample stands for 100 faults: the weights count the program's
@@ -62,16 +66,10 @@ fn page_faults_land_in_the_faulting_function() {
 
     let report = util::ok("wcreport", &[sym.to_str().unwrap()], b"");
     assert!(report.contains("unit: page-faults"), "{report}");
-    // The function's first line counts all under it; its [on-CPU] line
-    // what it ran itself (a sample may land in a call it makes: the first
-    // sysconf can fault in libc's pages). With nothing under a call the
-    // report gives the one line, `fault_pages [on-CPU]`.
-    let own: u64 = folded
-        .lines()
-        .filter_map(|l| l.rsplit_once(' '))
-        .filter(|(st, _)| st.rsplit(';').next().is_some_and(|f| f.trim_end_matches("_[c]") == "fault_pages"))
-        .map(|(_, v)| v.parse::<u64>().unwrap())
-        .sum();
+    // The function's first line counts all under it (`part`); its
+    // [on-CPU] line what it ran itself (`own`: a sample may land in a call
+    // it makes, the first sysconf can fault in libc's pages). With nothing
+    // under a call the report gives the one line, `fault_pages [on-CPU]`.
     let line = |p: &dyn Fn(&str) -> bool| report.lines().find(|l| p(l.trim_end())).unwrap_or_else(|| panic!("{report}"));
     assert!(line(&|l| l.contains("page-faults  fault_pages")).contains(&format!(" {part} page-faults")), "{report}");
     assert!(line(&|l| l.ends_with("fault_pages [on-CPU]")).contains(&format!(" {own} page-faults")), "{report}");
@@ -89,8 +87,10 @@ fn page_faults_land_in_the_faulting_function() {
         .expect("run `go tool pprof` (Debian's golang-go: scripts/setup --tests installs it)");
     let top = String::from_utf8_lossy(&top.stdout);
     assert!(top.contains("Type: page-faults"), "{top}");
+    // flat: what the function ran itself; cum: all under it.
     let row = top.lines().find(|l| l.trim_end().ends_with(" fault_pages")).unwrap_or_else(|| panic!("{top}"));
-    assert_eq!(row.split_whitespace().next(), Some(part.to_string().as_str()), "{row}");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!((cols.first().copied(), cols.get(3).copied()), (Some(own.to_string().as_str()), Some(part.to_string().as_str())), "flat, cum: {row}");
 }
 
 #[test]
