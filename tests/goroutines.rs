@@ -5,6 +5,7 @@
 //! goroutine-time must put those waits under those functions with Go's own
 //! wait reasons, and the report's GOROUTINES section count them.
 
+mod runtime_common;
 mod util;
 
 use std::os::unix::process::CommandExt;
@@ -125,9 +126,7 @@ fn a_servers_handlers_wait_under_the_handler() {
         return;
     }
     // wrk before anything starts: the server runs until wrk asks it to quit.
-    if Command::new("wrk").arg("--version").output().is_err()
-        && util::missing("wrk is not installed", "scripts/setup --tests installs wrk", "WALLCLOCK_SKIP_RUNTIMES")
-    {
+    if !runtime_common::have("wrk", "wrk") {
         return;
     }
     let dir = util::scratch("goroutines_server");
