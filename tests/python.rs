@@ -103,6 +103,13 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
     if let Some(out) = out {
         assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
     }
+    let (stacks, truth) = results(&prefix, &truth, &python.display().to_string());
+    (prefix, stacks, truth)
+}
+
+/// The stacks of the capture at `prefix` and what the workload measured
+/// (`truth`), each thread's name checked against the one it reported.
+fn results(prefix: &Path, truth: &Path, python: &str) -> (Vec<Stack>, Vec<Truth>) {
     let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
     let stacks = stream
         .lines()
@@ -126,11 +133,11 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
         .filter(|r| r["type"] == "thread")
         .map(|r| (r["tid"].as_u64().unwrap(), r["comm"].as_str().unwrap_or("").to_string()))
         .collect();
-    let truth_text = std::fs::read_to_string(&truth).unwrap();
+    let truth_text = std::fs::read_to_string(truth).unwrap();
     for l in truth_text.lines() {
         let v: Value = serde_json::from_str(l).unwrap();
         let tid = v["tid"].as_u64().unwrap();
-        assert_eq!(comms.get(&tid).map(String::as_str), v["thread"].as_str(), "thread {tid}'s name, {}", python.display());
+        assert_eq!(comms.get(&tid).map(String::as_str), v["thread"].as_str(), "thread {tid}'s name, {python}");
     }
     let truth = truth_text
         .lines()
@@ -147,7 +154,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
             }
         })
         .collect();
-    (prefix, stacks, truth)
+    (stacks, truth)
 }
 
 /// The Python function a frame names: `py::NAME:FILE` (perf map, -X perf)
@@ -195,6 +202,32 @@ struct Gil {
 /// the shares it measured blocked (wall - CPU - runnable: in `spin` only
 /// the GIL blocks it) and runnable.
 fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
+    check_with(prefix, stacks, truth, &Bounds { share: 3.0, whole: 95, rooted: rooted_on_host })
+}
+
+/// How close a capture must come to the workload's own figures: each
+/// function's on-CPU share within `share` points (plus the unmatched part
+/// of the two windows), its Python chain and a whole native stack
+/// (`rooted`) in `whole` % of its time at least.
+struct Bounds {
+    share: f64,
+    whole: u64,
+    rooted: fn(&Stack) -> bool,
+}
+
+/// A stack from a thread's first frame, as the host's libraries name it.
+fn rooted_on_host(s: &Stack) -> bool {
+    s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str()))
+}
+
+/// A stack from a thread's first frame in a chroot whose libc is stripped
+/// (Debian's, with no debug file): `_start` is the executable's, a
+/// thread's first frame (clone3) is libc's unnamed; no cut.
+fn rooted_in_chroot(s: &Stack) -> bool {
+    s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str()) || f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]")
+}
+
+fn check_with(prefix: &Path, stacks: &[Stack], truth: &[Truth], b: &Bounds) -> Vec<Gil> {
     let mut gil = Vec::new();
     assert!(truth.len() >= 6, "the workload reported {} functions", truth.len());
     for t in truth {
@@ -203,7 +236,7 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
         let total: u64 = mine.iter().map(|(s, _)| s.ns).sum();
         assert!(total > 0, "{} (tid {}) is in no stack", t.func, t.tid);
         let chained: u64 = mine.iter().filter(|(_, c)| *c == t.chain).map(|(s, _)| s.ns).sum();
-        let rooted: u64 = mine.iter().filter(|(s, _)| s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str()))).map(|(s, _)| s.ns).sum();
+        let rooted: u64 = mine.iter().filter(|(s, _)| (b.rooted)(s)).map(|(s, _)| s.ns).sum();
         let on: u64 = mine.iter().filter(|(s, _)| s.kind == "on").map(|(s, _)| s.ns).sum();
         // Steal (the hypervisor ran something else while the thread held
         // its CPU) is the thread's own `[steal]` stack, in no function;
@@ -227,24 +260,25 @@ fn check(prefix: &Path, stacks: &[Stack], truth: &[Truth]) -> Vec<Gil> {
             chained as f64 * 100.0 / total as f64,
             rooted as f64 * 100.0 / total as f64
         );
-        assert!(chained * 100 >= total * 95, "{}: chain {:?} in under 95% of its time; e.g. {example}", t.func, t.chain);
+        assert!(chained * 100 >= total * b.whole, "{}: chain {:?} in under {}% of its time; e.g. {example}", t.func, t.chain, b.whole);
         let unrooted = mine
             .iter()
-            .filter(|(s, _)| !s.frames.first().is_some_and(|f| ROOTS.contains(&f.as_str())))
+            .filter(|(s, _)| !(b.rooted)(s))
             .max_by_key(|(s, _)| s.ns)
             .map(|(s, _)| format!("{} {} {} ns: {}", s.kind, s.state, s.ns, s.frames.join(";")))
             .unwrap_or_default();
-        assert!(rooted * 100 >= total * 95, "{}: under 95% of its time from a thread's first frame; the largest not: {unrooted}", t.func);
+        assert!(rooted * 100 >= total * b.whole, "{}: under {}% of its time from a thread's first frame; the largest not: {unrooted}", t.func, b.whole);
         // The two shares are of two windows: the program's own (the
         // function's whole run) and the time in its stacks. What one has
         // and the other lacks may be on or off CPU, so it widens the bound
         // by its share (42 ms of 1,064 at load 5: 3.9 points).
         let unmatched = (t.wall_ns as f64 - total as f64).abs() * 100.0 / t.wall_ns as f64;
         assert!(
-            (share - truth).abs() <= 3.0 + unmatched,
-            "{} (tid {}): on-CPU {share:.1}% vs measured {truth:.1}% (bound 3 + {unmatched:.1} points of unmatched window)",
+            (share - truth).abs() <= b.share + unmatched,
+            "{} (tid {}): on-CPU {share:.1}% vs measured {truth:.1}% (bound {} + {unmatched:.1} points of unmatched window)",
             t.func,
-            t.tid
+            t.tid,
+            b.share
         );
         // The GIL wait: a [GIL] frame right above take_gil, under the
         // function, while blocked; once handed the GIL, runnable.
@@ -405,6 +439,7 @@ fn assert_gil(gil: &[Gil]) {
 fn own_frames(name: &str, py: &PathBuf, attach: bool) -> Vec<Stack> {
     let (prefix, stacks, truth) = profile(name, py, &[], "1.5", attach, &["--no-python-perf"]);
     assert_gil(&check(&prefix, &stacks, &truth));
+    figures(name, &prefix, &stacks, &truth, rooted_on_host);
     // Native and Python frames interleave: each run of Python frames sits
     // right above a _PyEval_EvalFrameDefault frame (and the functions
     // inlined into it at that call: the frames of one address), in every
@@ -502,4 +537,132 @@ fn own_frames_and_x_perf_do_not_repeat_frames() {
     check(&prefix, &stacks, &truth);
     let (_, plain, _) = profile("python-own-plain-312", &py, &[], "1", false, &["--no-python-perf"]);
     assert_eq!(py_names(&stacks), py_names(&plain), "-X perf and not: other names");
+}
+
+/// A thread in the exit system call, its Python done (start_thread's
+/// last instruction): unwound no further than that frame, here as on the
+/// host (`[truncated];start_thread`), and under load it waits long there
+/// for a CPU (724 ms of a 2.2 s thread once, at load 16). Not the
+/// program's time: its threads' clocks stopped before.
+fn exiting(s: &Stack) -> bool {
+    s.frames.iter().any(|f| f == "__x64_sys_exit")
+}
+
+/// What a capture of the workload shows, as issue 40 measures it: the
+/// share of the process's thread-time in stacks that name one of its
+/// functions, of its measured threads' time in whole stacks (`rooted`;
+/// until their exit, see `exiting`),
+/// and the Python reader's cost per stack (the stats' `python_ns` /
+/// `python_stacks`, both capture tools summed). Printed, and returned.
+fn figures(label: &str, prefix: &Path, stacks: &[Stack], truth: &[Truth], rooted: fn(&Stack) -> bool) -> (f64, f64, Option<f64>) {
+    let all: u64 = stacks.iter().map(|s| s.ns).sum();
+    let named: u64 = stacks.iter().filter(|s| s.frames.iter().any(|f| f.starts_with("py::") && f.contains("workload.py"))).map(|s| s.ns).sum();
+    let tids: std::collections::HashSet<u64> = truth.iter().map(|t| t.tid).collect();
+    let mine: u64 = stacks.iter().filter(|s| tids.contains(&s.tid) && !exiting(s)).map(|s| s.ns).sum();
+    let whole: u64 = stacks.iter().filter(|s| tids.contains(&s.tid) && !exiting(s) && rooted(s)).map(|s| s.ns).sum();
+    let report = util::ok("wcreport", &[prefix.with_extension("stream").to_str().unwrap()], b"");
+    let stat = |key: &str| {
+        let line = report.lines().find(|l| l.trim_start().starts_with("stats:"))?;
+        line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse::<u64>().ok())
+    };
+    let cost = match (stat("python_ns"), stat("python_stacks")) {
+        (Some(ns), Some(n)) if n > 0 => Some(ns as f64 / n as f64),
+        _ => None,
+    };
+    let pct = |a: u64, b: u64| a as f64 * 100.0 / b.max(1) as f64;
+    eprintln!(
+        "{label}: {:.1}% of the process's thread-time in stacks naming the workload's functions; {:.1}% of its measured threads' time in whole stacks; python reader {} ns per stack",
+        pct(named, all),
+        pct(whole, mine),
+        cost.map_or("-".to_string(), |c| format!("{c:.0}"))
+    );
+    (pct(named, all), pct(whole, mine), cost)
+}
+
+/// Debian forky's chroot (target/chroot-forky, which scripts/setup
+/// --tests makes), when it has `python` (said when it has not).
+fn forky(python: &str) -> Option<PathBuf> {
+    let dir = util::root().join("target/chroot-forky");
+    if !dir.join("usr/bin").join(python).exists() {
+        let how = "scripts/setup --tests makes it (scripts/chroot make forky python3.14 python3.15)";
+        util::missing(&format!("no {python} in {}", dir.display()), how, "WALLCLOCK_SKIP_CHROOT");
+        return None;
+    }
+    Some(dir)
+}
+
+/// `wallclock PID`, no flag, on the workload run by `python` inside the
+/// forky chroot (`scripts/chroot run`: its own mount namespace and root,
+/// as in a container), attached by its host pid once it runs.
+fn attach_in_chroot(name: &str, root: &Path, python: &str) -> (PathBuf, Vec<Stack>, Vec<Truth>) {
+    let dir = util::scratch(name);
+    let prefix = dir.join("p");
+    // The workload, its truth and its go file in the chroot's /tmp.
+    let inside = format!("/tmp/wc-test-{name}");
+    let there = root.join(&inside[1..]);
+    let _ = std::fs::remove_dir_all(&there);
+    std::fs::create_dir_all(&there).unwrap();
+    std::fs::copy(util::root().join("tests/programs/python/workload.py"), there.join("workload.py")).unwrap();
+    let mut py = Command::new(util::root().join("scripts/chroot"));
+    py.args(["run", "forky", python]).arg(format!("{inside}/workload.py")).arg("1.5").arg(format!("{inside}/truth.jsonl")).arg(format!("{inside}/go"));
+    py.env_remove("PYTHONPERFSUPPORT");
+    let mut target = py.spawn().expect("start the chroot's python");
+    let mut wc = Command::new("bash");
+    wc.arg(util::root().join("scripts/wallclock")).args(["-f", "199", "-o"]).arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    let mut child = wc.args(["-d", "60", &target.id().to_string()]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("wallclock: capturing") {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "wallclock ended before capturing: {said}");
+        said.push_str(&l);
+    }
+    std::fs::write(there.join("go"), "").unwrap();
+    assert!(target.wait().unwrap().success(), "the workload failed");
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "wallclock PID failed: {said}{rest}");
+    // No line about the interpreter: its frames were read.
+    assert!(!said.contains("CPython") && !rest.contains("CPython"), "{said}{rest}");
+    let (stacks, truth) = results(&prefix, &there.join("truth.jsonl"), python);
+    let _ = std::fs::remove_dir_all(&there);
+    (prefix, stacks, truth)
+}
+
+/// CPython 3.14 and 3.15 (Debian forky's, in a chroot), attached by pid
+/// with no flag: read by the offsets each publishes (`_Py_DebugOffsets`).
+/// Each function named with its Python callers, its on-CPU share within
+/// 5 points of its own clocks, the GIL wait as the program measured it,
+/// and at least 90% of each measured thread's time in whole stacks
+/// (from `_start`, or a thread's first frame, libc's unnamed clone3).
+fn forky_python(minor: u32) {
+    if skip() {
+        return;
+    }
+    let python = format!("python3.{minor}");
+    let Some(root) = forky(&python) else { return };
+    let (prefix, stacks, truth) = attach_in_chroot(&format!("python-forky-3{minor}"), &root, &python);
+    let gil = check_with(&prefix, &stacks, &truth, &Bounds { share: 5.0, whole: 90, rooted: rooted_in_chroot });
+    assert_gil(&gil);
+    // Each measured thread's time until its exit (see `exiting`).
+    for tid in truth.iter().map(|t| t.tid).collect::<std::collections::BTreeSet<_>>() {
+        let all: u64 = stacks.iter().filter(|s| s.tid == tid && !exiting(s)).map(|s| s.ns).sum();
+        let whole: u64 = stacks.iter().filter(|s| s.tid == tid && !exiting(s) && rooted_in_chroot(s)).map(|s| s.ns).sum();
+        assert!(whole * 100 >= all * 90, "{python}: thread {tid}: {whole} of {all} ns in whole stacks");
+    }
+    let (named, _, cost) = figures(&python, &prefix, &stacks, &truth, rooted_in_chroot);
+    let report = util::ok("wcreport", &[prefix.with_extension("stream").to_str().unwrap()], b"");
+    assert!(!report.contains("runs CPython"), "{python}: the report tells of its interpreter:\n{report}");
+    assert!(named >= 50.0, "{python}: {named:.1}% of the process's time names the workload");
+    assert!(cost.is_some(), "{python}: no python_ns / python_stacks in the capture's stats");
+}
+
+#[test]
+fn forkys_314_attached_with_no_flag() {
+    forky_python(14);
+}
+
+#[test]
+fn forkys_315_attached_with_no_flag() {
+    forky_python(15);
 }

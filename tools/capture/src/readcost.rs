@@ -1,4 +1,4 @@
-//! What the runtime readers (hotspot, v8, php) cost the capture, and the
+//! What the runtime readers (hotspot, v8, php, python) cost the capture, and the
 //! switch that turns them off.
 //!
 //! Each reader adds the CPU time it spends on a stack and counts the stacks
@@ -10,15 +10,15 @@
 //! the runtime, reading its layout tables or metadata) is not in it.
 //!
 //! `WALLCLOCK_NO_RUNTIMES` turns readers off: `1` or `all` every one, or a
-//! comma list of `hotspot`, `v8`, `php`. A process then gets what it got
+//! comma list of `hotspot`, `v8`, `php`, `python`. A process then gets what it got
 //! before its reader existed (a JVM's stacks cut in JIT code, Node's JIT
-//! frames unnamed, PHP's frames absent): for a reader that misbehaves on
+//! frames unnamed, PHP's and CPython's frames absent): for a reader that misbehaves on
 //! some runtime version, and to measure what the readers cost.
 
 use std::sync::OnceLock;
 
 /// The readers the switch and the trailer know, in the trailer's order.
-pub const READERS: [&str; 3] = ["hotspot", "v8", "php"];
+pub const READERS: [&str; 4] = ["hotspot", "v8", "php", "python"];
 
 /// CPU time spent and stacks read by one reader.
 #[derive(Debug, Default, Clone, Copy)]
@@ -69,7 +69,7 @@ fn parse(v: Option<&str>) -> Vec<String> {
 
 /// The trailer's counters: `<reader>_ns` and `<reader>_stacks` of each
 /// reader that read a stack.
-pub fn stats(costs: [Cost; 3]) -> Vec<(String, u64)> {
+pub fn stats(costs: [Cost; 4]) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     for (r, c) in READERS.iter().zip(costs) {
         if c.stacks > 0 {
@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn only_readers_that_read() {
-        let s = stats([Cost { ns: 5, stacks: 2 }, Cost::default(), Cost { ns: 0, stacks: 1 }]);
+        let s = stats([Cost { ns: 5, stacks: 2 }, Cost::default(), Cost { ns: 0, stacks: 1 }, Cost::default()]);
         let keys: Vec<&str> = s.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["hotspot_ns", "hotspot_stacks", "php_ns", "php_stacks"]);
     }

@@ -643,7 +643,7 @@ impl Unwind {
 
     /// The runtime readers' cost counters, for the stats trailer (readcost).
     pub fn reader_stats(&self) -> Vec<(String, u64)> {
-        crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost])
+        crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost, self.python.cost])
     }
 
     /// The Maps record of a process, when its mappings were read.

@@ -17,8 +17,10 @@
 //!   PHP 8.2's functions from the executor (`php::...`): where none are,
 //!   the frames of this PHP are not walked.
 //! - .NET: JIT code without names: `DOTNET_PerfMapEnabled=1`.
-//! - CPython below 3.10 (no frames read by the capture) without `-X perf`
-//!   (3.12+ only), and Ruby: frames of this runtime are not walked.
+//! - CPython other than 3.10-3.15 (the versions whose frames the capture
+//!   reads), and Ruby: frames of this runtime are not walked; the line
+//!   says which versions are read (no flag to add: `-X perf` names
+//!   frames but the capture reads the same ones without it).
 //!
 //! Each line says how much of the process's on-CPU time it concerns (and
 //! of all its time); a share under 1% of either is left out (a few stacks
@@ -28,6 +30,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use wallclock_stream::{Frame, Kind, Stack};
+
+/// The CPython versions whose frames the capture reads, with no flag
+/// (tools/capture/src/python/reader.rs's READ).
+const PY_READ: &str = "CPython 3.10-3.15";
 
 /// Root frame stacksym gives a stack cut in JIT code (stacksym::jit).
 const CUT: &str = "[stack cut in JIT code";
@@ -191,9 +197,14 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             add("ruby", "", e.interp, "runs Ruby whose frames are not walked (the capture reads Ruby 3.1's)", "its methods show as the interpreter's C functions (rbspy reads them)");
         }
         if let Some(minor) = e.python.filter(|_| e.py_frames.0 == 0) {
-            let fix = if minor >= 12 { "start it with python3 -X perf to name its functions" } else { "CPython 3.10+ has its frames read by the capture; 3.12+ names them with -X perf" };
-            let what = format!("runs CPython 3.{minor}, whose frames are not walked");
-            add("python", "-X perf", e.interp, &what, fix);
+            // One line, which versions are read: no flag to add (the
+            // capture reads them from the running interpreter).
+            let what = if (10..=15).contains(&minor) {
+                format!("runs CPython 3.{minor}, whose frames were not read (see the capture's warnings; it reads {PY_READ}'s)")
+            } else {
+                format!("runs CPython 3.{minor}, whose frames are not walked (the capture reads {PY_READ}'s)")
+            };
+            add("python", "", e.interp, &what, "its functions show as the interpreter's C functions");
         }
     }
     out
@@ -270,6 +281,14 @@ mod tests {
         let a = advice(s.iter());
         assert_eq!(a.len(), 2, "{a:?}");
         assert!(a.iter().all(|a| a.text.contains("not walked")), "{a:?}");
+        // CPython: one line, which versions are read, no flag.
+        let py = a.iter().find(|a| a.runtime == "python").unwrap();
+        assert!(py.text.contains("3.9") && py.text.contains("CPython 3.10-3.15") && !py.text.contains("-X"), "{}", py.text);
+        assert_eq!(py.flag, "");
+        // 3.14 with its frames read (py::): no line.
+        let named = Frame { module: Some("work.py".into()), ..Frame::named("py::crunch:/w/work.py") };
+        let s = [stack(9, 100, vec![in_module("_PyEval_EvalFrameDefault", "python3.14"), named])];
+        assert!(advice(s.iter()).is_empty());
         // PHP with its frames read: no such line; its JIT code (/dev/zero) unnamed: the flag.
         let php = Frame { module: Some("work.php".into()), ..Frame::named("php::crunch") };
         let s = [stack(8, 100, vec![in_module("execute_ex", "php8.2"), php, Frame::named("zero+0x10")])];

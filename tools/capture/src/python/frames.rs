@@ -3,7 +3,7 @@
 //! and put where CPython ran it, so that native and Python frames
 //! interleave.
 //!
-//! While the capture runs, [`Python::refresh`] finds the CPython 3.10-3.13
+//! While the capture runs, [`Python::refresh`] finds the CPython 3.10-3.15
 //! of each target process ([`Interpreter::find`]), tells the BPF side
 //! where that version keeps its frame chain (`py_cfg`), and lists its
 //! threads (`py_threads`: tid -> thread state), again at every turn of
@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 use libbpf_rs::{MapCore, MapFlags};
 use wallclock_stream::{Frame, NamedAddr, Thread, NAMED_ADDR_BASE};
 
-use super::offsets::{Offsets, FRAME_OWNED_BY_CSTACK};
+use super::offsets::{owner_is_function, Offsets, FRAME_OWNED_BY_CSTACK};
 use super::reader::{Interpreter, PyFrame};
 use crate::event::{as_bytes, WcEvent, WcPyframe};
 
@@ -59,6 +59,9 @@ const NAME_TRIES: u32 = 50;
 #[derive(Default)]
 pub struct Python {
     procs: HashMap<u32, Proc>,
+    /// Time naming and placing the frames of stacks, and the stacks
+    /// (readcost: `python_ns`, `python_stacks`).
+    pub cost: crate::readcost::Cost,
     /// Processes found not to run a supported CPython, with the file that
     /// said so (looked at again only when another file is mapped).
     not_python: HashMap<u32, String>,
@@ -86,6 +89,9 @@ impl Python {
     /// interpreter's threads into the BPF maps. Cheap when nothing changed:
     /// a few reads of each interpreter's thread list.
     pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
+        if crate::readcost::off("python") {
+            return;
+        }
         for &pid in pids {
             if !self.procs.contains_key(&pid) {
                 let Some(file) = candidate(pid) else { continue };
@@ -175,13 +181,16 @@ impl Python {
             return native;
         }
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
+        let t0 = crate::readcost::now();
         let o = p.it.offsets;
-        let runs = cut(&e.py[..n], o, |code, instr| p.name(code, instr));
+        let runs = cut(&e.py[..n], &o, |code, instr| p.name(code, instr));
         // The native frames of _PyEval_EvalFrameDefault, innermost first:
         // each run has one, so a run without one is a cut (splice.rs).
         let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
         let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
-        crate::splice::place(&native, &evals, crate::splice::Rest::Cut, runs)
+        let v = crate::splice::place(&native, &evals, crate::splice::Rest::Cut, runs);
+        self.cost.stack(t0);
+        v
     }
 }
 
@@ -195,8 +204,12 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
     for f in frames {
         let b = f.flags.to_le_bytes();
         let (entry, owner) = if o.frame_is_entry.is_some() { (b[0] != 0, b[1]) } else { (false, b[0]) };
-        if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
-            runs.push(Vec::new());
+        if o.minor >= 12 && !owner_is_function(owner) {
+            // An eval call's entry frame ends a run (3.14's other C-stack
+            // frames, owner 4, are only skipped).
+            if owner == FRAME_OWNED_BY_CSTACK {
+                runs.push(Vec::new());
+            }
             continue;
         }
         if let Some(a) = name(f.code, f.instr) {
@@ -207,9 +220,11 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
             runs.push(Vec::new());
         }
     }
-    // The last run is empty (nothing after the outermost frame); one
-    // whose every frame failed to be named still has its eval frame.
-    if runs.last().is_some_and(Vec::is_empty) {
+    // The last run is empty (nothing after the outermost frame; 3.15's
+    // thread has a base frame of its own under its first eval call's
+    // entry frame, a second empty one); a run whose every frame failed to
+    // be named still has its eval frame, except rootward of every other.
+    while runs.last().is_some_and(Vec::is_empty) {
         runs.pop();
     }
     runs

@@ -2,23 +2,31 @@
 //! (process_vm_readv, as py-spy does): `_PyRuntime` -> interpreters ->
 //! thread states (each with its kernel tid) -> the current frame ->
 //! previous..., each frame named from its code object (qualified name,
-//! file, line from the location table). CPython 3.10 to 3.13.
+//! file, line from the location table). CPython 3.10 to 3.15.
 //!
 //! This is what the capture needs besides the frame chain read in BPF at
 //! switch-out: which thread state belongs to which tid, and the names of
 //! the code objects a chain points at (read while the process lives,
 //! cached by code object).
+//!
+//! 3.13 and later are read by the offsets they publish in the process
+//! (`_Py_DebugOffsets`, offsets::from_debug); older ones by a table per
+//! minor version. The interpreter may live in another root (a container,
+//! a chroot): its file is opened through `/proc/PID/root`.
 
 use std::collections::{HashMap, HashSet};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 use super::linetable::{line_of, line_of_310};
-use super::offsets::{self, Offsets, FRAME_OWNED_BY_CSTACK};
+use super::offsets::{self, owner_is_function, Offsets, FRAME_OWNED_BY_CSTACK};
 
 const MAX_THREADS: usize = 4096;
 const MAX_FRAMES: usize = 1024;
 const MAX_STR: u64 = 4096;
+
+/// The versions whose frames are read, as told where one is not.
+pub const READ: &str = "CPython 3.10-3.15";
 
 /// One Python frame: what the code object says, and where it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +50,7 @@ type CodeInfo = ([u64; 4], String, String, i64, Vec<u8>);
 pub struct Interpreter {
     pid: u32,
     runtime: u64,
-    pub offsets: &'static Offsets,
+    pub offsets: Offsets,
     /// Path of the file that holds the interpreter (libpython or the executable).
     pub path: String,
     /// Code object -> (its name, file and table objects and first line;
@@ -77,6 +85,45 @@ fn minor_from_path(path: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// The parts of the function at `hot` (its range, file addresses) that
+/// the compiler split off (GCC's `.cold` parts: Debian's PGO builds of
+/// 3.14 and 3.15 keep most of `_PyEval_EvalFrameDefault`'s opcodes in an
+/// 84 KB one, and its 1 KB symbol only covers the hot entry), when the
+/// file has no symbols for them: the unwind-table entries (FDEs) that
+/// the function jumps into (`jmp`/`jcc rel32`, not calls) at least twice,
+/// that begin at no symbol. Read at every byte, not decoded: the few
+/// stray matches land at one place each.
+fn cold_parts(obj: &object::File, hot: (u64, u64)) -> Vec<(u64, u64)> {
+    use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+    use object::{ObjectSection, SymbolKind};
+    let (Some(hdr), Some(eh)) = (obj.section_by_name(".eh_frame_hdr"), obj.section_by_name(".eh_frame")) else { return Vec::new() };
+    let Some(text) = obj.sections().find(|s| s.address() <= hot.0 && hot.1 <= s.address() + s.size()) else { return Vec::new() };
+    let (Ok(hdr_data), Ok(eh_data), Ok(code)) = (hdr.data(), eh.data(), text.data()) else { return Vec::new() };
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr.address()).set_eh_frame(eh.address()).set_text(text.address());
+    let Ok(parsed) = EhFrameHdr::new(hdr_data, LittleEndian).parse(&bases, 8) else { return Vec::new() };
+    let Some(table) = parsed.table() else { return Vec::new() };
+    let eh = EhFrame::new(eh_data, LittleEndian);
+    let at = |a: u64| code.get((a - text.address()) as usize..);
+    let Some(body) = at(hot.0).and_then(|b| b.get(..(hot.1 - hot.0) as usize)) else { return Vec::new() };
+    let mut hits: HashMap<(u64, u64), u32> = HashMap::new();
+    for i in 0..body.len() {
+        let (len, disp) = match body[i..] {
+            [0xe9, a, b, c, d, ..] => (5, i32::from_le_bytes([a, b, c, d])),
+            [0x0f, op, a, b, c, d, ..] if (0x80..=0x8f).contains(&op) => (6, i32::from_le_bytes([a, b, c, d])),
+            _ => continue,
+        };
+        let target = (hot.0 + i as u64 + len).wrapping_add_signed(i64::from(disp));
+        if (hot.0..hot.1).contains(&target) {
+            continue;
+        }
+        if let Ok(fde) = table.fde_for_address(&eh, &bases, target, EhFrame::cie_from_offset) {
+            *hits.entry((fde.initial_address(), fde.initial_address() + fde.len())).or_default() += 1;
+        }
+    }
+    let named: HashSet<u64> = obj.dynamic_symbols().chain(obj.symbols()).filter(|s| s.kind() == SymbolKind::Text).map(|s| s.address()).collect();
+    hits.into_iter().filter(|&(r, n)| n >= 2 && !named.contains(&r.0)).map(|(r, _)| r).collect()
+}
+
 impl Interpreter {
     /// Find the interpreter of `pid`: the libpython it maps, else its
     /// python3.N executable; `_PyRuntime` from that file's symbols; the
@@ -93,11 +140,16 @@ impl Interpreter {
         cands.sort_by_key(|c| !c.2.contains("libpython"));
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
         let minor = minor_from_path(&path).unwrap_or(0);
-        let offsets = offsets::for_minor(minor).ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not supported (3.10-3.13)"))?;
+        if !(10..=15).contains(&minor) {
+            return Err(format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {READ})"));
+        }
         // Mapped, not read whole: no thread's frames are read until this
         // returns, and reading a 30 MB libpython took up to 240 ms under
         // load, while the threads it had started ran on without them.
-        let data = crate::elf::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
+        // Through the process's own root first (a container's file).
+        let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}"))
+            .or_else(|| crate::elf::map_file(&path))
+            .ok_or_else(|| format!("{path}: cannot map it"))?;
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
         let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let bias = crate::elf::load_bias(&segments, start, off).ok_or_else(|| format!("{path}: no segment holds offset {off:#x}"))?;
@@ -118,6 +170,13 @@ impl Interpreter {
             }
         }
         let runtime = runtime.ok_or_else(|| format!("{path}: no _PyRuntime symbol"))?;
+        let offsets = Self::offsets(pid, minor, runtime)?;
+        // Stripped (only .dynsym): the eval loop's parts split off by the
+        // compiler have no symbol; found by the jumps into them.
+        if eval.len() == 1 {
+            let hot = (eval[0].0 - bias, eval[0].1 - bias);
+            eval.extend(cold_parts(&obj, hot).into_iter().map(|(s, e)| (s + bias, e + bias)));
+        }
         eval.sort_unstable();
         eval.dedup();
         let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
@@ -129,6 +188,18 @@ impl Interpreter {
             }
         }
         Ok(it)
+    }
+
+    /// 3.`minor`'s offsets: from its `_Py_DebugOffsets` where it has them
+    /// (3.13+), else (3.10-3.12) the table of its version.
+    fn offsets(pid: u32, minor: u32, runtime: u64) -> Result<Offsets, String> {
+        if minor < 13 {
+            return offsets::for_minor(minor).copied().ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {READ})"));
+        }
+        let words = offsets::debug_layout(minor).map_or(0, |l| l.words);
+        let mut table = vec![0u8; words * 8];
+        crate::procmem::Mem { pid }.read(runtime, &mut table)?;
+        offsets::from_debug(minor, &table).map_err(|e| format!("pid {pid}: {e}"))
     }
 
     pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
@@ -304,6 +375,7 @@ impl Interpreter {
     /// instruction pointer; 3.10: the instruction index, in its low half).
     pub fn frame_at(&mut self, code: u64, instr: u64) -> Result<PyFrame, String> {
         let o = self.offsets;
+        let code = o.code_ptr(code);
         let (name, file, first, table) = self.code(code)?;
         let line = if o.minor == 10 {
             // f_lasti is -1 before the first instruction.
@@ -337,8 +409,12 @@ impl Interpreter {
         while f != 0 && n < MAX_FRAMES {
             n += 1;
             let owner = self.u8(f + o.frame_owner)?;
-            if o.minor >= 12 && owner == FRAME_OWNED_BY_CSTACK {
-                runs.push(Vec::new());
+            if o.minor >= 12 && !owner_is_function(owner) {
+                // The entry frame of an eval call ends a run; 3.14's
+                // other frames of the C stack are skipped.
+                if owner == FRAME_OWNED_BY_CSTACK {
+                    runs.push(Vec::new());
+                }
             } else {
                 let code = self.u64(f + o.frame_code)?;
                 let instr = self.u64(f + o.frame_instr)?;
@@ -372,6 +448,24 @@ mod tests {
             eprintln!("SKIPPED: {python} missing, or not root");
             return;
         }
+        reads_a_live_interpreter_in(python, None);
+    }
+
+    /// The same, with `python` run by `scripts/chroot run SUITE` inside
+    /// the chroot that scripts/setup --tests makes (target/chroot-SUITE),
+    /// read from outside by its host pid.
+    fn reads_a_chroots(suite: &str, python: &str) {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let chroot = format!("{root}/target/chroot-{suite}");
+        // SAFETY: geteuid has no preconditions.
+        if !std::path::Path::new(&format!("{chroot}/usr/bin/{python}")).exists() || unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: no {chroot}/usr/bin/{python} (scripts/setup --tests makes it), or not root");
+            return;
+        }
+        reads_a_live_interpreter_in(python, Some((suite, &chroot)));
+    }
+
+    fn reads_a_live_interpreter_in(python: &str, chroot: Option<(&str, &str)>) {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
         let script = format!("{root}/tests/programs/python/workload.py");
         let src = std::fs::read_to_string(&script).unwrap();
@@ -380,14 +474,37 @@ mod tests {
         // removing a shared directory made the other's workload fail
         // (its threads then vanished while being read).
         let tag: String = python.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-        let dir = std::env::temp_dir().join(format!("wc-pyreader-{}-{tag}", std::process::id()));
+        let name = format!("wc-pyreader-{}-{tag}", std::process::id());
+        // Inside a chroot: the workload copied into its /tmp, named by
+        // its path there.
+        let (dir, inside) = match chroot {
+            Some((_, at)) => (std::path::PathBuf::from(format!("{at}/tmp/{name}")), std::path::PathBuf::from(format!("/tmp/{name}"))),
+            None => (std::env::temp_dir().join(&name), std::env::temp_dir().join(&name)),
+        };
         std::fs::create_dir_all(&dir).unwrap();
-        let mut child = std::process::Command::new(python).arg(&script).arg("1.5").arg(dir.join("truth.jsonl")).spawn().unwrap();
+        let mut cmd = match chroot {
+            Some((suite, _)) => {
+                std::fs::copy(&script, dir.join("workload.py")).unwrap();
+                let mut c = std::process::Command::new(format!("{root}/scripts/chroot"));
+                c.args(["run", suite, python]).arg(inside.join("workload.py"));
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new(python);
+                c.arg(&script);
+                c
+            }
+        };
+        let mut child = cmd.arg("1.5").arg(inside.join("truth.jsonl")).spawn().unwrap();
         let pid = child.id();
         let mut seen = (false, false);
         for _ in 0..200 {
             std::thread::sleep(std::time::Duration::from_millis(10));
             let Ok(mut it) = Interpreter::find(pid) else { continue };
+            // Forky's stripped interpreters: the eval loop's split-off
+            // part found (most of its code).
+            let eval: u64 = it.eval.iter().map(|(s, e)| e - s).sum();
+            assert!(chroot.is_none() || eval > 16384, "{python}: eval loop of {eval} bytes: {:x?}", it.eval);
             let Ok(threads) = it.threads() else { continue };
             for t in threads {
                 assert!(std::path::Path::new(&format!("/proc/{pid}/task/{}", t.tid)).exists(), "tid {}", t.tid);
@@ -428,6 +545,38 @@ mod tests {
         for v in ["3.10.13/bin/python3.10", "3.11.7/bin/python3.11", "3.12.1/bin/python3.12", "3.13.0/bin/python3.13"] {
             reads_a_live_interpreter(&format!("/root/.pyenv/versions/{v}"));
         }
+    }
+
+    /// Debian forky's 3.14 and 3.15 in a chroot, by the offsets each
+    /// publishes (`_Py_DebugOffsets`).
+    #[test]
+    fn reads_forkys_314_and_315() {
+        for python in ["python3.14", "python3.15"] {
+            reads_a_chroots("forky", python);
+        }
+    }
+
+    /// What 3.13.0 publishes is the table read from its DWARF.
+    #[test]
+    fn pyenvs_313_publishes_its_table() {
+        let python = "/root/.pyenv/versions/3.13.0/bin/python3.13";
+        // SAFETY: geteuid has no preconditions.
+        if !std::path::Path::new(python).exists() || unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: {python} missing, or not root");
+            return;
+        }
+        let mut child = std::process::Command::new(python).args(["-c", "import time; time.sleep(30)"]).spawn().unwrap();
+        let mut found = None;
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            if let Ok(it) = Interpreter::find(child.id()) {
+                found = Some(it.offsets);
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found, Some(offsets::PY313));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Python thread names: `threading.Thread(name=...)` lives only in the
-//! Thread object (CPython 3.10-3.13 never name the OS thread), so it is
+//! Thread object (CPython 3.10-3.15 never name the OS thread), so it is
 //! read from outside: `self` of the thread's outermost frame,
 //! `Thread._bootstrap` (3.10: `_bootstrap` of threading.py, its code
 //! having no qualified name), its first local, then that object's
@@ -16,7 +16,7 @@
 //! object at its type's `tp_dictoffset`; split, its keys are the type's
 //! shared ones and its values its own (`ma_values`), as in 3.11+.
 
-use super::offsets::FRAME_OWNED_BY_CSTACK;
+use super::offsets::owner_is_function;
 use super::reader::Interpreter;
 
 /// At most this many frames are walked to the outermost one.
@@ -42,7 +42,7 @@ impl Interpreter {
             if f == 0 {
                 break;
             }
-            if !(o.minor >= 12 && self.u8(f + o.frame_owner).ok()? == FRAME_OWNED_BY_CSTACK) {
+            if o.minor < 12 || owner_is_function(self.u8(f + o.frame_owner).ok()?) {
                 outer = f;
             }
             f = self.u64(f + o.frame_previous).ok()?;
@@ -50,7 +50,7 @@ impl Interpreter {
         if outer == 0 {
             return None;
         }
-        let code = self.u64(outer + o.frame_code).ok()?;
+        let code = o.code_ptr(self.u64(outer + o.frame_code).ok()?);
         let (name, file, ..) = self.code(code).ok()?;
         let bootstrap = match o.minor {
             10 => name == "_bootstrap" && file.ends_with("/threading.py"),
