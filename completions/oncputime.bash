@@ -23,7 +23,7 @@ _oncputime() {
 
     case "${cmd}" in
         oncputime)
-            opts="-p -C -G -t -u -k -U -K -d -o -f -F -e -h -V --pid --children --from-exec --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --every --every-follow --output --folded --ringbuf-mb --ready-file --prepare --activate --launched-at --probe --probe-binary --frequency --event --exact --sample-events --goroutines --tasks --max-threads --help --version"
+            opts="-p -C -G -t -u -k -U -K -d -o -f -F -e -h -V --pid --children --from-exec --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --every --every-follow --output --folded --ringbuf-mb --ready-file --prepare --activate --launched-at --prepared-file --activate-file --probe --probe-binary --frequency --event --exact --sample-events --goroutines --tasks --max-threads --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -94,6 +94,14 @@ _oncputime() {
                     return 0
                     ;;
                 --launched-at)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prepared-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --activate-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

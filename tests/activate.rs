@@ -85,7 +85,11 @@ fn activate_after_a_delay() {
         let (start, end) = (h["start_ns"].as_u64().unwrap(), h["end_ns"].as_u64().unwrap());
         let late = start as i64 - t0 as i64 - 2000 * MS;
         eprintln!("{tool}: window opened {:.2} ms after launch + 2 s, lasted {:.2} ms", late as f64 / 1e6, (end - start) as f64 / 1e6);
-        assert!((0..20 * MS).contains(&late), "{tool}: window opened {late} ns off launch + 2 s; it said {}", String::from_utf8_lossy(&out.stderr));
+        // The window opens at the instant itself (written into the BPF
+        // side before it comes), so only the clocks' conversion between
+        // realtime and monotonic, the tool's and the test's, is between
+        // them: nanoseconds to microseconds, either way (-684 ns once).
+        assert!((-MS..20 * MS).contains(&late), "{tool}: window opened {late} ns off launch + 2 s; it said {}", String::from_utf8_lossy(&out.stderr));
         assert!((1000 * MS..1100 * MS).contains(&((end - start) as i64)), "{tool}: -d 1 lasted {} ns from the activation", end - start);
         assert_eq!(h["activate"], "+2s");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -115,9 +119,12 @@ fn activate_on_an_epoch_boundary() {
     let h = header(&f);
     let offset = realtime_ns() as i64 - monotonic_ns() as i64;
     let real = h["start_ns"].as_u64().unwrap() as i64 + offset;
-    let past = real.rem_euclid(5000 * MS);
-    eprintln!("window opened {:.2} ms after a 5 s boundary", past as f64 / 1e6);
-    assert!(past < 20 * MS, "window opened {past} ns after a 5 s boundary; it said {}", String::from_utf8_lossy(&out.stderr));
+    // Signed: the window opens at the boundary itself, and the test's
+    // conversion of its start to realtime may put it nanoseconds before
+    // (-37 ns once).
+    let past = (real + 2500 * MS).rem_euclid(5000 * MS) - 2500 * MS;
+    eprintln!("window opened {:.4} ms after a 5 s boundary", past as f64 / 1e6);
+    assert!((-MS..20 * MS).contains(&past), "window opened {past} ns after a 5 s boundary; it said {}", String::from_utf8_lossy(&out.stderr));
     let theirs = h["start_realtime_ns"].as_i64().unwrap();
     assert!((theirs - real).abs() < MS, "header start_realtime_ns {theirs} vs {real}");
 }
@@ -276,8 +283,10 @@ fn wallclock_script_activates_both_captures() {
         };
         eprintln!("merged window opened {:.2} ms after launch + 2 s (launch given: {given}), lasted {:.2} ms", late as f64 / 1e6, (end - start) as f64 / 1e6);
         let bound = if given { 20 * MS } else { 1000 * MS };
-        assert!((0..bound).contains(&late), "window opened {late} ns off launch + 2 s (launch given: {given})");
-        assert!(((end - start) as i64) < 1100 * MS, "-d 1 from the activation: {} ns", end - start);
+        // (At the instant itself: the conversions of the clocks may put
+        // it a hair before, as above.)
+        assert!((-MS..bound).contains(&late), "window opened {late} ns off launch + 2 s (launch given: {given})");
+        assert!(((end - start) as i64 - 1000 * MS).abs() <= 20 * MS, "-d 1 from the activation: {} ns", end - start);
         assert_eq!(h["activate"], "+2s");
     }
 }

@@ -338,6 +338,11 @@ fn snapshot(skel: &impl CaptureSkel, mut wait: impl FnMut()) -> Result<()> {
     }
 }
 
+/// Seconds as ns.
+fn secs_ns(secs: f64) -> u64 {
+    (secs * 1e9).round() as u64
+}
+
 /// Run a capture from the checks to the stop.
 pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>> {
     let args = req.target;
@@ -425,9 +430,16 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     python(&mut unwind, &sess, &skel);
     let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;
     let tasks = tool.tasks().map(|(hz, out)| crate::asyncio::Sampler::start(hz, &out)).transpose()?;
-    let boost = crate::wait::activate(T::NAME, &schedule)?;
-    let start = monotonic_ns();
-    skel.set_bss(Some(start), None, !late.is_empty());
+    // The window is written into the BPF side before it opens, with its
+    // end when -d gives one: the programs count exactly [start, end),
+    // however late this loop wakes for either (two captures given one
+    // activation instant record the same interval). A held command's
+    // window opens at its exec: -d counts from there (below).
+    let start = crate::wait::activation(T::NAME, &schedule, &args.when)?;
+    let held = sess.held_pid().is_some();
+    let mut deadline = sess.duration.filter(|_| !held).map(|d| start + secs_ns(d));
+    skel.set_bss(Some(start), deadline, !late.is_empty());
+    let boost = crate::wait::open(T::NAME, start, &schedule)?;
     drop(boost);
     snapshot(&skel, || {
         drain.work_for(Duration::from_micros(500), |e| event(tool, e, &mut unwind));
@@ -435,6 +447,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     })?;
     drain.bounded();
     sess.begin(start, &args.tids, &mut unwind)?;
+    sess.deadline = deadline;
     let mut windows = match (args.every, &args.every_follow, &args.output) {
         (Some(e), _, Some(o)) => Some(crate::window::Windows::new(e, o, start, sess.machine_steal.0)),
         (None, Some(l), Some(o)) => Some(crate::window::Windows::following(l, o, start, sess.machine_steal.0)),
@@ -444,8 +457,8 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     // which closes the last window: no sliver of a window after it.
     let began = std::time::Instant::now();
     let ends_soon = |sess: &Session| {
-        let half = args.every.unwrap_or(0.0) / 2.0;
-        sess.duration.is_some_and(|d| began.elapsed().as_secs_f64() + half >= d)
+        let half = secs_ns(args.every.unwrap_or(0.0) / 2.0);
+        sess.deadline.is_some_and(|d| monotonic_ns() + half >= d)
     };
     let mut retired = Retired::default();
     while !sess.should_stop(|| bpf::u32_keys(skel.maps().tgids)) {
@@ -461,7 +474,15 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         tool.turn(&skel, &sess, &unwind)?;
         let (sent, handled) = drain.counts();
         unwind.reap(sent, handled);
-        drain.work_for(Duration::from_millis(20), |e| event(tool, e, &mut unwind));
+        // -d of a held command counts from its exec, which opens its window.
+        if let (None, true, Some(d), e @ 1..) = (deadline, held, sess.duration, skel.exec_ns()) {
+            deadline = Some(e + secs_ns(d));
+            skel.set_bss(None, deadline, false);
+            sess.deadline = deadline;
+        }
+        // Not past the end of -d: the stop comes when the window closes.
+        let turn = deadline.map_or(20_000_000, |d| d.saturating_sub(monotonic_ns()).min(20_000_000));
+        drain.work_for(Duration::from_nanos(turn), |e| event(tool, e, &mut unwind));
         if began.elapsed() < Duration::from_secs(3) {
             // The stacks blocked at the start are still being unwound.
             unwind.trim_often();
@@ -488,7 +509,10 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             w.close(cut_at, recs, false, machine)?;
         }
     }
-    let end = monotonic_ns();
+    // The window closed at the end of -d, when that is what stopped it
+    // (the BPF side stopped counting there); at once otherwise.
+    let now = monotonic_ns();
+    let end = deadline.filter(|&d| d <= now).unwrap_or(now);
     skel.set_bss(None, Some(end), false);
     // The side file failing loses nothing else of the capture.
     if let Err(e) = goroutines.map(|g| g.finish()).transpose() {

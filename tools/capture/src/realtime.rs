@@ -65,8 +65,31 @@ pub fn realtime_ns() -> u64 {
 /// The realtime ns of a CLOCK_MONOTONIC instant (both clocks are slewed
 /// alike; only a step of the realtime clock in between moves this).
 pub fn realtime_of(mono: u64) -> u64 {
-    let (m, r) = (crate::target::monotonic_ns(), realtime_ns());
+    let (m, r) = clock_pair();
     (r as i128 - (m as i128 - mono as i128)).max(0) as u64
+}
+
+/// CLOCK_MONOTONIC ns of realtime `at`.
+pub fn monotonic_of(at: u64) -> u64 {
+    let (m, r) = clock_pair();
+    (m as i128 + at as i128 - r as i128).max(0) as u64
+}
+
+/// A pair of readings (CLOCK_MONOTONIC, CLOCK_REALTIME) taken together:
+/// the tightest of three (a preemption between two reads on a loaded
+/// machine would put milliseconds between them), the monotonic one at
+/// the middle of its bracket.
+pub fn clock_pair() -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..3 {
+        let a = crate::target::monotonic_ns();
+        let r = realtime_ns();
+        let b = crate::target::monotonic_ns();
+        if b - a < best.0 {
+            best = (b - a, a + (b - a) / 2, r);
+        }
+    }
+    (best.1, best.2)
 }
 
 /// Realtime ns as local `YYYY-MM-DD HH:MM:SS.mmm`, for messages.

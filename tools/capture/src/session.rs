@@ -57,7 +57,9 @@ pub struct Session {
     from_exec: Option<u32>,
     pub duration: Option<f64>,
     pub start_ns: u64,
-    started: Option<Instant>,
+    /// Where -d ends the window, CLOCK_MONOTONIC ns: its start (a held
+    /// command's exec) plus -d, once known.
+    pub deadline: Option<u64>,
     pub initial: BTreeMap<u32, Initial>,
     /// The kernel stacks of `initial`, being resolved by name from
     /// kallsyms (see [`Session::settle`]).
@@ -123,7 +125,7 @@ impl Session {
             from_exec: args.from_exec.then(|| args.pids[0]),
             duration,
             start_ns: 0,
-            started: None,
+            deadline: None,
             initial: BTreeMap::new(),
             kstacks: None,
             at_stop: BTreeMap::new(),
@@ -154,7 +156,6 @@ impl Session {
     /// command run.
     pub fn begin(&mut self, start_ns: u64, tids: &[u32], unwind: &mut Unwind) -> Result<()> {
         self.start_ns = start_ns;
-        self.started = Some(Instant::now());
         self.machine_steal.0 = steal::machine_ns();
         self.tids = tids.to_vec();
         if let Some(l) = self.launched.as_mut() {
@@ -393,10 +394,8 @@ impl Session {
         if crate::signal::stopped() {
             return true;
         }
-        if let (Some(d), Some(t)) = (self.duration, self.started) {
-            if t.elapsed() >= Duration::from_secs_f64(d) {
-                return true;
-            }
+        if self.deadline.is_some_and(|d| crate::target::monotonic_ns() >= d) {
+            return true;
         }
         if let Some(l) = self.launched.as_mut() {
             if let Some(code) = l.try_exit_code() {

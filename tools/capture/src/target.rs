@@ -45,7 +45,9 @@ pub struct TargetArgs {
     /// Show kernel stacks only (no user frames).
     #[arg(short = 'K', long = "kernel-stacks-only")]
     pub kernel_stacks_only: bool,
-    /// Capture duration in seconds (default: until Ctrl-C or the target exits).
+    /// Capture duration in seconds (default: until Ctrl-C or the target
+    /// exits): the window, exactly, from its start (a held command's
+    /// exec), its end written into the BPF side with the start.
     #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
     pub duration: Option<f64>,
     /// Cut the capture into windows of this many seconds, back to back, and

@@ -41,6 +41,16 @@ pub struct WhenArgs {
     /// ns (scripts/wallclock gives both of its captures its own).
     #[arg(long = "launched-at", value_name = "NS", hide = true)]
     pub launched_at: Option<u64>,
+    /// Once prepared (loaded and attached), write FILE: the clocks then,
+    /// `MONOTONIC_NS REALTIME_NS` (written beside it, then renamed).
+    #[arg(long = "prepared-file", value_name = "FILE", hide = true)]
+    pub prepared_file: Option<std::path::PathBuf>,
+    /// Once prepared, wait for FILE to hold the CLOCK_MONOTONIC instant
+    /// (ns, a line) to start recording at: a script that prepares several
+    /// captures activates them all at one instant, the very nanosecond in
+    /// each (scripts/wallclock does, after both --prepared-file appeared).
+    #[arg(long = "activate-file", value_name = "FILE", hide = true, conflicts_with = "activate")]
+    pub activate_file: Option<std::path::PathBuf>,
 }
 
 impl WhenArgs {
