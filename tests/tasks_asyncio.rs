@@ -6,8 +6,10 @@
 //! (against the time the tasks measured), `parse` running under `worker`,
 //! and the report's TASKS section count them, name them as the program
 //! named them, and the ASYNC RUNTIMES line say where the tasks are.
-//! Debian's python3.11 (what a fresh machine has) and pyenv's 3.12 and
-//! 3.13 (a missing pyenv python fails unless WALLCLOCK_SKIP_PYENV=1).
+//! Debian's python3.11 (what a fresh machine has), pyenv's 3.12 and
+//! 3.13 (a missing pyenv python fails unless WALLCLOCK_SKIP_PYENV=1), and
+//! Debian forky's 3.14 and 3.15 in target/chroot-forky (scripts/setup
+//! --tests makes it; missing, it fails unless WALLCLOCK_SKIP_CHROOT=1).
 
 mod util;
 
@@ -56,22 +58,59 @@ fn at(f: &[&str], i: usize, name: &str) -> bool {
 fn tasks_wait_under_fetch(python: &Path) {
     let tag: String = python.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     let dir = util::scratch(&format!("tasks_asyncio_{tag}"));
-    let prefix = dir.join("a");
     let truth_file = dir.join("truth.json");
+    let mut cmd = vec![python.as_os_str().to_owned(), util::root().join("tests/programs/asyncio/workers.py").into()];
+    cmd.extend([SECS.to_string().into(), truth_file.clone().into()]);
+    tasks_wait_under_fetch_of(&python.display().to_string(), &dir, &[], &cmd, &truth_file);
+}
+
+/// `python3.MINOR` of the forky chroot (scripts/setup --tests makes
+/// target/chroot-forky), run inside it by `scripts/chroot run` under
+/// `scripts/wallclock --`: the program and its truth in the chroot's /tmp.
+fn forkys_tasks_wait_under_fetch(minor: u32) {
+    let python = format!("python3.{minor}");
+    let root = util::root().join("target/chroot-forky");
+    if !root.join("usr/bin").join(&python).exists() {
+        util::missing(&format!("no {python} in {}", root.display()), "scripts/setup --tests makes it (scripts/chroot make forky python3.14 python3.15)", "WALLCLOCK_SKIP_CHROOT");
+        return;
+    }
+    let dir = util::scratch(&format!("tasks_asyncio_forky_3{minor}"));
+    let inside = format!("/tmp/wc-tasks-3{minor}");
+    let there = root.join(&inside[1..]);
+    let _ = std::fs::remove_dir_all(&there);
+    std::fs::create_dir_all(&there).unwrap();
+    std::fs::copy(util::root().join("tests/programs/asyncio/workers.py"), there.join("workers.py")).unwrap();
+    let cmd: Vec<std::ffi::OsString> = vec![
+        util::root().join("scripts/chroot").into(),
+        "run".into(),
+        "forky".into(),
+        python.clone().into(),
+        format!("{inside}/workers.py").into(),
+        SECS.to_string().into(),
+        format!("{inside}/truth.json").into(),
+    ];
+    // As it is (no PYTHONPERFSUPPORT): the perf map it would write is in
+    // the chroot's /tmp, gone with the process when stacksym runs.
+    tasks_wait_under_fetch_of(&python, &dir, &["--no-python-perf"], &cmd, &there.join("truth.json"));
+    let _ = std::fs::remove_dir_all(&there);
+}
+
+/// `scripts/wallclock WC_ARGS -- CMD...` (the program writes its truth to
+/// `truth_file`), checked.
+fn tasks_wait_under_fetch_of(python: &str, dir: &Path, wc_args: &[&str], cmd: &[std::ffi::OsString], truth_file: &Path) {
+    let prefix = dir.join("a");
     let st = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
         .args(["-f", "49", "-o"])
         .arg(&prefix)
+        .args(wc_args)
         .arg("--")
-        .arg(python)
-        .arg(util::root().join("tests/programs/asyncio/workers.py"))
-        .arg(SECS.to_string())
-        .arg(&truth_file)
+        .args(cmd)
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .status()
         .expect("run scripts/wallclock");
     assert!(st.success(), "scripts/wallclock failed");
-    let truth: Value = serde_json::from_str(&std::fs::read_to_string(&truth_file).expect("the program's truth.json")).unwrap();
+    let truth: Value = serde_json::from_str(&std::fs::read_to_string(truth_file).expect("the program's truth.json")).unwrap();
     let fetch_truth = truth["fetch_s"].as_f64().unwrap() * 1e6;
     let parse_cpu = truth["parse_cpu_s"].as_f64().unwrap() * 1e6;
     let folded = std::fs::read_to_string(dir.join("a.tasks.folded")).expect("a.tasks.folded");
@@ -87,7 +126,7 @@ fn tasks_wait_under_fetch(python: &Path) {
     let unreadable = sum(&folded, |_, leaf| leaf == "[unreadable]");
     eprintln!(
         "{}: worker -> fetch suspended {:.2} task-s, {:.1}% of all suspended task-time, {:.1}% of the {:.2} task-s the tasks measured in fetch ([sleep] {:.2}); parse running under worker {:.2} task-s (its CPU {:.2} s); unreadable {:.3}",
-        python.display(),
+        python,
         under_fetch / 1e6,
         under_fetch / all_suspended.max(1.0) * 100.0,
         under_fetch / fetch_truth * 100.0,
@@ -110,7 +149,8 @@ fn tasks_wait_under_fetch(python: &Path) {
     let main = std::fs::read_to_string(dir.join("a.folded")).expect("a.folded");
     assert!(main.lines().any(|l| l.find("py::worker:").is_some_and(|w| l[w..].contains("py::parse:"))), "no parse under worker in a.folded");
 
-    let report = std::fs::read_to_string(dir.join("a_single_thread_analysis.txt")).expect("the report");
+    // One process, or (scripts/chroot's mounts before its exec) several.
+    let report = ["a_single_thread_analysis.txt", "a_thread_analysis.txt"].iter().find_map(|f| std::fs::read_to_string(dir.join(f)).ok()).expect("the report");
     let section = report.split("\nTASKS (").nth(1).expect("no TASKS section in the report");
     assert!(section.starts_with("asyncio task-seconds sampled at 49 Hz"), "{section}");
     let row = |what: &str| -> Vec<f64> {
@@ -151,6 +191,24 @@ fn pyenvs_313_tasks_wait_under_fetch() {
     if let Some(p) = pyenv(13) {
         tasks_wait_under_fetch(&p);
     }
+}
+
+/// Debian forky's 3.14 (its C Tasks in per-thread lists) and 3.15, in a
+/// chroot, read by what they publish (`_Py_DebugOffsets`, `_AsyncioDebug`).
+#[test]
+fn forkys_314_tasks_wait_under_fetch() {
+    if util::skip_without_root("asyncio task capture") {
+        return;
+    }
+    forkys_tasks_wait_under_fetch(14);
+}
+
+#[test]
+fn forkys_315_tasks_wait_under_fetch() {
+    if util::skip_without_root("asyncio task capture") {
+        return;
+    }
+    forkys_tasks_wait_under_fetch(15);
 }
 
 /// Issue 31's part 3 for a runtime whose tasks are not read: a Node

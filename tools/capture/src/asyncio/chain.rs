@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use super::batch;
 use super::process::AsyncioProcess;
-use crate::python::offsets::FRAME_OWNED_BY_CSTACK;
+use crate::python::offsets::owner_is_function;
 
 /// Coroutines followed down one task's await chain, at most.
 const MAX_CHAIN: usize = 64;
@@ -67,7 +67,7 @@ impl AsyncioProcess {
                 }
                 let state = b[lay.coro_frame_state as usize] as i8;
                 let frame = w.at + lay.coro_iframe;
-                let code = word(b, (lay.coro_iframe + o.frame_code) as usize);
+                let code = o.code_ptr(word(b, (lay.coro_iframe + o.frame_code) as usize));
                 if depth == 0 && state == lay.executing {
                     // Its frames are on a thread's stack now: from the
                     // coroutine's down to the innermost (or, the thread
@@ -81,7 +81,18 @@ impl AsyncioProcess {
                     w.end = if w.frames.is_empty() { End::Unreadable } else { End::Leaf("[running]") };
                     continue;
                 }
-                let stacktop = i32::from_le_bytes(b[(lay.coro_iframe + lay.frame_stacktop) as usize..][..4].try_into().unwrap());
+                // The awaited object's slot: `stacktop - 1` from the
+                // frame's locals, or (3.14+) `awaited_slot` below its
+                // stack pointer.
+                let top = (lay.coro_iframe + lay.frame_stacktop) as usize;
+                let slot = if lay.stack_pointer {
+                    let sp = word(b, top);
+                    let base = frame + o.frame_localsplus;
+                    (sp >= base + 8 * lay.awaited_slot && sp - base < 1 << 20).then(|| sp - 8 * lay.awaited_slot)
+                } else {
+                    let stacktop = i32::from_le_bytes(b[top..][..4].try_into().unwrap());
+                    (stacktop >= 1).then(|| frame + o.frame_localsplus + 8 * (stacktop as u64 - 1))
+                };
                 let Some(c) = self.code(code) else {
                     walks[i].end = End::Unreadable;
                     continue;
@@ -92,10 +103,10 @@ impl AsyncioProcess {
                 w.sleep = sleep;
                 if state == lay.created {
                     w.end = End::Leaf("[ready]");
-                } else if state != lay.suspended_await || stacktop < 1 {
-                    w.end = End::Waiter;
+                } else if let (true, Some(slot)) = (state == lay.suspended_await, slot) {
+                    next.push((i, slot));
                 } else {
-                    next.push((i, frame + o.frame_localsplus + 8 * (stacktop as u64 - 1)));
+                    w.end = End::Waiter;
                 }
             }
             // The awaited objects, then their types: a coroutine is walked
@@ -103,7 +114,8 @@ impl AsyncioProcess {
             // generator-based awaitable...).
             let at: Vec<u64> = next.iter().map(|n| n.1).collect();
             batch::read(pid, &at, 8, &mut buf, &mut ok);
-            let awaited: Vec<(usize, Option<u64>)> = next.iter().enumerate().map(|(k, n)| (n.0, ok[k].then(|| word(&buf, k * 8)))).collect();
+            // 3.14+: a stack slot is a tagged reference.
+            let awaited: Vec<(usize, Option<u64>)> = next.iter().enumerate().map(|(k, n)| (n.0, ok[k].then(|| o.code_ptr(word(&buf, k * 8))))).collect();
             let at: Vec<u64> = awaited.iter().map(|a| a.1.unwrap_or(0) + 8).collect();
             batch::read(pid, &at, 8, &mut buf, &mut ok);
             for (k, &(i, obj)) in awaited.iter().enumerate() {
@@ -164,9 +176,9 @@ impl AsyncioProcess {
             }
             let mut chain = Vec::new();
             while f != 0 && chain.len() < MAX_FRAMES {
-                let cstack = o.minor >= 12 && self.it.u8(f + o.frame_owner).ok() == Some(FRAME_OWNED_BY_CSTACK);
+                let cstack = o.minor >= 12 && !self.it.u8(f + o.frame_owner).is_ok_and(owner_is_function);
                 if !cstack {
-                    chain.push(self.it.u64(f + o.frame_code).unwrap_or(0));
+                    chain.push(o.code_ptr(self.it.u64(f + o.frame_code).unwrap_or(0)));
                 }
                 if f == frame {
                     out.extend(chain.iter().rev().filter_map(|&c| self.code(c).map(|c| c.frame.clone())));

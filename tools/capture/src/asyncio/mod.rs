@@ -1,5 +1,5 @@
 //! asyncio tasks seen from outside: a thread of the capture samples the
-//! tasks of each CPython 3.11-3.13 process among the targets at a fixed
+//! tasks of each CPython 3.11-3.15 process among the targets at a fixed
 //! rate, from the interpreter's own objects (no BPF, no code in the
 //! program): each pending Task's await chain, from its coroutine down to
 //! the innermost awaiting one, and its state (waiting on a future, ready
@@ -151,7 +151,10 @@ fn run(hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally {
 /// reads (asyncio itself is looked for at each tick until imported).
 fn python(pid: u32) -> Option<AsyncioProcess> {
     let it = crate::python::reader::Interpreter::find(pid).ok()?;
-    let lay = layout::for_minor(it.offsets.minor)?;
+    let lay = match layout::for_minor(it.offsets.minor) {
+        Some(l) => *l,
+        None => layout::from_debug(it.offsets.minor, &it.debug_table()?)?,
+    };
     Some(AsyncioProcess::new(it, lay))
 }
 

@@ -1,7 +1,7 @@
 //! The few Python objects the task reader walks, read from outside:
 //! a combined dict (`sys.modules`, a module's globals), a set's table,
-//! a type's name, a small int. Layouts of 3.11-3.13 (x86-64), the same in
-//! the three: PyDictObject (ma_keys at 32, ma_values at 40), its keys
+//! a type's name, a small int. Layouts of 3.11-3.15 (x86-64), the same in
+//! all (3.14's and 3.15's as their `_Py_DebugOffsets` give them): PyDictObject (ma_keys at 32, ma_values at 40), its keys
 //! (dk_log2_index_bytes at 9, dk_kind at 10, dk_nentries at 24, the index
 //! table at 32, then entries of (key, value), or (hash, key, value) when
 //! a key is not a str), PySetObject (used at 24, mask at 32, table at

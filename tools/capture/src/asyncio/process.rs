@@ -21,6 +21,32 @@ use crate::python::reader::Interpreter;
 
 
 
+/// Tasks followed down one list, at most (a list changed while read
+/// could loop).
+const MAX_LISTED: usize = 1 << 20;
+
+/// `_asyncio`'s `_AsyncioDebug` (section `.AsyncioDebug`, 13 words) in
+/// `pid`: in the interpreter's file `interp` (3.15 builds the module in)
+/// or the `_asyncio` module it maps (3.14), through the process's root.
+fn asyncio_debug(pid: u32, interp: &str) -> Option<[u64; 13]> {
+    use object::{Object, ObjectSection};
+    let maps = wallclock_stream::procmaps::read(pid)?;
+    let mut files = vec![interp.to_string()];
+    for m in maps {
+        let p = m.entry.path;
+        if p.rsplit('/').next().is_some_and(|n| n.starts_with("_asyncio.")) && !files.contains(&p) {
+            files.push(p);
+        }
+    }
+    files.iter().find_map(|f| {
+        let data = crate::elf::map_file(&format!("/proc/{pid}/root{f}")).or_else(|| crate::elf::map_file(f))?;
+        let obj = object::File::parse(&*data).ok()?;
+        let d = obj.section_by_name(".AsyncioDebug")?.data().ok()?;
+        let words: Vec<u64> = d.get(..104)?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        words.try_into().ok()
+    })
+}
+
 /// One task at one tick.
 pub struct Seen {
     pub task: u64,
@@ -37,7 +63,8 @@ pub struct Seen {
 
 /// What `asyncio.tasks` holds, found once.
 struct Found {
-    /// The WeakSet's set of weak references.
+    /// The WeakSet's set of weak references (3.14+: pure-Python tasks
+    /// only, and 0 when not read; the C Tasks are in lists).
     weakrefs: u64,
     /// `_eager_tasks` (3.12+; 0: none).
     eager: u64,
@@ -53,7 +80,7 @@ pub(super) struct Code {
 
 pub struct AsyncioProcess {
     pub(super) it: Interpreter,
-    pub(super) lay: &'static Layout,
+    pub(super) lay: Layout,
     found: Option<Found>,
     /// When `asyncio.tasks` was last looked for, and how long until the
     /// next look: 50 ms doubling to a second (a program imports it as it
@@ -76,7 +103,7 @@ pub struct AsyncioProcess {
 }
 
 impl AsyncioProcess {
-    pub fn new(it: Interpreter, lay: &'static Layout) -> AsyncioProcess {
+    pub fn new(it: Interpreter, lay: Layout) -> AsyncioProcess {
         AsyncioProcess {
             it,
             lay,
@@ -95,14 +122,26 @@ impl AsyncioProcess {
     }
 
     fn find(&mut self) -> Option<Found> {
+        if self.lay.minor >= 14 && self.lay.lists.is_none() {
+            // `_asyncio`'s table: in the executable (3.15) or its module,
+            // once imported (3.14).
+            let t = asyncio_debug(self.it.pid(), &self.it.path)?;
+            if !self.lay.add_asyncio(&t) {
+                return None;
+            }
+        }
         let it = &self.it;
         let interp = it.u64(it.runtime() + it.offsets.runtime_interpreters_head).ok()?;
         let modules = it.u64(interp + self.lay.interp_modules).ok()?;
         let tasks = dict_get(it, modules, "asyncio.tasks")?;
         let globals = it.u64(tasks + 16).ok()?; // PyModuleObject.md_dict
         let task_type = dict_get(it, globals, "Task")?;
-        let weakset = dict_get(it, globals, self.lay.all_tasks)?;
-        let weakrefs = it.attr(weakset, "data")?;
+        let weakset = dict_get(it, globals, self.lay.all_tasks);
+        let weakrefs = match weakset.and_then(|w| it.attr(w, "data")) {
+            Some(w) => w,
+            None if self.lay.lists.is_some() => 0,
+            None => return None,
+        };
         let eager = self.lay.eager_tasks.and_then(|n| dict_get(it, globals, n)).unwrap_or(0);
         if let Some(n) = type_name(it, task_type).filter(|n| n != "_asyncio.Task") {
             self.pure_python.get_or_insert(n);
@@ -132,10 +171,15 @@ impl AsyncioProcess {
         self.it.new_turn();
         self.checked.clear();
         let mut refs = Vec::new();
-        set_keys(&self.it, weakrefs, &mut refs)?;
+        if weakrefs != 0 {
+            set_keys(&self.it, weakrefs, &mut refs)?;
+        }
         let mut tasks = Vec::new();
         if eager != 0 {
             set_keys(&self.it, eager, &mut tasks);
+        }
+        if let Some(l) = lay.lists {
+            self.listed(l, &mut tasks);
         }
         let all = refs.len() + tasks.len();
         if all > budget {
@@ -184,6 +228,26 @@ impl AsyncioProcess {
             seen.push(self.seen(w.task, w.waiter, name, &w.frames, &what, waiting));
         }
         Some((seen, all))
+    }
+
+    /// 3.14+: the C Tasks, from each thread state's list and the
+    /// interpreter's (the tasks of threads that ended).
+    fn listed(&mut self, l: super::layout::Lists, out: &mut Vec<u64>) {
+        let mut heads: Vec<u64> = self.it.thread_states().unwrap_or_default().iter().map(|&(_, ts)| ts + l.tstate_head).collect();
+        let it = &self.it;
+        if let Ok(interp) = it.u64(it.runtime() + it.offsets.runtime_interpreters_head) {
+            heads.push(interp + l.interp_head);
+        }
+        for head in heads {
+            let Ok(mut node) = it.u64(head) else { continue };
+            let mut n = 0;
+            while node != head && node != 0 && n < MAX_LISTED {
+                out.push(node - l.task_node);
+                n += 1;
+                let Ok(next) = it.u64(node) else { break };
+                node = next;
+            }
+        }
     }
 
     fn seen(&mut self, task: u64, waiter: u64, name: Rc<str>, frames: &[Rc<str>], what: &str, waiting: bool) -> Seen {

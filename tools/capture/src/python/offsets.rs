@@ -120,6 +120,14 @@ pub struct DebugLayout {
     /// fields begin.
     pub type_size: usize,
     pub ascii_size: usize,
+    /// What the asyncio task reader needs (3.14+; crate::asyncio):
+    /// `interpreter_state.imports_modules` (`sys.modules`),
+    /// `interpreter_frame.stackpointer`, `gen_object.gi_iframe` and
+    /// `.gi_frame_state`.
+    pub imports_modules: Option<usize>,
+    pub frame_stackpointer: Option<usize>,
+    pub gen_iframe: Option<usize>,
+    pub gen_frame_state: Option<usize>,
 }
 
 /// 3.13: runtime_state (3), interpreter_state (12: no threads_main),
@@ -145,12 +153,17 @@ pub const DEBUG313: DebugLayout = DebugLayout {
     code_adaptive: 43,
     type_size: 46,
     ascii_size: 70,
+    imports_modules: None,
+    frame_stackpointer: None,
+    gen_iframe: None,
+    gen_frame_state: None,
 };
 
 /// 3.14: interpreter_state gains threads_main, code_object_generation and
 /// tlbc_generation (16), interpreter_frame stackpointer and tlbc_index
-/// (8), code_object co_tlbc (11); set_object, gen_object, llist_node and
-/// debugger_support sections are added.
+/// (8), code_object co_tlbc (11); set_object, gen_object (size, gi_name,
+/// gi_iframe, gi_frame_state), llist_node and debugger_support sections
+/// are added.
 pub const DEBUG314: DebugLayout = DebugLayout {
     minor: 14,
     words: 95,
@@ -171,13 +184,18 @@ pub const DEBUG314: DebugLayout = DebugLayout {
     code_adaptive: 48,
     type_size: 52,
     ascii_size: 80,
+    imports_modules: Some(12),
+    frame_stackpointer: Some(37),
+    gen_iframe: Some(85),
+    gen_frame_state: Some(86),
 };
 
 /// 3.15: thread_state gains base_frame, last_profiled_frame and more
-/// (16, then err_stackitem), type_object more fields (heap type's too).
+/// (16, then err_stackitem), type_object more fields (heap type's too),
+/// gc more.
 pub const DEBUG315: DebugLayout = DebugLayout {
     minor: 15,
-    words: 107,
+    words: 111,
     interpreters_head: 5,
     threads_head: 9,
     tstate_next: 24,
@@ -195,6 +213,10 @@ pub const DEBUG315: DebugLayout = DebugLayout {
     code_adaptive: 56,
     type_size: 60,
     ascii_size: 92,
+    imports_modules: Some(12),
+    frame_stackpointer: Some(45),
+    gen_iframe: Some(101),
+    gen_frame_state: Some(102),
 };
 
 /// The layout of 3.`minor`'s `_Py_DebugOffsets`, if known.

@@ -202,6 +202,14 @@ impl Interpreter {
         offsets::from_debug(minor, &table).map_err(|e| format!("pid {pid}: {e}"))
     }
 
+    /// The start of `_PyRuntime` as long as its `_Py_DebugOffsets` (3.13+).
+    pub fn debug_table(&self) -> Option<Vec<u8>> {
+        let words = offsets::debug_layout(self.offsets.minor)?.words;
+        let mut table = vec![0u8; words * 8];
+        self.read(self.runtime, &mut table).ok()?;
+        Some(table)
+    }
+
     pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
         crate::procmem::Mem { pid: self.pid }.read(addr, buf)
     }
