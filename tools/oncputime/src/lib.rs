@@ -98,7 +98,7 @@ pub struct Cli {
     /// apart from the stream's per-thread time.
     #[arg(long = "goroutines", value_name = "FILE")]
     pub goroutines: Option<std::path::PathBuf>,
-    /// Also sample the asyncio tasks of the CPython 3.11-3.13 processes
+    /// Also sample the asyncio tasks of the CPython 3.11-3.15 processes
     /// among the targets at the sampling frequency (at most 100 Hz), from the
     /// interpreter's own objects: each pending task's await chain and state,
     /// into FILE as folded lines of task-microseconds
