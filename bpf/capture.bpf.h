@@ -5,6 +5,18 @@
 #define CAPTURE_BPF_H
 
 #include "wallclock.h"
+#include "compat.bpf.h"
+
+/* One stack event per CPU, built there and sent at the size its copy used
+ * (see emit_stack); its entries are set at load (one per CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct wc_event);
+} ev_scratch SEC(".maps");
+
+#include "walkout.bpf.h"
 #include "python.bpf.h"
 #include "ruby.bpf.h"
 
@@ -174,28 +186,58 @@ static __always_inline bool is_target(struct task_struct *t)
 	return is_target_x(t, false);
 }
 
+/* A new thread entry is built in a per-CPU scratch record, not on the
+ * BPF stack: the record is 400-odd bytes, and kernels before 6.13 (no
+ * private stack for tracing programs) refuse a call chain whose frames
+ * sum past 512 bytes (6.12: "combined stack size of 3 calls is 672").
+ * One slot per context that can build one, so that a program which
+ * interrupts another on its CPU (a perf sample in the middle of an exec's
+ * tracepoint) never writes into the record the other is building; the
+ * sched_switch programs run with interrupts off, the iterator alone. */
+enum { WC_TS_SWITCH, WC_TS_SAMPLE, WC_TS_EXEC, WC_TS_SNAP, WC_TS_N };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WC_TS_N);
+	__type(key, __u32);
+	__type(value, struct wc_thread);
+} th_scratch SEC(".maps");
+
+/* This CPU's scratch record of `slot`, zeroed; NULL only if the map
+ * lookup fails (it does not: the array is preallocated). */
+static __always_inline struct wc_thread *th_zeroed(__u32 slot)
+{
+	struct wc_thread *z = bpf_map_lookup_elem(&th_scratch, &slot);
+	if (z)
+		__builtin_memset(z, 0, sizeof(*z));
+	return z;
+}
+
 /* The entry of a thread seen for the first time: accounting begins at the
  * capture start, or at the thread's birth when it was born later. A
- * function of its own: its zeroed entry on the stack and the fingerprint's
- * calls (fingerprint.bpf.h) did not fit in 512 bytes together. */
-static __noinline struct wc_thread *thread_new(struct task_struct *t, __u64 now)
+ * function of its own: the fingerprint's calls (fingerprint.bpf.h) and
+ * this one's did not fit in 512 bytes together. `slot`: the caller's
+ * context (WC_TS_*). */
+static __noinline struct wc_thread *thread_new(struct task_struct *t, __u64 now, __u32 slot)
 {
-	struct wc_thread z = {};
+	struct wc_thread *z = th_zeroed(slot);
+	if (!z)
+		return NULL;
 	__u32 tid = BPF_CORE_READ(t, pid);
 	__u64 born = BPF_CORE_READ(t, start_time);
-	z.pid = BPF_CORE_READ(t, tgid);
-	z.begin_ns = born > start_ns ? born : start_ns;
+	z->pid = BPF_CORE_READ(t, tgid);
+	z->begin_ns = born > start_ns ? born : start_ns;
 	/* A process may enter a cgroup long after its birth (moved there,
 	 * then exec'd: a container or a service starting): one born during
 	 * the capture is counted from when it is first seen in it. */
 	if (filter_cgroup && born > start_ns)
-		z.begin_ns = now;
-	if (z.begin_ns > now)
-		z.begin_ns = now;
-	z.last_ts = z.begin_ns;
-	z.kthread = (BPF_CORE_READ(t, flags) & PF_KTHREAD) != 0;
-	BPF_CORE_READ_STR_INTO(&z.comm, t, comm);
-	if (bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST) && bpf_map_lookup_elem(&threads, &tid) == NULL) {
+		z->begin_ns = now;
+	if (z->begin_ns > now)
+		z->begin_ns = now;
+	z->last_ts = z->begin_ns;
+	z->kthread = (BPF_CORE_READ(t, flags) & PF_KTHREAD) != 0;
+	BPF_CORE_READ_STR_INTO(&z->comm, t, comm);
+	if (bpf_map_update_elem(&threads, &tid, z, BPF_NOEXIST) && bpf_map_lookup_elem(&threads, &tid) == NULL) {
 		stat_add(WC_STAT_MAP_FULL, 1);
 		return NULL;
 	}
@@ -208,7 +250,7 @@ static __noinline struct wc_thread *thread_new(struct task_struct *t, __u64 now)
  * entry out. The final entry goes to `reborn` for user space, and `t`
  * gets a fresh one, one tgen later. Returns NULL then: the caller makes
  * or finds the new entry as for any new thread (thread_new). Else th. */
-static __noinline struct wc_thread *thread_reborn(struct wc_thread *th, struct task_struct *t, __u64 now)
+static __noinline struct wc_thread *thread_reborn(struct wc_thread *th, struct task_struct *t, __u64 now, __u32 slot)
 {
 	if (!th || !th->exit_ns || BPF_CORE_READ(t, start_time) <= th->exit_ns)
 		return th;
@@ -221,7 +263,7 @@ static __noinline struct wc_thread *thread_reborn(struct wc_thread *th, struct t
 		return th;
 	}
 	bpf_map_delete_elem(&threads, &tid);
-	struct wc_thread *n = thread_new(t, now);
+	struct wc_thread *n = thread_new(t, now, slot);
 	if (n)
 		n->tgen = (tgen + 1) & 0x3ff;
 	return NULL;
@@ -369,12 +411,8 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
 #define WC_USTACK_TIGHT 16384
 #define WC_USTACK_TIGHTER 4096
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct wc_event);
-} ev_scratch SEC(".maps");
+/* ev_scratch: see emit_stack (defined before the runtimes' walks, which
+ * write their frames into it). */
 
 /* How much of a user-stack copy the ring buffer has room for: all of it
  * (WC_USTACK_MAX) when it is at most half full. */
@@ -389,12 +427,12 @@ static __always_inline __u32 ring_room(void)
 	return WC_USTACK_MAX;
 }
 
-/* Fill a stack event for `current` (skipping `kskip` kernel frames: the
+/* Fill a stack event for `current` (skipping `how & 0xff` kernel frames: the
  * BPF dispatch above __schedule in a tracepoint): kernel stack, user
  * registers and a copy of the user stack (WC_USTACK_MAX, 64K, read page by
  * page when the one read fails, because one unmapped byte fails it). A
  * function of its own, called for a reserved event or a scratch one. */
-static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs, struct wc_event *e, __u32 kskip)
+static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs, struct wc_event *e, __u32 how)
 {
 	if (!e)
 		return 0;
@@ -404,7 +442,7 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 	e->py_n = 0;
 	BPF_CORE_READ_STR_INTO(&e->comm, cur, comm);
 	if (want_kstack) {
-		long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), kskip & BPF_F_SKIP_FIELD_MASK);
+		long n = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), how & BPF_F_SKIP_FIELD_MASK);
 		e->kstack_bytes = n > 0 ? n : 0;
 	}
 	if (want_ustack && regs && !(BPF_CORE_READ(cur, flags) & PF_KTHREAD)) {
@@ -440,8 +478,14 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 			if (!e->ustack_bytes)
 				stat_add(WC_STAT_USTACK_FAULTS, 1);
 		}
-		py_walk(e->pid, e->tid, e, 1);
-		rb_walk(e->pid, e, 1);
+		/* The walks write this CPU's scratch event, or for an event
+		 * reserved in the ring (a nested one) a frame buffer copied
+		 * into it: walkout.bpf.h. */
+		__u32 dest = how >> 16;
+		py_walk(e->pid, e->tid, dest);
+		rb_walk(e->pid, dest);
+		if (dest == WC_WALK_NESTED)
+			walk_copy_nested(e);
 	}
 	return 0;
 }
@@ -450,7 +494,7 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
  * directly or through the per-CPU scratch copy. */
 static __always_inline void fill_event(void *ctx, struct task_struct *cur, struct pt_regs *regs,
 				       struct wc_event *e, __u64 fp, __u32 kind, __u32 state,
-				       __u64 now, __u32 kskip)
+				       __u64 now, __u32 kskip, __u32 dest)
 {
 	e->fp = fp;
 	e->ts = now;
@@ -458,7 +502,7 @@ static __always_inline void fill_event(void *ctx, struct task_struct *cur, struc
 	e->tid = BPF_CORE_READ(cur, pid);
 	e->kind = kind;
 	e->state = state;
-	fill_stack(ctx, cur, regs, e, kskip);
+	fill_stack(ctx, cur, regs, e, kskip | dest << 16);
 }
 
 /* Whether this CPU's scratch event is being built: a program in process
@@ -490,7 +534,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 		if (!e)
 			goto drop;
-		fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
+		fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip, WC_WALK_NESTED);
 		bpf_ringbuf_submit(e, 0);
 		stat_add(WC_STAT_NEW_STACKS, 1);
 		return 0;
@@ -500,7 +544,7 @@ static __always_inline int emit_stack(void *ctx, struct task_struct *cur, struct
 	if (!e)
 		goto drop;
 	*busy = 1;
-	fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip);
+	fill_event(ctx, cur, regs, e, fp, kind, state, now, kskip, WC_WALK_SCRATCH);
 	__u32 n = e->ustack_bytes;
 	if (n > WC_USTACK_MAX)
 		n = WC_USTACK_MAX; /* a bound the verifier sees */

@@ -7,6 +7,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "compat.bpf.h"
 #include "dump.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -32,7 +33,7 @@ struct {
  * symbols, so the per-CPU `runqueues` cannot be named). */
 static __always_inline __u64 since_of(struct task_struct *t, __u64 now)
 {
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_struct *cur = current_task();
 	struct rq *me = BPF_CORE_READ(cur, se.cfs_rq, rq);
 	struct rq *rq = BPF_CORE_READ(t, se.cfs_rq, rq);
 	if (!me || !rq)
@@ -41,11 +42,11 @@ static __always_inline __u64 since_of(struct task_struct *t, __u64 now)
 	__u64 clock = BPF_CORE_READ(rq, clock), clock_task = BPF_CORE_READ(rq, clock_task);
 	__s64 to_ktime = (__s64)now - (__s64)my_clock;
 	__u64 stamp;
-	if (t->on_cpu) {
-		stamp = t->sched_info.last_arrival;
-	} else if (t->__state == 0 && t->sched_info.last_queued) {
-		stamp = t->sched_info.last_queued;
-	} else if (t->__state != 0 && t->sched_info.last_arrival) {
+	if (BPF_CORE_READ(t, on_cpu)) {
+		stamp = BPF_CORE_READ(t, sched_info.last_arrival);
+	} else if (task_state(t) == 0 && BPF_CORE_READ(t, sched_info.last_queued)) {
+		stamp = BPF_CORE_READ(t, sched_info.last_queued);
+	} else if (task_state(t) != 0 && BPF_CORE_READ(t, sched_info.last_arrival)) {
 		/* Blocked since the end of its last slice: its last switch-in
 		 * (rq->clock) plus what its clock ran since (sum_exec_runtime
 		 * less its value at that pick). The slice's own interrupt time
@@ -53,13 +54,13 @@ static __always_inline __u64 since_of(struct task_struct *t, __u64 now)
 		 * to rq->clock with that CPU's interrupt and steal time *now*
 		 * was late by all of it since the thread left: 109 ms for a
 		 * thread asleep 2.3 s on a busy VM. */
-		stamp = t->sched_info.last_arrival + (t->se.sum_exec_runtime - t->se.prev_sum_exec_runtime);
+		stamp = BPF_CORE_READ(t, sched_info.last_arrival) + (BPF_CORE_READ(t, se.sum_exec_runtime) - BPF_CORE_READ(t, se.prev_sum_exec_runtime));
 	} else {
 		/* Left the CPU at its last exec_start (update_curr on the
 		 * way out); 0 after a migration on wake-up. */
-		if (!t->se.exec_start)
+		if (!BPF_CORE_READ(t, se.exec_start))
 			return 0;
-		stamp = t->se.exec_start + (clock - clock_task);
+		stamp = BPF_CORE_READ(t, se.exec_start) + (clock - clock_task);
 	}
 	if (!stamp)
 		return 0;
@@ -83,14 +84,14 @@ static __always_inline void fill(struct wcd_thread *e, struct task_struct *t)
 {
 	e->now = bpf_ktime_get_ns();
 	e->since = since_of(t, e->now);
-	e->exec_ns = t->se.sum_exec_runtime;
-	e->start_ns = t->start_time;
-	e->pid = t->tgid;
-	e->tid = t->pid;
-	e->state = t->__state;
-	e->exit_state = t->exit_state;
-	e->on_cpu = t->on_cpu;
-	e->kthread = (t->flags & 0x00200000 /* PF_KTHREAD */) != 0;
+	e->exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
+	e->start_ns = BPF_CORE_READ(t, start_time);
+	e->pid = BPF_CORE_READ(t, tgid);
+	e->tid = BPF_CORE_READ(t, pid);
+	e->state = task_state(t);
+	e->exit_state = BPF_CORE_READ(t, exit_state);
+	e->on_cpu = BPF_CORE_READ(t, on_cpu);
+	e->kthread = (BPF_CORE_READ(t, flags) & 0x00200000 /* PF_KTHREAD */) != 0;
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), t->comm);
 	e->ip = e->sp = e->bp = 0;
 	e->ustack_bytes = 0;
@@ -106,9 +107,9 @@ static __always_inline void fill(struct wcd_thread *e, struct task_struct *t)
 SEC("perf_event")
 int dump_tick(struct bpf_perf_event_data *ctx)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-	__u32 zero = 0, tid = t->pid;
-	if (t->tgid != target_tgid || bpf_map_lookup_elem(&ticks, &tid))
+	struct task_struct *t = current_task();
+	__u32 zero = 0, tid = BPF_CORE_READ(t, pid);
+	if (BPF_CORE_READ(t, tgid) != target_tgid || bpf_map_lookup_elem(&ticks, &tid))
 		return 0;
 	struct wcd_thread *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
@@ -121,7 +122,7 @@ int dump_tick(struct bpf_perf_event_data *ctx)
 	if (!e->kthread) {
 		/* The user registers, saved on entry from user mode (by this
 		 * very interrupt when it came from there). */
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+		struct pt_regs *regs = task_regs(t);
 		__u64 sp = BPF_CORE_READ(regs, sp);
 		e->ip = BPF_CORE_READ(regs, ip);
 		e->sp = sp;
@@ -147,11 +148,12 @@ int dump_tick(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-SEC("iter.s/task")
-int dump_task(struct bpf_iter__task *ctx)
+/* One task of the iterator. `may_sleep`: the sleepable iterator (5.18)
+ * copies a blocked thread's user stack; before, dump_task_ns leaves it
+ * to wcdump, which copies it from the saved stack pointer
+ * (process_vm_readv: the thread is blocked, its stack as it was). */
+static __always_inline int dump_one(struct seq_file *seq, struct task_struct *t, bool may_sleep)
 {
-	struct seq_file *seq = ctx->meta->seq;
-	struct task_struct *t = ctx->task;
 	__u32 zero = 0;
 	if (!t || t->tgid != target_tgid)
 		return 0;
@@ -162,14 +164,15 @@ int dump_task(struct bpf_iter__task *ctx)
 	long n = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
 	e->kstack_bytes = n > 0 ? n : 0;
 	if (!e->kthread && !e->exit_state) {
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+		struct pt_regs *regs = task_regs(t);
 		__u64 sp = BPF_CORE_READ(regs, sp);
 		e->ip = BPF_CORE_READ(regs, ip);
 		e->sp = sp;
 		e->bp = BPF_CORE_READ(regs, bp);
 		/* One unmapped byte fails a whole copy: 16K, else what is left
 		 * of the stack's last pages. */
-		if (!bpf_copy_from_user_task(e->ustack, WCD_USTACK_MAX, (void *)sp, t, 0)) {
+		if (!may_sleep) {
+		} else if (!bpf_copy_from_user_task(e->ustack, WCD_USTACK_MAX, (void *)sp, t, 0)) {
 			e->ustack_bytes = WCD_USTACK_MAX;
 		} else {
 			__u32 head = 4096 - (sp & 4095);
@@ -186,4 +189,16 @@ int dump_task(struct bpf_iter__task *ctx)
 	}
 	bpf_seq_write(seq, e, sizeof(*e));
 	return 0;
+}
+
+SEC("iter.s/task")
+int dump_task(struct bpf_iter__task *ctx)
+{
+	return dump_one(ctx->meta->seq, ctx->task, true);
+}
+
+SEC("iter/task")
+int dump_task_ns(struct bpf_iter__task *ctx)
+{
+	return dump_one(ctx->meta->seq, ctx->task, false);
 }

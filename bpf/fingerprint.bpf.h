@@ -136,6 +136,10 @@ static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 
  * in a context-switch storm (57% of the throughput lost against 29%,
  * even for 4 frames). Without this, the second kind's blocks took the
  * first kind's kernel stack. 0 for any other syscall. x86-64 numbers. */
+/* The file table's slot read with a plain load (bpf_rdonly_cast to void);
+ * cleared where the kernel refuses it. */
+const volatile bool slot_cast = true;
+
 static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *regs, __u64 nr, bool btf)
 {
 	switch (nr) {
@@ -162,15 +166,19 @@ static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *re
 		return 0;
 	struct file **fds = RD(btf, fdt, fd);
 	struct file *f = 0;
-	if (btf) {
+	/* bpf_rdonly_cast exists from 6.2, its cast to void (memory read
+	 * with plain loads) later: user space loads with slot_cast and, if
+	 * the verifier refuses the cast, again without (driver.rs). */
+	bool core_cast = btf && bpf_ksym_exists(bpf_rdonly_cast);
+	if (core_cast && slot_cast) {
 		__u64 *slots = bpf_rdonly_cast(fds, 0);
 		f = (struct file *)slots[fd & 0xffffff];
-	} else if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd & 0xffffff])) {
+	} else if (bpf_probe_read_kernel(&f, sizeof(f), (void *)((__u64)fds + (fd & 0xffffff) * 8))) {
 		return 0;
 	}
 	if (!f)
 		return 0;
-	if (btf) {
+	if (core_cast) {
 		/* The pointers' values through a map slot: the verifier lets a
 		 * privileged program store a pointer there and read a number. */
 		__u32 zero = 0;

@@ -67,7 +67,12 @@ static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns
 			__sync_fetch_and_add(&v->ns, ns);
 			__sync_fetch_and_add(&v->count, cnt);
 		} else if (state < WC_NSTATES) {
-			th->lost_ns[state] += ns;
+			/* Masked where used: 6.1's verifier loses the bound
+			 * checked above when the compiler reloads `state` from
+			 * the stack ("R1 unbounded memory access"). */
+			__u32 i = state;
+			barrier_var(i);
+			th->lost_ns[i & 7] += ns;
 			stat_add(WC_STAT_MAP_FULL, 1);
 		}
 	}
@@ -151,9 +156,9 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 {
 	__u32 tid = RD(btf, prev, pid);
 	struct wc_thread *th = dethread_entry(bpf_map_lookup_elem(&threads, &tid), &tid);
-	th = thread_reborn(th, prev, now);
+	th = thread_reborn(th, prev, now, WC_TS_SWITCH);
 	if (!th) {
-		th = thread_new(prev, now);
+		th = thread_new(prev, now, WC_TS_SWITCH);
 		if (!th)
 			return;
 	} else if (th->exit_ns) {
@@ -188,17 +193,15 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	__u32 st = state_of(pstate);
 	th->cur_state = st;
 
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_struct *cur = current_task();
 	__u64 fp = 0;
 	struct pt_regs *regs = 0;
 	if (!th->kthread) {
-		regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+		regs = task_regs(cur);
 		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
-		/* The walks take an event to fill; here they only hash. */
-		__u32 zero = 0;
-		struct wc_event *sink = bpf_map_lookup_elem(&ev_scratch, &zero);
-		fp = mix(fp, py_walk(th->pid, tid, sink, 0));
-		fp = mix(fp, rb_walk(th->pid, sink, 0));
+		/* Here the walks only hash. */
+		fp = mix(fp, py_walk(th->pid, tid, WC_WALK_NONE));
+		fp = mix(fp, rb_walk(th->pid, WC_WALK_NONE));
 		fp = mix(fp, fd_kind(cur, regs, RD(btf, regs, orig_ax), btf));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so
@@ -273,11 +276,11 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 {
 	__u32 tid = RD(btf, next, pid);
 	struct wc_thread *th = dethread_entry(bpf_map_lookup_elem(&threads, &tid), &tid);
-	th = thread_reborn(th, next, now);
+	th = thread_reborn(th, next, now, WC_TS_SWITCH);
 	__u64 fp;
 	__u32 st;
 	if (!th) {
-		th = thread_new(next, now);
+		th = thread_new(next, now, WC_TS_SWITCH);
 		if (!th)
 			return;
 		/* Born during the capture: waiting for its first run. Else it was
@@ -356,17 +359,17 @@ static __always_inline int handle(void *ctx, bool preempt, struct task_struct *p
 }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int switch_btf(__u64 *ctx)
 {
-	return handle(ctx, preempt, prev, next, prev_state, true);
+	struct task_struct *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	return handle(ctx, (bool)ctx[0], prev, next, switch_prev_state(ctx, prev), true);
 }
 
 SEC("raw_tp/sched_switch")
-int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int switch_raw(__u64 *ctx)
 {
-	return handle(ctx, preempt, prev, next, prev_state, false);
+	struct task_struct *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	return handle(ctx, (bool)ctx[0], prev, next, switch_prev_state(ctx, prev), false);
 }
 
 char LICENSE[] SEC("license") = "GPL";

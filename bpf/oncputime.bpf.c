@@ -48,7 +48,7 @@ static __always_inline void take_sample(void *ctx, struct task_struct *cur, __u6
 	struct wc_thread *th = bpf_map_lookup_elem(&threads, &tid);
 	if (!th) {
 		/* Running since before the capture (or its first switch). */
-		th = thread_new(cur, now);
+		th = thread_new(cur, now, WC_TS_SAMPLE);
 		if (th) {
 			th->running = 1;
 		}
@@ -58,7 +58,7 @@ static __always_inline void take_sample(void *ctx, struct task_struct *cur, __u6
 	stat_add(WC_STAT_SAMPLES, 1);
 	/* The interrupted registers are the user ones only when the sample hit
 	 * user mode; otherwise take the saved user registers of the task. */
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+	struct pt_regs *regs = task_regs(cur);
 	emit_stack(ctx, cur, regs, 0, 1, 0, now, kskip);
 }
 
@@ -94,7 +94,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	}
 	if (!window_open(now))
 		return 0;
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_struct *cur = current_task();
 	if (!is_target(cur))
 		return 0;
 	take_sample(ctx, cur, now, 0);
@@ -115,7 +115,7 @@ static __always_inline int overdue(void *ctx, struct task_struct *prev, bool btf
 	c->moved = now;
 	c->due += period_ns;
 	if (window_open(now) && is_target_x(prev, btf))
-		take_sample(ctx, bpf_get_current_task_btf(), now, 2);
+		take_sample(ctx, current_task(), now, 2);
 	return 0;
 }
 
@@ -152,9 +152,9 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 		return 0;
 	if (is_target_x(prev, btf)) {
 		__u32 tid = RD(btf, prev, pid);
-		struct wc_thread *th = thread_reborn(bpf_map_lookup_elem(&threads, &tid), prev, now);
+		struct wc_thread *th = thread_reborn(bpf_map_lookup_elem(&threads, &tid), prev, now, WC_TS_SWITCH);
 		if (!th) {
-			th = thread_new(prev, now);
+			th = thread_new(prev, now, WC_TS_SWITCH);
 		} else if (th->exit_ns) {
 			th = NULL;
 		} else if (!th->running) {
@@ -178,9 +178,9 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 	}
 	if (is_target_x(next, btf)) {
 		__u32 tid = RD(btf, next, pid);
-		struct wc_thread *th = thread_reborn(bpf_map_lookup_elem(&threads, &tid), next, now);
+		struct wc_thread *th = thread_reborn(bpf_map_lookup_elem(&threads, &tid), next, now, WC_TS_SWITCH);
 		if (!th)
-			th = thread_new(next, now);
+			th = thread_new(next, now, WC_TS_SWITCH);
 		if (th && th->running && !th->exit_ns && !unseen_out(th, next, now, btf))
 			th = NULL;
 		if (th && !th->exit_ns) {
@@ -193,17 +193,17 @@ static __always_inline int handle(struct task_struct *prev, struct task_struct *
 }
 
 SEC("tp_btf/sched_switch")
-int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int switch_btf(__u64 *ctx)
 {
-	return handle(prev, next, prev_state, true);
+	struct task_struct *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	return handle(prev, next, switch_prev_state(ctx, prev), true);
 }
 
 SEC("raw_tp/sched_switch")
-int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
-	     unsigned int prev_state)
+int switch_raw(__u64 *ctx)
 {
-	return handle(prev, next, prev_state, false);
+	struct task_struct *prev = (void *)ctx[1], *next = (void *)ctx[2];
+	return handle(prev, next, switch_prev_state(ctx, prev), false);
 }
 
 char LICENSE[] SEC("license") = "GPL";

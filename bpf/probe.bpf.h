@@ -218,8 +218,8 @@ int wc_raw_tp(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	__u64 a[WC_PROBE_ARGS] = {};
 	bpf_probe_read_kernel(a, sizeof(a), (void *)ctx);
-	struct task_struct *cur = bpf_get_current_task_btf();
-	probe_fire(ctx, (struct pt_regs *)bpf_task_pt_regs(cur), bpf_get_attach_cookie(ctx), a, 0);
+	struct task_struct *cur = current_task();
+	probe_fire(ctx, task_regs(cur), bpf_get_attach_cookie(ctx), a, 0);
 	return 0;
 }
 
@@ -263,8 +263,8 @@ int wc_tp(void *ctx)
 		}
 		a[k] = v;
 	}
-	struct task_struct *cur = bpf_get_current_task_btf();
-	probe_fire(ctx, (struct pt_regs *)bpf_task_pt_regs(cur), cookie, a, 0);
+	struct task_struct *cur = current_task();
+	probe_fire(ctx, task_regs(cur), cookie, a, 0);
 	return 0;
 }
 

@@ -25,10 +25,20 @@ struct {
 	__type(value, struct wc_pycfg);
 } py_cfg SEC(".maps");
 
-/* One frame's first bytes, per CPU (the BPF stack has no room). */
+/* One frame's first bytes, per CPU (the BPF stack has no room). Twice
+ * the span read: the loop masks the span and each field's offset (see
+ * py_walk), and a masked offset plus its field stays inside. */
 struct py_buf {
-	__u8 b[WC_PY_SPAN];
+	__u8 b[2 * WC_PY_SPAN];
 };
+
+/* Bounds the verifier of every kernel can see: 6.1's loses a bound
+ * checked before the loop once the value has been spilled to the stack
+ * ("R2 unbounded memory access" at the frame's read), so each use is
+ * masked where it is used; the checks before the loop make the masks
+ * no-ops. barrier_var keeps the compiler from dropping them. */
+#define PY_SPAN_MASK (2 * WC_PY_SPAN - 1)
+#define PY_OFF_MASK (WC_PY_SPAN - 1)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -77,12 +87,13 @@ static __always_inline __u64 py_tstate(__u32 tid, struct wc_pycfg *c)
  * A global function, verified once on its own: inlined, its locals and
  * the switch-out's exceed the 512-byte stack; static, it was verified
  * again at each call (e given and not), and offcputime's switch program
- * took 0.57 s to load, most of its attach time. `e` is written only when
- * `fill` (offcputime's fingerprint passes a scratch event it leaves). */
-__noinline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e, __u32 fill)
+ * took 0.57 s to load, most of its attach time. Its arguments are numbers
+ * (5.10 refuses a global function's pointer argument): the frames go
+ * where `dest` says (walkout.bpf.h; WC_WALK_NONE: the hash alone). */
+__noinline __u64 py_walk(__u32 pid, __u32 tid, __u32 dest)
 {
-	if (!e)
-		return 0;
+	struct walk_out o = walk_out(dest);
+	bool fill = o.py != 0;
 	struct wc_pycfg *c = bpf_map_lookup_elem(&py_cfg, &pid);
 	if (!c)
 		return 0;
@@ -103,23 +114,28 @@ __noinline __u64 py_walk(__u32 pid, __u32 tid, struct wc_event *e, __u32 fill)
 		return 0;
 	__u32 n = 0;
 	for (int i = 0; i < WC_PY_MAX; i++) {
-		if (!f || bpf_probe_read_user(buf->b, span, (void *)f))
+		barrier_var(span);
+		barrier_var(o_code);
+		barrier_var(o_instr);
+		barrier_var(o_flags);
+		barrier_var(o_prev);
+		if (!f || bpf_probe_read_user(buf->b, span & PY_SPAN_MASK, (void *)f))
 			break;
-		__u64 code = *(__u64 *)(buf->b + o_code);
-		__u64 instr = *(__u64 *)(buf->b + o_instr);
-		__u16 flags = *(__u16 *)(buf->b + o_flags);
+		__u64 code = *(__u64 *)(buf->b + (o_code & PY_OFF_MASK));
+		__u64 instr = *(__u64 *)(buf->b + (o_instr & PY_OFF_MASK));
+		__u16 flags = *(__u16 *)(buf->b + (o_flags & PY_OFF_MASK));
 		h = py_mix(h, code);
 		h = py_mix(h, instr);
-		if (fill) {
-			e->py[i & (WC_PY_MAX - 1)].code = code;
-			e->py[i & (WC_PY_MAX - 1)].instr = instr;
-			e->py[i & (WC_PY_MAX - 1)].flags = flags;
+		if (o.py) {
+			o.py[i & (WC_PY_MAX - 1)].code = code;
+			o.py[i & (WC_PY_MAX - 1)].instr = instr;
+			o.py[i & (WC_PY_MAX - 1)].flags = flags;
 		}
 		n = i + 1;
-		f = *(__u64 *)(buf->b + o_prev);
+		f = *(__u64 *)(buf->b + (o_prev & PY_OFF_MASK));
 	}
-	if (fill)
-		e->py_n = n;
+	if (o.n)
+		*o.n = n;
 	return n ? h : 0;
 }
 

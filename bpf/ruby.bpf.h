@@ -59,16 +59,15 @@ static __always_inline __u32 rb_gvl_waiting(__u64 ec)
  * `fill`. Returns a hash of the frames (0: not a Ruby thread), mixed into
  * offcputime's stack fingerprint as Python's is. Global, verified once,
  * as py_walk. */
-__noinline __u64 rb_walk(__u32 pid, struct wc_event *e, __u32 fill)
+__noinline __u64 rb_walk(__u32 pid, __u32 dest)
 {
-	if (!e)
-		return 0;
 	struct wc_rbcfg *c = bpf_map_lookup_elem(&rb_cfg, &pid);
 	if (!c)
 		return 0;
-	if (fill)
-		e->py[WC_PY_MAX - 1].flags = 0;
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct walk_out o = walk_out(dest);
+	if (o.py)
+		o.py[WC_PY_MAX - 1].flags = 0;
+	struct task_struct *cur = current_task();
 	__u64 tp = BPF_CORE_READ(cur, thread.fsbase), dtv = 0, blk = 0, ec = 0;
 	if (!tp || bpf_probe_read_user(&dtv, 8, (void *)(tp + 8)) || !dtv)
 		return 0;
@@ -82,11 +81,11 @@ __noinline __u64 rb_walk(__u32 pid, struct wc_event *e, __u32 fill)
 	__u64 end = hd[0] + hd[1] * 8, f = hd[2], h = 0x5262;
 	__u32 gvl = rb_gvl_waiting(ec);
 	h = py_mix(h, gvl);
-	if (fill) {
-		e->py[WC_PY_MAX - 1].code = hd[0];
-		e->py[WC_PY_MAX - 1].instr = end;
-		e->py[WC_PY_MAX - 1].flags = WC_RB_BOUNDS;
-		e->py[WC_PY_MAX - 1].pad = gvl;
+	if (o.py) {
+		o.py[WC_PY_MAX - 1].code = hd[0];
+		o.py[WC_PY_MAX - 1].instr = end;
+		o.py[WC_PY_MAX - 1].flags = WC_RB_BOUNDS;
+		o.py[WC_PY_MAX - 1].pad = gvl;
 	}
 	__u32 n = 0;
 	for (int i = 0; i < WC_PY_MAX - 1; i++) {
@@ -99,16 +98,16 @@ __noinline __u64 rb_walk(__u32 pid, struct wc_event *e, __u32 fill)
 		__u64 code = cf[2], instr = cf[2] ? cf[0] : env[0];
 		h = py_mix(h, code);
 		h = py_mix(h, instr);
-		if (fill) {
-			e->py[i & (WC_PY_MAX - 1)].code = code;
-			e->py[i & (WC_PY_MAX - 1)].instr = instr;
-			e->py[i & (WC_PY_MAX - 1)].flags = env[2];
+		if (o.py) {
+			o.py[i & (WC_PY_MAX - 1)].code = code;
+			o.py[i & (WC_PY_MAX - 1)].instr = instr;
+			o.py[i & (WC_PY_MAX - 1)].flags = env[2];
 		}
 		n = i + 1;
 		f += 64; /* sizeof(rb_control_frame_t), Ruby 3.1 */
 	}
-	if (fill)
-		e->py_n = n;
+	if (o.n)
+		*o.n = n;
 	return h;
 }
 

@@ -45,19 +45,22 @@ static __always_inline int emit_task_stack(struct task_struct *t, __u64 fp, __u3
 	e->kstack_bytes = 0;
 	e->ustack_bytes = 0;
 	e->py_n = 0;
+	e->py_pad = 0;
 	bpf_probe_read_kernel_str(&e->comm, sizeof(e->comm), t->comm);
 	if (want_kstack) {
 		long n = bpf_get_task_stack(t, e->kstack, sizeof(e->kstack), 0);
 		e->kstack_bytes = n > 0 ? n : 0;
 	}
 	if (want_ustack && !(t->flags & PF_KTHREAD)) {
-		struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+		struct pt_regs *regs = task_regs(t);
 		__u64 sp = BPF_CORE_READ(regs, sp);
 		e->ip = BPF_CORE_READ(regs, ip);
 		e->sp = sp;
 		e->bp = BPF_CORE_READ(regs, bp);
-		if (!may_sleep)
+		if (!may_sleep) {
+			e->py_pad = WC_EV_USTACK_LATER;
 			goto out;
+		}
 		/* As emit_stack: 16K, else what is left of the stack's pages. */
 		if (!bpf_copy_from_user_task(e->ustack, 16384, (void *)sp, t, 0)) {
 			e->ustack_bytes = 16384;
@@ -82,10 +85,12 @@ out:
 	return 0;
 }
 
-SEC("iter.s/task")
-int snapshot(struct bpf_iter__task *ctx)
+/* One task of the iterator. `may_sleep`: the sleepable iterator (5.18),
+ * which copies a blocked thread's user stack; without it (snapshot_ns)
+ * the event carries the thread's registers only and user space copies the
+ * stack (tools/capture/src/kernel.rs says which is loaded). */
+static __always_inline int snap_task(struct task_struct *t, bool may_sleep)
 {
-	struct task_struct *t = ctx->task;
 	__u64 s = start_ns;
 	if (!t || !s || !is_target_x(t, true))
 		return 0;
@@ -104,13 +109,15 @@ int snapshot(struct bpf_iter__task *ctx)
 	 * there), once the drain thread has made room. */
 	if (snap_stacks && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) * 2 > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE))
 		return 1;
-	struct wc_thread z = {};
-	z.pid = t->tgid;
-	z.begin_ns = s;
-	z.last_ts = s;
-	z.snapped = 1;
-	z.kthread = (t->flags & PF_KTHREAD) != 0;
-	bpf_probe_read_kernel_str(&z.comm, sizeof(z.comm), t->comm);
+	struct wc_thread *z = th_zeroed(WC_TS_SNAP); /* see thread_new */
+	if (!z)
+		return 0;
+	z->pid = t->tgid;
+	z->begin_ns = s;
+	z->last_ts = s;
+	z->snapped = 1;
+	z->kthread = (t->flags & PF_KTHREAD) != 0;
+	bpf_probe_read_kernel_str(&z->comm, sizeof(z->comm), t->comm);
 	__u64 exec = t->se.sum_exec_runtime;
 	if (t->on_cpu) {
 		/* Running: its first slice is measured from the start (the
@@ -118,34 +125,34 @@ int snapshot(struct bpf_iter__task *ctx)
 		 * (not exec_known: the clock of a running task lags by up to a
 		 * tick) bounds its on-CPU time at the stop if no switch is
 		 * seen (steal::open_slice). */
-		z.running = 1;
-		z.exec_base = exec;
-	} else if (t->__state & 0x80 /* TASK_DEAD */) {
+		z->running = 1;
+		z->exec_base = exec;
+	} else if (task_state(t) & 0x80 /* TASK_DEAD */) {
 		/* A zombie (its parent has not reaped it yet): it left the CPU
 		 * for the last time before the start, and its kernel stack and
 		 * memory are gone. Its life in the window is none: it ends where
 		 * the window begins. Taken for blocked, it was a whole window
 		 * of [lost stack] (a build's or a browser's unreaped children). */
-		z.exit_ns = s;
-		z.out_exec = exec;
+		z->exit_ns = s;
+		z->out_exec = exec;
 	} else {
-		z.out_exec = exec;
-		z.cur_state = WC_ST_INIT;
-		z.cur_fp = WC_FP_INIT;
-		if (snap_stacks || (snap_runnable && t->__state == 0 /* TASK_RUNNING */)) {
-			__u32 st = state_of(t->__state);
+		z->out_exec = exec;
+		z->cur_state = WC_ST_INIT;
+		z->cur_fp = WC_FP_INIT;
+		if (snap_stacks || (snap_runnable && task_state(t) == 0 /* TASK_RUNNING */)) {
+			__u32 st = state_of(task_state(t));
 			__u64 fp = mix(mix(0x5a9, tid), start_ns);
 			if (fp < 16)
 				fp += 16;
-			if (!emit_task_stack(t, fp, st, true)) {
-				z.cur_state = st;
-				z.cur_fp = fp;
+			if (!emit_task_stack(t, fp, st, may_sleep)) {
+				z->cur_state = st;
+				z->cur_fp = fp;
 			}
 		}
 	}
 	/* A switch seen since the start made the entry first: that one is
 	 * right (the state read here may already be a later one). */
-	if (bpf_map_update_elem(&threads, &tid, &z, BPF_NOEXIST)) {
+	if (bpf_map_update_elem(&threads, &tid, z, BPF_NOEXIST)) {
 		had = bpf_map_lookup_elem(&threads, &tid);
 		if (had)
 			had->snapped = 1;
@@ -153,6 +160,18 @@ int snapshot(struct bpf_iter__task *ctx)
 			stat_add(WC_STAT_MAP_FULL, 1);
 	}
 	return 0;
+}
+
+SEC("iter.s/task")
+int snapshot(struct bpf_iter__task *ctx)
+{
+	return snap_task(ctx->task, true);
+}
+
+SEC("iter/task")
+int snapshot_ns(struct bpf_iter__task *ctx)
+{
+	return snap_task(ctx->task, false);
 }
 
 #endif

@@ -69,17 +69,19 @@ int BPF_PROG(fork_raw, struct task_struct *parent, struct task_struct *child)
  * slice measured from here. Any later exec is an ordinary one. */
 static __always_inline void held_exec(struct task_struct *p, __u64 now, bool btf)
 {
-	struct wc_thread z = {};
+	struct wc_thread *z = th_zeroed(WC_TS_EXEC); /* see thread_new */
+	if (!z)
+		return;
 	__u32 tid = RD(btf, p, pid);
-	z.pid = RD(btf, p, tgid);
-	z.begin_ns = now;
-	z.last_ts = now;
-	z.running = 1;
-	z.kthread = 0;
-	BPF_CORE_READ_STR_INTO(&z.comm, p, comm);
-	z.exec_base = RD(btf, p, se.sum_exec_runtime);
-	z.exec_known = 1;
-	if (bpf_map_update_elem(&threads, &tid, &z, BPF_ANY))
+	z->pid = RD(btf, p, tgid);
+	z->begin_ns = now;
+	z->last_ts = now;
+	z->running = 1;
+	z->kthread = 0;
+	BPF_CORE_READ_STR_INTO(&z->comm, p, comm);
+	z->exec_base = RD(btf, p, se.sum_exec_runtime);
+	z->exec_known = 1;
+	if (bpf_map_update_elem(&threads, &tid, z, BPF_ANY))
 		stat_add(WC_STAT_MAP_FULL, 1);
 	exec_ns = now;
 	held_tgid = 0;

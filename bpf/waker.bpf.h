@@ -93,7 +93,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 	if (!want_wakers)
 		return 0;
 	struct wc_wake w = {};
-	struct task_struct *cur = bpf_get_current_task_btf();
+	struct task_struct *cur = current_task();
 	struct pt_regs *regs = 0;
 	w.wctx = wake_context(cur);
 	__u64 fp = 0x77616b65 + w.wctx; /* "wake" */
@@ -115,7 +115,7 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 		if (RD(btf, cur, flags) & PF_KTHREAD) {
 			fp = kstack_hash(ctx, fp, WC_KSTACK_MAX);
 		} else {
-			regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+			regs = task_regs(cur);
 			/* Not the block's fingerprint: a waker's registers and the
 			 * top of its stack hold values new at each wake (counters,
 			 * times), which cost a stack copy per wake-up. The syscall

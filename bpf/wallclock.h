@@ -190,10 +190,15 @@ struct wc_event {
 	char comm[WC_COMM_LEN];
 	__u64 kstack[WC_KSTACK_MAX];
 	__u32 py_n; /* frames in py (0: not a known Python thread) */
-	__u32 py_pad;
+	__u32 py_pad; /* WC_EV_USTACK_LATER: user space copies the user stack */
 	struct wc_pyframe py[WC_PY_MAX];
 	__u8 ustack[WC_USTACK_MAX];
 };
+
+/* wc_event.py_pad of a blocked thread's event from a task iterator that
+ * cannot sleep (before 5.18): its user stack is copied by user space from
+ * sp (the thread is blocked: its stack is as it was). */
+#define WC_EV_USTACK_LATER 1
 
 /* Wakers (offcputime --wakers, bpf/waker.bpf.h). The context a wake-up
  * came from: a thread (its stack is the waker's), or an interrupt (the

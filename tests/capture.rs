@@ -5,11 +5,11 @@
 
 mod util;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use util::truth::*;
 
 use serde_json::Value;
 
@@ -17,119 +17,6 @@ const KERNEL_MIN: u64 = 0xffff_8000_0000_0000;
 
 fn skip() -> bool {
     util::skip_without_root("capture")
-}
-
-/// The workload, built once with frame pointers (libc still has none).
-fn workload() -> PathBuf {
-    static W: OnceLock<PathBuf> = OnceLock::new();
-    W.get_or_init(|| {
-        util::build_c("tests/programs/capture/workload.c", &util::root().join("target/test-tmp/capture-bin"), "workload")
-    })
-    .clone()
-}
-
-fn records(path: &Path) -> Vec<Value> {
-    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l:.200}: {e}"))).collect()
-}
-
-fn of_type<'a>(recs: &'a [Value], t: &str) -> Vec<&'a Value> {
-    recs.iter().filter(|r| r["type"] == t).collect()
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
-}
-
-/// Symbols of the workload, resolved through the stream's Maps record the
-/// way stacksym does after the process exited: address -> file offset ->
-/// ELF virtual address -> `nm` symbol.
-struct Syms {
-    maps: Vec<(u64, u64, u64)>, // start, end, offset of the workload's mappings
-    loads: Vec<(u64, u64, u64)>, // p_offset, p_vaddr, p_filesz
-    syms: Vec<(u64, u64, String)>,
-}
-
-impl Syms {
-    fn new(recs: &[Value], bin: &Path) -> Syms {
-        let path = bin.to_str().unwrap();
-        let mut maps = Vec::new();
-        for m in of_type(recs, "maps") {
-            for e in m["maps"].as_array().unwrap() {
-                if e["path"] == path {
-                    maps.push((u(&e["start"]), u(&e["end"]), u(&e["offset"])));
-                }
-            }
-        }
-        assert!(!maps.is_empty(), "no Maps record for {path}");
-        let re = Command::new("readelf").args(["-lW"]).arg(bin).output().unwrap();
-        let mut loads = Vec::new();
-        for l in String::from_utf8_lossy(&re.stdout).lines() {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.first() == Some(&"LOAD") {
-                let h = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-                loads.push((h(f[1]), h(f[2]), h(f[4])));
-            }
-        }
-        let nm = Command::new("nm").args(["-S", "--defined-only"]).arg(bin).output().unwrap();
-        let mut syms = Vec::new();
-        for l in String::from_utf8_lossy(&nm.stdout).lines() {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() == 4 && matches!(f[2], "t" | "T") {
-                let h = |s: &str| u64::from_str_radix(s, 16).unwrap();
-                syms.push((h(f[0]), h(f[1]), f[3].to_string()));
-            }
-        }
-        Syms { maps, loads, syms }
-    }
-
-    fn name(&self, addr: u64) -> Option<&str> {
-        let &(start, _, off) = self.maps.iter().find(|m| addr >= m.0 && addr < m.1)?;
-        let foff = addr - start + off;
-        let &(po, pv, _) = self.loads.iter().find(|l| foff >= l.0 && foff < l.0 + l.2)?;
-        let va = foff - po + pv;
-        self.syms.iter().find(|s| va >= s.0 && va < s.0 + s.1.max(1)).map(|s| s.2.as_str())
-    }
-
-    /// Workload functions of a user stack, root first (return addresses
-    /// looked up at addr-1).
-    fn funcs(&self, ustack: &[Value]) -> Vec<String> {
-        let n = ustack.len();
-        ustack
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| {
-                let a = u(a);
-                self.name(if i + 1 == n { a } else { a - 1 }).map(str::to_string)
-            })
-            .collect()
-    }
-}
-
-/// The workload's own figures: thread name -> (tid, life ns, func -> (cpu, wall)).
-type Funcs = HashMap<String, (u64, u64)>;
-
-struct Truth {
-    threads: HashMap<String, (u64, u64, Funcs)>,
-}
-
-fn truth(stdout: &[u8]) -> Truth {
-    let v: Value = serde_json::from_slice(stdout).expect("workload JSON");
-    let mut threads = HashMap::new();
-    for t in v["threads"].as_array().unwrap() {
-        let funcs = t["funcs"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, f)| (k.clone(), (u(&f["cpu_ns"]), u(&f["wall_ns"]))))
-            .collect();
-        threads.insert(t["name"].as_str().unwrap().to_string(), (u(&t["tid"]), u(&t["end_ns"]) - u(&t["start_ns"]), funcs));
-    }
-    Truth { threads }
-}
-
-fn tool(name: &str) -> Command {
-    Command::new(util::bin(name))
 }
 
 /// Every thread's on + off time is its time alive in the window, within 2%.
@@ -149,18 +36,6 @@ fn check_accounting(recs: &[Value], with_off: bool) -> f64 {
         assert!(err < 0.02, "thread {} ({}): on+off {acc} vs alive {alive} ({:.2}%)", t["tid"], t["comm"], err * 100.0);
     }
     worst
-}
-
-fn thread_rec(recs: &[Value], tid: u64) -> &Value {
-    of_type(recs, "thread").into_iter().find(|t| u(&t["tid"]) == tid).unwrap_or_else(|| panic!("no thread {tid}"))
-}
-
-fn stacks_of(recs: &[Value], tid: u64) -> Vec<&Value> {
-    of_type(recs, "stack").into_iter().filter(|s| u(&s["tid"]) == tid).collect()
-}
-
-fn ustack(s: &Value) -> Vec<Value> {
-    s["ustack"].as_array().cloned().unwrap_or_default()
 }
 
 /// (thread, function, its workload-measured function -> share) pairs checked.

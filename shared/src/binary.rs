@@ -231,8 +231,9 @@ mod tests {
     }
 
     /// A header of framing 3 (stream 1.3: none of 1.4's fields, whose
-    /// five `None`s are one zero byte each at the end) still reads; 1.4's
-    /// fields round-trip.
+    /// five `None`s are one zero byte each at the end, nor 1.5's
+    /// kernel_lacks, an empty list: one more) still reads, and so does one
+    /// of 1.4 (without kernel_lacks); the later fields round-trip.
     #[test]
     fn header_of_framing_3_reads() {
         let old = Header::new("t", "0");
@@ -240,17 +241,28 @@ mod tests {
         bytes[4] = VERSION_3;
         encode_record(&Record::Header(old.clone()), &mut bytes).unwrap();
         let len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
-        assert!(bytes.ends_with(&[0; 5]));
-        bytes.truncate(bytes.len() - 5);
-        bytes[5..9].copy_from_slice(&((len - 5) as u32).to_le_bytes());
+        assert!(bytes.ends_with(&[0; 6]));
+        bytes.truncate(bytes.len() - 6);
+        bytes[5..9].copy_from_slice(&((len - 6) as u32).to_le_bytes());
         let mut new = old.clone();
         (new.prepare, new.activate, new.start_realtime_ns) = (Some("+2s".into()), Some("/5s".into()), Some(7));
         (new.event, new.event_period) = (Some("page-faults".into()), Some(3));
+        // 1.4's header: its last field's byte, kernel_lacks's not there.
+        let mut of_1_4 = Vec::new();
+        encode_record(&Record::Header(new.clone()), &mut of_1_4).unwrap();
+        let len4 = u32::from_le_bytes(of_1_4[..4].try_into().unwrap()) as usize;
+        of_1_4.truncate(of_1_4.len() - 1);
+        of_1_4[..4].copy_from_slice(&((len4 - 1) as u32).to_le_bytes());
+        bytes.extend(&of_1_4);
+        new.kernel_lacks = vec!["sleepable_iter".into(), "attach_cookie".into()];
         bytes.extend(framed(&[Record::Header(new.clone())]));
         let mut r = &bytes[..];
         let mut v = read_magic(&mut r).unwrap();
         let mut buf = Vec::new();
         assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(old)));
+        let mut without = new.clone();
+        without.kernel_lacks.clear();
+        assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(without)));
         assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(new)));
         assert_eq!(v, VERSION);
     }

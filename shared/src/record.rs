@@ -102,6 +102,12 @@ pub struct Header {
     /// 1.4: with `event`, one sample was taken every this many events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_period: Option<u64>,
+    /// 1.5: what the running kernel could not give the capture (a name a
+    /// feature: `task_btf`, `switch_prev_state`, `sleepable_iter`,
+    /// `lazy_maps_in_perf`, `attach_cookie`; see docs/kernels.md),
+    /// absent where it gave everything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_lacks: Vec<String>,
 }
 
 /// The header's fields of 1.3 are decoded as derived; the ones 1.4 added
@@ -133,6 +139,9 @@ impl<C> bincode::Decode<C> for Header {
             h.event = De::decode(d)?;
             h.event_period = De::decode(d)?;
         }
+        if d.reader().peek_read(1).is_some() {
+            h.kernel_lacks = De::decode(d)?;
+        }
         Ok(h)
     }
 }
@@ -159,6 +168,7 @@ impl Header {
             start_realtime_ns: None,
             event: None,
             event_period: None,
+            kernel_lacks: Vec::new(),
         }
     }
 

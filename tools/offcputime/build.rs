@@ -17,7 +17,7 @@ fn main() {
         ])
         .build_and_generate(&out)
         .expect("building bpf/offcputime.bpf.c (needs clang)");
-    for f in ["offcputime.bpf.c", "capture.bpf.h", "python.bpf.h", "ruby.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "waker.bpf.h", "timeline.bpf.h", "probe.bpf.h", "fingerprint.bpf.h", "wallclock.h"] {
+    for f in ["offcputime.bpf.c", "capture.bpf.h", "python.bpf.h", "ruby.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "waker.bpf.h", "timeline.bpf.h", "probe.bpf.h", "fingerprint.bpf.h", "wallclock.h", "compat.bpf.h", "walkout.bpf.h"] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }
 }

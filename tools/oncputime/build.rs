@@ -17,7 +17,7 @@ fn main() {
         ])
         .build_and_generate(&out)
         .expect("building bpf/oncputime.bpf.c (needs clang)");
-    for f in ["oncputime.bpf.c", "capture.bpf.h", "python.bpf.h", "ruby.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "probe.bpf.h", "wallclock.h"] {
+    for f in ["oncputime.bpf.c", "capture.bpf.h", "python.bpf.h", "ruby.bpf.h", "tree.bpf.h", "snapshot.bpf.h", "dethread.bpf.h", "probe.bpf.h", "wallclock.h", "compat.bpf.h", "walkout.bpf.h", "fingerprint.bpf.h", "waker.bpf.h", "timeline.bpf.h"] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }
 }

@@ -30,7 +30,7 @@ fn main() {
         .expect("bindgen over bpf/dump.h (needs libclang, from Debian's clang)")
         .write_to_file(out_dir.join("dump_h.rs"))
         .expect("writing dump_h.rs");
-    for f in ["dump.bpf.c", "dump.h", "vmlinux.h"] {
+    for f in ["dump.bpf.c", "dump.h", "vmlinux.h", "compat.bpf.h"] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }
 }

@@ -28,6 +28,18 @@ pub fn capture_log() {
     libbpf_rs::set_print(Some((PrintLevel::Info, keep)));
 }
 
+/// Where libbpf's log is now: [`log_mentions_since`] reads what follows.
+pub fn log_mark() -> usize {
+    LOG.lock().unwrap().len()
+}
+
+/// Whether libbpf or the verifier wrote `what` since `mark` (a load that
+/// failed for a reason a retry can avoid).
+pub fn log_mentions_since(mark: usize, what: &str) -> bool {
+    let l = LOG.lock().unwrap();
+    l.get(mark.min(l.len())..).is_some_and(|s| s.contains(what))
+}
+
 /// A load error with the verifier's last words.
 pub fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
     let log = LOG.lock().unwrap().clone();

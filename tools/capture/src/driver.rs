@@ -294,7 +294,9 @@ pub struct Captured<S> {
 }
 
 fn load<T: Tool>(tool: &T, common: &Common) -> Result<(T::Skel, bool)> {
-    let want_btf = std::env::var_os("WALLCLOCK_FORCE_RAW_TP").is_none();
+    // tp_btf where the kernel gives the task as a BTF pointer (5.15), else
+    // raw_tp: bpf/compat.bpf.h.
+    let want_btf = std::env::var_os("WALLCLOCK_FORCE_RAW_TP").is_none() && crate::kernel::Kernel::get().btf_task;
     match tool.load(common, want_btf) {
         Ok(s) => Ok((s, want_btf)),
         Err(e) if want_btf => match tool.load(common, false) {
@@ -367,6 +369,12 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         },
     };
     let (mut skel, btf) = load(tool, &common)?;
+    // Once, what this kernel cannot give and what is done instead (also in
+    // the stream's header: kernel_lacks).
+    let lacks = crate::kernel::Kernel::get().lacks();
+    if !lacks.is_empty() {
+        eprintln!("{}: this kernel ({}) has {}", T::NAME, crate::kernel::release(), lacks.join("; "));
+    }
     // The command is its own from its exec: the wrapper's time before it
     // (our fork's copy of this process, a script's gate) is not captured.
     if let Some(pid) = sess.held_pid() {

@@ -144,9 +144,35 @@ impl WcEvent {
         // SAFETY: WcEvent is a repr(C) struct of integers: all zeros is a
         // valid value, and so is any byte pattern copied over its prefix;
         // `n` is within both the data and the struct.
-        unsafe {
+        let mut e = unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), e.as_mut_ptr().cast::<u8>(), n);
-            Some(e.assume_init())
+            e.assume_init()
+        };
+        if e.py_pad == c::WC_EV_USTACK_LATER {
+            e.copy_ustack();
+        }
+        Some(e)
+    }
+
+    /// The user stack of a thread blocked at the start, which a kernel
+    /// before 5.18 could not copy (bpf/snapshot.bpf.h): copied here from
+    /// the stack pointer it saved, 64K, else what is left of the stack's
+    /// last pages, as the BPF side copies. Kept only if the thread has not
+    /// left the kernel since (its saved registers are the event's after
+    /// the copy): else the stack is its registers alone, as before.
+    fn copy_ustack(&mut self) {
+        if self.sp == 0 || self.ustack_bytes != 0 {
+            return;
+        }
+        let (pid, sp) = (self.pid, self.sp);
+        let head = 4096 - (sp as usize & 4095);
+        for len in std::iter::once(USTACK_MAX).chain((0..16).rev().map(|k| head + k * 4096)) {
+            if len <= USTACK_MAX && crate::procmem::read(pid, sp, &mut self.ustack[..len]) {
+                if crate::procfs::saved_regs(pid, self.tid) == Some((sp, self.ip)) {
+                    self.ustack_bytes = len as u32;
+                }
+                return;
+            }
         }
     }
 

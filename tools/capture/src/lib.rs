@@ -18,6 +18,7 @@ pub mod hotspot;
 pub mod hidden;
 pub mod jitcode;
 pub mod jvm;
+pub mod kernel;
 mod leafscan;
 mod skel_glue;
 pub mod launch;

@@ -237,3 +237,16 @@ impl Kallsyms {
         frames.iter().filter_map(|(n, off)| self.by_name.get(n).map(|a| a + off)).collect()
     }
 }
+
+/// The user stack and instruction pointers a thread that is not running
+/// saved on its way into the kernel: the last two fields of
+/// /proc/PID/task/TID/syscall ("running" for a running one: None).
+pub fn saved_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let hex = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok();
+    match f.as_slice() {
+        [.., sp, pc] if f.len() >= 3 => Some((hex(sp)?, hex(pc)?)),
+        _ => None,
+    }
+}

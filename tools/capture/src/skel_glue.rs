@@ -43,6 +43,10 @@ macro_rules! capture_skel {
                 self.progs.fork_raw.set_autoload(f.follow && !btf);
                 self.progs.exec_btf.set_autoload(btf);
                 self.progs.exec_raw.set_autoload(!btf);
+                let k = $crate::kernel::Kernel::get();
+                ro.switch_state_arg = k.switch_state_arg;
+                self.progs.snapshot.set_autoload(k.sleepable_iter);
+                self.progs.snapshot_ns.set_autoload(!k.sleepable_iter);
                 Ok(())
             }
         }
@@ -63,7 +67,11 @@ macro_rules! capture_skel {
             }
 
             fn snapshot_prog(&self) -> &$crate::libbpf_rs::ProgramMut<'static> {
-                &self.progs.snapshot
+                if $crate::kernel::Kernel::get().sleepable_iter {
+                    &self.progs.snapshot
+                } else {
+                    &self.progs.snapshot_ns
+                }
             }
 
             fn tree_prog(

@@ -209,15 +209,13 @@ struct Off<'a> {
     early: Option<early::Early>,
 }
 
-impl driver::Tool for Off<'_> {
-    type Skel = skel::OffcputimeSkel<'static>;
-    const NAME: &'static str = "offcputime";
-
-    fn load(&self, common: &Common, btf: bool) -> Result<Self::Skel, libbpf_rs::Error> {
+impl Off<'_> {
+    fn load_with(&self, common: &Common, btf: bool, slot_cast: bool) -> Result<skel::OffcputimeSkel<'static>, libbpf_rs::Error> {
         let cli = self.cli;
         let mut open = skel::OffcputimeSkelBuilder::default().open(driver::object())?;
         open.common(common, btf)?;
         let ro = open.maps.rodata_data.as_deref_mut().expect("rodata");
+        ro.slot_cast = slot_cast;
         ro.min_block_ns = cli.min_block_us.saturating_mul(1000);
         ro.max_block_ns = cli.max_block_us.map_or(u64::MAX, |m| m.saturating_mul(1000));
         ro.state_filter = cli.state.unwrap_or(-1);
@@ -265,6 +263,22 @@ impl driver::Tool for Off<'_> {
             open.maps.wakes.set_max_entries(cli.max_threads.max(64))?;
         }
         open.load()
+    }
+}
+
+impl driver::Tool for Off<'_> {
+    type Skel = skel::OffcputimeSkel<'static>;
+    const NAME: &'static str = "offcputime";
+
+    fn load(&self, common: &Common, btf: bool) -> Result<Self::Skel, libbpf_rs::Error> {
+        // The file table's slot is read through bpf_rdonly_cast to void
+        // where the verifier allows it (6.18; 6.12 refuses it): else by a
+        // helper (bpf/fingerprint.bpf.h).
+        let mark = wallclock_capture::bpf::log_mark();
+        match self.load_with(common, btf, true) {
+            Err(_) if btf && wallclock_capture::bpf::log_mentions_since(mark, "bpf_rdonly_cast") => self.load_with(common, btf, false),
+            r => r,
+        }
     }
 
     fn attach(&self, skel: &Self::Skel, btf: bool) -> Result<Vec<libbpf_rs::Link>> {

@@ -285,6 +285,11 @@ fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
     };
     into.event = into.event.take().or_else(|| h.event.clone());
     into.event_period = into.event_period.or(h.event_period);
+    for k in &h.kernel_lacks {
+        if !into.kernel_lacks.contains(k) {
+            into.kernel_lacks.push(k.clone());
+        }
+    }
 }
 
 fn kind_in(s: &Stack, role: InputRole) -> Kind {

@@ -48,6 +48,17 @@ pub fn threads(pid: u32) -> Result<Vec<Box<Raw>>> {
     let obj = Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
     let mut open = skel::DumpSkelBuilder::default().open(obj).context("open the dump BPF program")?;
     open.maps.rodata_data.as_deref_mut().expect("rodata").target_tgid = pid;
+    let k = wallclock_capture::kernel::Kernel::get();
+    open.progs.dump_task.set_autoload(k.sleepable_iter);
+    open.progs.dump_task_ns.set_autoload(!k.sleepable_iter);
+    if !k.lazy_maps_in_perf {
+        // Before 6.1 a perf_event program's hash map is preallocated:
+        // room for the threads running at the visit (one a CPU, and as
+        // many again that a CPU took between the iterator's visits).
+        let cpus = libbpf_rs::num_possible_cpus().unwrap_or(64) as u32;
+        open.maps.ticks.set_map_flags(0).context("the tick map's flags")?;
+        open.maps.ticks.set_max_entries((cpus * 2).clamp(16, 4096)).context("the tick map's size")?;
+    }
     let skel = open.load().context("load the dump BPF program (bpf/dump.bpf.c)")?;
     let mut raws = pass(&skel)?;
     let running: Vec<u32> = raws.iter().filter(|r| moving(r)).map(|r| r.tid).collect();
@@ -78,19 +89,59 @@ pub fn threads(pid: u32) -> Result<Vec<Box<Raw>>> {
 
 /// On a CPU, with a user stack that moves as the dump reads it.
 fn moving(r: &Raw) -> bool {
-    r.on_cpu != 0 && r.kthread == 0 && r.exit_state == 0
+    r.kthread == 0 && r.exit_state == 0 && (r.on_cpu != 0 || unsettled(r))
+}
+
+/// A user thread whose stack user space could not copy as it was at the
+/// visit (before 5.18, `copy_ustack`): it ran since. Read again at its
+/// tick, as a running one.
+fn unsettled(r: &Raw) -> bool {
+    r.sp != 0 && r.ustack_bytes == 0 && !wallclock_capture::kernel::Kernel::get().sleepable_iter
 }
 
 /// One pass of the task iterator.
 fn pass(skel: &skel::DumpSkel) -> Result<Vec<Box<Raw>>> {
-    let link = skel.progs.dump_task.attach().context("attach the task iterator")?;
+    let sleepable = wallclock_capture::kernel::Kernel::get().sleepable_iter;
+    let prog = if sleepable { &skel.progs.dump_task } else { &skel.progs.dump_task_ns };
+    let link = prog.attach().context("attach the task iterator")?;
     let mut it = libbpf_rs::Iter::new(&link).context("create the task iterator")?;
     let mut bytes = Vec::with_capacity(REC * 64);
     it.read_to_end(&mut bytes).context("read the task iterator")?;
     if bytes.len() % REC != 0 {
         bail!("the task iterator wrote {} bytes, not a whole number of {REC}-byte records", bytes.len());
     }
-    Ok(bytes.chunks_exact(REC).map(Raw::from_bytes).collect())
+    let mut raws: Vec<Box<Raw>> = bytes.chunks_exact(REC).map(Raw::from_bytes).collect();
+    if !sleepable {
+        raws.iter_mut().for_each(|r| copy_ustack(r));
+    }
+    Ok(raws)
+}
+
+/// A kernel without sleepable iterators (before 5.18) cannot copy another
+/// task's user stack: copy it here from the stack pointer the kernel
+/// saved, as the iterator would have (16K, else what is left of the
+/// stack's last pages). The copy is the visit's only if the thread has not
+/// left the kernel since: its saved stack and instruction pointers, which
+/// /proc/PID/task/TID/syscall shows, are still the visit's after the
+/// copy. Else (it ran) the copy is dropped, and the thread is read again
+/// at its tick (`unsettled`).
+fn copy_ustack(r: &mut Raw) {
+    if r.kthread != 0 || r.exit_state != 0 || r.sp == 0 || r.on_cpu != 0 || r.ustack_bytes != 0 {
+        return;
+    }
+    let sp = r.sp;
+    let head = 4096 - (sp as usize & 4095);
+    for len in std::iter::once(r.ustack.len()).chain((0..4).rev().map(|k| head + k * 4096)) {
+        if len > r.ustack.len() {
+            continue;
+        }
+        if wallclock_capture::procmem::read(r.tid, sp, &mut r.ustack[..len]) {
+            if wallclock_capture::procfs::saved_regs(r.pid, r.tid) == Some((r.sp, r.ip)) {
+                r.ustack_bytes = len as u32;
+            }
+            return;
+        }
+    }
 }
 
 /// Each of `tids` as its own CPU clock's next tick (100 us of its CPU

@@ -50,6 +50,9 @@ pub struct Report {
     /// With `event`: one sample every this many events.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_period: Option<u64>,
+    /// What the kernel could not give the capture (the headers').
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernel_lacks: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -212,6 +215,12 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     }
     let event = headers.iter().find_map(|h| h.event.clone());
     let event_period = headers.iter().find_map(|h| h.event_period);
+    let mut kernel_lacks: Vec<String> = Vec::new();
+    for k in headers.iter().flat_map(|h| &h.kernel_lacks) {
+        if !kernel_lacks.contains(k) {
+            kernel_lacks.push(k.clone());
+        }
+    }
     for h in &headers {
         tools.push(h.tool.clone());
         for (k, v) in &h.lost {
@@ -270,6 +279,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
         waits_on,
         event,
         event_period,
+        kernel_lacks,
     }
 }
 

@@ -88,6 +88,9 @@ pub fn summary(r: &Report) -> String {
         let every = r.event_period.map(|p| format!(", a sample every {p}")).unwrap_or_default();
         let _ = writeln!(s, "unit: {ev} (an event profile{every}): its values count {ev}, not time");
     }
+    if !r.kernel_lacks.is_empty() {
+        let _ = writeln!(s, "kernel lacks: {} (docs/kernels.md: what the capture does without them)", r.kernel_lacks.join(", "));
+    }
     let _ = writeln!(s, "{}[lost stack] {}", short_blocks(r.short_blocks_ns), h(r.lost_stack_ns));
     let counts = |m: &std::collections::BTreeMap<String, u64>| {
         if m.is_empty() {
