@@ -20,6 +20,14 @@
 struct wc_rbcfg {
 	__u64 modid;  /* libruby's TLS module id */
 	__u64 dtpoff; /* ruby_current_ec's offset in libruby's TLS block */
+	/* The layout of this Ruby (reader.rs's Layout): what moved between
+	 * versions is given, none of it written here. */
+	__u32 cfp_size;  /* sizeof(rb_control_frame_t): 64 (3.1), 56 (3.3+) */
+	__u32 ec_thread; /* ec->thread_ptr */
+	__u32 th_ractor; /* th->ractor */
+	__u32 th_waitq;  /* th's node linked into its ractor's GVL wait queue */
+	__u32 ractor_span; /* how far into the ractor that queue's head lies */
+	__u32 pad;
 };
 
 /* The marker of the last slot of e->py: it holds (vm_stack, its end). */
@@ -32,22 +40,25 @@ struct {
 	__type(value, struct wc_rbcfg);
 } rb_cfg SEC(".maps");
 
-/* Whether the thread of `ec` waits for its ractor's GVL: its
- * native_thread_data node (ec->thread_ptr + 104) is linked into a list
- * whose head lies in its ractor (th->ractor + 24: threads.gvl.waitq), not
- * into the ubf list that shares the node (a static of libruby's), nor
- * unlinked (pointing at itself). Ruby 3.1's rb_thread_t offsets. */
-static __always_inline __u32 rb_gvl_waiting(__u64 ec)
+/* Whether the thread of `ec` waits for its ractor's GVL: its wait-queue
+ * node (3.1: th->native_thread_data; 3.3+: th->sched.node.readyq) is
+ * linked into a list whose head lies in its ractor (3.1:
+ * threads.gvl.waitq; 3.3+: threads.sched.readyq), not into the ubf list
+ * that shares 3.1's node (a static of libruby's), nor unlinked (NULL, or
+ * pointing at itself). The offsets are the process's Ruby's (rb_cfg). */
+static __always_inline __u32 rb_gvl_waiting(__u64 ec, struct wc_rbcfg *c)
 {
-	__u64 th = 0, ractor = 0, p = 0;
-	if (bpf_probe_read_user(&th, 8, (void *)(ec + 48)) || !th)
+	__u64 th = 0, ractor = 0, p = 0, node = 0;
+	__u64 span = c->ractor_span;
+	if (!c->th_waitq || bpf_probe_read_user(&th, 8, (void *)(ec + c->ec_thread)) || !th)
 		return 0;
-	if (bpf_probe_read_user(&ractor, 8, (void *)(th + 24)) || bpf_probe_read_user(&p, 8, (void *)(th + 104)))
+	node = th + c->th_waitq;
+	if (bpf_probe_read_user(&ractor, 8, (void *)(th + c->th_ractor)) || bpf_probe_read_user(&p, 8, (void *)node))
 		return 0;
 	for (int k = 0; k < 8; k++) {
-		if (!p || p == th + 104)
+		if (!p || p == node)
 			return 0;
-		if (p >= ractor && p < ractor + 2048)
+		if (p >= ractor && p < ractor + span)
 			return 1;
 		if (bpf_probe_read_user(&p, 8, (void *)p))
 			return 0;
@@ -79,7 +90,10 @@ __noinline __u64 rb_walk(__u32 pid, __u32 dest)
 	if (bpf_probe_read_user(hd, sizeof(hd), (void *)ec) || !hd[0] || hd[1] > (1 << 24))
 		return 0;
 	__u64 end = hd[0] + hd[1] * 8, f = hd[2], h = 0x5262;
-	__u32 gvl = rb_gvl_waiting(ec);
+	__u64 cfp_size = c->cfp_size;
+	if (cfp_size < 40 || cfp_size > 128)
+		return 0;
+	__u32 gvl = rb_gvl_waiting(ec, c);
 	h = py_mix(h, gvl);
 	if (o.py) {
 		o.py[WC_PY_MAX - 1].code = hd[0];
@@ -91,7 +105,7 @@ __noinline __u64 rb_walk(__u32 pid, __u32 dest)
 	for (int i = 0; i < WC_PY_MAX - 1; i++) {
 		__u64 cf[5]; /* pc, sp, iseq, self, ep */
 		__u64 env[3]; /* ep[-2] method entry or cref, ep[-1], ep[0] flags */
-		if (f < hd[0] || f + 64 > end || bpf_probe_read_user(cf, sizeof(cf), (void *)f))
+		if (f < hd[0] || f + cfp_size > end || bpf_probe_read_user(cf, sizeof(cf), (void *)f))
 			break;
 		if (!cf[4] || bpf_probe_read_user(env, sizeof(env), (void *)(cf[4] - 16)))
 			break;
@@ -104,7 +118,7 @@ __noinline __u64 rb_walk(__u32 pid, __u32 dest)
 			o.py[i & (WC_PY_MAX - 1)].flags = env[2];
 		}
 		n = i + 1;
-		f += 64; /* sizeof(rb_control_frame_t), Ruby 3.1 */
+		f += cfp_size;
 	}
 	if (o.n)
 		*o.n = n;

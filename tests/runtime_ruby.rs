@@ -2,14 +2,17 @@
 //! `worker-1` and `worker-2` run `work`, which calls `crunch` on the CPU,
 //! `nap` in sleep and `with_lock` waiting for a Mutex a third thread holds,
 //! each timed by the thread with CLOCK_MONOTONIC) profiled by
-//! `scripts/wallclock -- ruby ...` with no flag:
+//! `scripts/wallclock -- ruby ...` with no flag, and Ruby 3.3 (Debian
+//! forky's ruby3.3 in target/chroot-forky, as in a container) attached by
+//! pid with no flag:
 //!
-//! - each worker's stacks are whole (from `clone3`: its 1 MiB VM stack lies
-//!   on its machine stack, past the 64K the capture copies, and used to cut
-//!   98.6% of its time short at `[truncated]`);
+//! - each worker's stacks are whole (from `clone3`: 3.1's 1 MiB VM stack
+//!   lies on its machine stack, past the 64K the capture copies, and used
+//!   to cut 98.6% of its time short at `[truncated]`; in the chroot, from
+//!   its stripped libc's unnamed `clone3`);
 //! - Ruby's methods are named with their callers (`rb::work` ->
 //!   `rb::crunch`), C methods too (`rb::nap` -> `rb::sleep`), above the
-//!   interpreter's `rb_vm_exec`;
+//!   interpreter's `rb_vm_exec` (3.3's is static: above a libruby frame);
 //! - each method's share of the thread's time in `work` is within 5 points
 //!   of the thread's own clocks;
 //! - the threads are named as Ruby named them (`Thread#name=`);
@@ -20,7 +23,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{have, profile, Run, Stack};
+use runtime_common::{attach_in_chroot, forky, have, profile, stats, Run, Stack};
 use serde_json::Value;
 
 fn thread<'a>(r: &'a Run, name: &str) -> Vec<&'a Stack> {
@@ -57,20 +60,46 @@ fn ruby_methods_named_with_their_callers_whole_and_timed_as_the_threads_time_the
     }
     let prog = util::root().join("tests/programs/ruby/work.rb");
     let r = profile(&util::scratch("runtime_ruby"), &["ruby", prog.to_str().unwrap(), "3"]);
+    check("ruby 3.1", &r, &util::root().join("target/test-tmp/runtime_ruby"), |s| s.frames.first().is_some_and(|f| f == "clone3"), |f| f == "rb_vm_exec");
+}
+
+/// Debian forky's Ruby 3.3 in a chroot, attached by pid with no flag: its
+/// libruby exports neither `ruby_current_ec` nor `rb_vm_exec` (found in
+/// the code of functions it exports), its control frames are 56 bytes,
+/// its Strings and Arrays laid out anew; and the same checks as 3.1's.
+#[test]
+fn forkys_ruby_33_attached_with_no_flag() {
+    if util::skip_without_root("Ruby capture") {
+        return;
+    }
+    let Some(root) = forky("ruby3.3", "ruby3.3") else { return };
+    let r = attach_in_chroot("runtime_ruby_forky_33", &root, "ruby3.3", "tests/programs/ruby/work.rb", "3");
+    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
+    // A thread's first frame is the chroot's stripped libc's (clone3).
+    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]");
+    check("ruby 3.3", &r, &util::root().join("target/test-tmp/runtime_ruby_forky_33"), rooted, |f| f.starts_with("libruby-3.3.so"));
+}
+
+/// What both versions must show (see the file's doc); `rooted`: a whole
+/// stack; `vm`: the interpreter's frame the Ruby frames go above. Prints
+/// the figures issue 40 measures: the process's thread-time in stacks
+/// naming the program's methods, each worker's in whole stacks, and the
+/// reader's cost per stack (`ruby_read_ns / ruby_stacks`).
+fn check(label: &str, r: &Run, dir: &std::path::Path, rooted: impl Fn(&Stack) -> bool, vm: impl Fn(&str) -> bool) {
     let clocks: Value = r.stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no clocks printed: {}", r.stdout));
     for name in ["worker-1", "worker-2"] {
-        let t = thread(&r, name);
+        let t = thread(r, name);
         let all = ns(&t, |_| true);
         assert!(all > 0, "no time in a thread named {name} (threads: {:?}):\n{}", r.comms, r.stderr);
-        let whole = ns(&t, |s| s.frames.first().is_some_and(|f| f == "clone3"));
+        let whole = ns(&t, |s| rooted(s));
         let whole_pct = whole as f64 * 100.0 / all as f64;
-        assert!(whole_pct >= 90.0, "{name}: {whole_pct:.1}% of its time in whole stacks:\n{}", top(&t, |s| s.frames.first().is_none_or(|f| f != "clone3")));
+        assert!(whole_pct >= 90.0, "{label} {name}: {whole_pct:.1}% of its time in whole stacks:\n{}", top(&t, |s| !rooted(s)));
         let named = ns(&t, |s| has(s, "rb::work"));
         let named_pct = named as f64 * 100.0 / all as f64;
-        assert!(named_pct >= 90.0, "{name}: {named_pct:.1}% of its time names rb::work:\n{}", top(&t, |s| !has(s, "rb::work")));
+        assert!(named_pct >= 90.0, "{label} {name}: {named_pct:.1}% of its time names rb::work:\n{}", top(&t, |s| !has(s, "rb::work")));
         // Ruby's frames go above the interpreter's loop that ran them.
-        let above_vm = ns(&t, |s| s.frames.iter().position(|f| f == "rb_vm_exec") < s.frames.iter().position(|f| f == "rb::work"));
-        assert!(above_vm as f64 >= 0.95 * named as f64, "{name}: rb::work not above rb_vm_exec:\n{}", top(&t, |_| true));
+        let above_vm = ns(&t, |s| s.frames.iter().position(|f| f.starts_with("rb::")).is_some_and(|i| i > 0 && s.frames[..i].iter().any(|f| vm(f))));
+        assert!(above_vm as f64 >= 0.95 * named as f64, "{label} {name}: Ruby frames not above the VM's loop:\n{}", top(&t, |_| true));
         let c = &clocks[name];
         let total = c["total"].as_f64().unwrap();
         for (f, callee) in [("crunch", None), ("nap", Some("rb::sleep")), ("with_lock", Some("rb::synchronize"))] {
@@ -79,19 +108,28 @@ fn ruby_methods_named_with_their_callers_whole_and_timed_as_the_threads_time_the
             let nested = ns(&t, |s| called_by(s, "rb::work", &rf));
             let share = seen as f64 * 100.0 / named as f64;
             let truth = c[f].as_f64().unwrap() * 100.0 / total;
-            assert!((share - truth).abs() <= 5.0, "{name} {rf}: {share:.1}% of work's time in the profile, {truth:.1}% by the thread's clocks:\n{}", top(&t, |_| true));
-            assert!(nested as f64 >= 0.95 * seen as f64, "{name}: {rf} not always under rb::work:\n{}", top(&t, |s| has(s, &rf)));
+            assert!((share - truth).abs() <= 5.0, "{label} {name} {rf}: {share:.1}% of work's time in the profile, {truth:.1}% by the thread's clocks:\n{}", top(&t, |_| true));
+            assert!(nested as f64 >= 0.95 * seen as f64, "{label} {name}: {rf} not always under rb::work:\n{}", top(&t, |s| has(s, &rf)));
             if let Some(x) = callee {
                 let through = ns(&t, |s| called_by(s, &rf, x));
-                assert!(through as f64 >= 0.5 * seen as f64, "{name}: {rf} rarely calls {x}:\n{}", top(&t, |s| has(s, &rf)));
+                assert!(through as f64 >= 0.5 * seen as f64, "{label} {name}: {rf} rarely calls {x}:\n{}", top(&t, |s| has(s, &rf)));
             }
-            eprintln!("ruby {name}: {rf} {share:.1}% of work's time (thread's clocks: {truth:.1}%); {whole_pct:.1}% of the thread's time whole, {named_pct:.1}% under rb::work");
+            eprintln!("{label} {name}: {rf} {share:.1}% of work's time (thread's clocks: {truth:.1}%); {whole_pct:.1}% of the thread's time whole, {named_pct:.1}% under rb::work");
         }
         // Two threads computing at once on one GVL: each waits for it, and
         // that wait is its own frame, under the method that wanted the lock.
         let gvl = ns(&t, |s| s.kind == "off" && has(s, "[GIL]"));
         let gvl_under = ns(&t, |s| s.kind == "off" && s.frames.iter().position(|f| f == "[GIL]") > s.frames.iter().position(|f| f == "rb::work"));
-        assert!(gvl > 0 && gvl_under as f64 >= 0.95 * gvl as f64, "{name}: {gvl} ns waiting for the GVL, {gvl_under} ns of it under rb::work:\n{}", top(&t, |s| has(s, "[GIL]")));
-        eprintln!("ruby {name}: {:.1}% of its time waiting for the GVL ([GIL])", gvl as f64 * 100.0 / all as f64);
+        assert!(gvl > 0 && gvl_under as f64 >= 0.95 * gvl as f64, "{label} {name}: {gvl} ns waiting for the GVL, {gvl_under} ns of it under rb::work:\n{}", top(&t, |s| has(s, "[GIL]")));
+        eprintln!("{label} {name}: {:.1}% of its time waiting for the GVL ([GIL])", gvl as f64 * 100.0 / all as f64);
     }
+    // Issue 40's figures: the process's thread-time in stacks naming Ruby
+    // methods (the program's threads, `<main>` and its blocks included;
+    // Ruby's own timer thread runs none), and the reader's cost per stack.
+    let all: u64 = r.stacks.iter().map(|s| s.ns).sum();
+    let named: u64 = r.stacks.iter().filter(|s| s.frames.iter().any(|f| f.starts_with("rb::") && f != "rb::[unreadable frame]")).map(|s| s.ns).sum();
+    let st = stats(dir);
+    let (rns, rst) = (st.get("ruby_read_ns").copied().unwrap_or(0), st.get("ruby_stacks").copied().unwrap_or(0));
+    assert!(rst > 0, "{label}: no ruby_stacks in the capture's stats: {st:?}");
+    eprintln!("{label}: {:.1}% of the process's thread-time names Ruby methods; reader {:.1} us per stack ({rst} stacks)", named as f64 * 100.0 / all.max(1) as f64, rns as f64 / rst as f64 / 1000.0);
 }

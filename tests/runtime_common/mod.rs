@@ -108,3 +108,76 @@ pub fn have(prog: &str, package: &str) -> bool {
     }
     ok
 }
+
+/// Debian forky's chroot (target/chroot-forky, which scripts/setup
+/// --tests makes), when it has `bin` in /usr/bin (said when it has not).
+pub fn forky(bin: &str, package: &str) -> Option<std::path::PathBuf> {
+    let dir = util::root().join("target/chroot-forky");
+    if !dir.join("usr/bin").join(bin).exists() {
+        let how = format!("scripts/setup --tests makes it (scripts/chroot make forky {package})");
+        util::missing(&format!("no {bin} in {}", dir.display()), &how, "WALLCLOCK_SKIP_CHROOT");
+        return None;
+    }
+    Some(dir)
+}
+
+/// `wallclock -f 199 PID`, no flag, on `program` (a file of
+/// tests/programs) run by `interp` inside the forky chroot at `root`
+/// (`scripts/chroot run`: its own mount namespace and root, as in a
+/// container) as `interp PROGRAM SECONDS GO`, attached by its host pid;
+/// the program waits for the GO file, written once both capture tools
+/// are attached.
+pub fn attach_in_chroot(name: &str, root: &Path, interp: &str, program: &str, secs: &str) -> Run {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let dir = util::scratch(name);
+    let prefix = dir.join("p");
+    let inside = format!("/tmp/wc-test-{name}");
+    let there = root.join(&inside[1..]);
+    let _ = std::fs::remove_dir_all(&there);
+    std::fs::create_dir_all(&there).unwrap();
+    let file = Path::new(program).file_name().unwrap().to_str().unwrap().to_string();
+    std::fs::copy(util::root().join(program), there.join(&file)).unwrap();
+    let target = Command::new(util::root().join("scripts/chroot"))
+        .args(["run", "forky", interp, &format!("{inside}/{file}"), secs, &format!("{inside}/go")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the chroot's program");
+    let mut child = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-o"])
+        .arg(&prefix)
+        .args(["-d", "60", &target.id().to_string()])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("wallclock: capturing") {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "wallclock ended before capturing: {said}");
+        said.push_str(&l);
+    }
+    std::fs::write(there.join("go"), "").unwrap();
+    let out = target.wait_with_output().unwrap();
+    assert!(out.status.success(), "{interp} {program} failed");
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success(), "wallclock PID failed: {said}{rest}");
+    let _ = std::fs::remove_dir_all(&there);
+    read_run(&dir, String::from_utf8_lossy(&out.stdout).into_owned(), format!("{said}{rest}"))
+}
+
+/// The capture's stats counts, both capture tools' summed (the merged
+/// stream's `stats` records).
+pub fn stats(dir: &Path) -> HashMap<String, u64> {
+    let stream = std::fs::read_to_string(dir.join("p.stream")).unwrap();
+    let mut m = HashMap::new();
+    for v in stream.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v["type"] == "stats") {
+        for (k, n) in v["counts"].as_object().into_iter().flatten() {
+            *m.entry(k.clone()).or_default() += n.as_u64().unwrap_or(0);
+        }
+    }
+    m
+}

@@ -1,8 +1,10 @@
 <?php
 // A PHP program that times its own functions (hrtime, the monotonic
 // clock): crunch() computes on the CPU, nap() sleeps in usleep, both
-// called from work(). Run: php work.php SECONDS; prints one JSON line
-// with each function's time and the whole run's, in ns.
+// called from work(). Run: php work.php SECONDS [GO]; prints one JSON
+// line with each function's time and the whole run's, in ns. With GO, it
+// first waits for that file to exist (a capture attached by pid says
+// when).
 
 function crunch(int $n): int
 {
@@ -37,6 +39,12 @@ function work(float $seconds): array
     return $t;
 }
 
+if (isset($argv[2])) {
+    while (!file_exists($argv[2])) {
+        usleep(10000);
+        clearstatcache();
+    }
+}
 // Untimed, before work(): the capture finds the interpreter within a turn
 // of its loop (up to hundreds of ms on a loaded machine), as it finds a
 // server that runs already. Short sleeps, as a sleep's stack is taken

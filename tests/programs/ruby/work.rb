@@ -2,8 +2,9 @@
 # for the wall time, CLOCK_THREAD_CPUTIME_ID for the CPU time): each
 # worker thread's work() calls crunch (on the CPU), nap (in sleep) and
 # with_lock (waiting for a Mutex another thread holds). Run:
-# ruby work.rb SECONDS; prints one JSON line: per thread name, each
-# method's time and the whole run's, in ns.
+# ruby work.rb SECONDS [GO]; prints one JSON line: per thread name, each
+# method's time and the whole run's, in ns. With GO, it first waits for
+# that file to exist (a capture attached by pid says when).
 require "json"
 
 def mono = Process.clock_gettime(Process::CLOCK_MONOTONIC, :nanosecond)
@@ -51,6 +52,7 @@ def work(seconds, lock)
 end
 
 seconds = (ARGV[0] || 2).to_f
+sleep 0.01 until File.exist?(ARGV[1]) if ARGV[1]
 # Untimed, before the threads start: the capture finds the interpreter
 # within a turn of its loop (up to hundreds of ms on a loaded machine).
 100.times { sleep 0.01 }

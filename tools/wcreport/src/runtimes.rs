@@ -14,7 +14,7 @@
 //!   every file) means no perf map: `erl +JPperf true` writes one, and
 //!   keeps frame pointers for whole stacks.
 //! - PHP: opcache's JIT code (`/dev/zero`) is unnamed; the capture names
-//!   PHP 8.2's functions from the executor (`php::...`): where none are,
+//!   PHP 8.2's and 8.4's functions from the executor (`php::...`): where none are,
 //!   the frames of this PHP are not walked.
 //! - .NET: JIT code without names: `DOTNET_PerfMapEnabled=1`.
 //! - CPython other than 3.10-3.15 (the versions whose frames the capture
@@ -187,14 +187,14 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             add("dotnet", "DOTNET_PerfMapEnabled=1", e.unnamed_jit, &what, "start it with DOTNET_PerfMapEnabled=1 to name its methods");
         }
         if e.php && e.php_frames.0 == 0 {
-            let what = "runs PHP whose frames are not walked (the capture reads PHP 8.2's, NTS)";
+            let what = "runs PHP whose frames are not walked (the capture reads PHP 8.2's and 8.4's, NTS)";
             add("php", "", e.interp, what, "its functions show as the interpreter's loop (execute_ex)");
         } else if e.php {
             let what = "has opcache JIT code without names (its PHP functions are named, php::...)";
             add("php", "opcache.jit_debug=0x10", e.unnamed_jit, what, "opcache.jit_debug=0x10 writes a perf map that names the JIT code too");
         }
         if e.ruby && e.rb_frames.0 == 0 {
-            add("ruby", "", e.interp, "runs Ruby whose frames are not walked (the capture reads Ruby 3.1's)", "its methods show as the interpreter's C functions (rbspy reads them)");
+            add("ruby", "", e.interp, "runs Ruby whose frames are not walked (the capture reads Ruby 3.1's, 3.3's and 3.4's)", "its methods show as the interpreter's C functions (rbspy reads them)");
         }
         if let Some(minor) = e.python.filter(|_| e.py_frames.0 == 0) {
             // One line, which versions are read: no flag to add (the

@@ -43,7 +43,7 @@ struct Proc {
 #[derive(Default)]
 pub struct Php {
     procs: HashMap<u32, Proc>,
-    /// Processes looked at and found not to run PHP 8.2 (or not readable),
+    /// Processes looked at and found not to run a PHP read (8.2, 8.4; or not readable),
     /// with the executable that said so.
     not_php: HashMap<u32, String>,
     /// Frames whose function could not be read (freed as it was read):
@@ -57,7 +57,7 @@ pub struct Php {
 const UNREAD: &str = "php::[unreadable frame]";
 
 impl Php {
-    /// Find the PHP 8.2 executors among `pids` not seen yet and tell the
+    /// Find the PHP 8.2 and 8.4 executors among `pids` not seen yet and tell the
     /// BPF side where their frame chain is.
     pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
         if crate::readcost::off("php") {
@@ -74,7 +74,7 @@ impl Php {
             if self.not_php.get(&pid) == Some(&exe) {
                 continue;
             }
-            if !reader::is_php82(&exe) {
+            if !reader::is_read(&exe) {
                 self.not_php.insert(pid, exe);
                 continue;
             }
@@ -108,7 +108,7 @@ impl Php {
         vec![("php_unreadable_frames".to_string(), self.unread)]
     }
 
-    /// Whether `pid` was found to run PHP 8.2.
+    /// Whether `pid` was found to run a PHP read.
     pub fn is_php(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
     }

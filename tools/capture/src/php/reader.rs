@@ -1,15 +1,17 @@
-//! PHP 8.2's executor, read from outside the process (process_vm_readv):
-//! `executor_globals` (exported by the `php8.2` executable of an NTS
-//! build, as Debian ships it) -> `current_execute_data` -> the chain of
-//! `zend_execute_data`, each naming its function (`zend_function`: type,
-//! name, class), file (a user function's `op_array.filename`) and line
-//! (its `opline`'s `lineno`).
+//! PHP's executor (8.2 and 8.4), read from outside the process
+//! (process_vm_readv): `executor_globals` (exported by the `php8.N`
+//! executable of an NTS build, as Debian ships it) ->
+//! `current_execute_data` -> the chain of `zend_execute_data`, each naming
+//! its function (`zend_function`: type, name, class), file (a user
+//! function's `op_array.filename`) and line (its `opline`'s `lineno`).
 //!
 //! The offsets are PHP 8.2's, from the headers of Debian's `php8.2-dev`
-//! (8.2.36-1~deb12u1): `offsetof` of each field, printed by a C program
-//! built against them (the `php8.2` binary carries no DWARF). They hold
-//! for every 8.2.x release (the structs did not change within 8.2) on
-//! x86-64; another minor version is not read (its structs moved).
+//! (8.2.36-1~deb12u1), and 8.4's, from Debian forky's `php8.4-dev`
+//! (8.4.27-1): `offsetof` of each field, printed by a C program built
+//! against them (the binaries carry no DWARF). They hold for every 8.2.x
+//! and 8.4.x release (the structs do not change within a minor version)
+//! on x86-64. Between 8.2 and 8.4 only `op_array.filename` moved (152 ->
+//! 168: `zend_op_array` grew); 8.3 and other minor versions are not read.
 
 use std::collections::HashMap;
 
@@ -32,7 +34,17 @@ pub const CALL_TOP: u32 = 1 << 1;
 const FN_TYPE: u64 = 0;
 const FN_NAME: u64 = 8;
 const FN_SCOPE: u64 = 16;
-const OP_ARRAY_FILENAME: u64 = 152;
+/// `op_array.filename` by minor version (8.2, 8.4).
+fn op_array_filename(minor: u32) -> Option<u64> {
+    match minor {
+        2 => Some(152),
+        4 => Some(168),
+        _ => None,
+    }
+}
+
+/// The PHP versions read, for what the capture and the report say.
+pub const READ: &str = "PHP 8.2 and 8.4";
 const CE_NAME: u64 = 8;
 const STR_LEN: u64 = 16;
 const STR_VAL: u64 = 24;
@@ -54,9 +66,13 @@ pub struct PhpFunc {
     pub internal: bool,
 }
 
-/// The PHP 8.2 executor of a live process.
+/// The PHP executor of a live process.
 pub struct Executor {
     pid: u32,
+    /// Its minor version (8.N).
+    pub minor: u32,
+    /// Where its version keeps `op_array.filename`.
+    filename: u64,
     /// `&executor_globals` in the process.
     pub globals: u64,
     /// Where `execute_ex` lies: the native frames that run PHP frames.
@@ -68,21 +84,36 @@ pub struct Executor {
     funcs: HashMap<u64, (u64, PhpFunc)>,
 }
 
-/// Whether `path` names PHP 8.2's executable (Debian's `php8.2`, the
-/// `php-cgi8.2` and `php-fpm8.2` SAPIs build the same executor in).
-pub fn is_php82(path: &str) -> bool {
+/// The minor version of the PHP 8 executable `path` names (Debian's
+/// `php8.N`; the `php-cgi8.N` and `php-fpm8.N` SAPIs build the same
+/// executor in), read or not.
+pub fn php8_minor(path: &str) -> Option<u32> {
     let name = path.rsplit('/').next().unwrap_or("");
-    name.starts_with("php") && name.ends_with("8.2")
+    if !name.starts_with("php") || name.contains(".so") {
+        return None;
+    }
+    let (_, v) = name.rsplit_once("8.")?;
+    v.parse().ok().filter(|_| !v.is_empty() && v.len() <= 2)
+}
+
+/// Whether `path` names a PHP executable whose executor is read.
+pub fn is_read(path: &str) -> bool {
+    php8_minor(path).is_some_and(|m| op_array_filename(m).is_some())
 }
 
 impl Executor {
-    /// The executor of `pid`: its PHP 8.2 executable's `executor_globals`.
+    /// The executor of `pid`: its PHP executable's `executor_globals`.
     pub fn find(pid: u32) -> Result<Executor, String> {
         let maps = wallclock_stream::procmaps::read(pid).ok_or_else(|| format!("pid {pid}: its maps cannot be read"))?;
-        let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| is_php82(&m.path)).collect();
-        let first = mine.first().ok_or_else(|| format!("pid {pid}: no PHP 8.2 executable mapped"))?;
+        let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| is_read(&m.path)).collect();
+        let first = mine.first().ok_or_else(|| format!("pid {pid}: no {READ} executable mapped"))?;
         let path = first.path.clone();
-        let data = crate::elf::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
+        let minor = php8_minor(&path).unwrap_or(0);
+        let filename = op_array_filename(minor).ok_or_else(|| format!("{path}: PHP 8.{minor} is not read"))?;
+        // Through the process's own root first (a container's file).
+        let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}"))
+            .or_else(|| crate::elf::map_file(&path))
+            .ok_or_else(|| format!("{path}: cannot map it"))?;
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
         let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let bias = crate::elf::load_bias(&segments, first.start, first.offset).ok_or_else(|| format!("{path}: no segment holds {:#x}", first.offset))?;
@@ -99,7 +130,7 @@ impl Executor {
         execute_ex.sort_unstable();
         execute_ex.dedup();
         let mapped = mine.iter().filter(|m| m.path == path).map(|m| (m.start, m.end)).collect();
-        Ok(Executor { pid, globals, execute_ex, mapped, funcs: HashMap::new() })
+        Ok(Executor { pid, minor, filename, globals, execute_ex, mapped, funcs: HashMap::new() })
     }
 
     /// A new turn of the capture loop: functions are read again.
@@ -149,7 +180,7 @@ impl Executor {
             let class = self.string(self.u64(scope + CE_NAME)?)?;
             text = format!("{class}::{text}");
         }
-        let file = if ty == USER_FUNCTION { self.string(self.u64(func + OP_ARRAY_FILENAME)?).ok() } else { None };
+        let file = if ty == USER_FUNCTION { self.string(self.u64(func + self.filename)?).ok() } else { None };
         let f = PhpFunc { name: text, file, internal: ty == INTERNAL_FUNCTION };
         self.funcs.insert(func, (name, f.clone()));
         Ok(f)
@@ -163,5 +194,20 @@ impl Executor {
         let mut b = [0u8; 4];
         self.read(opline + OP_LINENO, &mut b).ok()?;
         Some(u32::from_le_bytes(b)).filter(|&l| l > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_executable_names() {
+        assert_eq!(php8_minor("/usr/bin/php8.2"), Some(2));
+        assert_eq!(php8_minor("/usr/sbin/php-fpm8.4"), Some(4));
+        assert_eq!(php8_minor("/usr/bin/php-cgi8.3"), Some(3));
+        assert_eq!(php8_minor("/usr/lib/apache2/modules/libphp8.2.so"), None);
+        assert_eq!(php8_minor("/usr/bin/phpize"), None);
+        assert!(is_read("/usr/bin/php8.2") && is_read("/usr/bin/php8.4") && !is_read("/usr/bin/php8.3"));
     }
 }

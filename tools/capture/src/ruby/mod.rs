@@ -1,4 +1,5 @@
-//! Ruby frames with no flag (Ruby 3.1, as Debian 12 ships it): each
+//! Ruby frames with no flag (Ruby 3.1, as Debian 12 ships it; 3.3 as
+//! Debian forky does, and 3.4: reader.rs's `Layout`): each
 //! thread's control frames, read by the BPF side where a stack is taken
 //! (bpf/ruby.bpf.h), named here from the live process (reader.rs) and put
 //! above the `rb_vm_exec` native frames that ran them, as Python's go above
@@ -72,14 +73,21 @@ pub struct Ruby {
 
 const UNREAD: &str = "rb::[unreadable frame]";
 
+/// bpf/ruby.bpf.h's `struct wc_rbcfg`.
 #[repr(C)]
 struct RbCfg {
     modid: u64,
     dtpoff: u64,
+    cfp_size: u32,
+    ec_thread: u32,
+    th_ractor: u32,
+    th_waitq: u32,
+    ractor_span: u32,
+    pad: u32,
 }
 
 impl Ruby {
-    /// Find the Ruby 3.1 processes among `pids` not seen yet and tell the
+    /// Find the Ruby processes among `pids` not seen yet and tell the
     /// BPF side where their execution contexts are.
     pub fn refresh(&mut self, pids: &[u32], cfg: &dyn MapCore) {
         for &pid in pids {
@@ -98,8 +106,9 @@ impl Ruby {
                 }
                 continue;
             };
-            let c = RbCfg { modid: vm.modid, dtpoff: vm.dtpoff };
-            // SAFETY: RbCfg is two u64s, no padding.
+            let l = vm.layout;
+            let c = RbCfg { modid: vm.modid, dtpoff: vm.dtpoff, cfp_size: l.cfp_size, ec_thread: l.ec_thread, th_ractor: l.th_ractor, th_waitq: l.th_waitq, ractor_span: l.ractor_span, pad: 0 };
+            // SAFETY: RbCfg is two u64s and six u32s, no padding.
             let b = unsafe { std::slice::from_raw_parts((&c as *const RbCfg).cast::<u8>(), std::mem::size_of::<RbCfg>()) };
             if cfg.update(&pid.to_ne_bytes(), b, MapFlags::ANY).is_err() {
                 continue;

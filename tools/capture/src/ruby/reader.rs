@@ -1,12 +1,20 @@
-//! A live Ruby 3.1 process read from outside (process_vm_readv): where
-//! its execution context lives (for the BPF walker), and the names of
-//! the iseqs and method entries its control frames hold.
+//! A live Ruby process (3.1, 3.3 or 3.4) read from outside
+//! (process_vm_readv): where its execution context lives (for the BPF
+//! walker), and the names of the iseqs and method entries its control
+//! frames hold.
 //!
-//! Layout of Debian 12's ruby 3.1.2 (libruby3.1 3.1.7+really3.1.2), from
-//! Ruby 3.1.2's vm_core.h / method.h / iseq.h (as rbspy's bindgen output
-//! for 3.1.2 lists them) and checked against the live interpreter
-//! (tests/runtime_ruby.rs). libruby is stripped: only its dynamic symbols
-//! are read.
+//! Layouts (`Layout`): Ruby 3.1.2's, 3.3.8's and 3.4.5's vm_core.h /
+//! method.h / iseq.h / rstring.h / rarray.h, as rbspy's bindgen output for
+//! those releases lists them (`offset_of!` of each field), checked against
+//! the live interpreters (Debian 12's 3.1.2, Debian forky's 3.3.8:
+//! tests/runtime_ruby.rs). What moved: the control frame lost a word in
+//! 3.2 (64 -> 56 bytes), a String keeps its length in a field of its own
+//! and an Array 7 bits of embedded length (variable-width allocation),
+//! an iseq's first line is a C int, not a Fixnum, and the GVL's wait queue
+//! is the thread scheduler's ready queue. libruby is stripped: only its
+//! dynamic symbols are read, and where 3.3's build no longer exports
+//! `ruby_current_ec` and `rb_vm_exec`, they are found in the code of
+//! functions it does export (`rb_thread_current`, `rb_iseq_eval_main`).
 
 use std::collections::HashMap;
 
@@ -35,9 +43,54 @@ const LAST_OP_ID: u64 = 0xa9;
 const ID_ENTRY_UNIT: u64 = 512;
 const MAX_STR: u64 = 4096;
 
-/// A Ruby 3.1 process.
+/// What differs between the Ruby versions read (the rest above is the
+/// same in 3.1, 3.3 and 3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// `sizeof(rb_control_frame_t)`.
+    pub cfp_size: u32,
+    /// `rb_execution_context_t.thread_ptr`, `rb_thread_t.ractor`.
+    pub ec_thread: u32,
+    pub th_ractor: u32,
+    /// The thread's node that is linked into its ractor's GVL wait queue
+    /// (3.1: `native_thread_data.node.gvl`; 3.3+: `sched.node.readyq`),
+    /// and how far into `rb_ractor_t` the queue's head may lie.
+    pub th_waitq: u32,
+    pub ractor_span: u32,
+    /// RString: its length in a field at +16 and the embedded bytes at
+    /// +24 (3.2+), else an embedded one's length in its flags (bits
+    /// 14-18) and its bytes at +16.
+    str_len_field: bool,
+    /// RArray: an embedded one's length, in its flags from bit 15.
+    ary_embed_len_mask: u64,
+    /// `first_lineno`: a Fixnum (3.1), else a C int.
+    lineno_fixnum: bool,
+}
+
+/// Ruby 3.1 (3.1.2's layout; the structs read did not change within 3.1).
+const RUBY_31: Layout = Layout { cfp_size: 64, ec_thread: 48, th_ractor: 24, th_waitq: 104, ractor_span: 2048, str_len_field: false, ary_embed_len_mask: 0x3, lineno_fixnum: true };
+/// Ruby 3.3 and 3.4 (3.3.8's and 3.4.5's: the same for what is read;
+/// the ready queue's head at +344 of a 600 / 520-byte rb_ractor_t).
+const RUBY_33: Layout = Layout { cfp_size: 56, ec_thread: 48, th_ractor: 24, th_waitq: 72, ractor_span: 1024, str_len_field: true, ary_embed_len_mask: 0x7f, lineno_fixnum: false };
+
+/// The Ruby versions read, for what the capture and the report say.
+pub const READ: &str = "Ruby 3.1, 3.3 and 3.4";
+
+/// The layout of Ruby 3.`minor`, where it is read.
+pub fn layout(minor: u32) -> Option<Layout> {
+    match minor {
+        1 => Some(RUBY_31),
+        3 | 4 => Some(RUBY_33),
+        _ => None,
+    }
+}
+
+/// A Ruby process.
 pub struct Vm {
     pid: u32,
+    /// Its minor version (3.N) and that version's layout.
+    pub minor: u32,
+    pub layout: Layout,
     /// libruby's TLS module id and `ruby_current_ec`'s offset in its block.
     pub modid: u64,
     pub dtpoff: u64,
@@ -53,46 +106,73 @@ pub struct Vm {
     ids: HashMap<u64, String>,
 }
 
-/// Whether `path` names Ruby 3.1's library.
-pub fn is_libruby31(path: &str) -> bool {
-    path.rsplit('/').next().unwrap_or("").starts_with("libruby-3.1.so")
+/// The minor version of the Ruby 3 library `path` names
+/// (`libruby-3.N.so...`), read or not.
+pub fn libruby_minor(path: &str) -> Option<u32> {
+    let name = path.rsplit('/').next().unwrap_or("");
+    let rest = name.strip_prefix("libruby-3.")?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if !rest[digits.len()..].starts_with(".so") {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 impl Vm {
-    /// The Ruby 3.1 of `pid` (Err: none, or not started far enough for its
-    /// TLS module id to be set).
+    /// The Ruby of `pid` (Err: none, one whose frames are not read, or
+    /// not started far enough for its TLS module id to be set).
     pub fn find(pid: u32) -> Result<Vm, String> {
         let maps = wallclock_stream::procmaps::read(pid).ok_or_else(|| format!("pid {pid}: its maps cannot be read"))?;
-        let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| is_libruby31(&m.path)).collect();
-        let first = mine.first().ok_or_else(|| format!("pid {pid}: no libruby-3.1 mapped"))?;
+        let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| libruby_minor(&m.path).is_some()).collect();
+        let first = mine.first().ok_or_else(|| format!("pid {pid}: no libruby-3.N mapped"))?;
         let path = first.path.clone();
-        let data = crate::elf::map_file(&path).ok_or_else(|| format!("{path}: cannot map it"))?;
+        let minor = libruby_minor(&path).unwrap_or(0);
+        let layout = layout(minor).ok_or_else(|| format!("pid {pid}: runs Ruby 3.{minor}, whose frames are not walked (the capture reads {READ})"))?;
+        // Through the process's own root first (a container's file).
+        let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}"))
+            .or_else(|| crate::elf::map_file(&path))
+            .ok_or_else(|| format!("{path}: cannot map it"))?;
         let obj = object::File::parse(&*data).map_err(|e| format!("{path}: {e}"))?;
         let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let bias = crate::elf::load_bias(&segments, first.start, first.offset).ok_or_else(|| format!("{path}: no segment holds {:#x}", first.offset))?;
         let (mut ec, mut vm_exec, mut id2str, mut native_waits) = (None, None, None, Vec::new());
+        let (mut thread_current, mut eval_main) = (None, None);
         for s in obj.dynamic_symbols() {
             match s.name_bytes() {
                 Ok(b"ruby_current_ec") => ec = Some((s.index(), s.address())),
-                Ok(b"rb_vm_exec") => vm_exec = Some((s.address() + bias, s.address() + bias + s.size().max(1))),
+                Ok(b"rb_vm_exec") => vm_exec = Some((s.address(), s.address() + s.size().max(1))),
                 Ok(b"rb_id2str") => id2str = Some(s.address()),
+                Ok(b"rb_thread_current") => thread_current = Some(s.address()),
+                Ok(b"rb_iseq_eval_main") => eval_main = Some(s.address()),
                 Ok(n) if n.starts_with(b"rb_native_cond_") || n.starts_with(b"rb_native_mutex_") => native_waits.push((s.address() + bias, s.address() + bias + s.size().max(1))),
                 _ => {}
             }
         }
-        let (ec_index, dtpoff) = ec.ok_or_else(|| format!("{path}: no ruby_current_ec"))?;
-        let vm_exec = vm_exec.ok_or_else(|| format!("{path}: no rb_vm_exec"))?;
-        // The GOT slot the loader fills with libruby's module id.
-        let got = obj
-            .dynamic_relocations()
-            .into_iter()
-            .flatten()
-            .find(|(_, r)| r.flags() == object::RelocationFlags::Elf { r_type: object::elf::R_X86_64_DTPMOD64 } && r.target() == object::RelocationTarget::Symbol(ec_index))
-            .map(|(off, _)| off)
-            .ok_or_else(|| format!("{path}: no TLS module slot for ruby_current_ec"))?;
+        // The GOT slot the loader fills with libruby's module id, and the
+        // variable's offset in libruby's TLS block: by the exported
+        // symbol's relocation (3.1), else (3.3: not exported) from the
+        // general-dynamic TLS access of `rb_thread_current` (GET_EC()).
+        let (got, dtpoff) = match ec {
+            Some((index, dtpoff)) => {
+                let got = obj
+                    .dynamic_relocations()
+                    .into_iter()
+                    .flatten()
+                    .find(|(_, r)| r.flags() == object::RelocationFlags::Elf { r_type: object::elf::R_X86_64_DTPMOD64 } && r.target() == object::RelocationTarget::Symbol(index))
+                    .map(|(off, _)| off)
+                    .ok_or_else(|| format!("{path}: no TLS module slot for ruby_current_ec"))?;
+                (got, dtpoff)
+            }
+            None => thread_current.and_then(|a| tls_of_current_ec(&obj, a)).ok_or_else(|| format!("{path}: neither ruby_current_ec nor its TLS access in rb_thread_current"))?,
+        };
+        // The VM's instruction loop: its symbol (3.1), else (3.3: static)
+        // the function `rb_iseq_eval_main` ends by jumping to (vm_exec),
+        // its extent from the unwind table.
+        let vm_exec = vm_exec.or_else(|| eval_main.and_then(|a| tail_callee(&obj, a))).ok_or_else(|| format!("{path}: neither rb_vm_exec nor rb_iseq_eval_main's tail call"))?;
+        let vm_exec = (vm_exec.0 + bias, vm_exec.1 + bias);
         let symbols = id2str.and_then(|a| global_symbols(&obj, a)).map(|a| a + bias);
         let mapped = mine.iter().filter(|m| m.path == path).map(|m| (m.start, m.end)).collect();
-        let mut vm = Vm { pid, modid: 0, dtpoff, vm_exec, mapped, native_waits, symbols, ids: HashMap::new() };
+        let mut vm = Vm { pid, minor, layout, modid: 0, dtpoff, vm_exec, mapped, native_waits, symbols, ids: HashMap::new() };
         vm.modid = vm.u64(got + bias)?;
         if vm.modid == 0 || vm.modid > 4096 {
             return Err(format!("pid {pid}: libruby's TLS module id is {} (not yet loaded?)", vm.modid));
@@ -139,7 +219,12 @@ impl Vm {
         if f & T_MASK != T_STRING {
             return Err(format!("{s:#x} is not a String"));
         }
-        let (len, at) = if f & FL_USER1 != 0 { (self.u64(s + 16)?, self.u64(s + 24)?) } else { ((f >> 14) & 0x1f, s + 16) };
+        let (len, at) = match (f & FL_USER1 != 0, self.layout.str_len_field) {
+            (true, true) => (self.u64(s + 16)?, self.u64(s + 24)?),
+            (false, true) => (self.u64(s + 16)?, s + 24),
+            (true, false) => (self.u64(s + 16)?, self.u64(s + 24)?),
+            (false, false) => ((f >> 14) & 0x1f, s + 16),
+        };
         if len > MAX_STR {
             return Err(format!("a String of {len} bytes at {s:#x}"));
         }
@@ -154,7 +239,7 @@ impl Vm {
         if f & T_MASK != T_ARRAY {
             return Err(format!("{a:#x} is not an Array"));
         }
-        let (len, at) = if f & FL_USER1 != 0 { ((f >> 15) & 3, a + 16) } else { (self.u64(a + 16)?, self.u64(a + 32)?) };
+        let (len, at) = if f & FL_USER1 != 0 { ((f >> 15) & self.layout.ary_embed_len_mask, a + 16) } else { (self.u64(a + 16)?, self.u64(a + 32)?) };
         if i >= len {
             return Err(format!("index {i} past an Array of {len}"));
         }
@@ -174,8 +259,9 @@ impl Vm {
             T_STRING => self.string(po)?,
             _ => self.string(self.array_at(po, 0)?)?,
         };
-        // A Fixnum.
-        let line = (self.u64(body + BODY_FIRST_LINENO)? >> 1) as u32;
+        // A Fixnum (3.1), else a C int.
+        let word = self.u64(body + BODY_FIRST_LINENO)?;
+        let line = if self.layout.lineno_fixnum { (word >> 1) as u32 } else { word as u32 };
         Ok(Some((label, path, line)))
     }
 
@@ -227,4 +313,85 @@ fn global_symbols(obj: &object::File, id2str: u64) -> Option<u64> {
     let k = t.windows(2).position(|w| w == [0x39, 0x3d])?;
     let disp = i32::from_le_bytes(t.get(k + 2..k + 6)?.try_into().ok()?);
     Some((target + k as u64 + 6).wrapping_add(disp as i64 as u64))
+}
+
+/// The GOT's `tls_index` (its module-id slot) and the offset in the
+/// module's TLS block of the variable `rb_thread_current` reads first:
+/// `ruby_current_ec`, as GET_EC() reads it, by the general-dynamic
+/// sequence `data16 lea slot(%rip),%rdi; data16 data16 rex.W call
+/// __tls_get_addr; mov disp(%rax),%rax` (a variable of the library's own,
+/// not exported: the offset is in the slot's second word, with no
+/// relocation).
+fn tls_of_current_ec(obj: &object::File, func: u64) -> Option<(u64, u64)> {
+    let c = code_at(obj, func, 64)?;
+    let i = c.windows(4).position(|w| w == [0x66, 0x48, 0x8d, 0x3d])?;
+    if c.get(i + 8..i + 12)? != [0x66, 0x66, 0x48, 0xe8] {
+        return None;
+    }
+    let rel = i32::from_le_bytes(c.get(i + 4..i + 8)?.try_into().ok()?);
+    let slot = (func + i as u64 + 8).wrapping_add_signed(i64::from(rel));
+    // mov (%rax),%rax or mov disp8(%rax),%rax after the call.
+    let disp = match c.get(i + 16..i + 20)? {
+        [0x48, 0x8b, 0x00, _] => 0,
+        [0x48, 0x8b, 0x40, d] => u64::from(*d as i8 as u8),
+        _ => return None,
+    };
+    let off = u64::from_le_bytes(data_at(obj, slot + 8, 8)?.try_into().ok()?);
+    Some((slot, off + disp))
+}
+
+/// The function `func` ends by jumping to (its last `jmp rel32` before
+/// its end, by the unwind table), and that function's extent by its
+/// unwind-table entry: `rb_iseq_eval_main` returns `vm_exec(ec)`.
+fn tail_callee(obj: &object::File, func: u64) -> Option<(u64, u64)> {
+    use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
+    let (hdr, eh, text) = (obj.section_by_name(".eh_frame_hdr")?, obj.section_by_name(".eh_frame")?, obj.section_by_name(".text")?);
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr.address()).set_eh_frame(eh.address()).set_text(text.address());
+    let parsed = EhFrameHdr::new(hdr.data().ok()?, LittleEndian).parse(&bases, 8).ok()?;
+    let table = parsed.table()?;
+    let eh = EhFrame::new(eh.data().ok()?, LittleEndian);
+    let extent = |a: u64| table.fde_for_address(&eh, &bases, a, EhFrame::cie_from_offset).ok().map(|f| (f.initial_address(), f.initial_address() + f.len()));
+    let (start, end) = extent(func)?;
+    let c = code_at(obj, start, end - start)?;
+    // Instructions are not decoded: of the `e9` bytes whose target is a
+    // function's start by the unwind table, the first.
+    (0..c.len().saturating_sub(4)).filter(|&i| c[i] == 0xe9).find_map(|i| {
+        let rel = i32::from_le_bytes(c[i + 1..i + 5].try_into().ok()?);
+        let target = (start + i as u64 + 5).wrapping_add_signed(i64::from(rel));
+        let (s, e) = extent(target)?;
+        (s == target && !(start..end).contains(&target)).then_some((s, e))
+    })
+}
+
+/// `n` bytes of `.text` at link-time address `a`.
+fn code_at<'a>(obj: &'a object::File, a: u64, n: u64) -> Option<&'a [u8]> {
+    let text = obj.section_by_name(".text")?;
+    let d = text.data().ok()?;
+    let off = a.checked_sub(text.address())? as usize;
+    d.get(off..off + n as usize)
+}
+
+/// `n` bytes of the file's data at link-time address `a` (any section
+/// with contents: the GOT).
+fn data_at<'a>(obj: &'a object::File, a: u64, n: u64) -> Option<&'a [u8]> {
+    obj.sections().find(|s| s.address() <= a && a + n <= s.address() + s.size()).and_then(|s| {
+        let d = s.data().ok()?;
+        d.get((a - s.address()) as usize..(a - s.address() + n) as usize)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_library_names() {
+        assert_eq!(libruby_minor("/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1.2"), Some(1));
+        assert_eq!(libruby_minor("/usr/lib/x86_64-linux-gnu/libruby-3.3.so.3.3"), Some(3));
+        assert_eq!(libruby_minor("/opt/ruby/lib/libruby-3.4.so"), Some(4));
+        assert_eq!(libruby_minor("/usr/lib/libruby-static.a"), None);
+        assert!(layout(1).is_some() && layout(3).is_some() && layout(4).is_some() && layout(2).is_none() && layout(5).is_none());
+        assert_eq!(layout(1).unwrap().cfp_size, 64);
+        assert_eq!(layout(3).unwrap().cfp_size, 56);
+    }
 }
