@@ -85,6 +85,7 @@ static __always_inline void fill(struct wcd_thread *e, struct task_struct *t)
 	e->now = bpf_ktime_get_ns();
 	e->since = since_of(t, e->now);
 	e->exec_ns = BPF_CORE_READ(t, se.sum_exec_runtime);
+	e->nsw = BPF_CORE_READ(t, nvcsw) + BPF_CORE_READ(t, nivcsw);
 	e->start_ns = BPF_CORE_READ(t, start_time);
 	e->pid = BPF_CORE_READ(t, tgid);
 	e->tid = BPF_CORE_READ(t, pid);

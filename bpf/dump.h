@@ -16,6 +16,7 @@ struct wcd_thread {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
+	__u64 nsw;	/* its context switches at the visit (nvcsw + nivcsw) */
 	__u32 pid;
 	__u32 tid;
 	__u32 state;	/* task->__state as read */

@@ -58,7 +58,10 @@ static __always_inline int emit_task_stack(struct task_struct *t, __u64 fp, __u3
 		e->sp = sp;
 		e->bp = BPF_CORE_READ(regs, bp);
 		if (!may_sleep) {
+			/* Its context switches so far, for user space to tell
+			 * whether it ran before the copy (py is unused here). */
 			e->py_pad = WC_EV_USTACK_LATER;
+			e->py[0].code = t->nvcsw + t->nivcsw;
 			goto out;
 		}
 		/* As emit_stack: 16K, else what is left of the stack's pages. */

@@ -197,7 +197,8 @@ struct wc_event {
 
 /* wc_event.py_pad of a blocked thread's event from a task iterator that
  * cannot sleep (before 5.18): its user stack is copied by user space from
- * sp (the thread is blocked: its stack is as it was). */
+ * sp, and kept if the thread has not switched since the visit (its count
+ * of context switches then is in py[0].code). */
 #define WC_EV_USTACK_LATER 1
 
 /* Wakers (offcputime --wakers, bpf/waker.bpf.h). The context a wake-up

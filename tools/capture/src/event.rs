@@ -3,6 +3,8 @@
 //! compile-time check of every field's offset and every struct's size
 //! against clang's layout of the header. Nothing here is a hand copy.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 #[allow(non_camel_case_types, non_upper_case_globals, dead_code, clippy::all, clippy::undocumented_unsafe_blocks)]
 mod c {
     include!(concat!(env!("OUT_DIR"), "/wallclock_h.rs"));
@@ -68,6 +70,11 @@ const _: () = assert!(c::WC_TL_EVENTS == 0 && c::WC_TL_DROPS == 1 && c::WC_TL_DR
 pub const COMM_LEN: usize = c::WC_COMM_LEN as usize;
 pub const KSTACK_MAX: usize = c::WC_KSTACK_MAX as usize;
 pub const USTACK_MAX: usize = c::WC_USTACK_MAX as usize;
+
+/// Stacks of threads blocked at the start that user space copied (a kernel
+/// before 5.18), and those it could not (see `WcEvent::copy_ustack`).
+static USER_COPIED: AtomicU64 = AtomicU64::new(0);
+static USER_MOVED: AtomicU64 = AtomicU64::new(0);
 pub const NSTATES: usize = c::WC_NSTATES as usize;
 
 pub const ST_R: u32 = c::WC_ST_R;
@@ -135,6 +142,18 @@ impl WcEvent {
     /// as zeros. None when even the fixed part is cut. Boxed: on the
     /// stack its 18 KB put the callers' frames beyond a 16K stack copy,
     /// and profiles of the capture tools themselves stopped there.
+    /// The stats of the user-space copies (`copy_ustack`), where there
+    /// were any: `ustack_user_copied`, stacks copied as the thread blocked
+    /// at the start; `ustack_user_moved`, threads that ran before the copy
+    /// (their stack is their registers alone).
+    pub fn user_copy_stats() -> Vec<(String, u64)> {
+        let (c, m) = (USER_COPIED.load(Ordering::Relaxed), USER_MOVED.load(Ordering::Relaxed));
+        if c + m == 0 {
+            return Vec::new();
+        }
+        vec![("ustack_user_copied".into(), c), ("ustack_user_moved".into(), m)]
+    }
+
     pub fn parse(data: &[u8]) -> Option<Box<WcEvent>> {
         if data.len() < std::mem::offset_of!(WcEvent, ustack) {
             return None;
@@ -158,9 +177,10 @@ impl WcEvent {
     /// before 5.18 could not copy (bpf/snapshot.bpf.h): copied here from
     /// the stack pointer it saved, 64K, else what is left of the stack's
     /// last pages, as the BPF side copies. Kept only if the thread has not
-    /// left the kernel since (its saved registers are the event's after
-    /// the copy): else the stack is its registers alone, as before.
+    /// switched since the visit (its count then is in py[0].code) when the
+    /// copy is done: else the stack is its registers alone, as before.
     fn copy_ustack(&mut self) {
+        let at_visit = std::mem::take(&mut self.py[0].code);
         if self.sp == 0 || self.ustack_bytes != 0 {
             return;
         }
@@ -168,12 +188,16 @@ impl WcEvent {
         let head = 4096 - (sp as usize & 4095);
         for len in std::iter::once(USTACK_MAX).chain((0..16).rev().map(|k| head + k * 4096)) {
             if len <= USTACK_MAX && crate::procmem::read(pid, sp, &mut self.ustack[..len]) {
-                if crate::procfs::saved_regs(pid, self.tid) == Some((sp, self.ip)) {
+                if crate::procfs::switches(pid, self.tid) == Some(at_visit) {
                     self.ustack_bytes = len as u32;
+                    USER_COPIED.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    USER_MOVED.fetch_add(1, Ordering::Relaxed);
                 }
                 return;
             }
         }
+        USER_MOVED.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Kernel stack, root first.

@@ -238,15 +238,13 @@ impl Kallsyms {
     }
 }
 
-/// The user stack and instruction pointers a thread that is not running
-/// saved on its way into the kernel: the last two fields of
-/// /proc/PID/task/TID/syscall ("running" for a running one: None).
-pub fn saved_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
-    let f: Vec<&str> = s.split_whitespace().collect();
-    let hex = |x: &str| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok();
-    match f.as_slice() {
-        [.., sp, pc] if f.len() >= 3 => Some((hex(sp)?, hex(pc)?)),
-        _ => None,
-    }
+/// A thread's context switches so far (voluntary and not: the kernel's
+/// nvcsw + nivcsw), from /proc/PID/task/TID/status; None if it is gone.
+/// Unchanged since a visit, the thread has not run since: its user stack
+/// is the one it had then (a read that does not wait on the thread, as
+/// /proc's `syscall` does: a second of an emulated guest's time a read).
+pub fn switches(pid: u32, tid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u64>().ok());
+    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
 }

@@ -641,9 +641,12 @@ impl Unwind {
         (out, whole)
     }
 
-    /// The runtime readers' cost counters, for the stats trailer (readcost).
+    /// The runtime readers' cost counters, for the stats trailer (readcost),
+    /// and the user-space stack copies of an older kernel (event.rs).
     pub fn reader_stats(&self) -> Vec<(String, u64)> {
-        crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost, self.python.cost])
+        let mut v = crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost, self.python.cost]);
+        v.extend(crate::event::WcEvent::user_copy_stats());
+        v
     }
 
     /// The Maps record of a process, when its mappings were read.

@@ -61,6 +61,21 @@ pub fn threads(pid: u32) -> Result<Vec<Box<Raw>>> {
     }
     let skel = open.load().context("load the dump BPF program (bpf/dump.bpf.c)")?;
     let mut raws = pass(&skel)?;
+    // Before 5.18 (stacks copied by user space): a thread blocked at the
+    // visit that ran before its copy is read in another pass, up to three:
+    // most threads are blocked most of the time, and a tick would read it
+    // running, not where it waits.
+    for _ in 0..3 {
+        if !raws.iter().any(|r| r.on_cpu == 0 && unsettled(r)) {
+            break;
+        }
+        let again = pass(&skel)?;
+        for r in raws.iter_mut().filter(|r| r.on_cpu == 0 && unsettled(r)) {
+            if let Some(x) = again.iter().find(|x| x.tid == r.tid && !moving(x)) {
+                r.clone_from(x);
+            }
+        }
+    }
     let running: Vec<u32> = raws.iter().filter(|r| moving(r)).map(|r| r.tid).collect();
     if running.is_empty() {
         return Ok(raws);
@@ -121,10 +136,9 @@ fn pass(skel: &skel::DumpSkel) -> Result<Vec<Box<Raw>>> {
 /// task's user stack: copy it here from the stack pointer the kernel
 /// saved, as the iterator would have (16K, else what is left of the
 /// stack's last pages). The copy is the visit's only if the thread has not
-/// left the kernel since: its saved stack and instruction pointers, which
-/// /proc/PID/task/TID/syscall shows, are still the visit's after the
-/// copy. Else (it ran) the copy is dropped, and the thread is read again
-/// at its tick (`unsettled`).
+/// switched since: its count of context switches (/proc/PID/task/TID/status)
+/// is still the visit's after the copy. Else (it ran) the copy is dropped,
+/// and the thread is read again at its tick (`unsettled`).
 fn copy_ustack(r: &mut Raw) {
     if r.kthread != 0 || r.exit_state != 0 || r.sp == 0 || r.on_cpu != 0 || r.ustack_bytes != 0 {
         return;
@@ -136,7 +150,7 @@ fn copy_ustack(r: &mut Raw) {
             continue;
         }
         if wallclock_capture::procmem::read(r.tid, sp, &mut r.ustack[..len]) {
-            if wallclock_capture::procfs::saved_regs(r.pid, r.tid) == Some((r.sp, r.ip)) {
+            if wallclock_capture::procfs::switches(r.pid, r.tid) == Some(r.nsw) {
                 r.ustack_bytes = len as u32;
             }
             return;
