@@ -478,14 +478,12 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 			if (!e->ustack_bytes)
 				stat_add(WC_STAT_USTACK_FAULTS, 1);
 		}
-		/* The walks write this CPU's scratch event, or for an event
-		 * reserved in the ring (a nested one) a frame buffer copied
-		 * into it: walkout.bpf.h. */
+		/* The walks write a per-CPU frame buffer, copied into the
+		 * event: walkout.bpf.h. */
 		__u32 dest = how >> 16;
 		py_walk(e->pid, e->tid, dest);
 		rb_walk(e->pid, dest);
-		if (dest == WC_WALK_NESTED)
-			walk_copy_nested(e);
+		walk_copy(e, dest);
 	}
 	return 0;
 }

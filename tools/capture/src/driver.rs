@@ -347,6 +347,9 @@ fn secs_ns(secs: f64) -> u64 {
 
 /// Run a capture from the checks to the stop.
 pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>> {
+    // The kernel's features, read from its BTF (40 ms) on a thread of their
+    // own while the session is prepared: the load waits for them.
+    std::thread::spawn(crate::kernel::Kernel::get);
     let args = req.target;
     // Resolved before anything is set up: a time in the past fails now.
     let schedule = args.when.schedule()?;
