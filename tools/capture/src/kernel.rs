@@ -75,17 +75,30 @@ impl Kernel {
         }
     }
 
+    /// Each feature: its tag (the header's `kernel_lacks` name), what the
+    /// capture does without it (None: nothing the user would notice), and
+    /// whether this kernel has it. One table for the lists below.
+    fn features(&mut self) -> [(&'static str, Option<&'static str>, &mut bool); 5] {
+        [
+            ("task_btf", Some("no bpf_get_current_task_btf/bpf_task_pt_regs (5.15): raw_tp programs, fields read by helper"), &mut self.btf_task),
+            ("switch_prev_state", Some("no prev_state in sched_switch (5.18): read from the task"), &mut self.switch_state_arg),
+            (
+                "sleepable_iter",
+                Some("no sleepable task iterator (5.18): stacks of threads blocked at the start copied from user space"),
+                &mut self.sleepable_iter,
+            ),
+            ("lazy_maps_in_perf", None, &mut self.lazy_maps_in_perf),
+            ("attach_cookie", Some("no bpf_get_attach_cookie (5.15): --probe and --span unavailable"), &mut self.attach_cookie),
+        ]
+    }
+
     /// These features (tags as [`Kernel::lacks_tags`] names them) taken
     /// away.
     pub fn without(mut self, tags: &str) -> Kernel {
-        for t in tags.split(',').map(str::trim) {
-            match t {
-                "task_btf" => self.btf_task = false,
-                "switch_prev_state" => self.switch_state_arg = false,
-                "sleepable_iter" => self.sleepable_iter = false,
-                "lazy_maps_in_perf" => self.lazy_maps_in_perf = false,
-                "attach_cookie" => self.attach_cookie = false,
-                _ => {}
+        let tags: Vec<&str> = tags.split(',').map(str::trim).collect();
+        for (tag, _, has) in self.features() {
+            if tags.contains(&tag) {
+                *has = false;
             }
         }
         self
@@ -94,42 +107,12 @@ impl Kernel {
     /// One line a missing feature: what the capture does without it. Empty
     /// on a kernel that has them all.
     pub fn lacks(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if !self.btf_task {
-            v.push("no bpf_get_current_task_btf/bpf_task_pt_regs (5.15): raw_tp programs, fields read by helper");
-        }
-        if !self.switch_state_arg {
-            v.push("no prev_state in sched_switch (5.18): read from the task");
-        }
-        if !self.sleepable_iter {
-            v.push("no sleepable task iterator (5.18): stacks of threads blocked at the start copied from user space");
-        }
-        if !self.attach_cookie {
-            v.push("no bpf_get_attach_cookie (5.15): --probe and --span unavailable");
-        }
-        v
+        self.clone().features().into_iter().filter(|f| !*f.2).filter_map(|f| f.1).collect()
     }
 
-    /// The same, as one header value: names of what is missing, comma
-    /// separated ("" when nothing is).
-    pub fn lacks_tags(&self) -> String {
-        let mut v = Vec::new();
-        if !self.btf_task {
-            v.push("task_btf");
-        }
-        if !self.switch_state_arg {
-            v.push("switch_prev_state");
-        }
-        if !self.sleepable_iter {
-            v.push("sleepable_iter");
-        }
-        if !self.lazy_maps_in_perf {
-            v.push("lazy_maps_in_perf");
-        }
-        if !self.attach_cookie {
-            v.push("attach_cookie");
-        }
-        v.join(",")
+    /// The tags of what is missing (the header's `kernel_lacks`).
+    pub fn lacks_tags(&self) -> Vec<&'static str> {
+        self.clone().features().into_iter().filter(|f| !*f.2).map(|f| f.0).collect()
     }
 }
 
@@ -162,8 +145,8 @@ mod tests {
         }
         let old = Kernel::oldest();
         assert_eq!(old.lacks().len(), 4);
-        assert_eq!(old.lacks_tags(), "task_btf,switch_prev_state,sleepable_iter,lazy_maps_in_perf,attach_cookie");
+        assert_eq!(old.lacks_tags().join(","), "task_btf,switch_prev_state,sleepable_iter,lazy_maps_in_perf,attach_cookie");
         assert!(Kernel::NEWEST.lacks().is_empty() && Kernel::NEWEST.lacks_tags().is_empty());
-        assert_eq!(Kernel::NEWEST.without(&old.lacks_tags()), old);
+        assert_eq!(Kernel::NEWEST.without(&old.lacks_tags().join(",")), old);
     }
 }

@@ -352,7 +352,7 @@ impl Session {
         h.start_ns = Some(self.start_ns);
         h.end_ns = Some(end_ns);
         h.start_realtime_ns = Some(crate::when::realtime_of(self.start_ns));
-        h.kernel_lacks = crate::kernel::Kernel::get().lacks_tags().split(',').filter(|t| !t.is_empty()).map(str::to_string).collect();
+        h.kernel_lacks = crate::kernel::Kernel::get().lacks_tags().into_iter().map(str::to_string).collect();
         self.when.to_header(&mut h);
         h
     }
