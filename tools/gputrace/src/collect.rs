@@ -8,7 +8,7 @@
 //! correlation id), the stack of the outermost API call in progress. No
 //! timestamp is used to match anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use wallclock_stream::{GpuInfo, Kind, MapEntry, Maps, Record, Slice, SliceStack, Stack};
 
@@ -108,26 +108,49 @@ pub fn collect(files: &[(u32, String)]) -> Collected {
 }
 
 fn collect_one(pid: u32, text: &str, c: &mut Collected) {
-    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::new();
-    let mut launches: HashMap<u32, (u32, u32)> = HashMap::new();
-    let mut api: HashMap<u32, (u32, u64)> = HashMap::new();
-    let mut entered: HashMap<u32, (u32, u64)> = HashMap::new();
-    let mut comms: HashMap<u32, String> = HashMap::new();
-    let mut acts: Vec<Act> = Vec::new();
-    let mut maps: Vec<MapEntry> = Vec::new();
-    let mut bad_lines = 0u64;
-    // Attached with the API callbacks on (`R START 1`): every call entered
-    // since has its `L` line (when it launches, copies, sets or waits), so
-    // an activity with none whose correlation id (numbered as calls are
-    // entered) is below every `L` line's was launched by a call entered
-    // before the window. One above (a call the callback did not take for
-    // a launch) is kept, unmatched.
-    let mut windowed = false;
+    let mut p = Parsed::default();
     for line in text.lines() {
+        if !p.line(line, c) {
+            p.bad_lines += 1;
+        }
+    }
+    p.finish(pid, c);
+}
+
+/// One process's file as read, before the join.
+#[derive(Default)]
+struct Parsed {
+    /// Launch stacks by their id (`S` lines).
+    stacks: HashMap<u32, Vec<u64>>,
+    /// Correlation id -> (tid, stack id) of the outermost call (`L`).
+    launches: HashMap<u32, (u32, u32)>,
+    /// Correlation id -> (tid, start) of the API call (`A`).
+    api: HashMap<u32, (u32, u64)>,
+    /// Correlation id -> (tid, start) of a call entered in the window (`L` with a start).
+    entered: HashMap<u32, (u32, u64)>,
+    comms: HashMap<u32, String>,
+    acts: Vec<Act>,
+    maps: Vec<MapEntry>,
+    bad_lines: u64,
+    /// Attached with the API callbacks on (`R START 1`): every call entered
+    /// since has its `L` line (when it launches, copies, sets or waits), so
+    /// an activity with none whose correlation id (numbered as calls are
+    /// entered) is below every `L` line's was launched by a call entered
+    /// before the window. One above (a call the callback did not take for
+    /// a launch) is kept, unmatched.
+    windowed: bool,
+}
+
+impl Parsed {
+    /// Reads one line; false when it is not one the format has.
+    fn line(&mut self, line: &str, c: &mut Collected) -> bool {
         let (tag, rest) = line.split_once(' ').unwrap_or((line, ""));
         let f: Vec<&str> = rest.split(' ').collect();
+        if let Some(ok) = self.activity(tag, &f, c) {
+            return ok;
+        }
         let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
-        let ok = match tag {
+        match tag {
             "V" => {
                 if f.get(1) == Some(&"calibrated") {
                     note(c, "CUPTI has no timestamp callback: GPU times calibrated to CLOCK_MONOTONIC");
@@ -147,7 +170,7 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
             }
             "T" => match (n(0), f.get(1)) {
                 (Some(tid), Some(_)) => {
-                    comms.insert(tid as u32, rest.split_once(' ').map(|x| x.1).unwrap_or("").to_string());
+                    self.comms.insert(tid as u32, rest.split_once(' ').map(|x| x.1).unwrap_or("").to_string());
                     true
                 }
                 _ => false,
@@ -159,16 +182,16 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                     } else {
                         addrs.split(',').map(|a| u64::from_str_radix(a, 16).ok()).collect()
                     };
-                    v.map(|v| stacks.insert(sid as u32, v)).is_some()
+                    v.map(|v| self.stacks.insert(sid as u32, v)).is_some()
                 }
                 _ => false,
             },
             "L" => match (n(0), n(1), n(2)) {
                 (Some(tid), Some(corr), Some(sid)) => {
-                    launches.entry(corr as u32).or_insert((tid as u32, sid as u32));
+                    self.launches.entry(corr as u32).or_insert((tid as u32, sid as u32));
                     // `L TID CORR SID START`: the call's start, for the launch delay.
                     if let (Some(start), None) = (n(3), f.get(4)) {
-                        entered.entry(corr as u32).or_insert((tid as u32, start));
+                        self.entered.entry(corr as u32).or_insert((tid as u32, start));
                     }
                     true
                 }
@@ -176,70 +199,8 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
             },
             "A" => match (n(3), n(4), n(5)) {
                 (Some(tid), Some(corr), Some(start)) => {
-                    api.insert(corr as u32, (tid as u32, start));
+                    self.api.insert(corr as u32, (tid as u32, start));
                     add(&mut c.counts, "gpu_api_calls", 1);
-                    true
-                }
-                _ => false,
-            },
-            "K" => match (n(0), n(1), n(2), n(3), n(4), f.get(6)) {
-                (Some(corr), Some(s), Some(e), Some(dev), Some(st), Some(_)) => {
-                    let name = f[6..].join(" ");
-                    acts.push(Act {
-                        activity: "kernel",
-                        name: demangle(&name),
-                        corr: corr as u32,
-                        start: s,
-                        end: e,
-                        device: Some(dev as u32),
-                        stream: Some(st as u32),
-                    });
-                    true
-                }
-                _ => false,
-            },
-            "C" => match (n(0), n(1), n(2), n(3), n(4), n(5)) {
-                (Some(corr), Some(s), Some(e), Some(dev), Some(st), Some(k)) => {
-                    acts.push(Act {
-                        activity: "memcpy",
-                        name: format!("[memcpy {}]", copy_kind(k as u32)),
-                        corr: corr as u32,
-                        start: s,
-                        end: e,
-                        device: Some(dev as u32),
-                        stream: Some(st as u32),
-                    });
-                    add(&mut c.counts, "gpu_memcpy_bytes", n(6).unwrap_or(0));
-                    true
-                }
-                _ => false,
-            },
-            "E" => match (n(0), n(1), n(2), n(3), n(4)) {
-                (Some(corr), Some(s), Some(e), Some(dev), Some(st)) => {
-                    acts.push(Act {
-                        activity: "memset",
-                        name: "[memset]".into(),
-                        corr: corr as u32,
-                        start: s,
-                        end: e,
-                        device: Some(dev as u32),
-                        stream: Some(st as u32),
-                    });
-                    true
-                }
-                _ => false,
-            },
-            "Y" => match (n(0), n(1), n(2), n(3), n(4)) {
-                (Some(corr), Some(s), Some(e), Some(t), Some(st)) => {
-                    acts.push(Act {
-                        activity: "sync",
-                        name: sync_name(t as u32).into(),
-                        corr: corr as u32,
-                        start: s,
-                        end: e,
-                        device: None,
-                        stream: (st != 0).then_some(st as u32),
-                    });
                     true
                 }
                 _ => false,
@@ -256,14 +217,14 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
                 let h = |i: usize| f.get(i).and_then(|s| u64::from_str_radix(s, 16).ok());
                 match (h(0), h(1), h(2), f.get(3)) {
                     (Some(start), Some(end), Some(offset), Some(_)) => {
-                        maps.push(MapEntry { start, end, offset, path: f[3..].join(" "), build_id: None });
+                        self.maps.push(MapEntry { start, end, offset, path: f[3..].join(" "), build_id: None });
                         true
                     }
                     _ => false,
                 }
             }
             "R" => {
-                windowed |= f.get(1) == Some(&"1");
+                self.windowed |= f.get(1) == Some(&"1");
                 n(0).map(|t| c.start_ns = Some(c.start_ns.map_or(t, |x| x.min(t)))).is_some()
             }
             "X" => {
@@ -274,89 +235,129 @@ fn collect_one(pid: u32, text: &str, c: &mut Collected) {
             }
             "" => true,
             _ => false,
-        };
-        if !ok {
-            bad_lines += 1;
         }
     }
-    if bad_lines > 0 {
-        add(&mut c.counts, "gpu_bad_lines", bad_lines);
-    }
-    if !maps.is_empty() {
-        c.records.push(Record::Maps(Maps { pid, maps, names: Vec::new(), pgen: None }));
-    }
-    add(&mut c.counts, "gpu_launch_stacks", stacks.len() as u64);
 
-    // (tid, sid, activity, name, device, stream) -> sums; sid 0: no stack.
-    type Key = (u32, u32, &'static str, String, Option<u32>, Option<u32>);
-    let mut agg: BTreeMap<Key, Agg> = BTreeMap::new();
-    let mut used = std::collections::BTreeSet::new();
-    let first_seen = launches.keys().min().copied();
-    for a in acts {
-        if windowed && !launches.contains_key(&a.corr) && first_seen.is_none_or(|f| a.corr < f) {
-            add(&mut c.counts, "gpu_launched_before_window", 1);
-            continue;
+    /// An activity line (`K` kernel, `C` copy, `E` memset, `Y` sync), each
+    /// `CORR START END X STREAM ...`; None for any other tag.
+    fn activity(&mut self, tag: &str, f: &[&str], c: &mut Collected) -> Option<bool> {
+        if !matches!(tag, "K" | "C" | "E" | "Y") {
+            return None;
         }
-        let ns = a.end.saturating_sub(a.start);
-        add(&mut c.counts, &format!("gpu_{}_count", a.activity), 1);
-        add(&mut c.counts, &format!("gpu_{}_ns", a.activity), ns);
-        let call = api.get(&a.corr).or_else(|| entered.get(&a.corr)).copied();
-        let (tid, sid) = match launches.get(&a.corr) {
-            Some(&(tid, sid)) => {
-                if call.is_some_and(|(t, _)| t != tid) {
-                    add(&mut c.counts, "gpu_tid_mismatch", 1);
-                }
-                (tid, sid)
-            }
-            None => {
-                add(&mut c.counts, "gpu_unmatched", 1);
-                (call.map_or(0, |(t, _)| t), 0)
-            }
+        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+        let (Some(corr), Some(start), Some(end), Some(x), Some(st)) = (n(0), n(1), n(2), n(3), n(4)) else {
+            return Some(false);
         };
-        let mut sl = Slice::new(Kind::Gpu, pid, tid, a.start, a.end.max(a.start));
-        if sid != 0 && stacks.contains_key(&sid) {
-            sl.stack = Some(slice_stack_id(pid, sid));
-            used.insert(sid);
+        let (activity, name, device, stream) = match tag {
+            // `K CORR START END DEVICE STREAM CONTEXT NAME...`
+            "K" if f.len() > 6 => ("kernel", demangle(&f[6..].join(" ")), Some(x as u32), Some(st as u32)),
+            // `C CORR START END DEVICE STREAM KIND BYTES`
+            "C" => match n(5) {
+                Some(k) => {
+                    add(&mut c.counts, "gpu_memcpy_bytes", n(6).unwrap_or(0));
+                    ("memcpy", format!("[memcpy {}]", copy_kind(k as u32)), Some(x as u32), Some(st as u32))
+                }
+                None => return Some(false),
+            },
+            "E" => ("memset", "[memset]".to_string(), Some(x as u32), Some(st as u32)),
+            // `Y CORR START END TYPE STREAM`: stream 0 is none.
+            "Y" => ("sync", sync_name(x as u32).to_string(), None, (st != 0).then_some(st as u32)),
+            _ => return Some(false),
+        };
+        self.acts.push(Act { activity, name, corr: corr as u32, start, end, device, stream });
+        Some(true)
+    }
+
+    /// The records: maps, then each activity under its launch stack, summed
+    /// (and one slice each for the timeline).
+    fn finish(mut self, pid: u32, c: &mut Collected) {
+        if self.bad_lines > 0 {
+            add(&mut c.counts, "gpu_bad_lines", self.bad_lines);
         }
-        sl.gpu = Some(GpuInfo {
-            activity: a.activity.to_string(),
-            device: a.device,
-            stream: a.stream,
-            launch_delay_ns: call.filter(|&(_, s)| a.activity != "sync" && s > 0 && a.start >= s).map(|(_, s)| a.start - s),
-            name: Some(a.name.clone()),
-        });
-        c.timeline.push(Record::Slice(sl));
-        let e = agg.entry((tid, sid, a.activity, a.name, a.device, a.stream)).or_default();
-        e.ns += ns;
-        e.count += 1;
-        if let Some((_, api_start)) = call.filter(|_| a.activity != "sync") {
-            if a.start >= api_start && api_start > 0 {
-                e.delay += a.start - api_start;
-                e.delays += 1;
+        if !self.maps.is_empty() {
+            let maps = std::mem::take(&mut self.maps);
+            c.records.push(Record::Maps(Maps { pid, maps, names: Vec::new(), pgen: None }));
+        }
+        add(&mut c.counts, "gpu_launch_stacks", self.stacks.len() as u64);
+        let (agg, used) = self.join(pid, c);
+        for sid in used {
+            let ustack = self.stacks.get(&sid).cloned().unwrap_or_default();
+            let ss = SliceStack { id: slice_stack_id(pid, sid), pid, ustack, kstack: Vec::new(), frames: Vec::new() };
+            c.timeline.insert(0, Record::SliceStack(ss));
+        }
+        for ((tid, sid, activity, name, device, stream), a) in agg {
+            let comm = self.comms.get(&tid).map(String::as_str).unwrap_or("");
+            let mut s = Stack::new(Kind::Gpu, pid, tid, comm);
+            s.ustack = self.stacks.get(&sid).cloned().unwrap_or_default();
+            s.ns = a.ns;
+            s.count = a.count;
+            s.gpu = Some(GpuInfo {
+                activity: activity.to_string(),
+                device,
+                stream,
+                launch_delay_ns: (a.delays > 0).then_some(a.delay),
+                name: Some(name),
+            });
+            c.records.push(Record::Stack(s));
+        }
+    }
+
+    /// Each activity joined to its launch by correlation id: one timeline
+    /// slice each, the sums by key, and the stack ids used.
+    fn join(&mut self, pid: u32, c: &mut Collected) -> (BTreeMap<Key, Agg>, BTreeSet<u32>) {
+        let mut agg: BTreeMap<Key, Agg> = BTreeMap::new();
+        let mut used = BTreeSet::new();
+        let first_seen = self.launches.keys().min().copied();
+        for a in std::mem::take(&mut self.acts) {
+            if self.windowed && !self.launches.contains_key(&a.corr) && first_seen.is_none_or(|f| a.corr < f) {
+                add(&mut c.counts, "gpu_launched_before_window", 1);
+                continue;
+            }
+            let ns = a.end.saturating_sub(a.start);
+            add(&mut c.counts, &format!("gpu_{}_count", a.activity), 1);
+            add(&mut c.counts, &format!("gpu_{}_ns", a.activity), ns);
+            let call = self.api.get(&a.corr).or_else(|| self.entered.get(&a.corr)).copied();
+            let (tid, sid) = match self.launches.get(&a.corr) {
+                Some(&(tid, sid)) => {
+                    if call.is_some_and(|(t, _)| t != tid) {
+                        add(&mut c.counts, "gpu_tid_mismatch", 1);
+                    }
+                    (tid, sid)
+                }
+                None => {
+                    add(&mut c.counts, "gpu_unmatched", 1);
+                    (call.map_or(0, |(t, _)| t), 0)
+                }
+            };
+            let mut sl = Slice::new(Kind::Gpu, pid, tid, a.start, a.end.max(a.start));
+            if sid != 0 && self.stacks.contains_key(&sid) {
+                sl.stack = Some(slice_stack_id(pid, sid));
+                used.insert(sid);
+            }
+            sl.gpu = Some(GpuInfo {
+                activity: a.activity.to_string(),
+                device: a.device,
+                stream: a.stream,
+                launch_delay_ns: call.filter(|&(_, s)| a.activity != "sync" && s > 0 && a.start >= s).map(|(_, s)| a.start - s),
+                name: Some(a.name.clone()),
+            });
+            c.timeline.push(Record::Slice(sl));
+            let e = agg.entry((tid, sid, a.activity, a.name, a.device, a.stream)).or_default();
+            e.ns += ns;
+            e.count += 1;
+            if let Some((_, api_start)) = call.filter(|_| a.activity != "sync") {
+                if a.start >= api_start && api_start > 0 {
+                    e.delay += a.start - api_start;
+                    e.delays += 1;
+                }
             }
         }
-    }
-    for sid in used {
-        let ustack = stacks.get(&sid).cloned().unwrap_or_default();
-        let ss = SliceStack { id: slice_stack_id(pid, sid), pid, ustack, kstack: Vec::new(), frames: Vec::new() };
-        c.timeline.insert(0, Record::SliceStack(ss));
-    }
-    for ((tid, sid, activity, name, device, stream), a) in agg {
-        let comm = comms.get(&tid).map(String::as_str).unwrap_or("");
-        let mut s = Stack::new(Kind::Gpu, pid, tid, comm);
-        s.ustack = stacks.get(&sid).cloned().unwrap_or_default();
-        s.ns = a.ns;
-        s.count = a.count;
-        s.gpu = Some(GpuInfo {
-            activity: activity.to_string(),
-            device,
-            stream,
-            launch_delay_ns: (a.delays > 0).then_some(a.delay),
-            name: Some(name),
-        });
-        c.records.push(Record::Stack(s));
+        (agg, used)
     }
 }
+
+/// (tid, sid, activity, name, device, stream) -> sums; sid 0: no stack.
+type Key = (u32, u32, &'static str, String, Option<u32>, Option<u32>);
 
 fn note(c: &mut Collected, s: &str) {
     if !c.notes.iter().any(|n| n == s) {
