@@ -169,100 +169,11 @@ pub fn build(
     if gpu.is_empty() && !has_counts {
         return None;
     }
-    let mut r = GpuReport::default();
-    let mut devices: BTreeMap<Option<u32>, GpuDevice> = BTreeMap::new();
-    let mut kernels: BTreeMap<String, KAgg> = BTreeMap::new();
-    let mut copies: BTreeMap<String, GpuNamed> = BTreeMap::new();
-    let mut syncs: BTreeMap<(u32, u32), GpuSyncThread> = BTreeMap::new();
+    let mut t = Tally::default();
     for s in gpu {
-        let (act, name) = activity_of(s);
-        // A plain folded `_[g]` line's value is its time, not a number of
-        // activities: counts are known only from stream records.
-        let n = if s.gpu.is_some() { s.count } else { 0 };
-        let device = s.gpu.as_ref().and_then(|g| g.device);
-        let dev = || GpuDevice { device, ..Default::default() };
-        match act.as_str() {
-            "kernel" => {
-                let d = devices.entry(device).or_insert_with(dev);
-                d.kernel_ns += s.ns;
-                d.kernel_count += n;
-                let k = kernels.entry(name).or_default();
-                k.ns += s.ns;
-                k.count += n;
-                if let Some(delay) = s.gpu.as_ref().and_then(|g| g.launch_delay_ns) {
-                    k.delay += delay;
-                    k.delayed += n;
-                }
-            }
-            "memcpy" => {
-                let d = devices.entry(device).or_insert_with(dev);
-                d.memcpy_ns += s.ns;
-                d.memcpy_count += n;
-                let c = copies.entry(name.clone()).or_insert_with(|| GpuNamed { name, ..Default::default() });
-                c.ns += s.ns;
-                c.count += n;
-            }
-            "memset" => {
-                let d = devices.entry(device).or_insert_with(dev);
-                d.memset_ns += s.ns;
-                d.memset_count += n;
-            }
-            "sync" => {
-                let comm = comms.get(&(s.pid, s.tid)).cloned().filter(|c| !c.is_empty()).unwrap_or(s.comm.clone());
-                let t = syncs.entry((s.pid, s.tid)).or_insert_with(|| GpuSyncThread {
-                    pid: s.pid,
-                    tid: s.tid,
-                    comm,
-                    ..Default::default()
-                });
-                t.ns += s.ns;
-                t.count += n;
-            }
-            "overhead" => r.cupti_overhead_ns += s.ns,
-            // An activity this report does not know: kept in the thread's
-            // GPU column, not guessed into a device's busy time.
-            _ => {}
-        }
+        t.add(s, comms);
     }
-    for d in devices.values_mut() {
-        d.busy_ns = d.kernel_ns + d.memcpy_ns + d.memset_ns;
-        r.busy_ns += d.busy_ns;
-        r.kernel_ns += d.kernel_ns;
-        r.kernel_count += d.kernel_count;
-        r.memcpy.ns += d.memcpy_ns;
-        r.memcpy.count += d.memcpy_count;
-        r.memset.ns += d.memset_ns;
-        r.memset.count += d.memset_count;
-    }
-    r.devices = devices.into_values().collect();
-    let all: Vec<GpuKernel> = kernels
-        .into_iter()
-        .map(|(name, k)| GpuKernel {
-            name,
-            ns: k.ns,
-            count: k.count,
-            mean_ns: (k.count > 0).then(|| mean(k.ns, k.count)),
-            launch_delay_ns: k.delay,
-            mean_launch_delay_ns: (k.delayed > 0).then(|| mean(k.delay, k.delayed)),
-        })
-        .collect();
-    r.kernels = all.len();
-    // Ties broken by the other measure, then by name, so the order is stable.
-    let mut by_ns = all.clone();
-    by_ns.sort_by(|a, b| b.ns.cmp(&a.ns).then(b.count.cmp(&a.count)).then_with(|| a.name.cmp(&b.name)));
-    by_ns.truncate(top_n);
-    let mut by_count = all;
-    by_count.sort_by(|a, b| b.count.cmp(&a.count).then(b.ns.cmp(&a.ns)).then_with(|| a.name.cmp(&b.name)));
-    by_count.truncate(top_n);
-    r.top_kernels_by_ns = by_ns;
-    r.top_kernels_by_count = by_count;
-    r.memcpy.by_kind = copies.into_values().collect();
-    r.memcpy.by_kind.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
-    let mut threads: Vec<GpuSyncThread> = syncs.into_values().collect();
-    threads.sort_by(|a, b| b.ns.cmp(&a.ns).then((a.pid, a.tid).cmp(&(b.pid, b.tid))));
-    r.sync.ns = threads.iter().map(|t| t.ns).sum();
-    r.sync.count = threads.iter().map(|t| t.count).sum();
-    r.sync.threads = threads;
+    let mut r = t.report(top_n);
     // The trailer's counts; a stream cut before its trailer still has the header's.
     let count = |k: &str| stats.get(k).or_else(|| lost.get(k)).copied().unwrap_or(0);
     r.memcpy.bytes = count("gpu_memcpy_bytes");
@@ -273,4 +184,114 @@ pub fn build(
     r.tid_mismatch = count("gpu_tid_mismatch");
     r.bad_lines = count("gpu_bad_lines");
     Some(r)
+}
+
+/// The GPU stacks summed by device, kernel name, copy kind and syncing thread.
+#[derive(Default)]
+struct Tally {
+    devices: BTreeMap<Option<u32>, GpuDevice>,
+    kernels: BTreeMap<String, KAgg>,
+    copies: BTreeMap<String, GpuNamed>,
+    syncs: BTreeMap<(u32, u32), GpuSyncThread>,
+    overhead_ns: u64,
+}
+
+impl Tally {
+    fn add(&mut self, s: &Stack, comms: &BTreeMap<(u32, u32), String>) {
+        let (act, name) = activity_of(s);
+        // A plain folded `_[g]` line's value is its time, not a number of
+        // activities: counts are known only from stream records.
+        let n = if s.gpu.is_some() { s.count } else { 0 };
+        let device = s.gpu.as_ref().and_then(|g| g.device);
+        let dev = || GpuDevice { device, ..Default::default() };
+        match act.as_str() {
+            "kernel" => {
+                let d = self.devices.entry(device).or_insert_with(dev);
+                d.kernel_ns += s.ns;
+                d.kernel_count += n;
+                let k = self.kernels.entry(name).or_default();
+                k.ns += s.ns;
+                k.count += n;
+                if let Some(delay) = s.gpu.as_ref().and_then(|g| g.launch_delay_ns) {
+                    k.delay += delay;
+                    k.delayed += n;
+                }
+            }
+            "memcpy" => {
+                let d = self.devices.entry(device).or_insert_with(dev);
+                d.memcpy_ns += s.ns;
+                d.memcpy_count += n;
+                let c = self.copies.entry(name.clone()).or_insert_with(|| GpuNamed { name, ..Default::default() });
+                c.ns += s.ns;
+                c.count += n;
+            }
+            "memset" => {
+                let d = self.devices.entry(device).or_insert_with(dev);
+                d.memset_ns += s.ns;
+                d.memset_count += n;
+            }
+            "sync" => {
+                let comm = comms.get(&(s.pid, s.tid)).cloned().filter(|c| !c.is_empty()).unwrap_or(s.comm.clone());
+                let t = self.syncs.entry((s.pid, s.tid)).or_insert_with(|| GpuSyncThread {
+                    pid: s.pid,
+                    tid: s.tid,
+                    comm,
+                    ..Default::default()
+                });
+                t.ns += s.ns;
+                t.count += n;
+            }
+            "overhead" => self.overhead_ns += s.ns,
+            // An activity this report does not know: kept in the thread's
+            // GPU column, not guessed into a device's busy time.
+            _ => {}
+        }
+    }
+
+    /// The section from the sums, kernels ranked by time and by count.
+    fn report(self, top_n: usize) -> GpuReport {
+        let mut r = GpuReport { cupti_overhead_ns: self.overhead_ns, ..Default::default() };
+        let mut devices = self.devices;
+        for d in devices.values_mut() {
+            d.busy_ns = d.kernel_ns + d.memcpy_ns + d.memset_ns;
+            r.busy_ns += d.busy_ns;
+            r.kernel_ns += d.kernel_ns;
+            r.kernel_count += d.kernel_count;
+            r.memcpy.ns += d.memcpy_ns;
+            r.memcpy.count += d.memcpy_count;
+            r.memset.ns += d.memset_ns;
+            r.memset.count += d.memset_count;
+        }
+        r.devices = devices.into_values().collect();
+        let all: Vec<GpuKernel> = self
+            .kernels
+            .into_iter()
+            .map(|(name, k)| GpuKernel {
+                name,
+                ns: k.ns,
+                count: k.count,
+                mean_ns: (k.count > 0).then(|| mean(k.ns, k.count)),
+                launch_delay_ns: k.delay,
+                mean_launch_delay_ns: (k.delayed > 0).then(|| mean(k.delay, k.delayed)),
+            })
+            .collect();
+        r.kernels = all.len();
+        // Ties broken by the other measure, then by name, so the order is stable.
+        let mut by_ns = all.clone();
+        by_ns.sort_by(|a, b| b.ns.cmp(&a.ns).then(b.count.cmp(&a.count)).then_with(|| a.name.cmp(&b.name)));
+        by_ns.truncate(top_n);
+        let mut by_count = all;
+        by_count.sort_by(|a, b| b.count.cmp(&a.count).then(b.ns.cmp(&a.ns)).then_with(|| a.name.cmp(&b.name)));
+        by_count.truncate(top_n);
+        r.top_kernels_by_ns = by_ns;
+        r.top_kernels_by_count = by_count;
+        r.memcpy.by_kind = self.copies.into_values().collect();
+        r.memcpy.by_kind.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.name.cmp(&b.name)));
+        let mut threads: Vec<GpuSyncThread> = self.syncs.into_values().collect();
+        threads.sort_by(|a, b| b.ns.cmp(&a.ns).then((a.pid, a.tid).cmp(&(b.pid, b.tid))));
+        r.sync.ns = threads.iter().map(|t| t.ns).sum();
+        r.sync.count = threads.iter().map(|t| t.count).sum();
+        r.sync.threads = threads;
+        r
+    }
 }
