@@ -144,35 +144,9 @@ pub fn run(cli: &Cli) -> Result<i32> {
     });
     let stream_folded_ns = explicit_unit.flatten().unwrap_or(1_000);
     if let Some(diff) = &cli.diff {
-        let mut pb = Profile::read(&diff[..1], false, stream_folded_ns)?;
-        let mut pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
-        if [&pb, &pa].iter().all(|p| p.is_empty() && p.header.is_none() && p.threads.is_empty()) {
-            bail!("no stacks in BEFORE or AFTER: nothing to draw");
-        }
-        // One unit for both: thousandths if either has fractional counts.
-        let f = pb.fraction.max(pa.fraction).max(1);
-        pb.set_fraction(f);
-        pa.set_fraction(f);
-        let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
-        let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
-        let (fa, fb) = (flatten(&pa, scale, false, false), flatten(&pb, scale, false, false));
-        // One stack may come as several entries (two table stacks of the
-        // same text): summed.
-        for (k, mix) in &fa {
-            let e = map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 });
-            for (m, v) in e.mix.iter_mut().zip(mix) {
-                *m += v;
-            }
-        }
-        for (k, mix) in &fb {
-            map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
-        }
-        let entries = map.into_values().collect();
-        let opts = RenderOptions { diff: true, ..render_options(cli, unit, &pa) };
-        return write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w)).map(|_| 0);
+        return run_diff(cli, diff, explicit_unit, stream_folded_ns);
     }
-
-    let mut p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
+    let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
     // An empty input is refused, as flamegraph.pl and inferno refuse it;
     // a stream (a capture) with no stacks still draws "no stacks".
     if p.is_empty() && p.header.is_none() && p.threads.is_empty() {
@@ -182,39 +156,79 @@ pub fn run(cli: &Cli) -> Result<i32> {
     let mut opts = render_options(cli, unit, &p);
     // Two-count (difffolded) lines: a differential graph, as inferno draws them.
     opts.diff = !p.before.is_empty();
-    if !cli.per_thread {
-        let by_command = cli.roots.by_command(p.processes.len());
-        opts.root = title::root_label(&p, by_command);
-        // One process: it is the root box; several: one root each below it
-        // (one per command name when grouped).
-        if !p.has_folded() && !opts.diff {
-            // A stream alone: laid out from its names, no text per stack.
-            let roots: std::collections::BTreeMap<u32, u32> = if p.processes.len() > 1 {
-                let names = title::process_roots(&p, by_command);
-                names.iter().map(|(&pid, r)| (pid, p.seqs.intern(&wallclock_stream::folded::escape(r)))).collect()
-            } else {
-                Default::default()
-            };
-            let entries = p
-                .stream
-                .iter()
-                .map(|((_, pid, seq), mix)| layout_ids::IdEntry { root: roots.get(&pid).copied().unwrap_or(u32::MAX), seq, mix })
-                .collect();
-            write_to(cli.output.as_deref(), |w| render::render_ids(&p.seqs, entries, &opts, w))?;
-            std::mem::forget(p);
-            return Ok(0);
+    if cli.per_thread {
+        run_per_thread(cli, &p, &opts)
+    } else {
+        run_one(cli, p, opts, scale)
+    }
+}
+
+/// `--diff BEFORE AFTER`: one graph of AFTER coloured by the change.
+fn run_diff(cli: &Cli, diff: &[PathBuf], explicit_unit: Option<Option<u64>>, stream_folded_ns: u64) -> Result<i32> {
+    let mut pb = Profile::read(&diff[..1], false, stream_folded_ns)?;
+    let mut pa = Profile::read(&diff[1..], false, stream_folded_ns)?;
+    if [&pb, &pa].iter().all(|p| p.is_empty() && p.header.is_none() && p.threads.is_empty()) {
+        bail!("no stacks in BEFORE or AFTER: nothing to draw");
+    }
+    // One unit for both: thousandths if either has fractional counts.
+    let f = pb.fraction.max(pa.fraction).max(1);
+    pb.set_fraction(f);
+    pa.set_fraction(f);
+    let (unit, scale) = resolve_unit(&[&pb, &pa], explicit_unit)?;
+    let mut map: std::collections::HashMap<&str, Entry<'_>> = Default::default();
+    let (fa, fb) = (flatten(&pa, scale, false, false), flatten(&pb, scale, false, false));
+    // One stack may come as several entries (two table stacks of the
+    // same text): summed.
+    for (k, mix) in &fa {
+        let e = map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 });
+        for (m, v) in e.mix.iter_mut().zip(mix) {
+            *m += v;
         }
-        let stacks = flatten(&p, scale, p.processes.len() > 1, by_command);
-        let before = |s: &str| p.before.get(s).map_or(0, |b| b.saturating_mul(scale));
-        let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: before(stack) }).collect();
-        write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
-        // The process ends here: freeing every stack's text one at a time
-        // was 4% of its run on a stream of 200k stacks.
-        std::mem::forget(stacks);
+    }
+    for (k, mix) in &fb {
+        map.entry(k).or_insert(Entry { stack: k, mix: [0; 4], before: 0 }).before += mix.iter().sum::<u64>();
+    }
+    let entries = map.into_values().collect();
+    let opts = RenderOptions { diff: true, ..render_options(cli, unit, &pa) };
+    write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w)).map(|_| 0)
+}
+
+/// One graph of everything.
+fn run_one(cli: &Cli, mut p: Profile, mut opts: RenderOptions, scale: u64) -> Result<i32> {
+    let by_command = cli.roots.by_command(p.processes.len());
+    opts.root = title::root_label(&p, by_command);
+    // One process: it is the root box; several: one root each below it
+    // (one per command name when grouped).
+    if !p.has_folded() && !opts.diff {
+        // A stream alone: laid out from its names, no text per stack.
+        let roots: std::collections::BTreeMap<u32, u32> = if p.processes.len() > 1 {
+            let names = title::process_roots(&p, by_command);
+            names.iter().map(|(&pid, r)| (pid, p.seqs.intern(&wallclock_stream::folded::escape(r)))).collect()
+        } else {
+            Default::default()
+        };
+        let entries = p
+            .stream
+            .iter()
+            .map(|((_, pid, seq), mix)| layout_ids::IdEntry { root: roots.get(&pid).copied().unwrap_or(u32::MAX), seq, mix })
+            .collect();
+        write_to(cli.output.as_deref(), |w| render::render_ids(&p.seqs, entries, &opts, w))?;
         std::mem::forget(p);
         return Ok(0);
     }
+    let stacks = flatten(&p, scale, p.processes.len() > 1, by_command);
+    let before = |s: &str| p.before.get(s).map_or(0, |b| b.saturating_mul(scale));
+    let entries = stacks.iter().map(|(stack, mix)| Entry { stack, mix: *mix, before: before(stack) }).collect();
+    write_to(cli.output.as_deref(), |w| render::render(entries, &opts, w))?;
+    // The process ends here: freeing every stack's text one at a time
+    // was 4% of its run on a stream of 200k stacks.
+    std::mem::forget(stacks);
+    std::mem::forget(p);
+    Ok(0)
+}
 
+/// `--per-thread`: a folder of one graph per thread.
+fn run_per_thread(cli: &Cli, p: &Profile, opts: &RenderOptions) -> Result<i32> {
     if p.has_folded() {
         bail!("--per-thread needs stream records (they carry the tid); folded lines carry no thread");
     }
