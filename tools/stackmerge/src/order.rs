@@ -194,23 +194,7 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
             _ => full(a, b),
         })
     };
-    // The named entries on their thread and first prefix alone, then each
-    // run of equal ones on the next 10 frames, then on all: a tie broken
-    // inside the sort read two scattered stacks per comparison, and a
-    // fifth of neighbouring stacks share their first 10 frames.
-    es.sort_unstable_by_key(|e| (e.hi, e.pre));
-    let mut second: Vec<(u128, u32, u32)> = Vec::new();
-    for run in es.chunk_by_mut(|a, b| (a.hi, a.pre) == (b.hi, b.pre)).filter(|r| r.len() > 1) {
-        second.clear();
-        second.extend(run.iter().map(|e| (fo.prefix_from(e.frames, fo.per), e.src, e.frames)));
-        second.sort_unstable_by_key(|k| k.0);
-        for tie in second.chunk_by_mut(|a, b| a.0 == b.0).filter(|r| r.len() > 1) {
-            tie.sort_unstable_by(|a, b| fo.cmp(a.2, b.2));
-        }
-        for (e, &(_, src, frames)) in run.iter_mut().zip(&second) {
-            (e.src, e.frames) = (src, frames);
-        }
-    }
+    sort_named(&mut es, &fo);
     // The keys (few: records with addresses, GPU detail or wakers) by
     // everything, merged in.
     if !kes.is_empty() {
@@ -224,7 +208,32 @@ pub(crate) fn sorted(named: Vec<(Named, Agg)>, keys: Vec<(Key, Agg)>, table: &St
         all.extend(ns.chain(ks));
         es = all;
     }
-    // One pass in the sorted order: each named entry read once.
+    summed(&es, &named, keys, comms)
+}
+
+/// The named entries on their thread and first prefix alone, then each
+/// run of equal ones on the next 10 frames, then on all: a tie broken
+/// inside the sort read two scattered stacks per comparison, and a fifth
+/// of neighbouring stacks share their first 10 frames.
+fn sort_named(es: &mut [Entry], fo: &FrameOrder) {
+    es.sort_unstable_by_key(|e| (e.hi, e.pre));
+    let mut second: Vec<(u128, u32, u32)> = Vec::new();
+    for run in es.chunk_by_mut(|a, b| (a.hi, a.pre) == (b.hi, b.pre)).filter(|r| r.len() > 1) {
+        second.clear();
+        second.extend(run.iter().map(|e| (fo.prefix_from(e.frames, fo.per), e.src, e.frames)));
+        second.sort_unstable_by_key(|k| k.0);
+        for tie in second.chunk_by_mut(|a, b| a.0 == b.0).filter(|r| r.len() > 1) {
+            tie.sort_unstable_by(|a, b| fo.cmp(a.2, b.2));
+        }
+        for (e, &(_, src, frames)) in run.iter_mut().zip(&second) {
+            (e.src, e.frames) = (src, frames);
+        }
+    }
+}
+
+/// One pass in the sorted order, each named entry read once: neighbours
+/// with equal keys summed into one item.
+fn summed(es: &[Entry], named: &[(Named, Agg)], keys: Vec<(Key, Agg)>, comms: &Comms) -> Vec<Item> {
     let mut out: Vec<Item> = Vec::with_capacity(es.len());
     let (keys, key_sums): (Vec<Key>, Vec<Agg>) = keys.into_iter().unzip();
     let mut keys: Vec<Option<Key>> = keys.into_iter().map(Some).collect();
