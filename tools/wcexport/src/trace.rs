@@ -157,7 +157,44 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
     let comms: HashMap<u32, &str> = inp.threads.iter().map(|t| (t.tid, t.comm.as_str())).collect();
     let mut events: Vec<Value> = Vec::new();
     let mut tracks: BTreeMap<(u32, u64), String> = BTreeMap::new();
+    let ctx = SliceContext { t0, frames: &frames, wids: &wids, comms: &comms };
     for s in &inp.slices {
+        ctx.events(s, &mut tracks, &mut flows, &mut events);
+    }
+    let gpu_track = |s: &Slice| {
+        let (d, st) = s.gpu.as_ref().map_or((0, 0), |g| (g.device.unwrap_or(0), g.stream.unwrap_or(0)));
+        GPU_TID_BASE + ((d as u64) << 24) + st as u64
+    };
+    events.extend(crate::trace_gpu::idle_gaps(&inp.slices, t0, &gpu_track));
+    probe_events(inp, t0, &comms, &frames, &mut tracks, &mut events);
+    let meta = track_meta(&tracks, &pnames);
+    let info = info(inp, t0);
+    // Streamed event by event: a timeline has millions of them.
+    write!(out, "{{\"displayTimeUnit\":\"ns\",\"metadata\":{{\"wallclock\":{}}},\"traceEvents\":[", Value::Object(info))?;
+    for (i, e) in meta.iter().chain(events.iter()).enumerate() {
+        if i > 0 {
+            out.write_all(b",\n")?;
+        }
+        serde_json::to_writer(&mut *out, e)?;
+    }
+    out.write_all(b"]}\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// What a slice's event needs besides the slice.
+struct SliceContext<'a> {
+    t0: u64,
+    frames: &'a HashMap<u64, Vec<Frame>>,
+    wids: &'a HashMap<WakerStack, u64>,
+    comms: &'a HashMap<u32, &'a str>,
+}
+
+impl SliceContext<'_> {
+    /// The slice's complete event (on its thread's track, or its GPU
+    /// stream's), with its arguments, then a wake-up flow's two ends when
+    /// a thread woke it.
+    fn events(&self, s: &Slice, tracks: &mut BTreeMap<(u32, u64), String>, flows: &mut u64, events: &mut Vec<Value>) {
         let mut flow: Vec<Value> = Vec::new();
         let tid = match (s.kind, &s.gpu) {
             (Kind::Gpu, g) => {
@@ -167,7 +204,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
                 t
             }
             _ => {
-                let comm = comms.get(&s.tid).copied().unwrap_or("?");
+                let comm = self.comms.get(&s.tid).copied().unwrap_or("?");
                 tracks.entry((s.pid, s.tid as u64)).or_insert_with(|| format!("{comm} {}", s.tid));
                 s.tid as u64
             }
@@ -176,7 +213,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         if let Some(st) = s.state {
             args.insert("state".into(), json!(st.label()));
         }
-        if let Some(f) = s.stack.and_then(|id| frames.get(&id)) {
+        if let Some(f) = s.stack.and_then(|id| self.frames.get(&id)) {
             if let Some(w) = f.iter().find(|f| !f.kernel && !f.func.starts_with('[')) {
                 args.insert("where".into(), json!(w.func));
             }
@@ -184,7 +221,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
         }
         if let Some(w) = &s.waker {
             args.insert("waker".into(), json!(waker_label(w)));
-            let wf = if w.frames.is_empty() { wids.get(&waker_stack(w)).and_then(|id| frames.get(id)) } else { None };
+            let wf = if w.frames.is_empty() { self.wids.get(&waker_stack(w)).and_then(|id| self.frames.get(id)) } else { None };
             let wf: Vec<String> = match wf {
                 Some(f) => f.iter().map(frame_text).collect(),
                 None => w.frames.iter().rev().map(frame_text).collect(),
@@ -195,11 +232,11 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
             if w.context == "thread" && w.tid != 0 {
                 // A flow arrow from the waker's track at the wake-up (the
                 // slice's end) to the woken thread's next running slice.
-                flows += 1;
-                let ts = us(s.end_ns.saturating_sub(t0));
+                *flows += 1;
+                let ts = us(s.end_ns.saturating_sub(self.t0));
                 let wpid = if w.pid != 0 { w.pid } else { s.pid };
-                flow.push(json!({"ph": "s", "name": "wake-up", "cat": "wake", "id": flows, "pid": wpid, "tid": w.tid, "ts": ts}));
-                flow.push(json!({"ph": "f", "bp": "e", "name": "wake-up", "cat": "wake", "id": flows, "pid": s.pid, "tid": s.tid, "ts": ts}));
+                flow.push(json!({"ph": "s", "name": "wake-up", "cat": "wake", "id": *flows, "pid": wpid, "tid": w.tid, "ts": ts}));
+                flow.push(json!({"ph": "f", "bp": "e", "name": "wake-up", "cat": "wake", "id": *flows, "pid": s.pid, "tid": s.tid, "ts": ts}));
             }
         }
         if s.kind == Kind::Gpu {
@@ -216,30 +253,33 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
             "cname": cname(s),
             "pid": s.pid,
             "tid": tid,
-            "ts": us(s.start_ns.saturating_sub(t0)),
+            "ts": us(s.start_ns.saturating_sub(self.t0)),
             "dur": us(s.end_ns.saturating_sub(s.start_ns)),
             "args": Value::Object(args),
         }));
         events.append(&mut flow);
     }
-    let gpu_track = |s: &Slice| {
-        let (d, st) = s.gpu.as_ref().map_or((0, 0), |g| (g.device.unwrap_or(0), g.stream.unwrap_or(0)));
-        GPU_TID_BASE + ((d as u64) << 24) + st as u64
-    };
-    events.extend(crate::trace_gpu::idle_gaps(&inp.slices, t0, &gpu_track));
-    probe_events(inp, t0, &comms, &frames, &mut tracks, &mut events);
+}
+
+/// The metadata events: each process's name, each track's name and order.
+fn track_meta(tracks: &BTreeMap<(u32, u64), String>, pnames: &HashMap<u32, String>) -> Vec<Value> {
     let mut meta: Vec<Value> = Vec::new();
     let pids: std::collections::BTreeSet<u32> = tracks.keys().map(|(p, _)| *p).collect();
     for pid in pids {
         let name = pnames.get(&pid).cloned().unwrap_or_else(|| "process".into());
         meta.push(json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": format!("{name} ({pid})")}}));
     }
-    for ((pid, tid), name) in &tracks {
+    for ((pid, tid), name) in tracks {
         // A span track right below its thread's.
         let sort = if *tid >= SPAN_TID_BASE && *tid < GPU_TID_BASE * 4 { (*tid - SPAN_TID_BASE) * 2 + 1 } else { tid * 2 };
         meta.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}));
         meta.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": sort}}));
     }
+    meta
+}
+
+/// The trace's own metadata: its clock, start, window and timeline counts.
+fn info(inp: &Input, t0: u64) -> serde_json::Map<String, Value> {
     let mut info = serde_json::Map::new();
     info.insert("clock".into(), json!("monotonic"));
     info.insert("start_ns".into(), json!(t0));
@@ -251,17 +291,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
             info.insert(k.clone(), json!(v));
         }
     }
-    // Streamed event by event: a timeline has millions of them.
-    write!(out, "{{\"displayTimeUnit\":\"ns\",\"metadata\":{{\"wallclock\":{}}},\"traceEvents\":[", Value::Object(info))?;
-    for (i, e) in meta.iter().chain(events.iter()).enumerate() {
-        if i > 0 {
-            out.write_all(b",\n")?;
-        }
-        serde_json::to_writer(&mut *out, e)?;
-    }
-    out.write_all(b"]}\n")?;
-    out.flush()?;
-    Ok(())
+    info
 }
 
 /// The program's own events (`--probe`): each probe firing an instant
