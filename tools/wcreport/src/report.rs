@@ -182,53 +182,9 @@ pub type ThreadKey = (u32, u32, u32);
 
 /// Build the report from records (headers included, in input order).
 pub fn build(records: &[Record], top_n: usize) -> Report {
-    let mut tools = Vec::new();
-    let mut window = Window::default();
-    let mut lost = BTreeMap::new();
-    let mut stats = BTreeMap::new();
-    // A thread is (pid, pgen, tid): two processes of one pid stay two.
-    let mut threads: BTreeMap<ThreadKey, Thread> = BTreeMap::new();
-    let mut stacks: BTreeMap<ThreadKey, Vec<&Stack>> = BTreeMap::new();
-    let mut headers: Vec<&Header> = Vec::new();
-    let mut modules = Modules::default();
-    for r in records {
-        match r {
-            Record::Header(h) => headers.push(h),
-            Record::Thread(t) => {
-                let e = threads.entry((t.pid, pgen_of(t.pgen), t.tid)).or_insert_with(|| Thread { pgen: t.pgen, ..Thread::new(t.pid, t.tid, &t.comm) });
-                merge_thread(e, t);
-            }
-            Record::Stack(s) => stacks.entry((s.pid, pgen_of(s.pgen), s.tid)).or_default().push(s),
-            Record::Stats(s) => {
-                for (k, v) in &s.counts {
-                    *stats.entry(k.clone()).or_insert(0) += v;
-                }
-                if window.end_ns.is_none() {
-                    window.end_ns = s.end_ns;
-                }
-            }
-            Record::Maps(m) => modules.add(m),
-            // The reader resolves the stack table into each stack's frames.
-            Record::Frame(_) | Record::StackDef(_) => {}
-            Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) | Record::Ksyms(_) => {}
-        }
-    }
-    let event = headers.iter().find_map(|h| h.event.clone());
-    let event_period = headers.iter().find_map(|h| h.event_period);
-    let mut kernel_lacks: Vec<String> = Vec::new();
-    for k in headers.iter().flat_map(|h| &h.kernel_lacks) {
-        if !kernel_lacks.contains(k) {
-            kernel_lacks.push(k.clone());
-        }
-    }
-    for h in &headers {
-        tools.push(h.tool.clone());
-        for (k, v) in &h.lost {
-            *lost.entry(k.clone()).or_insert(0) += v;
-        }
-        window.start_ns = min_opt(window.start_ns, h.start_ns);
-        window.end_ns = max_opt(window.end_ns, h.end_ns);
-    }
+    let Gathered { mut threads, stacks, headers, stats, modules, stats_end_ns } = gather(records);
+    let mut window = Window { end_ns: stats_end_ns, ..Window::default() };
+    let Headers { tools, lost, event, event_period, kernel_lacks } = headers_of(&headers, &mut window);
     window.wall_ns = match (window.start_ns, window.end_ns) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -281,6 +237,84 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
         event_period,
         kernel_lacks,
     }
+}
+
+/// The records sorted by what they are.
+struct Gathered<'a> {
+    /// A thread is (pid, pgen, tid): two processes of one pid stay two.
+    threads: BTreeMap<ThreadKey, Thread>,
+    stacks: BTreeMap<ThreadKey, Vec<&'a Stack>>,
+    headers: Vec<&'a Header>,
+    stats: BTreeMap<String, u64>,
+    modules: Modules,
+    /// The first trailer's end.
+    stats_end_ns: Option<u64>,
+}
+
+fn gather(records: &[Record]) -> Gathered<'_> {
+    let mut g = Gathered {
+        threads: BTreeMap::new(),
+        stacks: BTreeMap::new(),
+        headers: Vec::new(),
+        stats: BTreeMap::new(),
+        modules: Modules::default(),
+        stats_end_ns: None,
+    };
+    for r in records {
+        match r {
+            Record::Header(h) => g.headers.push(h),
+            Record::Thread(t) => {
+                let e = g.threads.entry((t.pid, pgen_of(t.pgen), t.tid)).or_insert_with(|| Thread { pgen: t.pgen, ..Thread::new(t.pid, t.tid, &t.comm) });
+                merge_thread(e, t);
+            }
+            Record::Stack(s) => g.stacks.entry((s.pid, pgen_of(s.pgen), s.tid)).or_default().push(s),
+            Record::Stats(s) => {
+                for (k, v) in &s.counts {
+                    *g.stats.entry(k.clone()).or_insert(0) += v;
+                }
+                if g.stats_end_ns.is_none() {
+                    g.stats_end_ns = s.end_ns;
+                }
+            }
+            Record::Maps(m) => g.modules.add(m),
+            // The reader resolves the stack table into each stack's frames.
+            Record::Frame(_) | Record::StackDef(_) => {}
+            Record::Slice(_) | Record::SliceStack(_) | Record::Probe(_) | Record::Span(_) | Record::Ksyms(_) => {}
+        }
+    }
+    g
+}
+
+/// What the headers say together.
+struct Headers {
+    tools: Vec<String>,
+    lost: BTreeMap<String, u64>,
+    event: Option<String>,
+    event_period: Option<u64>,
+    kernel_lacks: Vec<String>,
+}
+
+/// The headers' tools, losses and event, their window widened into `window`.
+fn headers_of(headers: &[&Header], window: &mut Window) -> Headers {
+    let mut tools = Vec::new();
+    let mut lost = BTreeMap::new();
+    let event = headers.iter().find_map(|h| h.event.clone());
+    let event_period = headers.iter().find_map(|h| h.event_period);
+    let mut kernel_lacks: Vec<String> = Vec::new();
+    for k in headers.iter().flat_map(|h| &h.kernel_lacks) {
+        if !kernel_lacks.contains(k) {
+            kernel_lacks.push(k.clone());
+        }
+    }
+    for h in headers {
+        tools.push(h.tool.clone());
+        for (k, v) in &h.lost {
+            *lost.entry(k.clone()).or_insert(0) += v;
+        }
+        window.start_ns = min_opt(window.start_ns, h.start_ns);
+        window.end_ns = max_opt(window.end_ns, h.end_ns);
+    }
+    Headers { tools, lost, event, event_period, kernel_lacks }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
