@@ -50,9 +50,7 @@ pub struct ListSpans {
 pub fn parse_stack_into(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>, s: &mut Stack) -> Option<(usize, ListSpans)> {
     reset(s);
     let mut seen = 0u16;
-    let mut kind = false;
-    let (mut ustack, mut kstack) = (None, None);
-    let mut spans = ListSpans::default();
+    let mut lists = Lists::default();
     let mut i = 1;
     if b.get(i) == Some(&b'}') {
         return None; // no kind: serde's error
@@ -64,98 +62,8 @@ pub fn parse_stack_into(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>, s: &mut St
             return None;
         }
         i += 1;
-        let bit = match key {
-            b"kind" => {
-                let (v, at) = string(b, i)?;
-                s.kind = match v {
-                    b"on" => Kind::On,
-                    b"off" => Kind::Off,
-                    b"gpu" => Kind::Gpu,
-                    b"other" => Kind::Other,
-                    _ => return None,
-                };
-                kind = true;
-                i = at;
-                0
-            }
-            b"state" => {
-                let (v, at) = string(b, i)?;
-                s.state = Some(match v {
-                    b"R" => State::R,
-                    b"S" => State::S,
-                    b"D" => State::D,
-                    b"other" => State::Other,
-                    _ => return None,
-                });
-                i = at;
-                1
-            }
-            b"pid" => {
-                let (v, at) = number(b, i)?;
-                s.pid = u32::try_from(v).ok()?;
-                i = at;
-                2
-            }
-            b"tid" => {
-                let (v, at) = number(b, i)?;
-                s.tid = u32::try_from(v).ok()?;
-                i = at;
-                3
-            }
-            b"comm" => {
-                let (v, at) = string(b, i)?;
-                s.comm.push_str(std::str::from_utf8(v).ok()?);
-                i = at;
-                4
-            }
-            // Read at once unless they may be skipped (known only once
-            // `stack_id` is read): then checked here, read at the end.
-            b"ustack" => {
-                let end = match skip {
-                    None => read_list(b, i, &mut s.ustack)?,
-                    Some(_) => {
-                        let (end, n) = check_list(b, i)?;
-                        ustack = Some((i, n));
-                        end
-                    }
-                };
-                spans.ustack = i..end;
-                i = end;
-                5
-            }
-            b"kstack" => {
-                let end = match skip {
-                    None => read_list(b, i, &mut s.kstack)?,
-                    Some(_) => {
-                        let (end, n) = check_list(b, i)?;
-                        kstack = Some((i, n));
-                        end
-                    }
-                };
-                spans.kstack = i..end;
-                i = end;
-                6
-            }
-            b"stack_id" => {
-                let (v, at) = number(b, i)?;
-                s.stack_id = Some(u32::try_from(v).ok()?);
-                i = at;
-                7
-            }
-            b"ns" => {
-                let (v, at) = number(b, i)?;
-                s.ns = v;
-                i = at;
-                8
-            }
-            b"count" => {
-                let (v, at) = number(b, i)?;
-                s.count = v;
-                i = at;
-                9
-            }
-            _ => return None,
-        };
+        let (bit, at) = field(key, b, i, skip, s, &mut lists)?;
+        i = at;
         if seen & (1 << bit) != 0 {
             return None; // serde's "duplicate field"
         }
@@ -166,22 +74,130 @@ pub fn parse_stack_into(b: &[u8], skip: Option<&dyn Fn(u32) -> bool>, s: &mut St
             _ => return None,
         }
     }
-    if !kind {
-        return None;
+    if seen & 1 == 0 {
+        return None; // no kind
     }
     let skipped = match (s.stack_id, skip) {
         (Some(id), Some(f)) => f(id),
         _ => false,
     };
     if !skipped {
-        for (span, into) in [(ustack, &mut s.ustack), (kstack, &mut s.kstack)] {
+        for (span, into) in [(lists.ustack, &mut s.ustack), (lists.kstack, &mut s.kstack)] {
             if let Some((from, n)) = span {
                 into.reserve_exact(n);
                 read_list(b, from, into)?;
             }
         }
     }
-    Some((i + 1, spans))
+    Some((i + 1, lists.spans))
+}
+
+/// Where a record's address lists lie when they are read at the end.
+#[derive(Default)]
+struct Lists {
+    /// (start, count) of a list checked now and read after `stack_id`.
+    ustack: Option<(usize, usize)>,
+    kstack: Option<(usize, usize)>,
+    spans: ListSpans,
+}
+
+/// One field's value at `b[i..]` read into `s`: the field's bit (for
+/// duplicates; `kind` is bit 0) and where the value ends. None for a field
+/// or value the fast path does not take (serde reads the line instead).
+#[inline]
+fn field(key: &[u8], b: &[u8], mut i: usize, skip: Option<&dyn Fn(u32) -> bool>, s: &mut Stack, lists: &mut Lists) -> Option<(u16, usize)> {
+    let bit = match key {
+        b"kind" => {
+            let (v, at) = string(b, i)?;
+            s.kind = match v {
+                b"on" => Kind::On,
+                b"off" => Kind::Off,
+                b"gpu" => Kind::Gpu,
+                b"other" => Kind::Other,
+                _ => return None,
+            };
+            i = at;
+            0
+        }
+        b"state" => {
+            let (v, at) = string(b, i)?;
+            s.state = Some(match v {
+                b"R" => State::R,
+                b"S" => State::S,
+                b"D" => State::D,
+                b"other" => State::Other,
+                _ => return None,
+            });
+            i = at;
+            1
+        }
+        b"pid" => {
+            let (v, at) = number(b, i)?;
+            s.pid = u32::try_from(v).ok()?;
+            i = at;
+            2
+        }
+        b"tid" => {
+            let (v, at) = number(b, i)?;
+            s.tid = u32::try_from(v).ok()?;
+            i = at;
+            3
+        }
+        b"comm" => {
+            let (v, at) = string(b, i)?;
+            s.comm.push_str(std::str::from_utf8(v).ok()?);
+            i = at;
+            4
+        }
+        // Read at once unless they may be skipped (known only once
+        // `stack_id` is read): then checked here, read at the end.
+        b"ustack" => {
+            let end = match skip {
+                None => read_list(b, i, &mut s.ustack)?,
+                Some(_) => {
+                    let (end, n) = check_list(b, i)?;
+                    lists.ustack = Some((i, n));
+                    end
+                }
+            };
+            lists.spans.ustack = i..end;
+            i = end;
+            5
+        }
+        b"kstack" => {
+            let end = match skip {
+                None => read_list(b, i, &mut s.kstack)?,
+                Some(_) => {
+                    let (end, n) = check_list(b, i)?;
+                    lists.kstack = Some((i, n));
+                    end
+                }
+            };
+            lists.spans.kstack = i..end;
+            i = end;
+            6
+        }
+        b"stack_id" => {
+            let (v, at) = number(b, i)?;
+            s.stack_id = Some(u32::try_from(v).ok()?);
+            i = at;
+            7
+        }
+        b"ns" => {
+            let (v, at) = number(b, i)?;
+            s.ns = v;
+            i = at;
+            8
+        }
+        b"count" => {
+            let (v, at) = number(b, i)?;
+            s.count = v;
+            i = at;
+            9
+        }
+        _ => return None,
+    };
+    Some((bit, i))
 }
 
 /// Every field of `s` as [`Stack::new`] leaves it, its allocations kept.
