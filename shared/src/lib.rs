@@ -45,6 +45,7 @@ pub mod safe_open;
 mod record;
 pub mod probe;
 pub mod sniff;
+mod state;
 pub mod table;
 pub mod units;
 pub mod writer;

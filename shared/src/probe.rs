@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use bincode::{Decode, Encode};
 use serde::{Deserialize, Serialize};
 
-use crate::record::StateNs;
+use crate::state::StateNs;
 
 /// One firing of a probe on a target thread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]

@@ -21,6 +21,7 @@ pub mod proto;
 pub mod push;
 pub mod trace;
 mod trace_gpu;
+mod trace_time;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

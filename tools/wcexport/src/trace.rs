@@ -37,6 +37,7 @@ use stacksym::{Engine, Options};
 use wallclock_stream::{Frame, Kind, Maps, Slice, Stack, State, Waker};
 
 use crate::convert::Input;
+use crate::trace_time::us;
 
 /// Synthetic tids of GPU tracks: above any pid_max.
 const GPU_TID_BASE: u64 = 1 << 32;
@@ -65,12 +66,6 @@ fn cname(s: &Slice) -> &'static str {
         (Kind::Gpu, _) => "olive",
         _ => "thread_state_unknown",
     }
-}
-
-/// ns as µs with three decimals, exact.
-pub(crate) fn us(ns: u64) -> Value {
-    let text = format!("{}.{:03}", ns / 1000, ns % 1000);
-    serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
 fn frame_text(f: &Frame) -> String {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use wallclock_stream::{Kind, Slice};
 
-use crate::trace::us;
+use crate::trace_time::us;
 
 /// The gap events; `track` gives a GPU slice's (pid, tid) track.
 pub fn idle_gaps(slices: &[Slice], t0: u64, track: &dyn Fn(&Slice) -> u64) -> Vec<Value> {
