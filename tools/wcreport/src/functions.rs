@@ -70,7 +70,7 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
     // A GIL wait is the call of the frame that wanted the GIL: the own
     // function is looked for above it (the unnamed take_gil under it is
     // the interpreter's, not the program's).
-    let gil = owned.iter().position(|f| f.func == crate::report::GIL_FRAME).unwrap_or(owned.len());
+    let gil = owned.iter().position(|f| f.func == wallclock_stream::accounting::GIL_FRAME).unwrap_or(owned.len());
     let Some(i) = frames::user_frame(&owned[..gil]) else {
         let who = match owned.iter().find(|f| frames::is_synthetic(f)) {
             Some(f) => Who { func: f.func.clone(), module: None, unnamed: false },
@@ -89,8 +89,8 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
         let f = &owned[i];
         let who = Who { func: f.func.clone(), module: None, unnamed: false };
         let rest = &owned[i + 1..];
-        let call = if rest.iter().any(|g| g.func == crate::report::GIL_FRAME) {
-            Some(crate::report::GIL_FRAME.to_string())
+        let call = if rest.iter().any(|g| g.func == wallclock_stream::accounting::GIL_FRAME) {
+            Some(wallclock_stream::accounting::GIL_FRAME.to_string())
         } else {
             rest.iter()
                 .find(|g| !matches!(frames::place(g), Place::Kernel | Place::Synthetic) && !frames::in_interpreter(g))
@@ -105,8 +105,8 @@ pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>
     // frame, waits there too), else the next user-space frame toward the
     // leaf, else the syscall.
     let rest = &owned[i + 1..];
-    let call = if rest.iter().any(|g| g.func == crate::report::GIL_FRAME) {
-        Some(crate::report::GIL_FRAME.to_string())
+    let call = if rest.iter().any(|g| g.func == wallclock_stream::accounting::GIL_FRAME) {
+        Some(wallclock_stream::accounting::GIL_FRAME.to_string())
     } else {
         rest.iter()
             .find(|g| !matches!(frames::place(g), Place::Kernel | Place::Synthetic))
@@ -129,7 +129,7 @@ type ByFunction = BTreeMap<String, (Who, BTreeMap<PartKey, (u64, u64)>)>;
 pub fn by_function(ss: &[&Stack], comm: &str, base: Option<u64>, modules: &Modules) -> Vec<FunctionTime> {
     let mut by: ByFunction = BTreeMap::new();
     for s in ss.iter().filter(|s| s.kind != Kind::Gpu) {
-        let mut frames = crate::report::display_frames(s);
+        let mut frames = wallclock_stream::folded::frames_or_addresses(s).into_owned();
         for f in frames.iter_mut().filter(|f| !f.kernel) {
             if let Some(p) = frames::module_of(f).and_then(|m| modules.path(s.pid, &m)) {
                 f.module = Some(p.to_string());

@@ -24,7 +24,7 @@ use stacksym::{Engine, Options};
 use wallclock_stream::{Frame, Kind, Record, Slice, Stack, State};
 
 use crate::functions::classify;
-use crate::report::{ThreadReport, Window};
+use crate::model::{ThreadReport, Window};
 
 pub const RULE: &str = "threads that issued at least one kernel, copy or memset that ran on the GPU in the window";
 
@@ -223,7 +223,7 @@ fn thread_in_idle(
         let mut st = Stack::new(Kind::Off, pid, tid, &comm);
         st.state = s.state;
         let (who, call, reason) = classify(&st, f, &comm);
-        if call.as_deref() == Some(crate::report::GIL_FRAME) {
+        if call.as_deref() == Some(wallclock_stream::accounting::GIL_FRAME) {
             it.gil_ns += ns;
         }
         let tag = s.state.map_or("[off-CPU]".to_string(), |x| format!("[{x:?}]"));

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use wallclock_stream::pgen::pgen_of;
 use wallclock_stream::{StateNs, Thread};
 
-use crate::report::{pct, ProcessReport, ThreadReport, Window};
+use crate::model::{pct, ProcessReport, ThreadReport, Window};
 
-pub fn processes(ts: &[ThreadReport], threads: &BTreeMap<crate::report::ThreadKey, Thread>, w: &Window) -> Vec<ProcessReport> {
+pub fn processes(ts: &[ThreadReport], threads: &BTreeMap<crate::model::ThreadKey, Thread>, w: &Window) -> Vec<ProcessReport> {
     // A process is (pid, pgen): a pid used again is another process.
     let mut by: BTreeMap<(u32, u32), Vec<&ThreadReport>> = BTreeMap::new();
     for t in ts {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::report::{ProcessReport, Report};
-use crate::text::{h, name, table};
+use crate::text_fmt::{h, name, table};
 
 #[derive(Default)]
 struct Command<'a> {

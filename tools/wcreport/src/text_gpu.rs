@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::gpu::{GpuKernel, GpuReport};
 use crate::gpu_idle::{DeviceIdle, RULE};
-use crate::text::{h, hopt, name, table};
+use crate::text_fmt::{h, hopt, name, table};
 
 fn kernel_rows(title: &str, v: &[GpuKernel]) -> String {
     if v.is_empty() {

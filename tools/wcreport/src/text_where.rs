@@ -16,8 +16,8 @@ use wallclock_stream::{Kind, State};
 
 use crate::functions::{FunctionTime, Part};
 use crate::names::UnnamedModule;
-use crate::report::ThreadReport;
-use crate::text::{h, p};
+use crate::model::ThreadReport;
+use crate::text_fmt::{h, p};
 
 /// What the legend says once per report.
 pub const LEGEND: &str =
