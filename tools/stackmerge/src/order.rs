@@ -28,8 +28,12 @@ pub struct Merged {
     pub(crate) comms: Comms,
     /// The named entries' unnamed frames, counted (see
     /// [`crate::symbolize`]).
-    pub(crate) unnamed: crate::symbolize::Unnamed,
+    pub(crate) unnamed: Unnamed,
 }
+
+/// Per module with unnamed frames: the time and events of the stacks with
+/// one (a stack once per module).
+pub(crate) type Unnamed = BTreeMap<String, (u64, u64)>;
 
 /// One merged stack: most often one of frames only, kept as its small key
 /// (no record made of it until it is written), else the record itself.

@@ -7,13 +7,11 @@
 //! Also sets the trailer's `unnamed_ns:M` / `unnamed_count:M` counts from
 //! the merged stacks (sampled stacks have their time only now).
 
-use std::collections::BTreeMap;
-
 use stacksym::{Engine, Options};
 use wallclock_stream::accounting::kind_leaf;
 use wallclock_stream::{Frame, Stack, StackTable, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
-use crate::order::{Item, Merged};
+use crate::order::{Item, Merged, Unnamed};
 
 fn needs(s: &Stack) -> bool {
     s.frames.is_empty() && s.stack_id.is_none() && !(s.ustack.is_empty() && s.kstack.is_empty())
@@ -71,10 +69,6 @@ pub fn name_frames(m: &mut Merged) {
     }
     count_unnamed(m);
 }
-
-/// Per module with unnamed frames: the time and events of the stacks with
-/// one (a stack once per module).
-pub(crate) type Unnamed = BTreeMap<String, (u64, u64)>;
 
 /// Count `stacks` (table stack, ns, count) into `into`. Each table frame's
 /// module when it is unnamed is found once per frame rather than once per
