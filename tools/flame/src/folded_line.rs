@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use wallclock_stream::folded;
 
-use crate::input::{kind_index, GPU, OFF, ON, OTHER};
+use crate::kinds::{kind_index, GPU, OFF, ON, OTHER};
 
 const KIND_MARKERS: [(&str, usize); 3] = [("_[c]", ON), ("_[o]", OFF), ("_[g]", GPU)];
 

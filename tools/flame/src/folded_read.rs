@@ -10,7 +10,8 @@ use std::io::BufRead;
 
 use anyhow::{anyhow, Context, Result};
 
-use crate::input::{parse_folded, Value, FRACTION_SCALE, OTHER};
+use crate::folded_line::{parse_folded, Value, FRACTION_SCALE};
+use crate::kinds::OTHER;
 use crate::stack_table::{Pending, StackTable};
 
 const BLOCK: usize = 1 << 20;
@@ -22,10 +23,10 @@ const BATCH: usize = 64;
 pub struct Folded {
     pub table: StackTable,
     pub markers: bool,
-    /// Values in 1/scale units (see [`crate::input::FRACTION_SCALE`]).
+    /// Values in 1/scale units (see [`crate::folded_line::FRACTION_SCALE`]).
     pub scale: u64,
     /// BEFORE counts of two-count (difffolded) lines.
-    pub before: std::collections::HashMap<String, u64, crate::input::FastHash>,
+    pub before: std::collections::HashMap<String, u64, wallclock_stream::fasthash::FastHash>,
 }
 
 impl Default for Folded {
@@ -141,7 +142,7 @@ mod tests {
         let mut f = Folded::default();
         read(std::io::Cursor::new(text.clone()), "in", 0, &mut f).unwrap();
         assert!(f.markers);
-        assert_eq!(f.table.iter().map(|(_, m)| m[crate::input::ON]).sum::<u64>(), 2 * n as u64);
+        assert_eq!(f.table.iter().map(|(_, m)| m[crate::kinds::ON]).sum::<u64>(), 2 * n as u64);
         text.push_str("main;oops\n");
         let err = read(std::io::Cursor::new(text), "in", 0, &mut Folded::default()).unwrap_err();
         assert!(err.to_string().starts_with(&format!("in: line {}: ", n + 1)), "{err}");

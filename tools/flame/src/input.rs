@@ -14,24 +14,7 @@ use wallclock_stream::pgen::process_key;
 use wallclock_stream::sniff::{self, InputKind};
 use wallclock_stream::{folded, Frame, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
 
-/// Kinds, as indexes into a [`Mix`].
-pub const ON: usize = 0;
-pub const OFF: usize = 1;
-pub const GPU: usize = 2;
-pub const OTHER: usize = 3;
-
-/// Time (or samples) of one stack or frame box, split by kind.
-pub type Mix = [u64; 4];
-
-pub fn kind_index(k: Kind) -> usize {
-    match k {
-        Kind::On => ON,
-        Kind::Off => OFF,
-        Kind::Gpu => GPU,
-        Kind::Other => OTHER,
-    }
-}
-
+pub use crate::kinds::{kind_index, Mix, GPU, OFF, ON, OTHER};
 pub use crate::folded_line::{parse_folded, Value, FRACTION_SCALE};
 pub use wallclock_stream::fasthash::{FastHash, FxHasher};
 
@@ -256,7 +239,7 @@ impl Profile {
                         let says = |e: &Option<String>| e.as_ref().map_or("time".to_string(), |e| format!("{e} (oncputime -e)"));
                         anyhow::bail!("{name} counts {}, the input before it {}: they do not add up", says(&h.event), says(&had.event));
                     }
-                    crate::title::merge_header(&mut self.header, h)
+                    merge_header(&mut self.header, h)
                 }
                 // A later process of a reused pid (`pgen`) is a process of
                 // its own: keyed by wallclock_stream::pgen::process_key.
@@ -371,6 +354,26 @@ fn with_state_leaf(s: &Stack, mut text: String, last: Option<&Frame>) -> String 
         }
     }
     text
+}
+
+/// Fold one more stream header into what the graph covers.
+pub fn merge_header(into: &mut Option<Header>, h: Header) {
+    let Some(a) = into else {
+        *into = Some(h);
+        return;
+    };
+    for p in h.pids {
+        if !a.pids.contains(&p) {
+            a.pids.push(p);
+        }
+    }
+    a.command = a.command.take().or(h.command);
+    a.event = a.event.take().or(h.event);
+    a.start_ns = [a.start_ns, h.start_ns].into_iter().flatten().min();
+    a.end_ns = [a.end_ns, h.end_ns].into_iter().flatten().max();
+    if !a.tool.split('+').any(|t| t == h.tool) {
+        a.tool = format!("{}+{}", a.tool, h.tool);
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 
-use crate::input::Mix;
+use crate::kinds::Mix;
 
 /// One distinct stack and its value.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@
 //! stack is then compared as a short list of ranks. Equal names have one
 //! id, so a shared frame is a shared id.
 
-use crate::input::Mix;
+use crate::kinds::Mix;
 use crate::layout::FrameBox;
 use crate::seqs::Seqs;
 

@@ -14,7 +14,9 @@
 
 pub mod folded_line;
 pub mod folded_read;
+pub mod frame_name;
 pub mod input;
+pub mod kinds;
 pub mod layout;
 pub mod layout_ids;
 pub mod render;

@@ -14,7 +14,9 @@
 
 use std::hash::BuildHasher;
 
-use crate::input::{FastHash, Mix};
+use wallclock_stream::fasthash::FastHash;
+
+use crate::kinds::Mix;
 
 const HEAD: usize = 8 + 32 + 4;
 const OFF_BITS: u32 = 40;

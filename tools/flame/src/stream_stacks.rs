@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use wallclock_stream::fasthash::FastHash;
 
-use crate::input::Mix;
+use crate::kinds::Mix;
 
 #[derive(Default)]
 pub struct StreamStacks {

@@ -18,7 +18,7 @@ use anyhow::{bail, Result};
 use inferno::flamegraph::color::{Color, PaletteMap};
 use inferno::flamegraph::{self, Direction, Options};
 
-use crate::input::FastHash;
+use wallclock_stream::fasthash::FastHash;
 use crate::layout::FrameBox;
 
 /// inferno's constants (private there): pad left and right, frame gap,
@@ -172,7 +172,7 @@ impl FrameWriter {
             Some(l) => escape_into(s, l),
             None => {
                 let fit = ((x2 - x1) / g.chars_per_pct).trunc() as usize;
-                let name = crate::render::shown(b.name);
+                let name = crate::frame_name::shown(b.name);
                 let name = name.as_ref();
                 if fit < 3 {
                 } else if name.len() < fit {
@@ -240,7 +240,7 @@ pub fn xml_text(s: &str) -> String {
 mod tests {
     use inferno::flamegraph::color::Palette;
 
-    use crate::input::OTHER;
+    use crate::kinds::OTHER;
     use crate::layout::Entry;
     use crate::render::{render, RenderOptions, ValueUnit};
 

@@ -5,32 +5,12 @@
 use std::collections::BTreeMap;
 
 use wallclock_stream::units::human_ns;
-use wallclock_stream::{folded, Header};
+use wallclock_stream::folded;
 
 use crate::input::Profile;
 
 /// The title of a graph with nothing to say about its input.
 pub const GENERIC: &str = "Flame Graph";
-
-/// Fold one more stream header into what the graph covers.
-pub fn merge_header(into: &mut Option<Header>, h: Header) {
-    let Some(a) = into else {
-        *into = Some(h);
-        return;
-    };
-    for p in h.pids {
-        if !a.pids.contains(&p) {
-            a.pids.push(p);
-        }
-    }
-    a.command = a.command.take().or(h.command);
-    a.event = a.event.take().or(h.event);
-    a.start_ns = [a.start_ns, h.start_ns].into_iter().flatten().min();
-    a.end_ns = [a.end_ns, h.end_ns].into_iter().flatten().max();
-    if !a.tool.split('+').any(|t| t == h.tool) {
-        a.tool = format!("{}+{}", a.tool, h.tool);
-    }
-}
 
 /// The root of each process of the profile: `NAME (PID)`, or `NAME` when
 /// grouped by command.
