@@ -216,7 +216,7 @@ pub fn symbolize_stripped(
         Ok(res) => {
             for (&(i, _), s) in todo.iter().zip(&res) {
                 if let Symbolized::Sym(sym) = s {
-                    frames[i] = crate::resolve::sym_frames(sym, Some(&module), opts, false, false);
+                    frames[i] = crate::names::sym_frames(sym, Some(&module), opts.no_demangle, false, false);
                 }
             }
             (frames, format!("no symbol in its debug file {} covers them", debug.display()))

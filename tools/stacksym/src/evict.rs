@@ -25,7 +25,7 @@ use std::rc::Rc;
 use blazesym::symbolize::evict::{Elf, Evict};
 
 use crate::engine::Engine;
-use crate::procmaps;
+use crate::engine::procmaps;
 
 /// Files from this size on (cc1, libLLVM, a Rust program with its DWARF:
 /// 24 MB of its pages read and 10-15 MB of tables parsed to name a few

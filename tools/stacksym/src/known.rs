@@ -1,7 +1,7 @@
 //! Stacks met before: one hash of a stack's addresses instead of a lookup
 //! per address (on 1M records of 200k stacks, the per-address lookups
 //! were a third of stacksym's time, measured with oncputime). Kept with
-//! the addresses of the stack's process (crate::cache), and dropped with
+//! the addresses of the stack's process (crate::engine::cache), and dropped with
 //! them.
 //!
 //! Kept compact ([`crate::knownstacks`]) and looked up a group of records
@@ -29,7 +29,7 @@ impl Engine {
                 _ => None,
             })
         };
-        // Their processes still in use: not to be dropped (crate::cache).
+        // Their processes still in use: not to be dropped (crate::engine::cache).
         let mut last = None;
         let used: Vec<u32> = stacks().map(|(_, s)| space_pid(s)).filter(|&p| last.replace(p) != Some(p)).collect();
         for pid in used {
@@ -87,7 +87,7 @@ impl Engine {
     pub fn symbolized_known(&mut self, s: &Stack) -> Option<u32> {
         let generation = self.generation;
         let c = self.spaces.get_mut(&space_pid(s))?;
-        // Still in use: not to be dropped (crate::cache).
+        // Still in use: not to be dropped (crate::engine::cache).
         c.used = generation;
         let (id, unnamed) = c.known.get(Key::of(s)?, s)?;
         crate::unnamed::add_time(&mut self.unnamed_time, unnamed, s);

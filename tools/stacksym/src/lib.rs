@@ -31,18 +31,14 @@
 //! added at the end of an input that had none) and its reason told once on
 //! stderr.
 
-mod cache;
 mod debugfile;
 mod engine;
 mod evict;
 mod gil;
-mod jit;
 mod kallsyms;
 mod known;
-mod ktext;
 mod knownstacks;
 mod names;
-mod procmaps;
 mod resolve;
 mod unnamed;
 mod vdso;
@@ -58,14 +54,14 @@ use wallclock_stream::fastjson::AddrText;
 use wallclock_stream::{Kind, Reader, ReaderOptions, Record, Stack, Writer};
 
 pub use engine::{Engine, Options, KERNEL_MODULE};
-pub use jit::{CUT, CUT_JVM};
+pub use engine::jit::{CUT, CUT_JVM};
 pub use names::demangle;
 pub use wakers::name_wakers;
 
 /// Records symbolized together: addresses are deduplicated within a chunk
 /// and cached across chunks. 2k, not 64k: the records of a chunk are held
 /// parsed (and the text of their addresses), and the caches of the
-/// processes met in the last two chunks are kept (crate::cache): 30 s of
+/// processes met in the last two chunks are kept (crate::engine::cache): 30 s of
 /// a machine running builds took 12 MB more at 8k than at 4k, 30 MB more
 /// at 64k; at 2k, 2 MB less than at 4k (and no slower: a chunk's records
 /// stay in the caches of the CPU).

@@ -1,4 +1,7 @@
-//! Demangling that blazesym left undone, and the text of unresolved frames.
+//! Demangling that blazesym left undone, a symbol as frames, and the text
+//! of unresolved frames.
+
+use wallclock_stream::Frame;
 
 /// Demangle `name` if it is still mangled: Rust first (legacy `_ZN..17h<hash>E`
 /// and v0 `_R`), printed without the hash, then C++ with cpp_demangle.
@@ -56,6 +59,31 @@ pub fn module_offset(module: &str, offset: u64) -> String {
 /// An address in no known mapping: keep the address visible.
 pub fn unknown_addr(addr: u64) -> String {
     format!("[unknown]+{addr:#x}")
+}
+
+/// A symbol and the functions inlined into it at that address, outer first.
+pub(crate) fn sym_frames(sym: &blazesym::symbolize::Sym, module: Option<&str>, no_demangle: bool, kernel: bool, jit: bool) -> Option<Vec<Frame>> {
+    if sym.name.is_empty() {
+        return None;
+    }
+    let name = |n: &str| if no_demangle { n.to_string() } else { demangle(n) };
+    let frame = |func: &str, code: Option<&blazesym::symbolize::CodeInfo>, inlined: bool| Frame {
+        func: name(func),
+        module: module.map(str::to_string),
+        file: code.map(|c| c.to_path().display().to_string()),
+        line: code.and_then(|c| c.line),
+        inlined,
+        kernel,
+        jit,
+    };
+    let mut out = vec![frame(&sym.name, sym.code_info.as_deref(), false)];
+    for f in sym.inlined.iter() {
+        out.push(frame(&f.name, f.code_info.as_ref(), true));
+    }
+    // Names come from files the target may have written (a perf map, a
+    // JIT's ELF image): anything that is not printable text is marked.
+    out.iter_mut().for_each(wallclock_stream::names::check_frame);
+    Some(out)
 }
 
 #[cfg(test)]

@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
-use blazesym::symbolize::{Input, Reason, Sym, Symbolized};
+use blazesym::symbolize::{Input, Reason, Symbolized};
 use blazesym::{MaybeDefault, Pid};
 use wallclock_stream::Frame;
 
-use crate::engine::{Engine, Options, KERNEL_MODULE};
+use crate::engine::{Engine, KERNEL_MODULE};
 use crate::names;
-use crate::procmaps::{self, Mapping, PerfMap};
+use crate::engine::procmaps::{self, Mapping, PerfMap};
 
 /// One address to resolve: its index in the batch, the address as captured
 /// and the address to look up (`addr - 1` for a return address).
@@ -27,7 +27,7 @@ pub(crate) struct Item {
 
 impl Engine {
     pub(crate) fn resolve_kernel(&mut self, keys: &[(u64, bool)]) -> Vec<Vec<Frame>> {
-        // BPF programs and addresses past a symbol's code first (crate::ktext).
+        // BPF programs and addresses past a symbol's code first (crate::engine::ktext).
         let decided: Vec<Option<Frame>> = keys.iter().map(|&(a, ret)| self.kernel_frame(a, lookup(a, ret))).collect();
         let rest: Vec<(u64, bool)> = keys.iter().zip(&decided).filter(|(_, d)| d.is_none()).map(|(k, _)| *k).collect();
         let mut named = if rest.is_empty() { Vec::new() } else { self.resolve_kernel_syms(&rest) }.into_iter();
@@ -49,7 +49,7 @@ impl Engine {
                 .iter()
                 .zip(keys)
                 .map(|(s, &(a, _))| match s {
-                    Symbolized::Sym(sym) => sym_frames(sym, Some(KERNEL_MODULE), &self.opts, true, false)
+                    Symbolized::Sym(sym) => names::sym_frames(sym, Some(KERNEL_MODULE), self.opts.no_demangle, true, false)
                         .unwrap_or_else(|| unresolved(a)),
                     Symbolized::Unknown(_) => unresolved(a),
                 })
@@ -141,12 +141,12 @@ impl Engine {
             let perf_path = perf_map.as_ref().map(|p| (p.path.as_str(), p.skipped));
             // The capture read its JavaScript functions' names from V8's
             // heap: what is left is V8's own code, no flag names it.
-            let runtime = if runtime == crate::jit::Runtime::V8 && crate::jit::v8_named(self.named.get(&pid)) { crate::jit::Runtime::V8Read } else { runtime };
+            let runtime = if runtime == crate::engine::jit::Runtime::V8 && crate::engine::jit::v8_named(self.named.get(&pid)) { crate::engine::jit::Runtime::V8Read } else { runtime };
             let why = match entry {
                 None if live => format!("pid {pid}: not in any mapping of the process"),
                 None if stream_maps.is_empty() => format!("pid {pid}: not running and no maps record in the stream for it"),
-                None => crate::jit::why_unnamed(pid, runtime, perf_path),
-                Some(m) if m.path().is_empty() => crate::jit::why_unnamed(pid, runtime, perf_path),
+                None => crate::engine::jit::why_unnamed(pid, runtime, perf_path),
+                Some(m) if m.path().is_empty() => crate::engine::jit::why_unnamed(pid, runtime, perf_path),
                 Some(_) => "no symbol covers these addresses".into(),
             };
             let all = stream_maps.iter().chain(snapshot.iter()).map(|m| &**m.path());
@@ -162,7 +162,7 @@ impl Engine {
     /// Look up the items falling in file-backed `maps` entries, against the
     /// files, by file offset. An unreadable file leaves its items for later.
     /// Frames found before for the same file offset, in any process, are
-    /// taken as they are (crate::cache).
+    /// taken as they are (crate::engine::cache).
     fn resolve_in_files(&mut self, maps: &[Mapping], items: &[Item], out: &mut [Option<Rc<[u32]>>]) {
         let mut by_file: HashMap<usize, Vec<(Item, u64)>> = HashMap::new();
         for it in items.iter().filter(|it| out[it.idx].is_none()) {
@@ -210,7 +210,7 @@ impl Engine {
                     let mut found: Vec<Result<Vec<Frame>, bool>> = res
                         .iter()
                         .map(|s| match s {
-                            Symbolized::Sym(sym) => sym_frames(sym, Some(module), &self.opts, false, false).ok_or(false),
+                            Symbolized::Sym(sym) => names::sym_frames(sym, Some(module), self.opts.no_demangle, false, false).ok_or(false),
                             Symbolized::Unknown(r) => Err(*r == Reason::MissingSyms),
                         })
                         .collect();
@@ -276,7 +276,7 @@ impl Engine {
                 (_, Some(m)) => Some(names::basename(&m.to_string_lossy()).to_string()),
                 _ => None,
             };
-            if let Some(f) = sym_frames(sym, module.as_deref(), &self.opts, false, jit) {
+            if let Some(f) = names::sym_frames(sym, module.as_deref(), self.opts.no_demangle, false, jit) {
                 out[it.idx] = Some(f.iter().map(|f| self.table.frame_id(f)).collect());
             }
         }
@@ -345,29 +345,4 @@ fn unresolved_frame(entry: Option<(&Mapping, String)>, addr: u64) -> Frame {
         }
         None => Frame::named(names::unknown_addr(addr)),
     }
-}
-
-/// A symbol and the functions inlined into it at that address, outer first.
-pub(crate) fn sym_frames(sym: &Sym, module: Option<&str>, opts: &Options, kernel: bool, jit: bool) -> Option<Vec<Frame>> {
-    if sym.name.is_empty() {
-        return None;
-    }
-    let name = |n: &str| if opts.no_demangle { n.to_string() } else { names::demangle(n) };
-    let frame = |func: &str, code: Option<&blazesym::symbolize::CodeInfo>, inlined: bool| Frame {
-        func: name(func),
-        module: module.map(str::to_string),
-        file: code.map(|c| c.to_path().display().to_string()),
-        line: code.and_then(|c| c.line),
-        inlined,
-        kernel,
-        jit,
-    };
-    let mut out = vec![frame(&sym.name, sym.code_info.as_deref(), false)];
-    for f in sym.inlined.iter() {
-        out.push(frame(&f.name, f.code_info.as_ref(), true));
-    }
-    // Names come from files the target may have written (a perf map, a
-    // JIT's ELF image): anything that is not printable text is marked.
-    out.iter_mut().for_each(wallclock_stream::names::check_frame);
-    Some(out)
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use wallclock_stream::{Stack, UNNAMED_ADDRS, UNNAMED_COUNT, UNNAMED_NS};
 
-use crate::cache::NAMED;
+use crate::engine::cache::NAMED;
 use crate::engine::{Engine, Space};
 
 impl Engine {
@@ -96,7 +96,7 @@ pub(crate) fn is_generated(module: &str) -> bool {
 
 /// What names the generated code of `pid`, by the runtime its files say
 /// it runs (None: not a runtime known here; the generic reason stands).
-pub(crate) fn runtime_why(pid: u32, maps: &[crate::procmaps::Mapping]) -> Option<String> {
+pub(crate) fn runtime_why(pid: u32, maps: &[crate::engine::procmaps::Mapping]) -> Option<String> {
     let has = |f: &dyn Fn(&str) -> bool| maps.iter().any(|m| f(m.path().rsplit('/').next().unwrap_or("")));
     if has(&|b| b == "beam.smp") {
         return Some(format!(

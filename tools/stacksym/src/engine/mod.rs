@@ -16,7 +16,14 @@
 //! when one is installed where debuggers look (see [`crate::debugfile`]).
 //! The lookups themselves are in [`crate::resolve`]; frames left unnamed
 //! are counted in [`crate::unnamed`].
+//!
+//! Its parts: the per-process caches ([`cache`]), JIT code ([`jit`]), the
+//! kernel's text ([`ktext`]) and the processes' mappings ([`procmaps`]).
 
+pub(crate) mod cache;
+pub(crate) mod jit;
+pub(crate) mod ktext;
+pub(crate) mod procmaps;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -26,10 +33,8 @@ use blazesym::symbolize::Symbolizer;
 use wallclock_stream::fasthash::{FastHash, FastMap};
 use wallclock_stream::{Frame, Record, Stack, StackTable};
 
-use crate::procmaps::{Mapping, Strings};
-
 use crate::gil;
-use crate::procmaps::PerfMap;
+use procmaps::{Mapping, PerfMap, Strings};
 
 /// Module name given to kernel frames.
 pub const KERNEL_MODULE: &str = "[kernel]";
@@ -96,18 +101,18 @@ pub struct Engine {
     pub(crate) file_ok: HashMap<Rc<str>, bool>,
     /// Frames of each address of each process, as ids of `table` (no
     /// clone of a `Frame` per record written), and its stacks met before;
-    /// dropped once the process is no longer met (crate::cache).
-    pub(crate) spaces: FastMap<u32, crate::cache::SpaceCache>,
+    /// dropped once the process is no longer met (cache).
+    pub(crate) spaces: FastMap<u32, cache::SpaceCache>,
     /// The same for kernel addresses (never dropped).
-    pub(crate) kernel: crate::cache::SpaceCache,
+    pub(crate) kernel: cache::SpaceCache,
     /// Unnamed addresses counted by the dropped cache of each process.
-    pub(crate) retired: FastMap<u32, crate::cache::Counted>,
+    pub(crate) retired: FastMap<u32, cache::Counted>,
     /// Batches of stacks prepared so far.
     pub(crate) generation: u64,
     /// Addresses named since the table was last emptied.
     pub(crate) remembered: usize,
     /// Frames by (file id, file offset of the address, is a return
-    /// address), for every process mapping the file (crate::cache).
+    /// address), for every process mapping the file (cache).
     pub(crate) files: FastMap<(u32, u64, bool), Rc<[u32]>>,
     pub(crate) file_ids: HashMap<String, u32>,
     /// Every frame and stack written: the stream's stack table.
@@ -132,12 +137,12 @@ pub struct Engine {
     /// Time and events by module (`modules`) not yet in `pending`.
     pub(crate) unnamed_time: BTreeMap<u32, (u64, u64)>,
     pub(crate) warned_modules: HashSet<String>,
-    /// The JIT runtime of each pid (crate::jit).
-    pub(crate) runtimes: HashMap<u32, crate::jit::Runtime>,
-    /// `table`'s ids of the cut-in-JIT-code markers (crate::jit).
+    /// The JIT runtime of each pid (jit).
+    pub(crate) runtimes: HashMap<u32, jit::Runtime>,
+    /// `table`'s ids of the cut-in-JIT-code markers (jit).
     pub(crate) cut_ids: [u32; 3],
     /// Stacks (table ids) cut in JIT code, and per pid the time of its
-    /// cut stacks and of all its stacks, once one was cut (crate::jit).
+    /// cut stacks and of all its stacks, once one was cut (jit).
     pub(crate) cut_stacks: HashSet<u32, FastHash>,
     pub(crate) cut_time: HashMap<u32, (u64, u64)>,
     pub(crate) cut_warned: HashSet<u32>,
@@ -148,10 +153,10 @@ pub struct Engine {
     /// The kernel's symbols read ahead ([`Engine::read_kallsyms_ahead`]).
     pub(crate) kallsyms: crate::kallsyms::Kallsyms,
     /// Kernel symbols the stream listed (its `ksyms` records: the
-    /// capture's BPF programs), asked before kallsyms (crate::ktext).
+    /// capture's BPF programs), asked before kallsyms (ktext).
     pub(crate) stream_ksyms: Vec<wallclock_stream::Ksyms>,
     /// What kallsyms says each kernel address is, read on first need.
-    pub(crate) ktext: Option<crate::ktext::KernelText>,
+    pub(crate) ktext: Option<ktext::KernelText>,
 }
 
 impl Engine {
@@ -326,11 +331,11 @@ impl Engine {
             let Some(cache) = self.space(space) else { continue };
             let addr_of = |i: usize| cache.addrs.get(&(*addrs.get(i)?, i + 1 < addrs.len()));
             let first = |i: usize| Some(self.table.frame(*addr_of(i)?.ids.first()?));
-            // A stack cut in JIT code says so at its root (crate::jit),
+            // A stack cut in JIT code says so at its root (jit),
             // instead of the capture's plainer `[truncated]`.
             let mut skip = 0;
             if let Space::User(pid) = space {
-                let truncated = first(0).is_some_and(crate::jit::is_truncated);
+                let truncated = first(0).is_some_and(jit::is_truncated);
                 if let Some(m) = first(truncated as usize).and_then(|root| self.cut_marker(pid, root)) {
                     out.push(m);
                     skip = truncated as usize;
@@ -344,7 +349,7 @@ impl Engine {
             let mut next = addr_of(skip);
             for i in skip..addrs.len() {
                 let Some(a) = std::mem::replace(&mut next, addr_of(i + 1)) else { continue };
-                let frame = |a: &crate::cache::Addr| a.ids.first().map(|&f| self.table.frame(f));
+                let frame = |a: &cache::Addr| a.ids.first().map(|&f| self.table.frame(f));
                 if gil && a.cpython && frame(a).is_some_and(|f| gil::before(f, next.and_then(frame))) {
                     out.push(self.gil_id);
                 }

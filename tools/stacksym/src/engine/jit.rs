@@ -11,7 +11,7 @@
 
 use wallclock_stream::{Frame, Stack};
 
-use crate::procmaps::Mapping;
+use crate::engine::procmaps::Mapping;
 
 use crate::engine::Engine;
 
@@ -197,7 +197,7 @@ mod tests {
 
     fn entry(path: &str) -> Mapping {
         let e = wallclock_stream::MapEntry { start: 0x1000, end: 0x2000, offset: 0, path: path.into(), build_id: None };
-        crate::procmaps::Strings::default().mapping(&e, None)
+        crate::engine::procmaps::Strings::default().mapping(&e, None)
     }
 
     #[test]
