@@ -20,6 +20,37 @@ struct {
 #include "python.bpf.h"
 #include "ruby.bpf.h"
 
+/* Whether a thread's process runs a runtime whose frames BPF reads is
+ * decided once (wc_thread.rt_kinds), not looked up in py_cfg and rb_cfg
+ * at each switch-out: user space adds one to rt_gen's entry after it
+ * adds a process to either map, and a thread decides again when the
+ * number it decided at is not the current one. */
+enum { WC_RT_PY = 1, WC_RT_RB = 2 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} rt_gen SEC(".maps");
+
+static __always_inline __u32 runtimes_of(struct wc_thread *th)
+{
+	__u32 zero = 0;
+	__u32 *g = bpf_map_lookup_elem(&rt_gen, &zero);
+	__u32 now = (g ? *g : 0) + 1; /* 0: a new record, not decided */
+	if (th->rt_gen == now)
+		return th->rt_kinds;
+	__u32 pid = th->pid, k = 0;
+	if (bpf_map_lookup_elem(&py_cfg, &pid))
+		k |= WC_RT_PY;
+	if (bpf_map_lookup_elem(&rb_cfg, &pid))
+		k |= WC_RT_RB;
+	th->rt_kinds = k;
+	th->rt_gen = now;
+	return k;
+}
+
 #define PF_KTHREAD 0x00200000
 
 const volatile bool filter_tgid = false;
@@ -301,6 +332,17 @@ static __noinline struct wc_thread *thread_reborn(struct wc_thread *th, struct t
  * over a machine's threads the claim was more than its steal. */
 static __always_inline void off_taken_back(struct wc_thread *th, __u64 ns); /* per tool */
 
+/* t's runqueue (its CPU's: t is switching there) and that runqueue's two
+ * clocks, with plain loads where the program has BTF pointers: read with
+ * the helper, the four reads of a switch-in and the four of a switch-out
+ * were a third of the switch program's time in a storm. */
+static __always_inline struct rq *task_rq(struct task_struct *t, bool btf)
+{
+	if (btf)
+		return t->se.cfs_rq->rq;
+	return BPF_CORE_READ(t, se.cfs_rq, rq);
+}
+
 static __always_inline __u64 close_slice(struct wc_thread *th, struct task_struct *t, __u64 now, bool btf)
 {
 	__u64 wall = now - th->last_ts;
@@ -308,9 +350,9 @@ static __always_inline __u64 close_slice(struct wc_thread *th, struct task_struc
 	__u64 early = 0, late = 0;
 	if (th->exec_known) {
 		__u64 ran = exec - th->exec_base;
-		struct rq *rq = BPF_CORE_READ(t, se.cfs_rq, rq);
+		struct rq *rq = task_rq(t, btf);
 		if (rq && th->kclock_base) {
-			__u64 clock = BPF_CORE_READ(rq, clock), task = BPF_CORE_READ(rq, clock_task);
+			__u64 clock = RD(btf, rq, clock), task = RD(btf, rq, clock_task);
 			__u64 ks = clock - task > th->rq_base ? clock - task - th->rq_base : 0;
 			th->slice_steal_ns += ks;
 			th->slice_kwall_ns += clock - th->kclock_base;
@@ -386,11 +428,11 @@ static __always_inline void open_slice(struct wc_thread *th, struct task_struct 
 {
 	th->exec_base = RD(btf, t, se.sum_exec_runtime);
 	th->exec_known = 1;
-	struct rq *rq = BPF_CORE_READ(t, se.cfs_rq, rq);
+	struct rq *rq = task_rq(t, btf);
 	th->kclock_base = 0;
 	if (rq) {
-		__u64 clock = BPF_CORE_READ(rq, clock);
-		th->rq_base = clock - BPF_CORE_READ(rq, clock_task);
+		__u64 clock = RD(btf, rq, clock);
+		th->rq_base = clock - RD(btf, rq, clock_task);
 		th->kclock_base = clock;
 	}
 }

@@ -62,12 +62,15 @@ __noinline int wc_after_call(__u64 v)
  * read. */
 static __noinline __u64 stack_part(struct wc_thread *th, __u64 *w, __u64 sp, __u64 bp_off)
 {
-	__u64 cand = mix(0x5eed, bp_off) | 1; /* never 0, the empty entry */
+	__u64 cand = mix(0x5eed, bp_off);
+	/* One mix a candidate, its place in the top bits (a candidate is
+	 * below 2^47): the 33 words are scanned at every switch-out. */
 	for (int i = 0; i <= WC_FP_WORDS; i++) {
 		__u64 v = w[i];
 		if (code_candidate(v, sp))
-			cand = mix(mix(cand, i), v);
+			cand = mix(cand, v | (__u64)i << 56);
 	}
+	cand |= 1; /* never 0, the empty entry */
 	if (th->fp_cand[0] == cand)
 		return th->fp_ret[0];
 	if (th->fp_cand[1] == cand)
@@ -107,7 +110,8 @@ static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 
 	if (!ks)
 		return fp;
 	__u64 *w = ks->ips;
-	if (bpf_probe_read_user(w, WC_FP_WORDS * 8, (void *)sp)) {
+	bool whole = !bpf_probe_read_user(w, WC_FP_WORDS * 8, (void *)sp);
+	if (!whole) {
 		/* Within WC_FP_WORDS words of the stack's end (the thread's
 		 * outermost frames): what is left of the page. A failed read
 		 * leaves zeros, which are no candidates. */
@@ -122,7 +126,13 @@ static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 
 	w[WC_FP_WORDS] = 0;
 	if (bp > sp && bp - sp < WC_FP_BP_SPAN) {
 		bp_off = bp - sp;
-		bpf_probe_read_user(&w[WC_FP_WORDS], 8, (void *)(bp + 8));
+		/* Inside the words just read: no second read (a frame of
+		 * the leaf's caller, most often). */
+		__u64 at = bp_off + 8;
+		if (whole && !(at & 7) && at < WC_FP_WORDS * 8)
+			w[WC_FP_WORDS] = w[(at >> 3) & (WC_FP_WORDS - 1)];
+		else
+			bpf_probe_read_user(&w[WC_FP_WORDS], 8, (void *)(bp + 8));
 	}
 	return mix(fp, stack_part(th, w, sp, bp_off));
 }

@@ -199,9 +199,14 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	if (!th->kthread) {
 		regs = task_regs(cur);
 		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
-		/* Here the walks only hash. */
-		fp = mix(fp, py_walk(th->pid, tid, WC_WALK_NONE));
-		fp = mix(fp, rb_walk(th->pid, WC_WALK_NONE));
+		/* Here the walks only hash, and only in a process of their
+		 * runtime (decided once: two map lookups a switch-out were a
+		 * tenth of the switch program's time in a storm). */
+		__u32 rt = runtimes_of(th);
+		if (rt & WC_RT_PY)
+			fp = mix(fp, py_walk(th->pid, tid, WC_WALK_NONE));
+		if (rt & WC_RT_RB)
+			fp = mix(fp, rb_walk(th->pid, WC_WALK_NONE));
 		fp = mix(fp, fd_kind(cur, regs, RD(btf, regs, orig_ax), btf));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so

@@ -117,6 +117,12 @@ struct wc_thread {
 	 * used again within a second. Keys its blocks (wc_okey) and mixed
 	 * into its fingerprints, so the two threads stay apart. */
 	__u32 tgen;
+	/* Which runtimes' walks a switch-out hashes (WC_RT_*), decided at
+	 * the thread's first switch-out and again only when user space has
+	 * found a runtime process since (rt_gen is then not that number plus
+	 * one; see runtimes_of in offcputime.bpf.c). */
+	__u32 rt_gen;
+	__u32 rt_kinds;
 	char comm[WC_COMM_LEN];
 	/* The return-address part of the last two stack fingerprints, and
 	 * a hash of the words each was found among (bpf/fingerprint.bpf.h). */

@@ -59,6 +59,17 @@ pub fn put_u32_set(map: &impl MapCore, ids: &[u32]) -> Result<()> {
     Ok(())
 }
 
+/// Add one to the u32 in entry 0 of an array map: capture.bpf.h's
+/// `rt_gen`, after a runtime process was added to `py_cfg` or `rb_cfg`
+/// (each thread then decides again whether its walks run).
+pub fn bump_gen(map: &impl MapCore) {
+    let key = 0u32.to_ne_bytes();
+    let n = map.lookup(&key, MapFlags::ANY).ok().flatten().and_then(|v| Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))).unwrap_or(0);
+    // A failed update leaves the threads' decisions as they were: the
+    // walks of that process are then not hashed, its stacks still read.
+    let _ = map.update(&key, &n.wrapping_add(1).to_ne_bytes(), MapFlags::ANY);
+}
+
 /// The keys of a hash map keyed by u32 (pids).
 pub fn u32_keys(map: &impl MapCore) -> Vec<u32> {
     map.keys().filter_map(|k| Some(u32::from_ne_bytes(k.get(..4)?.try_into().ok()?))).collect()

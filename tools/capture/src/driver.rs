@@ -47,6 +47,7 @@ pub struct Maps<'a> {
     pub py_threads: &'a MapMut<'static>,
     pub py_cfg: &'a MapMut<'static>,
     pub rb_cfg: &'a MapMut<'static>,
+    pub rt_gen: &'a MapMut<'static>,
 }
 
 /// The programs of tree.bpf.h.
@@ -418,12 +419,18 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
     // A PHP is looked for at its exec (crate::php), not a turn later.
-    let php_maps = (libbpf_rs::MapHandle::try_from(skel.maps().py_threads)?, libbpf_rs::MapHandle::try_from(skel.maps().py_cfg)?);
+    let php_maps = (
+        libbpf_rs::MapHandle::try_from(skel.maps().py_threads)?,
+        libbpf_rs::MapHandle::try_from(skel.maps().py_cfg)?,
+        libbpf_rs::MapHandle::try_from(skel.maps().rt_gen)?,
+    );
     let event = |tool: &mut T, e: &[u8], unwind: &mut Unwind| {
         if !tree::marker(e, unwind) {
             tool.event(e, unwind);
         } else if let Some(pid) = tree::exec_pid(e) {
-            unwind.php.at_exec(pid, &php_maps.0, &php_maps.1);
+            if unwind.php.at_exec(pid, &php_maps.0, &php_maps.1) {
+                bpf::bump_gen(&php_maps.2);
+            }
         }
     };
 
@@ -434,9 +441,13 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         pids.extend(bpf::u32_keys(skel.maps().tgids));
         pids.sort_unstable();
         pids.dedup();
-        unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
-        unwind.php.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg);
-        unwind.ruby.refresh(&pids, skel.maps().rb_cfg);
+        // Each, whatever the others found (|, not ||).
+        let found = unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg)
+            | unwind.php.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg)
+            | unwind.ruby.refresh(&pids, skel.maps().rb_cfg);
+        if found {
+            bpf::bump_gen(skel.maps().rt_gen);
+        }
     };
     python(&mut unwind, &sess, &skel);
     let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;

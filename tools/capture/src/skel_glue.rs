@@ -63,6 +63,7 @@ macro_rules! capture_skel {
                     py_threads: &self.maps.py_threads,
                     py_cfg: &self.maps.py_cfg,
                     rb_cfg: &self.maps.rb_cfg,
+                    rt_gen: &self.maps.rt_gen,
                 }
             }
 

@@ -58,10 +58,11 @@ const UNREAD: &str = "php::[unreadable frame]";
 
 impl Php {
     /// Find the PHP 8.2 and 8.4 executors among `pids` not seen yet and tell the
-    /// BPF side where their frame chain is.
-    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
+    /// BPF side where their frame chain is. Whether one was added to `cfg`.
+    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) -> bool {
+        let mut found = false;
         if crate::readcost::off("php") {
-            return;
+            return found;
         }
         for &pid in pids {
             if let Some(p) = self.procs.get_mut(&pid) {
@@ -89,14 +90,17 @@ impl Php {
             // The main thread's "thread state" is the globals themselves.
             let _ = threads.update(&pid.to_ne_bytes(), &ex.globals.to_ne_bytes(), MapFlags::ANY);
             self.procs.insert(pid, Proc { ex, addr: HashMap::new(), names: Vec::new() });
+            found = true;
         }
+        found
     }
 
     /// Look at `pid` as it execs: a PHP found then has its frames read
     /// from its first stacks, not from the capture loop's next turn (up
     /// to 800 ms later on a loaded machine, its script running by then).
-    pub fn at_exec(&mut self, pid: u32, threads: &dyn MapCore, cfg: &dyn MapCore) {
-        self.refresh(&[pid], threads, cfg);
+    /// Whether it was added to `cfg`.
+    pub fn at_exec(&mut self, pid: u32, threads: &dyn MapCore, cfg: &dyn MapCore) -> bool {
+        self.refresh(&[pid], threads, cfg)
     }
 
     /// The trailer's counts, where a PHP was found: frames whose function

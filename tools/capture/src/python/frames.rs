@@ -87,10 +87,12 @@ fn candidate(pid: u32) -> Option<String> {
 impl Python {
     /// Find the interpreters of `pids` not seen yet and list every known
     /// interpreter's threads into the BPF maps. Cheap when nothing changed:
-    /// a few reads of each interpreter's thread list.
-    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) {
+    /// a few reads of each interpreter's thread list. Whether an
+    /// interpreter was added to `cfg`.
+    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) -> bool {
+        let mut found = false;
         if crate::readcost::off("python") {
-            return;
+            return found;
         }
         for &pid in pids {
             if !self.procs.contains_key(&pid) {
@@ -104,6 +106,7 @@ impl Python {
                         if cfg.update(&pid.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).is_err() {
                             continue;
                         }
+                        found = true;
                         self.procs.insert(
                             pid,
                             Proc {
@@ -145,6 +148,7 @@ impl Python {
             }
             p.tids = now;
         }
+        found
     }
 
     /// Whether `pid` was found to run CPython.

@@ -88,8 +88,10 @@ struct RbCfg {
 
 impl Ruby {
     /// Find the Ruby processes among `pids` not seen yet and tell the
-    /// BPF side where their execution contexts are.
-    pub fn refresh(&mut self, pids: &[u32], cfg: &dyn MapCore) {
+    /// BPF side where their execution contexts are. Whether one was
+    /// added to `cfg`.
+    pub fn refresh(&mut self, pids: &[u32], cfg: &dyn MapCore) -> bool {
+        let mut found = false;
         for &pid in pids {
             if self.procs.contains_key(&pid) {
                 continue;
@@ -114,7 +116,9 @@ impl Ruby {
                 continue;
             }
             self.procs.insert(pid, Proc { vm, addr: HashMap::new(), names: Vec::new(), above: HashMap::new(), iseqs: HashMap::new() });
+            found = true;
         }
+        found
     }
 
     pub fn is_ruby(&self, pid: u32) -> bool {
