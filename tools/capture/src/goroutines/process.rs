@@ -3,8 +3,9 @@
 //! registers → its stack, unwound as the capture unwinds on-CPU stacks
 //! (`Unwind`: the binary's .debug_frame, frame pointers where none).
 
-use std::collections::HashMap;
 use std::rc::Rc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::layout::Layout;
 use crate::unwind::{Unwind, TRUNCATED, TRUNCATED_ADDR};
@@ -32,12 +33,28 @@ pub fn read(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
 const GAP: u64 = 4096;
 const MAX_SPAN: u64 = 256 << 10;
 
-/// `len` bytes at each of `addrs`; None for those that cannot be read.
+/// What [`read_many`] read: the ranges, and where in them each g is.
+struct Many {
+    bufs: Vec<Vec<u8>>,
+    /// (buffer, offset) of each address; None: it could not be read.
+    at: Vec<Option<(usize, usize)>>,
+    len: usize,
+}
+
+impl Many {
+    fn get(&self, i: usize) -> Option<&[u8]> {
+        let (b, o) = self.at[i]?;
+        self.bufs[b].get(o..o + self.len)
+    }
+}
+
+/// `len` bytes at each of `addrs` (see [`Many::get`]).
 /// The g's lie side by side in the heap's spans: sorted and read as the
 /// few ranges they fill (92 for 2,000 g's of a 10k-goroutine program),
 /// as one iovec each. An iovec per g (2,000 a tick) cost the kernel a
-/// page lookup per g: 1.3 ms against 0.3 ms for the ranges.
-fn read_many(pid: u32, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
+/// page lookup per g: 1.3 ms against 0.3 ms for the ranges. The g's are
+/// looked at in the ranges' buffers, not copied out one by one.
+fn read_many(pid: u32, addrs: &[u64], len: usize) -> Many {
     let mut order: Vec<usize> = (0..addrs.len()).collect();
     order.sort_unstable_by_key(|&i| addrs[i]);
     let mut spans: Vec<(u64, u64, Vec<usize>)> = Vec::new();
@@ -52,20 +69,26 @@ fn read_many(pid: u32, addrs: &[u64], len: usize) -> Vec<Option<Vec<u8>>> {
         }
     }
     let ranges: Vec<(u64, usize)> = spans.iter().map(|s| (s.0, (s.1 - s.0) as usize)).collect();
-    let mut out = vec![None; addrs.len()];
+    let mut out = Many { bufs: Vec::with_capacity(spans.len()), at: vec![None; addrs.len()], len };
     for ((start, _, members), buf) in spans.iter().zip(read_ranges(pid, &ranges)) {
-        for &i in members {
-            out[i] = match &buf {
-                Some(b) => {
-                    let o = (addrs[i] - start) as usize;
-                    Some(b[o..o + len].to_vec())
+        match buf {
+            Some(b) => {
+                let k = out.bufs.len();
+                out.bufs.push(b);
+                for &i in members {
+                    out.at[i] = Some((k, (addrs[i] - start) as usize));
                 }
-                // A range with a hole: its g's one by one.
-                None => {
+            }
+            // A range with a hole: its g's one by one.
+            None => {
+                for &i in members {
                     let mut b = vec![0u8; len];
-                    read(pid, addrs[i], &mut b).then_some(b)
+                    if read(pid, addrs[i], &mut b) {
+                        out.at[i] = Some((out.bufs.len(), 0));
+                        out.bufs.push(b);
+                    }
                 }
-            };
+            }
         }
     }
     out
@@ -106,6 +129,22 @@ fn u64_at(b: &[u8], off: u64) -> u64 {
     b.get(off as usize..off as usize + 8).map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap()))
 }
 
+/// What a g's status (Go's `_Gwaiting`...) says, decided once per
+/// process from its binary's constants (no string compared per g).
+#[derive(Clone)]
+enum Status {
+    /// dead, idle: not a goroutine to count.
+    Skip,
+    /// Waiting: its wait reason names it.
+    Waiting,
+    /// In a system call: registers saved at its entry.
+    Syscall(Rc<str>),
+    /// Running (or its stack being copied): its registers are its thread's.
+    Running(Rc<str>),
+    /// Runnable, preempted...: registers saved in g.sched.
+    Parked(Rc<str>, bool),
+}
+
 /// One goroutine as seen at one tick.
 pub struct Seen {
     pub goid: u64,
@@ -125,26 +164,40 @@ pub struct GoProcess {
     cursor: usize,
     /// Unwound stacks by (g, goid, pc, sp): a parked goroutine's does not
     /// change, and is unwound once.
-    cache: HashMap<(u64, u64, u64, u64), Rc<str>>,
+    cache: FxHashMap<(u64, u64, u64, u64), Rc<str>>,
     /// The stack each goroutine last parked or was preempted with: a
     /// running one's registers are its thread's, not in its g.
-    last: HashMap<(u64, u64), Rc<str>>,
-    texts: HashMap<String, Rc<str>>,
+    last: FxHashMap<(u64, u64), Rc<str>>,
+    /// By status value (its scan bit cleared); None: a value not known.
+    statuses: Vec<Option<Status>>,
+    /// `[chan receive]`... by wait reason (a byte).
+    reasons: Vec<Rc<str>>,
+    /// Every stack text met (see `intern`).
+    stacks: FxHashSet<Rc<str>>,
     pub unreadable: u64,
 }
 
+/// Statuses above this are not looked up (Go's are below 16).
+const MAX_STATUS: u64 = 256;
+
 impl GoProcess {
     pub fn new(pid: u32, layout: Rc<Layout>, bias: u64) -> GoProcess {
-        GoProcess { pid, layout, bias, cursor: 0, cache: HashMap::new(), last: HashMap::new(), texts: HashMap::new(), unreadable: 0 }
-    }
-
-    fn text(&mut self, s: &str) -> Rc<str> {
-        if let Some(t) = self.texts.get(s) {
-            return t.clone();
+        let text = |s: &str| -> Rc<str> { Rc::from(format!("[{s}]")) };
+        let mut statuses = vec![None; MAX_STATUS as usize];
+        for (&v, s) in layout.states.iter().filter(|e| *e.0 < MAX_STATUS) {
+            statuses[v as usize] = Some(match s.as_str() {
+                s if G_DEAD_OR_IDLE.contains(&s) => Status::Skip,
+                "waiting" => Status::Waiting,
+                "syscall" => Status::Syscall(text(s)),
+                "running" | "copystack" => Status::Running(text(s)),
+                s => Status::Parked(text(s), s == "preempted"),
+            });
         }
-        let t: Rc<str> = Rc::from(format!("[{s}]"));
-        self.texts.insert(s.to_string(), t.clone());
-        t
+        let waiting = text("waiting");
+        let reasons = (0..256u64)
+            .map(|r| layout.reasons.get(&r).filter(|s| !s.is_empty()).map_or_else(|| waiting.clone(), |s| text(s)))
+            .collect();
+        GoProcess { pid, layout, bias, cursor: 0, cache: FxHashMap::default(), last: FxHashMap::default(), statuses, reasons, stacks: FxHashSet::default(), unreadable: 0 }
     }
 
     /// The goroutines of this tick (at most `budget`, a rotating subset
@@ -166,46 +219,50 @@ impl GoProcess {
             self.unreadable += 1;
             return Some((Vec::new(), n));
         }
-        let mut cache = HashMap::with_capacity(self.cache.len());
-        let mut last = HashMap::with_capacity(self.last.len());
+        // Reading them all, the maps are made anew (goroutines that died
+        // leave them); reading a subset, they are kept and added to.
+        let full = take == n;
+        if !full && self.last.len() > 4 * n {
+            // A subset: the others' stay (the next ticks read them), until
+            // goroutines that died would pile up.
+            self.last.clear();
+            self.cache.clear();
+        }
+        let mut fresh = full.then(|| (FxHashMap::with_capacity_and_hasher(self.cache.len(), Default::default()), FxHashMap::with_capacity_and_hasher(self.last.len(), Default::default())));
         let mut out = Vec::with_capacity(take);
         let gps: Vec<u64> = (0..take).map(|k| u64_at(&ptrs, (((first + k) % n) * 8) as u64)).filter(|&gp| gp != 0).collect();
-        for (gp, g) in gps.iter().zip(read_many(pid, &gps, l.g.len as usize)) {
-            let (gp, Some(g)) = (*gp, g) else {
+        let many = read_many(pid, &gps, l.g.len as usize);
+        for (i, &gp) in gps.iter().enumerate() {
+            let Some(g) = many.get(i) else {
                 self.unreadable += 1;
                 continue;
             };
-            let status = (u64_at(&g, l.g.atomicstatus) as u32) & !SCAN_BIT;
-            let Some(state) = l.states.get(&(status as u64)) else {
+            let status = (u64_at(g, l.g.atomicstatus) as u32) & !SCAN_BIT;
+            let Some(Some(state)) = self.statuses.get(status as usize) else {
                 self.unreadable += 1;
                 continue;
             };
-            if G_DEAD_OR_IDLE.contains(&state.as_str()) {
-                continue;
-            }
-            let goid = u64_at(&g, l.g.goid);
-            let (what, waiting) = match state.as_str() {
-                "waiting" => {
-                    let r = g[l.g.waitreason as usize];
-                    let r = l.reasons.get(&(r as u64)).map_or("waiting", |s| if s.is_empty() { "waiting" } else { s });
-                    (self.text(r), true)
+            let goid = u64_at(g, l.g.goid);
+            let (what, waiting, (pc, sp, bp)) = match state {
+                Status::Skip => continue,
+                Status::Waiting => {
+                    let r = g.get(l.g.waitreason as usize).copied().unwrap_or(0);
+                    (self.reasons[r as usize].clone(), true, (u64_at(g, l.g.sched_pc), u64_at(g, l.g.sched_sp), u64_at(g, l.g.sched_bp)))
                 }
-                s => {
-                    let s = s.to_string();
-                    (self.text(&s), s == "preempted")
-                }
-            };
-            let (pc, sp, bp) = match state.as_str() {
-                "syscall" => (u64_at(&g, l.g.syscallpc), u64_at(&g, l.g.syscallsp), 0),
-                "running" | "copystack" => (0, 0, 0),
-                _ => (u64_at(&g, l.g.sched_pc), u64_at(&g, l.g.sched_sp), u64_at(&g, l.g.sched_bp)),
+                Status::Syscall(t) => (t.clone(), false, (u64_at(g, l.g.syscallpc), u64_at(g, l.g.syscallsp), 0)),
+                Status::Running(t) => (t.clone(), false, (0, 0, 0)),
+                Status::Parked(t, w) => (t.clone(), *w, (u64_at(g, l.g.sched_pc), u64_at(g, l.g.sched_sp), u64_at(g, l.g.sched_bp))),
             };
             let key = (gp, goid, pc, sp);
             let stack = match (self.cache.get(&key), self.last.get(&(gp, goid))) {
                 (_, Some(s)) if pc == 0 => s.clone(),
-                (_, None) if pc == 0 => self.started_in(u64_at(&g, l.g.startpc)),
+                (_, None) if pc == 0 => self.started_in(u64_at(g, l.g.startpc)),
                 (Some(s), _) => s.clone(),
-                (None, _) => self.unwound(unwind, pc, sp, bp, u64_at(&g, l.g.stack_hi)),
+                (None, _) => self.unwound(unwind, pc, sp, bp, u64_at(g, l.g.stack_hi)),
+            };
+            let (cache, last) = match fresh.as_mut() {
+                Some((c, l)) => (c, l),
+                None => (&mut self.cache, &mut self.last),
             };
             if pc != 0 {
                 cache.insert(key, stack.clone());
@@ -213,18 +270,9 @@ impl GoProcess {
             last.insert((gp, goid), stack.clone());
             out.push(Seen { goid, what, waiting, stack });
         }
-        if take == n {
+        if let Some((cache, last)) = fresh {
             self.cache = cache;
             self.last = last;
-        } else {
-            // A subset: the others' stay (the next ticks read them), until
-            // goroutines that died would pile up.
-            if self.last.len() > 4 * n {
-                self.last.clear();
-                self.cache.clear();
-            }
-            self.cache.extend(cache);
-            self.last.extend(last);
         }
         Some((out, n))
     }
@@ -239,18 +287,30 @@ impl GoProcess {
 
     /// A running goroutine never seen parked: named by the function it
     /// was started with, as `goexit` began it.
-    fn started_in(&self, startpc: u64) -> Rc<str> {
+    fn started_in(&mut self, startpc: u64) -> Rc<str> {
         let f = self.name(startpc + 1);
-        Rc::from(wallclock_stream::folded::stack_text(&["runtime.goexit", &f], &[]))
+        self.intern(wallclock_stream::folded::stack_text(&["runtime.goexit", &f], &[]))
     }
 
-    fn unwound(&self, unwind: &mut Unwind, pc: u64, sp: u64, bp: u64, hi: u64) -> Rc<str> {
+    fn unwound(&mut self, unwind: &mut Unwind, pc: u64, sp: u64, bp: u64, hi: u64) -> Rc<str> {
         let mut stack = vec![0u8; hi.saturating_sub(sp).min(MAX_STACK) as usize];
         if sp == 0 || !read(self.pid, sp, &mut stack) {
             stack.clear();
         }
         let addrs = unwind.unwind(self.pid, pc, sp, bp, &stack);
         let names: Vec<String> = addrs.iter().map(|&a| self.name(a)).collect();
-        Rc::from(wallclock_stream::folded::stack_text(&names, &[]))
+        self.intern(wallclock_stream::folded::stack_text(&names, &[]))
+    }
+
+    /// One string per distinct stack, whichever goroutines unwound to it:
+    /// the tally groups a tick's goroutines by the strings' addresses (10k
+    /// goroutines parked at one place are then one line to build, not 10k).
+    fn intern(&mut self, text: String) -> Rc<str> {
+        if let Some(s) = self.stacks.get(text.as_str()) {
+            return s.clone();
+        }
+        let s: Rc<str> = Rc::from(text);
+        self.stacks.insert(s.clone());
+        s
     }
 }

@@ -3,9 +3,12 @@
 //! (one goroutine seen waiting for the same reason at the same place at
 //! every sample of it).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io::Write;
 use std::rc::Rc;
+
+use rustc_hash::FxHashMap;
 
 use super::process::Seen;
 
@@ -36,7 +39,7 @@ pub struct Tally {
     lines: HashMap<String, f64>,
     /// Goroutine-µs and the most goroutines at one tick, per process and leaf.
     by_what: HashMap<(u32, Rc<str>), (f64, f64)>,
-    live: HashMap<(u32, u64), Streak>,
+    live: FxHashMap<(u32, u64), Streak>,
     done: Vec<(u32, u64, Streak)>,
     /// Processes sampled: pid → (name, most goroutines at one tick, µs
     /// sampled).
@@ -62,37 +65,42 @@ impl Tally {
         let p = self.procs.entry(pid).or_insert_with(|| (name.to_string(), 0, 0.0));
         p.1 = p.1.max(all);
         p.2 += dt_us;
-        let mut counts: HashMap<Rc<str>, f64> = HashMap::new();
-        // Goroutines per (stack, leaf) first, by the shared strings'
-        // addresses: one folded line built per distinct stack, not per
-        // goroutine (thousands a tick).
-        let mut per_line: HashMap<(usize, usize), (&Seen, f64)> = HashMap::new();
+        // Goroutines per (stack, leaf) and per leaf first, by the shared
+        // strings' addresses: one folded line built and one leaf looked
+        // up per distinct one, not per goroutine (thousands a tick).
+        let mut per_line: FxHashMap<(usize, usize), (&Seen, f64)> = FxHashMap::default();
+        let mut counts: FxHashMap<usize, (&Rc<str>, f64)> = FxHashMap::default();
         for s in seen {
-            per_line.entry((Rc::as_ptr(&s.stack) as *const u8 as usize, Rc::as_ptr(&s.what) as *const u8 as usize)).or_insert((s, 0.0)).1 += weight_us;
+            let what = Rc::as_ptr(&s.what) as *const u8 as usize;
+            per_line.entry((Rc::as_ptr(&s.stack) as *const u8 as usize, what)).or_insert((s, 0.0)).1 += weight_us;
+            counts.entry(what).or_insert((&s.what, 0.0)).1 += scale;
         }
         for (s, us) in per_line.into_values() {
             let leaf = wallclock_stream::folded::escape(&s.what).into_owned();
             *self.lines.entry(format!("{};{leaf}", s.stack)).or_default() += us;
         }
         for s in seen {
-            *counts.entry(s.what.clone()).or_default() += scale;
             let key = (pid, s.goid);
-            let same = self.live.get(&key).is_some_and(|k| Rc::ptr_eq(&k.what, &s.what) && Rc::ptr_eq(&k.stack, &s.stack));
             if !s.waiting {
                 if let Some(k) = self.live.remove(&key) {
                     self.done.push((pid, s.goid, k));
                 }
-            } else if same {
-                self.live.get_mut(&key).unwrap().until_us = now_us;
-            } else {
-                let k = Streak { what: s.what.clone(), stack: s.stack.clone(), since_us: now_us - dt_us, until_us: now_us };
-                if let Some(old) = self.live.insert(key, k) {
+                continue;
+            }
+            let k = || Streak { what: s.what.clone(), stack: s.stack.clone(), since_us: now_us - dt_us, until_us: now_us };
+            match self.live.entry(key) {
+                Entry::Occupied(mut e) if Rc::ptr_eq(&e.get().what, &s.what) && Rc::ptr_eq(&e.get().stack, &s.stack) => e.get_mut().until_us = now_us,
+                Entry::Occupied(mut e) => {
+                    let old = e.insert(k());
                     self.done.push((pid, s.goid, old));
+                }
+                Entry::Vacant(e) => {
+                    e.insert(k());
                 }
             }
         }
-        for (w, c) in counts {
-            let e = self.by_what.entry((pid, w)).or_default();
+        for (w, c) in counts.into_values() {
+            let e = self.by_what.entry((pid, w.clone())).or_default();
             e.0 += c * dt_us;
             e.1 = e.1.max(c);
         }
