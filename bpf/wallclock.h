@@ -120,7 +120,7 @@ struct wc_thread {
 	/* Which runtimes' walks a switch-out hashes (WC_RT_*), decided at
 	 * the thread's first switch-out and again only when user space has
 	 * found a runtime process since (rt_gen is then not that number plus
-	 * one; see runtimes_of in offcputime.bpf.c). */
+	 * one; see runtimes_of in capture.bpf.h). */
 	__u32 rt_gen;
 	__u32 rt_kinds;
 	char comm[WC_COMM_LEN];

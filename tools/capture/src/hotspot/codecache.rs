@@ -3,8 +3,27 @@
 //! start of its block), the blob's frame size and kind, and the bounds
 //! of the template interpreter.
 
+use std::collections::BTreeMap;
+
 use super::mem::Mem;
 use super::vmstructs::{CodeBegin, Layout};
+
+/// A blob found before: the bytes of its block's header and its own
+/// header as read then (used flag, name, size, frame, code, method), and
+/// what they said.
+struct Known {
+    end: u64,
+    block: u64,
+    bytes: Vec<u8>,
+    blob: Blob,
+}
+
+/// Blobs kept, at most (a code cache holds tens of thousands; past this
+/// the map starts again).
+const KNOWN_MAX: usize = 1 << 16;
+/// The header read covers the method pointer of a compiled method when
+/// it lies this close to the block (HotSpot's do: 0x60-0x80 bytes in).
+const HEADER_MAX: usize = 256;
 
 struct Heap {
     low: u64,
@@ -41,6 +60,12 @@ pub struct CodeCache {
     /// Blob name pointers known to be compiled methods' (`nmethod`).
     nmethod_names: Vec<u64>,
     other_names: Vec<u64>,
+    /// Blobs by their start. A frame in one costs one read (its headers,
+    /// compared with what they were), not three (the segment map, the
+    /// headers, the method pointer): a blob freed, or its block reused
+    /// for another, changes those bytes (HotSpot frees blocks at
+    /// safepoints; the used flag, the blob's size, name and method say).
+    known: BTreeMap<u64, Known>,
 }
 
 impl CodeCache {
@@ -66,7 +91,7 @@ impl CodeCache {
             return Err("its code cache has no heaps yet".into());
         }
         let interp = interp_range(mem, l)?;
-        Ok(CodeCache { heaps, interp, nmethod_names: Vec::new(), other_names: Vec::new() })
+        Ok(CodeCache { heaps, interp, nmethod_names: Vec::new(), other_names: Vec::new(), known: BTreeMap::new() })
     }
 
     pub fn contains(&self, pc: u64) -> bool {
@@ -85,7 +110,11 @@ impl CodeCache {
         if pc >= self.interp.0 && pc < self.interp.1 {
             return Ok(Found::Interpreter);
         }
-        let Some(h) = self.heaps.iter().find(|h| pc >= h.low && pc < h.high) else { return Ok(Found::Outside) };
+        let Some(i) = self.heaps.iter().position(|h| pc >= h.low && pc < h.high) else { return Ok(Found::Outside) };
+        if let Some(b) = self.known_blob(mem, pc) {
+            return Ok(Found::Blob(b));
+        }
+        let h = &self.heaps[i];
         let seg = block_start(mem, h, (pc - h.low) >> h.log2)?;
         let Some(seg) = seg else { return Ok(Found::Freed) };
         let block = h.low + (seg << h.log2);
@@ -98,17 +127,20 @@ impl CodeCache {
             CodeBegin::None => 0,
         };
         let span = [l.blob_name + 8, l.blob_size + 4, l.blob_frame_size + 4, l.blob_frame_complete + 4, code_field].into_iter().max().unwrap_or(0) as usize;
-        let mut whole = [0u8; 192];
         let (used_at, head) = (l.block_used as usize, l.block_size as usize);
         if used_at >= head || head > 64 {
             return Err("a code heap block header of an unknown shape".into());
         }
-        let whole = &mut whole[..head + span.min(128)];
-        mem.read(block, whole)?;
+        // With the method pointer when it is near (one read for both).
+        let with_method = head + l.compiled_method as usize + 8;
+        let len = if with_method <= HEADER_MAX { (head + span.min(128)).max(with_method) } else { head + span.min(128) };
+        let mut whole = vec![0u8; len];
+        mem.read(block, &mut whole)?;
         if whole[used_at] == 0 {
             return Ok(Found::Freed);
         }
         let hdr = &whole[head..];
+        let bytes = whole.clone();
         let at = |o: u64, n: usize| -> u64 {
             let o = o as usize;
             hdr.get(o..o + n).map_or(0, |b| b.iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x)))
@@ -135,8 +167,12 @@ impl CodeCache {
             if yes { &mut self.nmethod_names } else { &mut self.other_names }.push(name);
             yes
         };
-        let method = if is_nmethod { mem.u64(blob + l.compiled_method)? } else { 0 };
-        Ok(Found::Blob(Blob {
+        let method = match (is_nmethod, with_method <= len) {
+            (false, _) => 0,
+            (true, true) => at(l.compiled_method, 8),
+            (true, false) => mem.u64(blob + l.compiled_method)?,
+        };
+        let found = Blob {
             frame_size: (at(l.blob_frame_size, 4) as u32 as i32).max(0) as u64,
             code_begin,
             frame_complete: match l.blob_frame_complete_len {
@@ -144,7 +180,30 @@ impl CodeCache {
                 _ => at(l.blob_frame_complete, 4) as u32 as i32,
             },
             method,
-        }))
+        };
+        // Kept only where the headers read hold everything it says.
+        if !is_nmethod || with_method <= len {
+            if self.known.len() >= KNOWN_MAX {
+                self.known.clear();
+            }
+            self.known.insert(blob, Known { end: blob + size, block, bytes, blob: found });
+        }
+        Ok(Found::Blob(found))
+    }
+
+    /// The blob holding `pc` as found before, if its headers still read
+    /// the same (one read); else it is forgotten.
+    fn known_blob(&mut self, mem: &Mem, pc: u64) -> Option<Blob> {
+        let (&start, k) = self.known.range(..=pc).next_back()?;
+        if pc >= k.end {
+            return None;
+        }
+        let mut now = vec![0u8; k.bytes.len()];
+        if mem.read(k.block, &mut now).is_ok() && now == k.bytes {
+            return Some(k.blob);
+        }
+        self.known.remove(&start);
+        None
     }
 }
 
