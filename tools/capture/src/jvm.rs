@@ -129,7 +129,7 @@ fn is_jvm(pid: u32) -> bool {
 }
 
 /// The pid as the process knows it (the last of NSpid: its own namespace).
-fn ns_pid(pid: u32) -> Option<u32> {
+pub(crate) fn ns_pid(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()

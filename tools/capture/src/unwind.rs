@@ -560,7 +560,10 @@ impl Unwind {
         if self.fps.len() == native.len() {
             let procs = &self.procs;
             let anon = |a: u64| a > MIN_CODE_ADDR && !procs.get(&pid).is_some_and(|p| p.maps.iter().any(|m| a >= m.start && a < m.end));
-            self.v8.name_frames(pid, ts, native, &self.fps, (sp, stack), anon);
+            let maps = procs.get(&pid).map_or(&[][..], |p| &p.maps[..]);
+            let in_file = |a: u64| maps.iter().find(|m| a >= m.start && a < m.end).map(|m| (m.path.as_str(), m.offset + (a - m.start)));
+            let maps_node = || maps.iter().any(|m| crate::v8::is_node_file(&m.path));
+            self.v8.name_frames(pid, ts, native, &self.fps, (sp, stack), anon, in_file, maps_node);
         }
         self.fps.clear();
     }

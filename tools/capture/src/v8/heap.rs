@@ -210,6 +210,9 @@ impl Heap {
         if !(0..=1 << 20).contains(&n) {
             return None;
         }
+        if m.scopeinfo_fixed_positions {
+            return self.scope_info_fixed(base, n);
+        }
         let first = m.scopeinfo_first_vars as i64 + if n > MAX_INLINED_LOCALS { 1 + n } else { 2 * n };
         const SPAN: usize = 12;
         let mut b = vec![0u8; SPAN * 8];
@@ -230,6 +233,33 @@ impl Heap {
             return Some((inferred, Some(start)));
         }
         None
+    }
+
+    /// The name and start position in ScopeInfo `si` of V8 12.8+ (slots
+    /// from `base`, `n` context locals): the start is a fixed slot; after
+    /// the context locals (names, or one hashtable from 75 of them, then
+    /// infos) come the saved class variable (an optional Smi), the
+    /// function's name (a String, or Smi 0) and its slot (a Smi) when it
+    /// has one, then the inferred name (a String, when there is one).
+    fn scope_info_fixed(&self, base: u64, n: i64) -> Option<(String, Option<i64>)> {
+        let m = &self.m;
+        let start = m.smi(self.word(base + 8 * (m.scopeinfo_first_vars - 2))?)?;
+        let start = (start >= 0).then_some(start);
+        let first = m.scopeinfo_first_vars as i64 + if n >= MAX_INLINED_LOCALS { 1 + n } else { 2 * n };
+        let mut b = [0u8; 4 * 8];
+        self.read(base + 8 * first as u64, &mut b)?;
+        let s: Vec<u64> = b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let is_string = |w: u64| self.type_of(w).is_some_and(|t| self.is_string_type(t));
+        let named = (0..2).find(|&i| (s[i] == 0 || is_string(s[i])) && m.smi(s[i + 1]).is_some());
+        let inferred_at = match named {
+            Some(i) if s[i] != 0 => return Some((self.string(s[i], MAX_NAME)?, start)),
+            Some(i) => i + 2,
+            // No function variable: the inferred name, if any, comes
+            // first, or after the saved class variable.
+            None => usize::from(m.smi(s[0]).is_some()),
+        };
+        let inferred = if is_string(s[inferred_at]) { self.string(s[inferred_at], MAX_NAME)? } else { String::new() };
+        Some((inferred, start))
     }
 
     /// Script `sc` (tagged): its name, and its line ends (V8's, else

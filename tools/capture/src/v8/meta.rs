@@ -50,6 +50,9 @@ pub struct Meta {
     pub sliced_string_tag: u16,
     pub thin_string_tag: u16,
     pub type_js_function: u16,
+    /// The first and last of JSFunction's instance types (its subtypes:
+    /// class constructors, ...).
+    pub js_function_types: (u16, u16),
     pub type_sfi: u16,
     pub type_scope_info: u16,
     pub type_script: u16,
@@ -59,6 +62,9 @@ pub struct Meta {
     /// variable-length slot.
     pub scopeinfo_ncontextlocals: u64,
     pub scopeinfo_first_vars: u64,
+    /// Whether the start and end positions are the two slots before the
+    /// first variable-length one (V8 12.8+), not found by shape.
+    pub scopeinfo_fixed_positions: bool,
     /// [start, end) of `Builtins_InterpreterEntryTrampoline*` as SVMAs.
     pub trampolines: Vec<(u64, u64)>,
 }
@@ -111,38 +117,60 @@ impl Meta {
         let get = |k: &str| -> Result<i64, String> { c.get(k).copied().ok_or_else(|| format!("V8 metadata lacks v8dbg_{k}")) };
         let off = |k: &str| -> Result<u64, String> { get(k).map(|v| v as u64) };
         let ty = |k: &str| -> Result<u16, String> { get(k).map(|v| v as u16) };
+        // A field's symbol ends with its type, which V8 12+ spells as the
+        // C++ template (`name_or_scope_info__Tagged_Object_` in 12.4,
+        // `__Tagged_NameOrScopeInfoT_` in 13.6): found by class and field.
+        // `fields` are the field's names, newest last (V8 12 split
+        // `script_or_debug_info` into `script`, the debug info moving to a
+        // side table).
+        let field = |class: &str, fields: &[&str]| -> Result<u64, String> {
+            for f in fields {
+                let prefix = format!("class_{class}__{f}__");
+                let mut hits: Vec<i64> = c.iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, &v)| v).collect();
+                hits.sort_unstable();
+                hits.dedup();
+                match hits[..] {
+                    [v] => return Ok(v as u64),
+                    [] => continue,
+                    _ => return Err(format!("V8 metadata gives {class}::{f} {} offsets", hits.len())),
+                }
+            }
+            Err(format!("V8 metadata lacks v8dbg_class_{class}__{}", fields.join(" or __")))
+        };
         // Pointer compression halves the tagged size: its heap is read
         // differently (4-byte fields off a cage base), not supported here.
         let tagged = get("TaggedSize")?;
         if tagged != 8 {
             return Err(format!("V8 built with pointer compression (tagged size {tagged}): not supported"));
         }
+        let type_js_function = ty("type_JSFunction__JS_FUNCTION_TYPE")?;
+        let ncontextlocals = off("scopeinfo_idx_ncontextlocals")?;
+        let first_vars = off("scopeinfo_idx_first_vars")?;
         let m = Meta {
             heap_object_tag: off("HeapObjectTag")?,
             heap_object_tag_mask: off("HeapObjectTagMask")?,
             smi_shift: (get("SmiShiftSize")? + 1) as u32,
             off_fp_function: get("off_fp_function")?,
             off_fp_bytecode_array: get("off_fp_bytecode_array")?,
-            map: off("class_HeapObject__map__Map").unwrap_or(0),
-            map_instance_type: off("class_Map__instance_type__uint16_t")?,
-            js_function_shared: off("class_JSFunction__shared__SharedFunctionInfo")?,
-            sfi_name_or_scope_info: off("class_SharedFunctionInfo__name_or_scope_info__Object")?,
-            sfi_script_or_debug_info: off("class_SharedFunctionInfo__script_or_debug_info__HeapObject")
-                .or_else(|_| off("class_SharedFunctionInfo__script_or_debug_info__Object"))?,
-            script_name: off("class_Script__name__Object")?,
-            script_line_ends: off("class_Script__line_ends__Object")?,
-            script_source: off("class_Script__source__Object")?,
-            string_length: off("class_String__length__int32_t")?,
-            seq_one_byte_chars: off("class_SeqOneByteString__chars__char")?,
-            seq_two_byte_chars: off("class_SeqTwoByteString__chars__char")?,
-            cons_first: off("class_ConsString__first__String")?,
-            cons_second: off("class_ConsString__second__String")?,
-            thin_actual: off("class_ThinString__actual__String")?,
-            sliced_parent: off("class_SlicedString__parent__String")?,
-            sliced_offset: off("class_SlicedString__offset__SMI")?,
-            external_resource: off("class_ExternalString__resource__Object")?,
-            fixed_array_length: off("class_FixedArrayBase__length__SMI")?,
-            fixed_array_data: off("class_FixedArray__data__uintptr_t")?,
+            map: field("HeapObject", &["map"]).unwrap_or(0),
+            map_instance_type: field("Map", &["instance_type"])?,
+            js_function_shared: field("JSFunction", &["shared"])?,
+            sfi_name_or_scope_info: field("SharedFunctionInfo", &["name_or_scope_info"])?,
+            sfi_script_or_debug_info: field("SharedFunctionInfo", &["script_or_debug_info", "script", "raw_script"])?,
+            script_name: field("Script", &["name"])?,
+            script_line_ends: field("Script", &["line_ends"])?,
+            script_source: field("Script", &["source"])?,
+            string_length: field("String", &["length"])?,
+            seq_one_byte_chars: field("SeqOneByteString", &["chars"])?,
+            seq_two_byte_chars: field("SeqTwoByteString", &["chars"])?,
+            cons_first: field("ConsString", &["first"])?,
+            cons_second: field("ConsString", &["second"])?,
+            thin_actual: field("ThinString", &["actual"])?,
+            sliced_parent: field("SlicedString", &["parent"])?,
+            sliced_offset: field("SlicedString", &["offset"])?,
+            external_resource: field("ExternalString", &["resource"])?,
+            fixed_array_length: field("FixedArrayBase", &["length"])?,
+            fixed_array_data: field("FixedArray", &["data"])?,
             first_nonstring_type: ty("FirstNonstringType")?,
             string_encoding_mask: ty("StringEncodingMask")?,
             one_byte_string_tag: ty("OneByteStringTag")?,
@@ -152,19 +180,31 @@ impl Meta {
             external_string_tag: ty("ExternalStringTag")?,
             sliced_string_tag: ty("SlicedStringTag")?,
             thin_string_tag: ty("ThinStringTag")?,
-            type_js_function: ty("type_JSFunction__JS_FUNCTION_TYPE")?,
+            type_js_function,
+            // V8 12+ says the range; before, JS_FUNCTION_TYPE and the
+            // subtypes after it (class constructors, ...).
+            js_function_types: match (get("FirstJSFunctionType"), get("LastJSFunctionType")) {
+                (Ok(a), Ok(b)) if a <= b => (a as u16, b as u16),
+                _ => (type_js_function, type_js_function + 31),
+            },
             type_sfi: ty("type_SharedFunctionInfo__SHARED_FUNCTION_INFO_TYPE")?,
             type_scope_info: ty("type_ScopeInfo__SCOPE_INFO_TYPE")?,
             type_script: ty("type_Script__SCRIPT_TYPE")?,
             type_bytecode_array: ty("type_BytecodeArray__BYTECODE_ARRAY_TYPE")?,
             type_fixed_array: ty("type_FixedArray__FIXED_ARRAY_TYPE")?,
-            scopeinfo_ncontextlocals: off("scopeinfo_idx_ncontextlocals")?,
-            scopeinfo_first_vars: off("scopeinfo_idx_first_vars")?,
+            scopeinfo_ncontextlocals: ncontextlocals,
+            scopeinfo_first_vars: first_vars,
+            // V8 12.8+ (Node 23+): the start and end positions sit in the
+            // two slots after the context-local count, before the
+            // variable part (flags, parameter count, local count, start,
+            // end); before, they came last in it.
+            scopeinfo_fixed_positions: first_vars == ncontextlocals + 3,
             trampolines,
         };
         // ScopeInfo is a HeapObject (V8 9.1+: no FixedArray parent): its
-        // slots follow the map word. Older layouts are not read.
-        if !c.contains_key("parent_ScopeInfo__HeapObject") {
+        // slots follow the map word. Older layouts are not read. (V8 12+
+        // no longer lists the parents.)
+        if c.contains_key("parent_ScopeInfo__FixedArray") {
             return Err("V8 older than 9.1 (ScopeInfo not a HeapObject): not supported".into());
         }
         Ok(m)

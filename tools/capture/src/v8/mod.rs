@@ -31,14 +31,20 @@ use meta::Meta;
 const TURN_NS: u64 = 20_000_000;
 /// A process found not to run a readable V8 is looked at again after.
 const RETRY_NS: u64 = 1_000_000_000;
-/// JSFunction's instance types: JS_FUNCTION_TYPE and the subtypes after
-/// it (class constructors, ...).
-const JS_FUNCTION_TYPES: u16 = 32;
 
 struct Proc {
     heap: Heap,
-    /// AVMA ranges of `Builtins_InterpreterEntryTrampoline*`.
+    /// The file with the metadata (as the process's maps name it).
+    path: String,
+    /// `Builtins_InterpreterEntryTrampoline*` as offsets in that file: V8
+    /// may map the file's builtins a second time, into its code range
+    /// (short builtin calls), after the process was first seen, so a
+    /// frame is placed by its mapping's file offset, not its address.
     trampolines: Vec<(u64, u64)>,
+    /// No trampoline symbol (Debian's libnode exports the metadata, not
+    /// the builtins' names): a frame in the file's code is an interpreted
+    /// one when its slots hold a JSFunction and a BytecodeArray.
+    probe: bool,
     turn: u64,
     /// Per turn: object -> instance type; JSFunction -> its SFI.
     types: HashMap<u64, Option<u16>>,
@@ -80,7 +86,7 @@ pub struct V8 {
     pub cost: crate::readcost::Cost,
 }
 
-fn is_node_file(path: &str) -> bool {
+pub(crate) fn is_node_file(path: &str) -> bool {
     let b = path.rsplit('/').next().unwrap_or("");
     b == "node" || b == "nodejs" || b.starts_with("libnode.so")
 }
@@ -101,7 +107,11 @@ impl V8 {
                         if self.not_v8.get(&pid).is_none_or(|(_, old)| old.as_ref() != Some(w)) {
                             let tool = std::env::args().next().unwrap_or_default();
                             let tool = tool.rsplit('/').next().unwrap_or("capture");
-                            eprintln!("{tool}: warning: pid {pid} (node/V8): {w}: its JavaScript frames stay unnamed; start node with --perf-basic-prof to name them");
+                            let how = match perf_map(pid) {
+                                Some(map) => format!("named from its perf map ({map})"),
+                                None => "start node with --perf-basic-prof to name them".into(),
+                            };
+                            eprintln!("{tool}: warning: pid {pid} (node/V8): {w}: its JavaScript frames are not read from its heap (the capture reads Node 20-24's V8, without pointer compression); {how}");
                         }
                     }
                     self.not_v8.insert(pid, (ts, why));
@@ -113,32 +123,66 @@ impl V8 {
     }
 
     /// Err(None): not a node process; Err(Some(why)): node, unreadable.
+    /// The metadata is in the executable of a static build (node's
+    /// official ones), in libnode of a shared one (Debian's): the first
+    /// of the process's node files that has it.
     fn find(&mut self, pid: u32) -> Result<Proc, Option<String>> {
         let maps = wallclock_stream::procmaps::read(pid).ok_or(None)?;
-        let node: Vec<_> = maps.iter().filter(|m| is_node_file(&m.entry.path)).collect();
-        let path = node.first().ok_or(None)?.entry.path.clone();
-        let meta = self
-            .metas
-            .entry(path.clone())
-            .or_insert_with(|| {
-                let file = format!("/proc/{pid}/root{path}");
-                let data = crate::elf::map_file(&file).or_else(|| crate::elf::map_file(&path)).ok_or(format!("{path} cannot be read"))?;
-                Meta::parse(&data).map_err(|e| format!("{path}: {e}"))
-            })
-            .clone()
-            .map_err(Some)?;
-        let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}")).or_else(|| crate::elf::map_file(&path)).ok_or(None)?;
-        let segments = segments(&data);
-        let mut trampolines = Vec::new();
-        for m in node.iter().filter(|m| m.executable()) {
-            let Some(bias) = crate::elf::load_bias(&segments, m.entry.start, m.entry.offset) else { continue };
-            for &(s, e) in &meta.trampolines {
-                trampolines.push((s.wrapping_add(bias), e.wrapping_add(bias)));
+        let mut paths: Vec<&str> = Vec::new();
+        for m in maps.iter().filter(|m| is_node_file(&m.entry.path)) {
+            if !paths.contains(&m.entry.path.as_str()) {
+                paths.push(&m.entry.path);
             }
         }
+        let mut why = None;
+        let mut found = None;
+        for path in &paths {
+            // Through the process's root (a chroot or container), else
+            // the path as it is; cached per file (device and inode).
+            let file = [format!("/proc/{pid}/root{path}"), path.to_string()].into_iter().find(|f| std::fs::metadata(f).is_ok());
+            let Some(file) = file else {
+                why.get_or_insert(format!("{path} cannot be read"));
+                continue;
+            };
+            let key = std::fs::metadata(&file).map(|st| {
+                use std::os::unix::fs::MetadataExt;
+                format!("{}:{}", st.dev(), st.ino())
+            });
+            let key = key.unwrap_or_else(|_| file.clone());
+            let meta = self
+                .metas
+                .entry(key)
+                .or_insert_with(|| {
+                    let data = crate::elf::map_file(&file).ok_or(format!("{path} cannot be read"))?;
+                    Meta::parse(&data).map_err(|e| format!("{path}: {e}"))
+                })
+                .clone();
+            match meta {
+                Ok(m) => {
+                    found = Some((path.to_string(), file, m));
+                    break;
+                }
+                // A file with no metadata at all (a shared build's
+                // executable) does not hide the reason another gives.
+                Err(e) if e.ends_with("(v8dbg_* symbols)") => {
+                    why.get_or_insert(e);
+                }
+                Err(e) => why = Some(e),
+            }
+        }
+        let Some((path, file, meta)) = found else {
+            return Err(why.or_else(|| (!paths.is_empty()).then(|| "no V8 postmortem metadata".to_string())));
+        };
+        let data = crate::elf::map_file(&file).ok_or(None)?;
+        let segments = segments(&data);
+        let at = |v: u64| segments.iter().find(|&&(_, a, n)| v >= a && v < a + n).map(|&(o, a, _)| o + (v - a));
+        let trampolines: Vec<(u64, u64)> = meta.trampolines.iter().filter_map(|&(s, e)| Some((at(s)?, at(s)? + (e - s)))).collect();
+        let probe = trampolines.is_empty();
         Ok(Proc {
             heap: Heap { pid, m: meta, gone: Default::default() },
+            path,
             trampolines,
+            probe,
             turn: 0,
             types: HashMap::new(),
             fn_sfi: HashMap::new(),
@@ -158,9 +202,24 @@ impl V8 {
     /// file (`anon`) or in the interpreter's trampoline whose function
     /// slot holds a JSFunction becomes that function's named address.
     /// `copy` is the copy of the stack taken with it: (sp, its bytes).
-    pub fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], fps: &[u64], copy: (u64, &[u8]), anon: impl Fn(u64) -> bool) {
+    /// `maps_node`: whether the process maps a node file (asked only of a
+    /// stack with no JIT code: an interpreted program's first stacks, its
+    /// sleeps, have none, and must not wait for one to be read).
+    /// `in_file`: the file and offset an address lies at.
+    #[allow(clippy::too_many_arguments)]
+    pub fn name_frames<'m>(
+        &mut self,
+        pid: u32,
+        ts: u64,
+        native: &mut [u64],
+        fps: &[u64],
+        copy: (u64, &[u8]),
+        anon: impl Fn(u64) -> bool,
+        in_file: impl Fn(u64) -> Option<(&'m str, u64)>,
+        maps_node: impl Fn() -> bool,
+    ) {
         let (sp, stack) = copy;
-        if crate::readcost::off("v8") || fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && self.procs.get(&pid).is_none_or(|p| p.trampolines.is_empty()) {
+        if crate::readcost::off("v8") || fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && !maps_node() {
             return;
         }
         let mut counts = self.counts;
@@ -180,12 +239,22 @@ impl V8 {
             }
             // A return address points past its call: look it up before.
             let lookup = if i == last { a } else { a - 1 };
-            let interpreted = p.trampolines.iter().any(|&(s, e)| lookup >= s && lookup < e);
-            if !interpreted && !anon(a) {
+            let jit = anon(a);
+            let off = if jit { None } else { in_file(lookup).filter(|&(path, _)| path == p.path).map(|(_, off)| off) };
+            let in_trampoline = off.is_some_and(|o| p.trampolines.iter().any(|&(s, e)| o >= s && o < e));
+            let probe = p.probe && off.is_some();
+            if !in_trampoline && !probe && !jit {
                 continue;
             }
             let slot = |p: &Proc, off: i64| fp.checked_add_signed(off).and_then(|s| from_stack(s).or_else(|| p.heap.word(s)));
             let Some(f) = slot(p, p.heap.m.off_fp_function) else { continue };
+            // A frame of the file's code (no trampoline symbol) is an
+            // interpreted one only if it holds a BytecodeArray and a
+            // JSFunction where V8 puts them; a C++ frame is left alone.
+            if probe && !(slot(p, p.heap.m.off_fp_bytecode_array).is_some_and(|b| p.holds_bytecode(b)) && p.sfi_of(f).is_some()) {
+                continue;
+            }
+            let interpreted = in_trampoline || probe;
             let bytecode = if interpreted { None } else { slot(p, p.heap.m.off_fp_bytecode_array) };
             let marker = if interpreted {
                 "~"
@@ -210,6 +279,16 @@ impl V8 {
     pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
+}
+
+/// The perf map `pid` writes with `--perf-basic-prof`, if there is one:
+/// in its own /tmp under the pid it knows itself by (a container's), as
+/// stacksym reads it.
+fn perf_map(pid: u32) -> Option<String> {
+    let ns = crate::jvm::ns_pid(pid).unwrap_or(pid);
+    let inside = format!("/proc/{pid}/root/tmp/perf-{ns}.map");
+    let here = format!("/tmp/perf-{pid}.map");
+    [inside, here].into_iter().find(|p| std::path::Path::new(p).is_file())
 }
 
 /// (p_offset, p_vaddr, p_filesz) of each segment of an ELF file.
@@ -270,7 +349,7 @@ impl Proc {
             return self.fn_last.get(&f).copied();
         }
         let s = self.heap.js_function(f).and_then(|(map, sfi)| {
-            let t0 = self.heap.m.type_js_function;
+            let (first, last) = self.heap.m.js_function_types;
             let t = match self.types.get(&map) {
                 Some(&t) => t,
                 None => {
@@ -279,7 +358,7 @@ impl Proc {
                     t
                 }
             }?;
-            (t >= t0 && t < t0 + JS_FUNCTION_TYPES).then_some(sfi)
+            (first..=last).contains(&t).then_some(sfi)
         });
         if self.heap.gone.get() {
             return self.fn_last.get(&f).copied();
