@@ -23,7 +23,7 @@ _wctop() {
 
     case "${cmd}" in
         wctop)
-            opts="-G -n -d -s -P -h -V --cgroup --iterations --delay --sort --per-process --help --version"
+            opts="-G -n -i -s -P -h -V --cgroup --iterations --interval --sort --per-process --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -45,11 +45,11 @@ _wctop() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --delay)
+                --interval)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -d)
+                -i)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

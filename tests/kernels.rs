@@ -286,7 +286,7 @@ fn top_shares_add_up() {
     }
     let d = util::scratch("kernels-top");
     let wl = Workload::start(&d);
-    let o = Command::new(util::bin("wctop")).args(["-n", "3", "-d", "1", &wl.pid()]).stderr(Stdio::null()).output().unwrap();
+    let o = Command::new(util::bin("wctop")).args(["-n", "3", "-i", "1", &wl.pid()]).stderr(Stdio::null()).output().unwrap();
     drop(wl);
     assert!(o.status.success(), "wctop failed");
     let text = String::from_utf8_lossy(&o.stdout);

@@ -1,5 +1,8 @@
-//! Man pages (section 1) and shell completions for every tool, rendered
+//! Man pages (section 1), shell completions and the flag index
+//! (docs/flags-index.md) for every tool, rendered
 //! from the same clap `Command` each binary parses, so they cannot drift.
+
+pub mod flags;
 
 use std::path::Path;
 
@@ -33,6 +36,7 @@ pub fn render() -> Result<Vec<(String, Vec<u8>)>> {
         clap_complete::generate(clap_complete::Shell::Bash, &mut cmd.clone(), name.clone(), &mut comp);
         out.push((format!("completions/{name}.bash"), comp));
     }
+    out.push(("docs/flags-index.md".to_string(), flags::index_md(&flags::all(&commands())).into_bytes()));
     Ok(out)
 }
 

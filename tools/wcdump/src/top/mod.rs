@@ -37,9 +37,10 @@ pub struct Cli {
     /// Refreshes before exiting (default: until q, Ctrl-C or the target's exit).
     #[arg(short = 'n', long = "iterations", value_name = "N")]
     pub iterations: Option<u32>,
-    /// Seconds per interval.
-    #[arg(short = 'd', long = "delay", value_name = "SECONDS", default_value_t = 1.0)]
-    pub delay: f64,
+    /// Seconds per interval. (`-d`/`--delay`, top's spelling, still work
+    /// and warn: across the toolkit `-d` is a capture's duration.)
+    #[arg(short = 'i', long = "interval", value_name = "SECONDS", default_value_t = 1.0, short_alias = 'd', alias = "delay")]
+    pub interval: f64,
     /// What the rows are sorted by (keys o f r s d t n in the live view).
     #[arg(short = 's', long = "sort", value_enum, default_value_t = SortKey::On)]
     pub sort: SortKey,
@@ -52,9 +53,18 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// The warning for an old spelling among `args` (the interval's `-d` or
+/// `--delay`), if one is there.
+pub fn old_spelling(args: &[String]) -> Option<String> {
+    let old = args.iter().take_while(|a| *a != "--").find(|a| {
+        *a == "--delay" || a.starts_with("--delay=") || (a.starts_with("-d") && !a.starts_with("--"))
+    })?;
+    Some(format!("wctop: warning: {old}: the interval is -i/--interval now (-d is a capture's duration in every other tool); -d and --delay will go"))
+}
+
 pub fn run(cli: Cli) -> Result<i32> {
-    if !(cli.delay >= 0.1 && cli.delay.is_finite()) {
-        bail!("-d must be at least 0.1 seconds, got {}", cli.delay);
+    if !(cli.interval >= 0.1 && cli.interval.is_finite()) {
+        bail!("-i must be at least 0.1 seconds, got {}", cli.interval);
     }
     let (target, title) = match (&cli.pid, &cli.cgroup) {
         (Some(p), _) => {
@@ -72,7 +82,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     wallclock_capture::privs::check("wctop")?;
     let per_process = cli.per_process || cli.cgroup.is_some();
     wallclock_capture::signal::install();
-    let mut src = Source::start(&target, cli.delay)?;
+    let mut src = Source::start(&target, cli.interval)?;
     let live = term::is_tty(libc::STDOUT_FILENO) && term::is_tty(libc::STDIN_FILENO);
     let term = if live { Some(term::Term::enter()?) } else { None };
     let mut engine = stacksym::Engine::new(stacksym::Options { tool: "wctop", no_lines: true, quiet: live, ..Default::default() });
@@ -82,7 +92,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     let draw = |t: &term::Term, last: &Option<table::Interval>, key: SortKey| -> Result<()> {
         let mut lines = match last {
             Some(iv) => table::render(iv, &title, key, per_process, term::rows().saturating_sub(3)),
-            None => vec![format!("wallclock top: {title}: starting the capture, first table in {:.1} s", cli.delay)],
+            None => vec![format!("wallclock top: {title}: starting the capture, first table in {:.1} s", cli.interval)],
         };
         lines.push(String::new());
         lines.push("q quit   sort: o on  f off  r runnable  s sleep  d disk  t tid  n name".into());
