@@ -251,7 +251,7 @@ impl MmapLog {
             // One read of the file for both.
             let lines = wallclock_stream::procmaps::read(pid).unwrap_or_default();
             let anon_code = anon_code(&lines);
-            let maps: Vec<(u64, MapEntry)> = crate::unwind::code_files(lines).into_iter().map(|m| (0, m)).collect();
+            let maps: Vec<(u64, MapEntry)> = code_files(lines).into_iter().map(|m| (0, m)).collect();
             if !maps.is_empty() {
                 self.procs.insert(pid, vec![Gen { since: 0, exact: true, parent: None, exec: false, anon_code, maps }]);
             }
@@ -399,6 +399,25 @@ impl MmapLog {
     pub fn is_empty(&self) -> bool {
         self.procs.is_empty()
     }
+}
+
+/// Of the lines of a /proc/PID/maps, the executable mappings the
+/// unwinder keeps.
+pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<MapEntry> {
+    maps.into_iter()
+        .filter(|m| m.executable())
+        // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
+        // rather than an anonymous address).
+        .filter(|m| m.entry.path.starts_with('/') || m.entry.path == "[vdso]")
+        .filter(|m| !crate::jitcode::is_jit_mapping(&m.entry.path))
+        .map(|m| {
+            let mut e = m.entry;
+            if let Some(p) = e.path.strip_suffix(" (deleted)") {
+                e.path = p.to_string();
+            }
+            e
+        })
+        .collect()
 }
 
 #[cfg(test)]

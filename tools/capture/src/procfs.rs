@@ -85,11 +85,11 @@ pub fn syscall_regs(pid: u32, tid: u32) -> Option<(u64, u64)> {
     Some((hex(f[7])?, hex(f[8])?))
 }
 
-/// Up to 32K (as the BPF side copies) of a thread's user stack from
-/// `sp`, shrinking on failure.
-pub fn read_stack(pid: u32, sp: u64) -> Vec<u8> {
+/// Up to `max` bytes (what the BPF side copies: `event::USTACK_MAX`) of
+/// a thread's user stack from `sp`, shrinking on failure.
+pub fn read_stack(pid: u32, sp: u64, max: usize) -> Vec<u8> {
     let Ok(mut f) = fs::File::open(format!("/proc/{pid}/mem")) else { return Vec::new() };
-    for len in [crate::event::USTACK_MAX, 16384, 8192, 4096, 2048, 512] {
+    for len in [max, 16384, 8192, 4096, 2048, 512].into_iter().filter(|&l| l <= max) {
         let mut buf = vec![0u8; len];
         if f.seek(SeekFrom::Start(sp)).is_ok() && f.read_exact(&mut buf).is_ok() {
             return buf;

@@ -82,9 +82,9 @@ pub fn monotonic_of(at: u64) -> u64 {
 pub fn clock_pair() -> (u64, u64) {
     let mut best = (u64::MAX, 0, 0);
     for _ in 0..3 {
-        let a = crate::target::monotonic_ns();
+        let a = monotonic_ns();
         let r = realtime_ns();
-        let b = crate::target::monotonic_ns();
+        let b = monotonic_ns();
         if b - a < best.0 {
             best = (b - a, a + (b - a) / 2, r);
         }
@@ -112,3 +112,12 @@ pub fn local_time(real: u64) -> String {
         real % 1_000_000_000 / 1_000_000
     )
 }
+
+/// CLOCK_MONOTONIC now, ns: the clock the BPF side and the stream use.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+

@@ -180,7 +180,7 @@ impl Session {
                 let mut ustack = Vec::new();
                 if state != 'R' {
                     if let Some((sp, pc)) = procfs::syscall_regs(pid, tid) {
-                        let stack = procfs::read_stack(pid, sp);
+                        let stack = procfs::read_stack(pid, sp, crate::event::USTACK_MAX);
                         ustack = unwind.unwind(pid, pc, sp, 0, &stack);
                     }
                     named.push((tid, procfs::task_stack_names(pid, tid)));

@@ -19,7 +19,10 @@
 
 use std::collections::HashMap;
 
-use crate::unwind::TRUNCATED_ADDR;
+/// The root of a stack whose unwind stopped short of the stack's start
+/// (see [`crate::unwind::TRUNCATED`]): an address in no mapping, named in
+/// the Maps record.
+pub const TRUNCATED_ADDR: u64 = wallclock_stream::NAMED_ADDR_BASE | 0x10;
 
 /// Where the runs go that no anchor frame holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

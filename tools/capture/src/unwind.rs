@@ -44,9 +44,7 @@ const MAX_FRAMES: usize = 256;
 /// instructions.
 const ENTRY_LEN: u64 = 64;
 
-/// The root of a stack whose unwind stopped short of the stack's start
-/// (see [`TRUNCATED`]): an address in no mapping, named in the Maps record.
-pub const TRUNCATED_ADDR: u64 = wallclock_stream::NAMED_ADDR_BASE | 0x10;
+pub use crate::splice::TRUNCATED_ADDR;
 /// Its name: what lies rootward of it is unknown. Frames read otherwise
 /// (Python's) go rootward of it; the native frames leafward are exact.
 pub const TRUNCATED: &str = "[truncated]";
@@ -275,27 +273,9 @@ fn exe_identity(pid: u32) -> Option<(u64, u64)> {
 }
 
 pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
-    code_files(wallclock_stream::procmaps::read(pid).unwrap_or_default())
+    crate::mmaplog::code_files(wallclock_stream::procmaps::read(pid).unwrap_or_default())
 }
 
-/// Of the lines of a /proc/PID/maps, the executable mappings the
-/// unwinder keeps.
-pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<MapEntry> {
-    maps.into_iter()
-        .filter(|m| m.executable())
-        // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
-        // rather than an anonymous address).
-        .filter(|m| m.entry.path.starts_with('/') || m.entry.path == "[vdso]")
-        .filter(|m| !crate::jitcode::is_jit_mapping(&m.entry.path))
-        .map(|m| {
-            let mut e = m.entry;
-            if let Some(p) = e.path.strip_suffix(" (deleted)") {
-                e.path = p.to_string();
-            }
-            e
-        })
-        .collect()
-}
 
 /// Frames from `addr` with `regs` (leaf first), and whether the walk
 /// reached the stack's start (see `Unwind::unwind_known`). `fps` gets

@@ -36,7 +36,7 @@ pub fn read_missing(threads: &[(u32, WcThread)], stacks: &mut Stacks, unwind: &m
             if refreshed.insert(pid) {
                 unwind.refresh(pid);
             }
-            ustack = unwind.unwind(pid, pc, sp, 0, &procfs::read_stack(pid, sp));
+            ustack = unwind.unwind(pid, pc, sp, 0, &procfs::read_stack(pid, sp, wallclock_capture::event::USTACK_MAX));
         }
         let kstack = procfs::task_stack_names(pid, tid);
         if still_there(pid, tid, &th) && !(ustack.is_empty() && kstack.is_empty()) {
