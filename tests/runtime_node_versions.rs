@@ -26,7 +26,7 @@ mod util;
 
 use std::path::{Path, PathBuf};
 
-use runtime_common::{attach_in_chroot, forky, have, profile, stats, Run, Stack};
+use runtime_common::{attach_in_chroot, forky, have, ns, profile, stats, top, Run, Stack};
 use serde_json::Value;
 
 const PROG: &str = "tests/programs/node/clocks.js";
@@ -51,16 +51,6 @@ fn js(f: &str, func: &str) -> bool {
 
 fn has(s: &Stack, func: &str) -> bool {
     s.frames.iter().any(|f| js(f, func))
-}
-
-fn ns(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> u64 {
-    v.iter().filter(|s| pred(s)).map(|s| s.ns).sum()
-}
-
-fn top(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> String {
-    let mut v: Vec<&&Stack> = v.iter().filter(|s| pred(s)).collect();
-    v.sort_by_key(|s| std::cmp::Reverse(s.ns));
-    v.iter().take(5).map(|s| format!("{} {} {}\n", s.kind, s.ns, s.frames.join(";"))).collect()
 }
 
 /// A whole stack: from `_start` (the chroot's stripped libc names none:

@@ -21,7 +21,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{attach_in_chroot, forky, have, profile, stats, Run, Stack};
+use runtime_common::{attach_in_chroot, forky, have, ns, profile, stats, top, Run, Stack};
 use serde_json::Value;
 
 fn run(name: &str, flags: &[&str]) -> (Run, Value) {
@@ -42,16 +42,6 @@ fn main_thread(r: &Run) -> Vec<&Stack> {
         .filter(|s| s.tid == s.pid && r.comms.get(&s.tid).is_some_and(|c| c.starts_with("php")))
         .filter(|s| !matches!(s.frames.first().map(String::as_str), Some("[steal]") | Some("[thread start]")))
         .collect()
-}
-
-fn ns(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> u64 {
-    v.iter().filter(|s| pred(s)).map(|s| s.ns).sum()
-}
-
-fn top(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> String {
-    let mut v: Vec<&&Stack> = v.iter().filter(|s| pred(s)).collect();
-    v.sort_by_key(|s| std::cmp::Reverse(s.ns));
-    v.iter().take(5).map(|s| format!("{} {} {}\n", s.kind, s.ns, s.frames.join(";"))).collect()
 }
 
 fn has(s: &Stack, f: &str) -> bool {

@@ -54,6 +54,18 @@ impl Run {
     }
 }
 
+/// The time of the stacks `pred` keeps.
+pub fn ns(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> u64 {
+    v.iter().filter(|s| pred(s)).map(|s| s.ns).sum()
+}
+
+/// The five heaviest stacks `pred` keeps, a line each (for a failure's message).
+pub fn top(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> String {
+    let mut v: Vec<&&Stack> = v.iter().filter(|s| pred(s)).collect();
+    v.sort_by_key(|s| std::cmp::Reverse(s.ns));
+    v.iter().take(5).map(|s| format!("{} {} {}\n", s.kind, s.ns, s.frames.join(";"))).collect()
+}
+
 /// Run `scripts/wallclock -f 199 -o DIR/p -- cmd...` and read its outputs.
 pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
     let prefix = dir.join("p");
