@@ -144,7 +144,16 @@ pub fn find_idx(maps: &[Mapping], addr: u64) -> Option<usize> {
 
 /// A mapping backed by a file we can open (not `[vdso]`, not anonymous).
 pub fn is_file(m: &Mapping) -> bool {
-    m.path().starts_with('/')
+    m.path().starts_with('/') && !is_runtime_code(m.path())
+}
+
+/// A mapping named like a file that holds a runtime's generated code
+/// (BEAM's `/memfd:vmem (deleted)`, opcache's `/dev/zero`): no file to
+/// read symbols from (opened, it is not an ELF file, or not there), so
+/// not one to warn about; its code is named by a perf map if any.
+fn is_runtime_code(path: &str) -> bool {
+    let p = path.strip_suffix(" (deleted)").unwrap_or(path);
+    p == "/dev/zero" || p.starts_with("/memfd:") || p.starts_with("/SYSV") || p.starts_with("/anon_hugepage")
 }
 
 /// Symbols of a perf map file: `START SIZE NAME` per line, hex numbers.
@@ -249,6 +258,10 @@ mod tests {
     fn anonymous_is_not_a_file() {
         let anon = wallclock_stream::procmaps::parse_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
         assert!(!is_file(&Strings::default().mapping(&anon.entry, None)));
+        for p in ["/memfd:vmem (deleted)", "/dev/zero (deleted)", "/SYSV00000000 (deleted)"] {
+            let jit = wallclock_stream::MapEntry { path: p.into(), ..anon.entry.clone() };
+            assert!(!is_file(&Strings::default().mapping(&jit, None)), "{p}");
+        }
     }
 
     #[test]
