@@ -14,7 +14,10 @@
 //! com.sun.net.httpserver on a pool of threads) under wrk, attached by pid:
 //! the pool threads' on-CPU time rooted at their start, under the handler.
 //!
-//! One 3 s launch and two 4 s attaches. Root (BPF), java (and wrk for the
+//! JDK 21 and 25 (Debian forky's, in target/chroot-forky as in a
+//! container) attached by pid with no flag: the same checks.
+//!
+//! One 3 s launch and two 4 s attaches (and three more for 17, 21, 25). Root (BPF), java (and wrk for the
 //! server) are needed; the tests skip, saying so, without them.
 
 mod runtime_common;
@@ -57,8 +60,10 @@ fn has(s: &Stack, f: &str) -> bool {
     s.frames.iter().any(|x| x == f)
 }
 
+/// From a thread's start: `clone3`/`start_thread`, or in the chroot,
+/// its stripped libc's (unnamed) first frame.
 fn rooted(s: &Stack) -> bool {
-    s.frames.first().is_some_and(|f| f == "clone3" || f == "start_thread")
+    s.frames.first().is_some_and(|f| f == "clone3" || f == "start_thread" || f.starts_with("libc.so.6+0x"))
 }
 
 /// Of the time the threads whose name starts with `prefix` waited
@@ -85,7 +90,8 @@ fn check(r: &Run, how: &str, failed: &mut Vec<String>) -> String {
     // monitor); the Java frames above them are what is checked. The
     // threads' other waits (class loading for the line they print at
     // their end) are elsewhere, rightly.
-    let (sleep, top) = waits_pct(r, "sleep", |s| has(s, "JVM_Sleep"), |s| rooted(s) && has(s, SLEEP) && has(s, SLEEP_LOOP));
+    // JDK 25's Thread.sleep calls JVM_SleepNanos.
+    let (sleep, top) = waits_pct(r, "sleep", |s| has(s, "JVM_Sleep") || has(s, "JVM_SleepNanos"), |s| rooted(s) && has(s, SLEEP) && has(s, SLEEP_LOOP));
     if sleep < 90.0 {
         failed.push(format!("{how}: {sleep:.1}% of the sleep thread's waits are under {SLEEP_LOOP} and {SLEEP}:\n{top}"));
     }
@@ -132,6 +138,60 @@ fn whole_java_stacks_without_flags_launched_and_attached() {
     let fig_at = check(&attached, "attached", &mut failed);
     eprintln!("JVM, no flag: {fig}; spin on-CPU {profiled} ns vs {measured} ns measured ({:.1}%); {fig_at}", off * 100.0);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// JDK 21 and 25 (Debian forky's openjdk-21 and -25, run in
+/// target/chroot-forky as in a container), attached by host pid with no
+/// flag once Main's code is compiled (Main built by the host's javac 17):
+/// the same checks as 17's, and the reader's cost per stack
+/// (`hotspot_ns / hotspot_stacks`) beside 17's on the same program.
+#[test]
+fn jdk_21_and_25_in_a_chroot_attached_with_no_flag() {
+    if util::skip_without_root("JVM capture") || !have("java", "openjdk-17-jdk-headless") || !have("javac", "openjdk-17-jdk-headless") {
+        return;
+    }
+    let mut failed = Vec::new();
+    let mut figs = Vec::new();
+    let dir = util::scratch("runtime_jvm_versions");
+    build(&dir, "Main");
+    let cp = dir.to_str().unwrap();
+    let mut java = Command::new("java").args(["-cp", cp, "Main", "20", cp]).stdout(Stdio::null()).spawn().expect("java");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let r = attach(&dir.join("attach17"), java.id());
+    let _ = java.kill();
+    let _ = java.wait();
+    figs.push(format!("{}; {}", check(&r, "17 (Debian 12)", &mut failed), cost(&r)));
+    for v in [21, 25] {
+        let Some(root) = runtime_common::forky(&format!("../lib/jvm/java-{v}-openjdk-amd64/bin/java"), &format!("openjdk-{v}-jre-headless")) else { return };
+        // Main's classes where the chroot's java sees them (and writes).
+        let inside = format!("/tmp/wc-test-jvm{v}");
+        let there = root.join(&inside[1..]);
+        let _ = std::fs::remove_dir_all(&there);
+        build(&there, "Main");
+        let java_bin = format!("/usr/lib/jvm/java-{v}-openjdk-amd64/bin/java");
+        let mut java = Command::new(util::root().join("scripts/chroot"))
+            .args(["run", "forky", &java_bin, "-cp", &inside, "Main", "20", &inside])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("java in the chroot");
+        // The JVM's start in a chroot on a loaded machine, and its code compiled.
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        let r = attach(&dir.join(format!("attach{v}")), java.id());
+        let _ = java.kill();
+        let _ = java.wait();
+        let _ = std::fs::remove_dir_all(&there);
+        figs.push(format!("{}; {}", check(&r, &format!("{v} (Debian forky, in a chroot)"), &mut failed), cost(&r)));
+    }
+    eprintln!("JVMs attached with no flag:\n{}", figs.join("\n"));
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The JVM reader's cost per stack, from the report's stats.
+fn cost(r: &Run) -> String {
+    match (stat(&r.report, "hotspot_ns"), stat(&r.report, "hotspot_stacks")) {
+        (Some(ns), Some(n)) if n > 0 => format!("reader {:.1} us per stack ({n} stacks)", ns as f64 / n as f64 / 1000.0),
+        _ => "no hotspot_ns / hotspot_stacks in the report's stats".into(),
+    }
 }
 
 /// `scripts/wallclock -f 199 -d 4 -o DIR/p PID`, read back.
