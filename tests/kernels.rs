@@ -293,18 +293,16 @@ fn top_shares_add_up() {
     eprintln!("{text}");
     // The last interval's rows: TID NAME ON% RUNQ% SLEEP% DISK% OTHER% ...
     let last = text.rsplit("wallclock top:").next().unwrap_or("");
-    // In a QEMU guest (software emulation, several times slower than this
-    // machine) with this machine busy, an interval's rows added up to
-    // 96.6-104.1% (5.10, two runs beside a build or two CPU hogs; 99.8-100%
-    // with the machine quiet): the windows of the `offcputime --every`
-    // under wctop are not exact when the capture runs that slowly, a fault
-    // of --every's cuts found here and not yet fixed (the single window of
-    // the other tests adds up to 100.00% in the same guests). Allowed there
-    // 95-105%, said here; on this machine the bound is the report's.
+    // Each row's shares add up to 98-102%, in a guest as here. (In a QEMU
+    // guest with this machine busy they added up to 96.6-105.4% while
+    // offcputime --every closed a window before its own last read of the
+    // thread map: the time read past the end was counted in the window
+    // and taken from the next. The window ends after that read now:
+    // 99.9-100.0% in the 5.10 guest at load 10.)
     let guest = std::env::var_os("WALLCLOCK_MATRIX_GUEST").is_some();
-    let (lo, hi) = if guest { (95.0, 105.0) } else { (98.0, 102.0) };
+    let (lo, hi) = (98.0, 102.0);
     if guest {
-        eprintln!("in a guest: each row's shares may add up to {lo}-{hi}% (see the comment), not 98-102%");
+        eprintln!("in a guest: the waiter's sleep and run-queue time together must be 90% (see the comment), not its sleep alone");
     }
     let mut errors = Vec::new();
     let mut rows = 0;
@@ -322,7 +320,15 @@ fn top_shares_add_up() {
         }
         match f[1] {
             "spin1" | "spin2" if v[0] + v[1] < 90.0 => errors.push(format!("{}: on + runnable {:.1}%", f[1], v[0] + v[1])),
-            "waiter" if v[2] < 90.0 => errors.push(format!("waiter: sleeping {:.1}%", v[2])),
+            // The waiter sleeps and, woken, waits for a CPU behind the two
+            // spinners: in a guest (emulated CPUs, saturated) that wait is
+            // long and real (5.10: 79.5% sleeping, 18.1% runnable in one
+            // interval), so there the bound is on its sleep and run-queue
+            // time together, with sleep still most of it.
+            "waiter" if !guest && v[2] < 90.0 => errors.push(format!("waiter: sleeping {:.1}%", v[2])),
+            "waiter" if guest && (v[2] + v[1] < 90.0 || v[2] < 50.0) => {
+                errors.push(format!("waiter: sleeping {:.1}%, runnable {:.1}%", v[2], v[1]))
+            }
             _ => {}
         }
     }

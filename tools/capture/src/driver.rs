@@ -92,9 +92,10 @@ pub trait Tool {
     /// One stack event of the ring buffer (possibly without the unread
     /// tail of its user-stack copy: read it with `WcEvent::parse`).
     fn event(&mut self, data: &[u8], unwind: &mut Unwind);
-    /// `--every`: the records of the capture from its start to `end`, as
-    /// at a stop there, while it goes on; None when the tool has no windows.
-    fn snapshot(&mut self, _cut: Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+    /// `--every`: the records of the capture from its start to its end (at
+    /// least `end`, see [`Cut::end_after_reads`]), as at a stop there,
+    /// while it goes on, with that end; None when the tool has no windows.
+    fn snapshot(&mut self, _cut: Cut<'_, Self::Skel>) -> Option<(u64, Vec<Record>)> {
         None
     }
     /// These threads exited and their entries leave the thread map (see
@@ -210,9 +211,28 @@ pub struct Cut<'a, S> {
     pub sess: &'a Session,
     pub unwind: &'a Unwind,
     pub start: u64,
+    /// Where the window ends, read after `threads` and `counts`. A tool
+    /// that reads more of the BPF side's sums after it (offcputime's
+    /// thread map) moves the end to after its last read, unless the end
+    /// is `fixed` (a follower's: its leader's end).
     pub end: u64,
+    pub fixed: bool,
     pub threads: Vec<(u32, WcThread)>,
     pub counts: Vec<u64>,
+}
+
+impl<S> Cut<'_, S> {
+    /// The window's end for sums read until now: `end`, or now if later
+    /// and the end is not fixed. Time counted after the end would be
+    /// counted in this window and taken back from the next (a thread's
+    /// interval read at 105% of it in a slow guest, then short).
+    pub fn end_after_reads(&self) -> u64 {
+        if self.fixed {
+            self.end
+        } else {
+            self.end.max(monotonic_ns())
+        }
+    }
 }
 
 /// A map's entries as bytes: (key, value).
@@ -524,8 +544,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
             let counts = bpf::percpu_sums(skel.maps().stats, event::STAT_NAMES.len() as u32);
             let cut_at = if args.every_follow.is_some() { cut_at } else { monotonic_ns().max(cut_at) };
             let machine = crate::steal::machine_ns();
-            let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, threads, counts };
-            let Some(recs) = tool.snapshot(cut) else {
+            let fixed = args.every_follow.is_some();
+            let cut = Cut { skel: &skel, sess: &sess, unwind: &unwind, start, end: cut_at, fixed, threads, counts };
+            let Some((cut_at, recs)) = tool.snapshot(cut) else {
                 anyhow::bail!("{}: --every is not supported", T::NAME);
             };
             w.close(cut_at, recs, false, machine)?;

@@ -363,7 +363,7 @@ impl driver::Tool for Off<'_> {
         Ok(())
     }
 
-    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
+    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<(u64, Vec<Record>)> {
         // The sums first, then the threads' pending blocks: a block that
         // moves from one to the other in between is then missed by this
         // cut (and counted by the next), never counted twice (a window
@@ -374,7 +374,10 @@ impl driver::Tool for Off<'_> {
         let live: std::collections::HashSet<u32> = threads.iter().map(|(t, _)| *t).collect();
         // The exited threads moved out of the map (their entries are final).
         threads.extend(cut.threads.iter().filter(|(t, th)| th.exit_ns != 0 && !live.contains(t)).copied());
-        let cfg = config(self.cli, cut.start, cut.end, 0);
+        // The thread map was read after the cut's end: the time it counts
+        // past that end is this window's, so the window ends after it.
+        let end = cut.end_after_reads();
+        let cfg = config(self.cli, cut.start, end, 0);
         let done = collect::Done::default();
         let inp = collect::Input {
             cfg: &cfg,
@@ -387,7 +390,7 @@ impl driver::Tool for Off<'_> {
             counts: &cut.counts,
             done: &done,
         };
-        Some(collect::records_vec(&inp))
+        Some((end, collect::records_vec(&inp)))
     }
 }
 

@@ -237,8 +237,8 @@ impl driver::Tool for On<'_> {
         self.cli.tasks.clone().map(|f| (self.cli.freq.min(100), f))
     }
 
-    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<Vec<Record>> {
-        Some(records(self.cli, cut.sess, cut.start, cut.end, cut.unwind, &self.samples, &cut.threads, &cut.counts))
+    fn snapshot(&mut self, cut: driver::Cut<'_, Self::Skel>) -> Option<(u64, Vec<Record>)> {
+        Some((cut.end, records(self.cli, cut.sess, cut.start, cut.end, cut.unwind, &self.samples, &cut.threads, &cut.counts)))
     }
 }
 
