@@ -137,20 +137,13 @@ static __noinline __u64 user_fp(struct wc_thread *th, __u64 ip, __u64 sp, __u64 
 	return mix(fp, stack_part(th, w, sp, bp_off));
 }
 
-/* What the file a syscall blocks on is, for the syscalls whose first
- * argument is a file descriptor: its file operations and, for a socket,
- * its protocol's. The kernel path under one user call site depends on it
- * (a read() wrapper blocks in pipe_read for a pipe, in
- * unix_stream_read_generic for a socket), and the kernel stack is not in
- * the fingerprint: walking it at each switch doubles the capture's cost
- * in a context-switch storm (57% of the throughput lost against 29%,
- * even for 4 frames). Without this, the second kind's blocks took the
- * first kind's kernel stack. 0 for any other syscall. x86-64 numbers. */
-/* The file table's slot read with a plain load (bpf_rdonly_cast to void);
- * cleared where the kernel refuses it. */
-const volatile bool slot_cast = true;
+/* --no-objects: no object per block (the cost of objects measured). */
+const volatile bool want_objects = true;
 
-static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *regs, __u64 nr, bool btf)
+/* The object a block waits on (struct wc_okey), into th->cur_obj and
+ * th->cur_oref; the fd of a syscall whose object is a file (-1 else).
+ * x86-64 numbers. One user read for a poll of one fd. */
+static __always_inline long block_obj(struct wc_thread *th, struct pt_regs *regs, __u64 nr, bool btf)
 {
 	switch (nr) {
 	case 0: case 1: case 16: case 17: case 18: case 19: case 20: /* read write ioctl pread pwrite readv writev */
@@ -158,11 +151,76 @@ static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *re
 	case 72: case 73: case 74: case 75: case 77: case 217: /* fcntl flock fsync fdatasync ftruncate getdents64 */
 	case 275: case 276: case 277: case 285: case 288: /* splice tee sync_file_range fallocate accept4 */
 	case 295: case 296: case 299: case 307: case 326: case 327: case 328: /* preadv pwritev recvmmsg sendmmsg copy_file_range preadv2 pwritev2 */
+		return (long)RD(btf, regs, di);
+	default:
+		break;
+	}
+	if (!want_objects)
+		return -1;
+	__u32 kind = WC_OBJ_NONE, n = 0;
+	__u64 obj = 0;
+	switch (nr) {
+	case 7: case 271: { /* poll ppoll: one fd is that fd's wait */
+		__u64 nfds = RD(btf, regs, si);
+		if (nfds == 1) {
+			int fd = -1;
+			bpf_probe_read_user(&fd, sizeof(fd), (void *)RD(btf, regs, di));
+			return fd;
+		}
+		kind = WC_OBJ_MANY;
+		obj = nr;
+		n = nfds;
+		break;
+	}
+	case 23: case 270: /* select pselect6: n, the highest fd + 1 */
+	case 232: case 281: case 441: /* epoll_wait epoll_pwait epoll_pwait2: n, the epoll fd */
+		kind = WC_OBJ_MANY;
+		obj = nr;
+		n = RD(btf, regs, di);
+		break;
+	case 449: /* futex_waitv: n, the futexes */
+		kind = WC_OBJ_MANY;
+		obj = nr;
+		n = RD(btf, regs, si);
+		break;
+	case 202: /* futex */
+		kind = WC_OBJ_FUTEX;
+		obj = RD(btf, regs, di);
+		break;
+	case 61: /* wait4 */
+		kind = WC_OBJ_CHILD;
+		obj = (__u64)(__s64)(int)RD(btf, regs, di);
+		break;
+	case 247: /* waitid: P_PID (1) names one */
+		kind = WC_OBJ_CHILD;
+		obj = RD(btf, regs, di) == 1 ? (__u64)(__s64)(int)RD(btf, regs, si) : (__u64)-1;
 		break;
 	default:
-		return 0;
+		break;
 	}
-	long fd = (long)RD(btf, regs, di);
+	th->cur_obj = obj;
+	th->cur_oref = WC_OREF(kind, n);
+	return -1;
+}
+
+/* The file a syscall blocks on, for the syscalls whose object is a file
+ * descriptor (block_obj): the mix of its file operations and, for a
+ * socket, its protocol's. The kernel path under one user call site
+ * depends on it (a read() wrapper blocks in pipe_read for a pipe, in
+ * unix_stream_read_generic for a socket), and the kernel stack is not in
+ * the fingerprint: walking it at each switch doubles the capture's cost
+ * in a context-switch storm (57% of the throughput lost against 29%,
+ * even for 4 frames). Without this, the second kind's blocks took the
+ * first kind's kernel stack. 0 for any other syscall. With objects, the
+ * file's inode number and fd are the block's object (th->cur_obj and
+ * cur_oref, cleared by the caller). */
+/* The file table's slot read with a plain load (bpf_rdonly_cast to void);
+ * cleared where the kernel refuses it. */
+const volatile bool slot_cast = true;
+
+static __always_inline __u64 fd_kind(struct wc_thread *th, struct task_struct *cur, struct pt_regs *regs, __u64 nr, bool btf)
+{
+	long fd = block_obj(th, regs, nr, btf);
 	if (fd < 0)
 		return 0;
 	/* Plain loads through the BTF pointers where the program has them
@@ -198,12 +256,21 @@ static __always_inline __u64 fd_kind(struct task_struct *cur, struct pt_regs *re
 		struct file *bf = bpf_core_cast(f, struct file);
 		ks->ips[0] = (__u64)bf->f_op;
 		ks->ips[1] = 0;
-		if ((bf->f_inode->i_mode & 0170000) == 0140000 /* S_IFSOCK */)
+		struct inode *ino = bf->f_inode;
+		if (want_objects) {
+			th->cur_obj = ino->i_ino;
+			th->cur_oref = WC_OREF(WC_OBJ_FD, fd);
+		}
+		if ((ino->i_mode & 0170000) == 0140000 /* S_IFSOCK */)
 			ks->ips[1] = (__u64)bpf_core_cast(bf->private_data, struct socket)->ops;
 		asm volatile("" ::: "memory");
 		return mix(ks->ips[0], ks->ips[1]);
 	}
 	__u64 kind = (__u64)BPF_CORE_READ(f, f_op);
+	if (want_objects) {
+		th->cur_obj = BPF_CORE_READ(f, f_inode, i_ino);
+		th->cur_oref = WC_OREF(WC_OBJ_FD, fd);
+	}
 	if ((BPF_CORE_READ(f, f_inode, i_mode) & 0170000) == 0140000 /* S_IFSOCK */) {
 		struct socket *sock = BPF_CORE_READ(f, private_data);
 		kind = mix(kind, (__u64)BPF_CORE_READ(sock, ops));

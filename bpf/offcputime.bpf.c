@@ -51,9 +51,10 @@ struct {
 #include "fingerprint.bpf.h"
 #include "waker.bpf.h"
 
-static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, __u64 cnt, struct wc_thread *th)
+static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 obj, __u32 oref, __u64 ns, __u64 cnt,
+					  struct wc_thread *th)
 {
-	struct wc_okey k = { .fp = fp, .tid = tid, .state = state | th->tgen << 16 };
+	struct wc_okey k = { .fp = fp, .tid = tid, .state = state | th->tgen << 16, .obj = obj, .oref = oref };
 	struct wc_oval *v = bpf_map_lookup_elem(&offcpu, &k);
 	if (v) {
 		__sync_fetch_and_add(&v->ns, ns);
@@ -78,22 +79,30 @@ static __always_inline void flush_off(__u32 tid, __u64 fp, __u32 state, __u64 ns
 	}
 }
 
-/* A thread that blocks where it blocked last time costs no map update:
- * its blocks (slot 0) and the runnable time after them (slot 1) are
- * summed in th until the stack changes. */
+/* A thread that blocks where it blocked last time, on the same object,
+ * costs no map update: its blocks (slot 0) and the runnable time after
+ * them (slot 1) are summed in th until the stack or object changes. The
+ * object is the current block's (th->cur_obj, cur_oref); a synthetic
+ * stack has none. */
 static __always_inline void add_off(__u32 tid, __u64 fp, __u32 state, __u64 ns, struct wc_thread *th)
 {
 	__u32 i = state == WC_ST_R;
+	__u64 obj = fp < 16 ? 0 : th->cur_obj;
+	__u32 oref = fp < 16 ? 0 : th->cur_oref;
 	th->pend_last = i;
-	if (th->pend_cnt[i] && th->pend_fp[i] == fp && th->pend_state[i] == state) {
+	if (th->pend_cnt[i] && th->pend_fp[i] == fp && th->pend_state[i] == state && th->pend_obj[i] == obj &&
+	    th->pend_oref[i] == oref) {
 		th->pend_ns[i] += ns;
 		th->pend_cnt[i] += 1;
 		return;
 	}
 	if (th->pend_cnt[i])
-		flush_off(tid, th->pend_fp[i], th->pend_state[i], th->pend_ns[i], th->pend_cnt[i], th);
+		flush_off(tid, th->pend_fp[i], th->pend_state[i], th->pend_obj[i], th->pend_oref[i], th->pend_ns[i],
+			  th->pend_cnt[i], th);
 	th->pend_fp[i] = fp;
 	th->pend_state[i] = state;
+	th->pend_obj[i] = obj;
+	th->pend_oref[i] = oref;
 	th->pend_ns[i] = ns;
 	th->pend_cnt[i] = 1;
 }
@@ -196,6 +205,9 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	struct task_struct *cur = current_task();
 	__u64 fp = 0;
 	struct pt_regs *regs = 0;
+	/* The object of this block: set by fd_kind (fingerprint.bpf.h). */
+	th->cur_obj = 0;
+	th->cur_oref = 0;
 	if (!th->kthread) {
 		regs = task_regs(cur);
 		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
@@ -207,7 +219,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 			fp = mix(fp, py_walk(th->pid, tid, WC_WALK_NONE));
 		if (rt & WC_RT_RB)
 			fp = mix(fp, rb_walk(th->pid, WC_WALK_NONE));
-		fp = mix(fp, fd_kind(cur, regs, RD(btf, regs, orig_ax), btf));
+		fp = mix(fp, fd_kind(th, cur, regs, RD(btf, regs, orig_ax), btf));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so
 		 * they cost one walk per switch (user threads cost none). */
@@ -313,6 +325,8 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now, bool 
 				return;
 			th->cur_state = WC_ST_OTHER;
 			th->cur_fp = btf ? unseen_stack(next, tid) : WC_FP_LOST;
+			th->cur_obj = 0;
+			th->cur_oref = 0;
 		}
 		st = th->cur_state;
 		fp = th->cur_fp;

@@ -101,6 +101,12 @@ struct wc_thread {
 	__u64 pend_cnt[2];
 	__u32 pend_state[2];
 	__u32 pend_last;
+	/* What the current block waits on (struct wc_okey's obj and oref),
+	 * and the pending blocks' (slot as pend_fp). */
+	__u32 cur_oref;
+	__u32 pend_oref[2];
+	__u64 cur_obj;
+	__u64 pend_obj[2];
 	__u32 exec_known;
 	__u32 pid;
 	__u32 cur_state;
@@ -131,12 +137,28 @@ struct wc_thread {
 };
 
 /* state: the off-CPU state in the low 16 bits, the thread's tgen (struct
- * wc_thread) in the high 16. */
+ * wc_thread) in the high 16. obj and oref: what the block waited on
+ * (bpf/object.bpf.h): oref's top 8 bits are its kind (WC_OBJ_*), the
+ * low 24 an fd; obj the file's inode number, the futex word's address,
+ * the child's pid or the syscall of a wait on many fds. */
 struct wc_okey {
 	__u64 fp;
 	__u32 tid;
 	__u32 state;
+	__u64 obj;
+	__u32 oref;
+	__u32 pad;
 };
+
+/* The kinds of object a block waits on (wc_okey.oref >> 24). */
+enum wc_obj {
+	WC_OBJ_NONE = 0,
+	WC_OBJ_FD = 1,    /* obj: the file's inode number; oref: the fd */
+	WC_OBJ_FUTEX = 2, /* obj: the futex word's user address */
+	WC_OBJ_CHILD = 3, /* obj: wait4's or waitid's pid (-1: any child) */
+	WC_OBJ_MANY = 4,  /* obj: the syscall (poll, select, epoll_wait...); oref: an fd count or epoll's fd */
+};
+#define WC_OREF(kind, n) ((__u32)(kind) << 24 | ((__u32)(n) & 0xffffff))
 
 /* The key of an entry of the `reborn` map: tid in the low 32 bits, its
  * tgen in the high 32. */

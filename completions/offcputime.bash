@@ -23,7 +23,7 @@ _offcputime() {
 
     case "${cmd}" in
         offcputime)
-            opts="-p -C -G -t -u -k -U -K -d -o -f -m -M -h -V --pid --children --from-exec --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --every --every-follow --output --folded --ringbuf-mb --ready-file --prepare --activate --launched-at --prepared-file --activate-file --probe --probe-binary --min-block-time --max-block-time --state --stack-storage-size --wakers --wake-depth --max-threads --timeline --timeline-min --timeline-mb --check-fingerprints --help --version"
+            opts="-p -C -G -t -u -k -U -K -d -o -f -m -M -h -V --pid --children --from-exec --cgroup --tid --user-threads-only --kernel-threads-only --user-stacks-only --kernel-stacks-only --duration --every --every-follow --output --folded --ringbuf-mb --ready-file --prepare --activate --launched-at --prepared-file --activate-file --probe --probe-binary --min-block-time --max-block-time --state --stack-storage-size --wakers --wake-depth --max-threads --timeline --timeline-min --timeline-mb --no-objects --check-fingerprints --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

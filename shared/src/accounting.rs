@@ -83,13 +83,44 @@ pub fn samples_to_ns(samples: u64, freq_hz: u64) -> u64 {
 
 /// The leaf a stack's kind adds below its frames: the off-CPU state
 /// (`[sleep]`...), or for GPU work what ran (the kernel's name, under the
-/// stack that launched it).
+/// stack that launched it). An off-CPU stack's object, when it has one,
+/// comes after it ([`object_frame`]).
 pub fn kind_leaf(s: &Stack) -> Option<String> {
     match s.kind {
         Kind::Off => s.state.map(|st| st.leaf_name().to_string()),
         Kind::Gpu => s.gpu.as_ref().and_then(|g| g.name.clone()).filter(|n| !n.is_empty()),
         _ => None,
     }
+}
+
+/// The frame an off-CPU stack's object (`Stack::object`) becomes, right
+/// after its state leaf: `[file /var/log/app.log]`, `[lock g_lock]`.
+pub fn object_frame(obj: &str) -> String {
+    format!("[{obj}]")
+}
+
+/// The object named by the last of `funcs` (an off-CPU stack's frames,
+/// root first): a bracketed frame right after a state leaf; its text
+/// without the brackets.
+pub fn object_of<'a>(funcs: &[&'a str]) -> Option<&'a str> {
+    match funcs {
+        [.., leaf, obj] if crate::State::from_leaf_name(leaf).is_some() && obj.len() > 2 && obj.starts_with('[') && obj.ends_with(']') => {
+            Some(&obj[1..obj.len() - 1])
+        }
+        _ => None,
+    }
+}
+
+/// Whether `funcs` (root first) end in a state leaf, alone or followed by
+/// the frame of its object.
+pub fn ends_in_state_leaf(funcs: &[&str]) -> bool {
+    funcs.last().is_some_and(|f| crate::State::from_leaf_name(f).is_some()) || object_of(funcs).is_some()
+}
+
+/// The state a stack's frames end in (see [`ends_in_state_leaf`]).
+pub fn state_leaf_of(funcs: &[&str]) -> Option<crate::State> {
+    let n = funcs.len() - usize::from(object_of(funcs).is_some());
+    funcs.get(n.checked_sub(1)?).and_then(|f| crate::State::from_leaf_name(f))
 }
 
 /// Fold a second record of the same (pid, tid) into `into`. The record

@@ -28,10 +28,13 @@ use crate::record::Record;
 
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
-/// Framing version, the byte after [`MAGIC`]. 5 (stream 1.5): the
-/// `ksyms` record (an appended variant) and `pgen` at the end of the
-/// `thread`, `maps` and `stack` records (see [`crate::pgen`]).
-pub const VERSION: u8 = 5;
+/// Framing version, the byte after [`MAGIC`]. 6 (stream 1.6): `object`
+/// at the end of the `stack` record, after `pgen`.
+pub const VERSION: u8 = 6;
+/// The framing of stream 1.5, still read: `stack` ends at `pgen`. 5
+/// brought the `ksyms` record (an appended variant) and `pgen` at the
+/// end of the `thread`, `maps` and `stack` records (see [`crate::pgen`]).
+pub const VERSION_5: u8 = 5;
 /// The framing of stream 1.4, still read: the same records less `ksyms`
 /// and with `pgen` absent. 4 brought the header's new fields (see
 /// `Header`'s `Decode`) and the `probe` and `span` records (appended
@@ -98,7 +101,7 @@ pub fn read_magic(r: &mut impl BufRead) -> Result<u8, String> {
 }
 
 /// The framing version of a magic this reader understands: [`VERSION`],
-/// [`VERSION_4`], [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
+/// [`VERSION_5`], [`VERSION_4`], [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
 /// stack table).
 fn check_magic(m: &[u8]) -> Result<u8, String> {
     if m.len() < 4 || m[..4] != MAGIC {
@@ -109,7 +112,7 @@ fn check_magic(m: &[u8]) -> Result<u8, String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION && v != VERSION_4 && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
+        Some(&v) if v != VERSION && v != VERSION_5 && v != VERSION_4 && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
             "binary framing version {v}, this reader understands {} to {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
             crate::legacy::VERSION
         )),

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::io::{self, Write};
 
 use crate::idmap::IdMap;
-use crate::record::{Frame, Kind, Stack, State};
+use crate::record::{Frame, Kind, Stack};
 use crate::table::Defs;
 
 /// Parse one folded line. `unit_ns` converts the value to ns (e.g. 1000 for
@@ -34,7 +34,8 @@ pub fn parse_line(line: &str, unit_ns: u64) -> Result<Stack, String> {
     }
     let mut s = Stack::new(kind, 0, 0, "");
     if kind == Kind::Off {
-        s.state = frames.last().and_then(|f| State::from_leaf_name(&f.func));
+        let funcs: Vec<&str> = frames.iter().map(|f| f.func.as_str()).collect();
+        s.state = crate::accounting::state_leaf_of(&funcs);
     }
     s.frames = frames;
     s.count = value;
@@ -335,6 +336,7 @@ pub fn write_line<W: Write + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::State;
 
     #[test]
     fn markers_round_trip() {

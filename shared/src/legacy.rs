@@ -65,6 +65,7 @@ impl From<RecordV2> for Record {
                 gpu: s.gpu,
                 waker: None,
                 pgen: None,
+                object: None,
             }),
         }
     }

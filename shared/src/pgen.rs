@@ -23,6 +23,16 @@ pub fn trailing_pgen<C, D: Decoder<Context = C>>(d: &mut D) -> Result<Option<u32
     }
 }
 
+/// A field after `pgen` at the end of a record (framing 6 and up):
+/// absent in older framings.
+pub fn trailing_pgen_like<C, D: Decoder<Context = C>, T: De<C>>(d: &mut D) -> Result<Option<T>, DecodeError> {
+    if d.reader().peek_read(1).is_some() {
+        De::decode(d)
+    } else {
+        Ok(None)
+    }
+}
+
 /// How a process is told apart from another of the same pid: `pgen` 0
 /// (absent) is the first.
 pub fn pgen_of(p: Option<u32>) -> u32 {
@@ -108,6 +118,7 @@ impl<C> bincode::Decode<C> for Stack {
             gpu: De::decode(d)?,
             waker: De::decode(d)?,
             pgen: trailing_pgen(d)?,
+            object: trailing_pgen_like(d)?,
         })
     }
 }

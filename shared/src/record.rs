@@ -15,7 +15,7 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 5;
+pub const VERSION_MINOR: u32 = 6;
 
 /// Count-name prefixes of what a symbolizer could not name, per module:
 /// distinct addresses, time (ns) and events of the stacks holding at least
@@ -366,6 +366,16 @@ pub struct Stack {
     /// record has bytes left (see [`trailing_pgen`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pgen: Option<u32>,
+    /// 1.6, kind `off`: what the blocks of this record waited on, named
+    /// in the target's own view (`file /var/log/app.log`, `tcp
+    /// 127.0.0.1:5432`, `unix /run/x.sock`, `pipe`, `lock g_lock`,
+    /// `child make 4242`, `fds epoll_wait`...: wallclock-stream(5)). The
+    /// same stack may come in several records, one per object, and one
+    /// without for the rest; a reader that ignores this field sums them
+    /// to the same time. Last: decoded only where the binary record has
+    /// bytes left (framing 5 and older end before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
 }
 
 impl Stack {
@@ -385,6 +395,7 @@ impl Stack {
             gpu: None,
             waker: None,
             pgen: None,
+            object: None,
         }
     }
 }

@@ -195,6 +195,12 @@ fn field(key: &[u8], b: &[u8], mut i: usize, skip: Option<&dyn Fn(u32) -> bool>,
             i = at;
             9
         }
+        b"object" => {
+            let (v, at) = string(b, i)?;
+            s.object = Some(std::str::from_utf8(v).ok()?.to_string());
+            i = at;
+            10
+        }
         _ => return None,
     };
     Some((bit, i))
@@ -203,7 +209,7 @@ fn field(key: &[u8], b: &[u8], mut i: usize, skip: Option<&dyn Fn(u32) -> bool>,
 /// Every field of `s` as [`Stack::new`] leaves it, its allocations kept.
 fn reset(s: &mut Stack) {
     // Named one by one: a field added to `Stack` must be reset here too.
-    let Stack { kind, state, pid, tid, comm, ustack, kstack, frames, stack_id, ns, count, gpu, waker, pgen } = s;
+    let Stack { kind, state, pid, tid, comm, ustack, kstack, frames, stack_id, ns, count, gpu, waker, pgen, object } = s;
     *kind = Kind::Other;
     *state = None;
     (*pid, *tid, *ns, *count) = (0, 0, 0, 0);
@@ -215,6 +221,7 @@ fn reset(s: &mut Stack) {
     *gpu = None;
     *waker = None;
     *pgen = None;
+    *object = None;
 }
 
 /// Reads a plain `stackdef` object (`{"id":N,"frames":[...]}` in this

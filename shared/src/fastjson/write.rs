@@ -5,7 +5,7 @@ use crate::record::{Kind, Stack, State};
 
 /// Appends `{"type":"stack",...}` for `s` as serde writes it (without the
 /// line feed); `false`, with nothing written, for a record with `frames`,
-/// `gpu`, `waker` or `pgen` (serde writes those).
+/// `gpu`, `waker` or `pgen`, or an `object` to escape (serde writes those).
 pub fn write_stack(out: &mut Vec<u8>, s: &Stack) -> bool {
     write_stack_lists(out, s, None)
 }
@@ -17,6 +17,9 @@ pub fn write_stack(out: &mut Vec<u8>, s: &Stack) -> bool {
 /// those of `s.ustack` and `s.kstack` (empty for an empty list).
 pub fn write_stack_lists(out: &mut Vec<u8>, s: &Stack, lists: Option<(&[u8], &[u8])>) -> bool {
     if !s.frames.is_empty() || s.gpu.is_some() || s.waker.is_some() || s.pgen.is_some() || needs_escape(&s.comm) {
+        return false;
+    }
+    if s.object.as_deref().is_some_and(needs_escape) {
         return false;
     }
     out.extend_from_slice(br#"{"type":"stack","kind":""#);
@@ -66,6 +69,11 @@ pub fn write_stack_lists(out: &mut Vec<u8>, s: &Stack, lists: Option<(&[u8], &[u
     write_u64(out, s.ns);
     out.extend_from_slice(br#","count":"#);
     write_u64(out, s.count);
+    if let Some(o) = &s.object {
+        out.extend_from_slice(br#","object":""#);
+        out.extend_from_slice(o.as_bytes());
+        out.push(b'"');
+    }
     out.push(b'}');
     true
 }

@@ -42,6 +42,12 @@ impl WcOkey {
     }
 }
 
+/// The kinds of a block's object (`wc_okey.oref >> 24`, `enum wc_obj`).
+pub const OBJ_FD: u32 = c::WC_OBJ_FD;
+pub const OBJ_FUTEX: u32 = c::WC_OBJ_FUTEX;
+pub const OBJ_CHILD: u32 = c::WC_OBJ_CHILD;
+pub const OBJ_MANY: u32 = c::WC_OBJ_MANY;
+
 /// A waker's stack event (`WcEvent::kind`); its `state` is the context.
 pub const KIND_WAKER: u32 = c::WC_KIND_WAKER;
 /// A probe's stack (`--probe '... (stack)'`); fp is its event's `stack`.

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use wallclock_stream::pgen::process_key;
 use wallclock_stream::sniff::{self, InputKind};
-use wallclock_stream::{folded, Frame, Header, Kind, Reader, ReaderOptions, Record, Stack, State};
+use wallclock_stream::{folded, Frame, Header, Kind, Reader, ReaderOptions, Record, Stack};
 
 pub use crate::kinds::{kind_index, Mix, GPU, OFF, ON, OTHER};
 pub use crate::folded_line::{parse_folded, Value, FRACTION_SCALE};
@@ -326,10 +326,14 @@ fn table_seq(seqs: &mut crate::seqs::Seqs, cache: &mut wallclock_stream::idmap::
     if names.is_empty() {
         names.push(seqs.intern("[no frames]"));
     }
-    let last = ids.last().and_then(|&f| defs.frame(f));
+    let tail: Vec<&str> =
+        ids[ids.len().saturating_sub(2)..].iter().filter_map(|&f| defs.frame(f)).map(|f| f.func.as_str()).collect();
     if let (Kind::Off, Some(st)) = (s.kind, s.state) {
-        if last.is_none_or(|f| State::from_leaf_name(&f.func).is_none()) {
+        if !wallclock_stream::accounting::ends_in_state_leaf(&tail) {
             names.push(seqs.intern(st.leaf_name()));
+            if let Some(o) = &s.object {
+                names.push(seqs.intern(&folded::escape(&wallclock_stream::accounting::object_frame(o))));
+            }
         }
     }
     seqs.push(names)
@@ -341,16 +345,21 @@ fn table_seq(seqs: &mut crate::seqs::Seqs, cache: &mut wallclock_stream::idmap::
 /// runnable, sleeping and I/O time stay apart.
 pub fn stack_text(s: &Stack) -> String {
     let out = folded::stack_text::<&str>(&[], &folded::frames_or_addresses(s));
-    with_state_leaf(s, out, s.frames.last())
+    with_state_leaf(s, out, &s.frames)
 }
 
-/// `text` of an off-CPU stack whose frames (ending in `last`) do not end
-/// in a state leaf, with one.
-fn with_state_leaf(s: &Stack, mut text: String, last: Option<&Frame>) -> String {
+/// `text` of an off-CPU stack whose frames do not end in a state leaf,
+/// with one (and its object's frame after it).
+fn with_state_leaf(s: &Stack, mut text: String, frames: &[Frame]) -> String {
     if let (Kind::Off, Some(st)) = (s.kind, s.state) {
-        if last.is_none_or(|f| State::from_leaf_name(&f.func).is_none()) {
+        let tail: Vec<&str> = frames[frames.len().saturating_sub(2)..].iter().map(|f| f.func.as_str()).collect();
+        if !wallclock_stream::accounting::ends_in_state_leaf(&tail) {
             text.push(';');
             text.push_str(st.leaf_name());
+            if let Some(o) = &s.object {
+                text.push(';');
+                text.push_str(&folded::escape(&wallclock_stream::accounting::object_frame(o)));
+            }
         }
     }
     text
@@ -379,6 +388,7 @@ pub fn merge_header(into: &mut Option<Header>, h: Header) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wallclock_stream::State;
 
     #[test]
     fn raw_addresses_and_state_leaf() {

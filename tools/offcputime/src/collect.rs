@@ -7,6 +7,7 @@ use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
 
 pub use crate::stacks::Stacks;
+use crate::objects::{Namer, Obj};
 use crate::wakers::{self, Wakes};
 use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 
@@ -73,20 +74,27 @@ pub(crate) enum Where {
 
 #[derive(Default)]
 pub(crate) struct Acc {
-    /// (tid, state, where) -> (ns, count)
-    pub stacks: BTreeMap<(u32, State, Where), (u64, u64)>,
+    /// (tid, state, where, what it waited on) -> (ns, count)
+    pub stacks: BTreeMap<(u32, State, Where, Obj), (u64, u64)>,
     /// Blocks and ns per synthetic stack.
     pub synthetic: BTreeMap<&'static str, (u64, u64)>,
 }
 
 impl Acc {
     pub fn add(&mut self, tid: u32, s: State, w: Where, ns: u64, count: u64) {
+        self.add_obj(tid, s, w, Obj::default(), ns, count)
+    }
+
+    pub fn add_obj(&mut self, tid: u32, s: State, w: Where, o: Obj, ns: u64, count: u64) {
         if let Where::Synthetic(name) = w {
             let e = self.synthetic.entry(name).or_default();
             e.0 += count;
             e.1 += ns;
         }
-        let e = self.stacks.entry((tid, s, w)).or_default();
+        // A synthetic stack has no object (only a thread blocked since
+        // the start has one without a stack of its own: see init_obj).
+        let o = if matches!(w, Where::Synthetic(_)) { Obj::default() } else { o };
+        let e = self.stacks.entry((tid, s, w, o)).or_default();
         e.0 += ns;
         e.1 += count;
     }
@@ -102,6 +110,8 @@ pub struct Input<'a> {
     pub threads: &'a [(u32, WcThread)],
     /// The dumped off-CPU maps: blocks, and (--wakers) blocks by waker.
     pub offcpu: &'a [(Vec<u8>, Vec<u8>)],
+    /// Names what the blocks waited on (`objects`).
+    pub names: &'a Namer,
     pub offwake: &'a [(Vec<u8>, Vec<u8>)],
     /// The BPF counters, as `event::STAT_NAMES`.
     pub counts: &'a [u64],
@@ -156,16 +166,27 @@ impl Resolve<'_> {
         }
     }
 
-    pub fn add_key(&self, acc: &mut Acc, tid: u32, fp: u64, state: u32, ns: u64, count: u64) {
+    /// A block as BPF keyed it: its thread, stack, state and object, and
+    /// its (ns, count).
+    pub fn add_key(&self, acc: &mut Acc, tid: u32, fp: u64, state: u32, o: Obj, (ns, count): (u64, u64)) {
         let (s, w) = self.block_of(tid, fp, state, ns, count);
-        acc.add(tid, s, w, ns, count);
+        acc.add_obj(tid, s, w, o, ns, count);
+    }
+
+    /// The object of a thread blocked since the start and still in that
+    /// block (/proc says what it waits on now).
+    fn init_obj(&self, tid: u32) -> Obj {
+        match self.sess.initial.get(&tid) {
+            Some(i) => Namer::blocked_now(i.pid, event::real_tid(tid)),
+            None => Obj::default(),
+        }
     }
 
     /// One entry of the `offcpu` map.
     pub fn add_entry(&self, acc: &mut Acc, k: &[u8], v: &[u8], skip: impl Fn(u32) -> bool) {
         let (Some(k), Some(v)) = (event::from_bytes::<WcOkey>(k), event::from_bytes::<WcOval>(v)) else { return };
         if !skip(k.key()) {
-            self.add_key(acc, k.key(), k.fp, k.st(), v.ns, v.count);
+            self.add_key(acc, k.key(), k.fp, k.st(), Obj { oref: k.oref, obj: k.obj }, (v.ns, v.count));
         }
     }
 
@@ -178,7 +199,8 @@ impl Resolve<'_> {
         let end = cfg.end;
         for i in 0..2 {
             if th.pend_cnt[i] > 0 {
-                self.add_key(acc, tid, th.pend_fp[i], th.pend_state[i], th.pend_ns[i], th.pend_cnt[i]);
+                let o = Obj { oref: th.pend_oref[i], obj: th.pend_obj[i] };
+                self.add_key(acc, tid, th.pend_fp[i], th.pend_state[i], o, (th.pend_ns[i], th.pend_cnt[i]));
             }
         }
         if th.lost_ns[event::ST_INIT as usize] > 0 {
@@ -202,7 +224,7 @@ impl Resolve<'_> {
             } else if th.cur_state == event::ST_INIT {
                 // Blocked from the start to the stop, its stack from /proc.
                 th.off_ns[event::ST_INIT as usize] += d;
-                acc.add(tid, self.init_state(tid), self.init_where(tid, d, 1), d, 1);
+                acc.add_obj(tid, self.init_state(tid), self.init_where(tid, d, 1), self.init_obj(tid), d, 1);
             } else {
                 let s = th.cur_state.min(3);
                 th.off_ns[s as usize] += d;
@@ -214,7 +236,7 @@ impl Resolve<'_> {
                     Some(f) => Where::Synthetic(f),
                     None => self.fp_where(th.cur_fp),
                 };
-                acc.add(tid, st(s), w, d, 1);
+                acc.add_obj(tid, st(s), w, Obj { oref: th.cur_oref, obj: th.cur_obj }, d, 1);
             }
         }
         let mut off = StateNs::default();
@@ -341,7 +363,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
         let s = state_from_letter(i.state);
         let mut off = StateNs::default();
         *off.get_mut(s) = end - start;
-        acc.add(tid, s, r.init_where(tid, end - start, 1), end - start, 1);
+        acc.add_obj(tid, s, r.init_where(tid, end - start, 1), r.init_obj(tid), end - start, 1);
         let mut t = Thread::new(i.pid, tid, &comm_of(i.pid, tid, &i.comm));
         t.start_ns = Some(start);
         t.end_ns = Some(end);
@@ -382,7 +404,8 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     stats.counts.extend(unwind.php.stats());
     stats.counts.extend(unwind.ruby.stats());
     if cfg.wake_depth.is_some() {
-        let orphans = wakes.by_block.keys().filter(|b| !acc.stacks.contains_key(b)).count();
+        let blocks: std::collections::BTreeSet<(u32, State, &Where)> = acc.stacks.keys().map(|(t, s, w, _)| (*t, *s, w)).collect();
+        let orphans = wakes.by_block.keys().filter(|(t, s, w)| !blocks.contains(&(*t, *s, w))).count();
         stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);
     }
     let mut header = sess.header("offcputime", env!("CARGO_PKG_VERSION"), end);
@@ -406,12 +429,24 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     let pgen_of = |tid: u32| out_threads.get(&tid).and_then(|t| t.pgen);
     let wblock_of = |tid: u32, fp: u64, state: u32| Some(r.block_of(tid, fp, state, 0, 1));
     let wcx = wakers::Ctx { stacks, wakes: &wakes, block_of: &wblock_of, thread: &thread_of };
-    for ((tid, state, w), (ns, count)) in &acc.stacks {
+    let comm_by_tid = |t: u32| out_threads.get(&t).or_else(|| done.threads.iter().find(|x| x.tid == t)).map(|t| t.comm.clone());
+    // A stack's time over all its objects: each object's share of its wakers.
+    let mut whole_ns: BTreeMap<(u32, State, &Where), u64> = BTreeMap::new();
+    if cfg.wake_depth.is_some() {
+        for ((tid, state, w, _), (ns, _)) in &acc.stacks {
+            *whole_ns.entry((*tid, *state, w)).or_default() += ns;
+        }
+    }
+    for ((tid, state, w, o), (ns, count)) in &acc.stacks {
         let (pid, comm) = thread_of(*tid).unwrap_or_default();
         let mut s = stack_record(pid, *tid, &comm, *state, w);
         s.pgen = pgen_of(*tid);
+        s.object = inp.names.name(pid, *o, &comm_by_tid);
         let (split, left_ns, left_count) = match cfg.wake_depth {
-            Some(_) => wakes.split(&(*tid, *state, w.clone()), *ns, *count),
+            Some(_) => {
+                let whole = whole_ns.get(&(*tid, *state, w)).copied().unwrap_or(*ns);
+                wakes.split_share(&(*tid, *state, w.clone()), *ns, *count, (*ns, whole))
+            }
             None => (Vec::new(), *ns, *count),
         };
         let whole = split.is_empty();

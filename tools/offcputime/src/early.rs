@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use wallclock_capture::event::{self, WcOkey, WcThread};
+
+use crate::objects::Namer;
 use wallclock_capture::session::Session;
 use wallclock_capture::unwind::Unwind;
 use wallclock_capture::spool::Spool;
@@ -77,7 +79,7 @@ impl Early {
     /// A turn of the capture: write out the batches whose stacks have all
     /// been handled. `new_stacks`: BPF's count of stack events sent. The
     /// fingerprints dropped, for BPF's `seen` map.
-    pub fn turn(&mut self, new_stacks: impl FnOnce() -> u64, cfg: &Config, sess: &Session, unwind: &Unwind, stacks: &mut Stacks) -> Result<Vec<u64>> {
+    pub fn turn(&mut self, new_stacks: impl FnOnce() -> u64, cfg: &Config, sess: &Session, unwind: &Unwind, stacks: &mut Stacks, names: &Namer) -> Result<Vec<u64>> {
         // Marked a second after the retirement: a stack event reserved
         // before a thread's last one may still have been in flight then.
         if self.pending.iter().any(|b| b.mark.is_none() && b.at.elapsed() >= Duration::from_secs(1)) {
@@ -95,7 +97,7 @@ impl Early {
         self.pending = later;
         let mut gone = Vec::new();
         for b in now {
-            let used = self.write(&b, cfg, sess, unwind, stacks)?;
+            let used = self.write(&b, cfg, sess, unwind, stacks, names)?;
             for (tid, th) in b.threads.iter().filter(|(tid, _)| used.contains_key(tid)) {
                 let mine = used.get(tid).into_iter().flatten().copied();
                 gone.extend(stacks.forget(event::real_tid(*tid), th.exit_ns, mine));
@@ -106,7 +108,7 @@ impl Early {
 
     /// One batch into the spool and `done`; the fingerprints each of its
     /// threads' blocks were under.
-    fn write(&mut self, b: &Batch, cfg: &Config, sess: &Session, unwind: &Unwind, stacks: &Stacks) -> Result<BTreeMap<u32, Vec<u64>>> {
+    fn write(&mut self, b: &Batch, cfg: &Config, sess: &Session, unwind: &Unwind, stacks: &Stacks, names: &Namer) -> Result<BTreeMap<u32, Vec<u64>>> {
         let r = Resolve { cfg, sess, stacks };
         let mut acc = Acc::default();
         let mut sums = Sums::default();
@@ -138,11 +140,14 @@ impl Early {
             self.done.tids.insert(tid);
         }
         unwind.python.name_threads(threads.iter_mut());
-        for ((tid, state, w), (ns, count)) in &acc.stacks {
+        let done = &self.done.threads;
+        let comm_by_tid = |t: u32| keys.iter().position(|k| *k == t).map(|i| &threads[i]).or_else(|| done.iter().find(|x| x.tid == t)).map(|t| t.comm.clone());
+        for ((tid, state, w, o), (ns, count)) in &acc.stacks {
             let t = keys.iter().position(|k| k == tid).map(|i| &threads[i]);
             let (pid, comm, pgen) = t.map(|t| (t.pid, t.comm.as_str(), t.pgen)).unwrap_or_default();
             let mut s = collect::stack_record(pid, *tid, comm, *state, w);
             s.pgen = pgen;
+            s.object = names.name(pid, *o, &comm_by_tid);
             s.ns = *ns;
             s.count = *count;
             self.spool.push(&Record::Stack(s)).with_context(|| format!("writing {SPOOL}"))?;

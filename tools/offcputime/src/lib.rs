@@ -57,6 +57,7 @@
 mod atstop;
 mod collect;
 mod early;
+mod objects;
 mod stacks;
 mod timeline;
 mod wakers;
@@ -169,6 +170,11 @@ pub struct Cli {
     /// With --timeline: size of its ring buffer, MiB (a power of two).
     #[arg(long = "timeline-mb", default_value_t = 16, value_name = "MB", requires = "timeline")]
     pub timeline_mb: u32,
+    /// Record no object per block (what each wait was for: the file,
+    /// socket, lock or child; see wallclock-stream(5)'s `object`): the
+    /// stack records then have none, and the capture reads no fd.
+    #[arg(long = "no-objects")]
+    pub no_objects: bool,
     /// Test of the stack fingerprints: copy the stack at every block and
     /// say on stderr how many copies found their fingerprint's stack
     /// already sent with another user or kernel stack (costly: a copy per
@@ -207,6 +213,9 @@ struct Off<'a> {
     /// None where the stop needs them all (folded lines, --every,
     /// --wakers, --timeline).
     early: Option<early::Early>,
+    /// Names what each block waited on; scans the targets' fds once a
+    /// second (`turn`), for the files closed before the stop.
+    names: objects::Namer,
 }
 
 impl Off<'_> {
@@ -221,6 +230,7 @@ impl Off<'_> {
         ro.state_filter = cli.state.unwrap_or(-1);
         ro.snap_runnable = true;
         ro.fp_check = cli.check_fingerprints;
+        ro.want_objects = !cli.no_objects;
         open.maps.seen.set_max_entries(cli.stack_storage_size.max(64))?;
         open.maps.offcpu.set_max_entries(cli.stack_storage_size.max(64).saturating_mul(4))?;
         ro.timeline_on = cli.timeline;
@@ -346,6 +356,9 @@ impl driver::Tool for Off<'_> {
 
     fn turn(&mut self, skel: &Self::Skel, sess: &wallclock_capture::session::Session, unwind: &Unwind) -> Result<()> {
         use libbpf_rs::MapCore;
+        if !self.cli.no_objects {
+            self.names.scan(sess.pids.iter().copied());
+        }
         let Some(early) = self.early.as_mut() else { return Ok(()) };
         // The stacks of the threads blocked at the start are part of it.
         if !sess.settled() {
@@ -357,7 +370,7 @@ impl driver::Tool for Off<'_> {
             let i = names.iter().position(|n| *n == "new_stacks").unwrap_or(0);
             wallclock_capture::bpf::percpu_sums(&skel.maps.stats, names.len() as u32)[i]
         };
-        for fp in early.turn(new_stacks, &cfg, sess, unwind, &mut self.stacks)? {
+        for fp in early.turn(new_stacks, &cfg, sess, unwind, &mut self.stacks, &self.names)? {
             let _ = skel.maps.seen.delete(&fp.to_ne_bytes());
         }
         Ok(())
@@ -387,6 +400,7 @@ impl driver::Tool for Off<'_> {
             threads: &threads,
             offcpu: &offcpu,
             offwake: &offwake,
+            names: &self.names,
             counts: &cut.counts,
             done: &done,
         };
@@ -477,6 +491,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         probe_drain: Default::default(),
         probe_stacks: Default::default(),
         early: None,
+        names: Default::default(),
     };
     let t = &cli.target;
     if !t.folded && t.every.is_none() && t.every_follow.is_none() && !cli.wakers && !cli.timeline {
@@ -515,6 +530,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         threads: &threads,
         offcpu: &offcpu,
         offwake: &offwake,
+        names: &off.names,
         counts: &cap.counts,
         done: &done,
     };

@@ -58,12 +58,23 @@ impl Wakes {
     /// shares (scaled down if together they exceed the block: a slice
     /// that began early takes time back from the block, see close_slice)
     /// and what no wake-up ended.
+    #[cfg(test)]
     pub fn split(&self, b: &Block, ns: u64, count: u64) -> (Vec<(WakeKey, u64, u64)>, u64, u64) {
+        self.split_share(b, ns, count, (1, 1))
+    }
+
+    /// As [`Wakes::split`], for the part `share.0` of `share.1` of the
+    /// block's time that one object of it had (a stack waited on several:
+    /// the wakers are not keyed by object, and each gets that part of
+    /// every waker's time).
+    pub fn split_share(&self, b: &Block, ns: u64, count: u64, share: (u64, u64)) -> (Vec<(WakeKey, u64, u64)>, u64, u64) {
         let Some(ws) = self.by_block.get(b) else { return (Vec::new(), ns, count) };
-        let sum: u64 = ws.values().map(|v| v.0).sum();
+        let part = |v: u64| if share.0 >= share.1 { v } else { (v as u128 * share.0 as u128 / share.1.max(1) as u128) as u64 };
+        let sum: u64 = ws.values().map(|v| part(v.0)).sum();
         let mut out = Vec::new();
         let (mut left_ns, mut left_count) = (ns, count);
         for (k, &(wns, wcount)) in ws {
+            let (wns, wcount) = (part(wns), part(wcount));
             let wns = if sum > ns { (wns as u128 * ns as u128 / sum.max(1) as u128) as u64 } else { wns };
             let wns = wns.min(left_ns);
             let wcount = wcount.min(left_count);

@@ -46,6 +46,18 @@ impl Interned {
     /// Unsymbolized stacks keep their addresses for a later `stacksym`;
     /// their leaf is added when they are written folded.
     pub fn frames(&mut self, s: &mut Stack, base: Option<u32>, memo: Option<&mut Memo>) -> Option<u32> {
+        if s.kind == Kind::Off && s.object.is_some() {
+            // Its object's frame after the leaf (the memo knows leaves only).
+            let id = self.frames_of(s, base)?;
+            let obj = s.object.take().unwrap_or_default();
+            let t = &mut self.table;
+            let mut ids = t.stack(id).to_vec();
+            let funcs: Vec<&str> = ids.iter().map(|&f| t.frame(f).func.as_str()).collect();
+            if wallclock_stream::accounting::object_of(&funcs).is_none() {
+                ids.push(t.frame_id(&Frame::named(wallclock_stream::accounting::object_frame(&obj))));
+            }
+            return Some(t.stack_id(&ids));
+        }
         let code = leaf_code(s);
         if let (Some(b), Some(code), Some(memo)) = (base, code, memo) {
             if let Some((c, id)) = *memo {
@@ -80,7 +92,12 @@ impl Interned {
         };
         let frames = match leaf {
             Some(leaf) if !raw => {
-                let ends_in_leaf = base.is_some_and(|b| t.stack(b).last().is_some_and(|&f| t.frame(f).func == leaf));
+                // A re-merge: the leaf is there, maybe its object's frame after it.
+                let ends_in_leaf = base.is_some_and(|b| {
+                    let st = t.stack(b);
+                    let tail: Vec<&str> = st[st.len().saturating_sub(2)..].iter().map(|&f| t.frame(f).func.as_str()).collect();
+                    tail.last() == Some(&leaf.as_ref()) || (wallclock_stream::accounting::object_of(&tail).is_some() && tail[0] == leaf)
+                });
                 if ends_in_leaf {
                     base
                 } else {

@@ -34,6 +34,9 @@ pub(crate) struct Key {
     pub gpu: Option<Box<GpuKey>>,
     pub scale: Option<u64>,
     pub waker: Option<Box<Waker>>,
+    /// What an unsymbolized off-CPU stack waited on (a stack with frames
+    /// has it as its last frame).
+    pub object: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -117,6 +120,7 @@ impl Key {
             gpu: s.gpu.map(|g| Box::new((g.activity, g.device, g.stream, g.name))),
             scale,
             waker: s.waker,
+            object: s.object,
         };
         (key, v)
     }
@@ -149,6 +153,7 @@ impl Key {
             }),
             waker: self.waker,
             pgen: (self.pgen > 0).then_some(self.pgen),
+            object: self.object,
         }
     }
 }

@@ -127,6 +127,11 @@ pub struct Cli {
     /// to leaf. Without it, blocks are summed over their wakers.
     #[arg(long)]
     pub wakers: bool,
+    /// Sum off-CPU stacks over what they waited on: no `[file PATH]`,
+    /// `[tcp ADDR:PORT]`, `[lock NAME]`, `[child COMM PID]` frame after
+    /// the state leaf (the stream's `object`, wallclock-stream(5)).
+    #[arg(long = "no-objects")]
+    pub no_objects: bool,
     /// Keep only these kinds: on, off, gpu, other (comma-separated or repeated).
     #[arg(long = "kind", value_delimiter = ',', value_name = "KIND", value_parser = parse_kind)]
     pub kinds: Vec<Kind>,
@@ -160,6 +165,9 @@ pub struct Options {
     pub tids: Vec<u32>,
     pub kinds: Vec<Kind>,
     pub wakers: bool,
+    /// Off-CPU stacks keep what they waited on (`object`) as a frame after
+    /// the state leaf; `--no-objects` sums them over it.
+    pub objects: bool,
 }
 
 impl From<&Cli> for Options {
@@ -175,6 +183,7 @@ impl From<&Cli> for Options {
             tids: c.tids.clone(),
             kinds: c.kinds.clone(),
             wakers: c.wakers,
+            objects: !c.no_objects,
         }
     }
 }

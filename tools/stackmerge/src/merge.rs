@@ -180,6 +180,9 @@ impl Merger {
         if !self.opts.wakers {
             s.waker = None;
         }
+        if !self.opts.objects {
+            s.object = None;
+        }
         let input_id = s.stack_id.take();
         let input = match input_id {
             Some(id) => Some(ids.stack(id, defs, &mut self.interned.table, &mut self.named)),
@@ -323,7 +326,38 @@ pub(crate) mod tests {
             tids: vec![],
             kinds: vec![],
             wakers: false,
+            objects: true,
         }
+    }
+
+    /// An off-CPU stack's object is a frame after its state leaf, its
+    /// stacks on two objects two lines; merged again, no second leaf or
+    /// object; --no-objects sums over them.
+    #[test]
+    fn objects_are_frames_after_the_state() {
+        let recs = [
+            r#"{"type":"stack","kind":"off","state":"S","pid":7,"tid":7,"comm":"app","frames":[{"func":"main"},{"func":"read"}],"ns":3000,"count":1,"object":"tcp 127.0.0.1:5432"}"#,
+            r#"{"type":"stack","kind":"off","state":"S","pid":7,"tid":7,"comm":"app","frames":[{"func":"main"},{"func":"read"}],"ns":2000,"count":1,"object":"pipe"}"#,
+            r#"{"type":"stack","kind":"off","state":"S","pid":7,"tid":7,"comm":"app","frames":[{"func":"main"},{"func":"read"}],"ns":1000,"count":1}"#,
+        ]
+        .join("\n");
+        let folded = |o: &Options, input: &str| {
+            let mut m = Merger::new(o);
+            m.read(InputRole::Off, input.as_bytes(), "off").unwrap();
+            let mut out = Vec::new();
+            crate::write(&mut m.finish(), o, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let got = folded(&opts(), &recs);
+        assert_eq!(
+            got,
+            "app (7);main;read;[sleep];[pipe]_[o] 2000\napp (7);main;read;[sleep];[tcp 127.0.0.1:5432]_[o] 3000\napp (7);main;read;[sleep]_[o] 1000\n"
+        );
+        // The folded lines merged again (read as µs): the same stacks.
+        let stacks = |t: &str| t.lines().map(|l| l.rsplit_once(' ').unwrap().0.to_string()).collect::<Vec<_>>();
+        assert_eq!(stacks(&folded(&opts(), &got.replace("app (7);", ""))), stacks(&got.replace("app (7);", "")));
+        let none = Options { objects: false, ..opts() };
+        assert_eq!(folded(&none, &recs), "app (7);main;read;[sleep]_[o] 6000\n");
     }
 
     #[test]

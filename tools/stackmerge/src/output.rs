@@ -20,6 +20,9 @@ pub fn display_frames(s: &Stack) -> Cow<'_, [Frame]> {
         (Cow::Owned(_), Some(leaf)) => {
             let mut v = frames.into_owned();
             v.push(Frame::named(leaf));
+            if let (Kind::Off, Some(o)) = (s.kind, &s.object) {
+                v.push(Frame::named(wallclock_stream::accounting::object_frame(o)));
+            }
             Cow::Owned(v)
         }
         _ => frames,

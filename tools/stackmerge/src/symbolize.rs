@@ -57,6 +57,9 @@ pub fn name_frames(m: &mut Merged) {
             let mut frames = engine.frames(s);
             if let Some(leaf) = kind_leaf(s) {
                 frames.push(Frame::named(leaf));
+                if let Some(o) = s.object.take().filter(|_| s.kind == wallclock_stream::Kind::Off) {
+                    frames.push(Frame::named(wallclock_stream::accounting::object_frame(&o)));
+                }
             }
             if !frames.is_empty() {
                 s.stack_id = Some(table.stack_of(&frames));

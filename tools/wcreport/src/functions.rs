@@ -58,6 +58,9 @@ pub struct Who {
 /// The innermost user function of a stack and what it was doing.
 pub fn classify(s: &Stack, frames: &[Frame], comm: &str) -> (Who, Option<String>, Option<String>) {
     // The state leaf `stackmerge` adds says nothing the state does not.
+    // Nor does its object's frame after it (the report's waited-on part says that).
+    let funcs: Vec<&str> = frames.iter().map(|f| f.func.as_str()).collect();
+    let frames = &frames[..frames.len() - usize::from(wallclock_stream::accounting::object_of(&funcs).is_some())];
     let frames: Vec<&Frame> =
         frames.iter().filter(|f| !(frames::is_synthetic(f) && State::from_leaf_name(&f.func).is_some())).collect();
     let owned: Vec<Frame> = frames.iter().map(|f| (*f).clone()).collect();

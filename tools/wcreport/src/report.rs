@@ -68,8 +68,12 @@ pub fn display_frames(s: &Stack) -> Vec<Frame> {
 fn stack_text(s: &Stack) -> String {
     let mut frames = display_frames(s);
     if let Some(leaf) = kind_leaf(s) {
-        if frames.last().map(|f| &f.func) != Some(&leaf) {
+        let tail: Vec<&str> = frames[frames.len().saturating_sub(2)..].iter().map(|f| f.func.as_str()).collect();
+        if tail.last() != Some(&leaf.as_str()) && !(s.kind == Kind::Off && wallclock_stream::accounting::ends_in_state_leaf(&tail)) {
             frames.push(Frame::named(leaf));
+            if let (Kind::Off, Some(o)) = (s.kind, &s.object) {
+                frames.push(Frame::named(wallclock_stream::accounting::object_frame(o)));
+            }
         }
     }
     wallclock_stream::folded::stack_text::<&str>(&[], &frames)

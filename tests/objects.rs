@@ -1,0 +1,119 @@
+//! What each wait was for (`object` in wallclock-stream(5)): a program
+//! whose threads each wait on one object (tests/programs/objects/objects.c:
+//! a file written and fdatasync'ed, a TCP connection to 127.0.0.1, a pipe,
+//! a global mutex, a child process), each timing its own waits, run under
+//! `wallclock`: each thread's waits must be under its own object, named as
+//! a user names it, in the merged stream and the folded stacks. The
+//! capture tests load real BPF programs: run as root (they skip, saying
+//! so, otherwise).
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// One measured thread, as the program reports it.
+struct Own {
+    name: String,
+    tid: u64,
+    wait_ns: u64,
+    port: u64,
+}
+
+fn own(stdout: &str) -> Vec<Own> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"name\""))
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l}: {e}"));
+            let u = |k: &str| v[k].as_u64().unwrap();
+            Own { name: v["name"].as_str().unwrap().to_string(), tid: u("tid"), wait_ns: u("wait_ns"), port: u("port") }
+        })
+        .collect()
+}
+
+/// The object a thread must wait on, and whether a name is it.
+fn expected(o: &Own, dir: &str) -> Box<dyn Fn(&str) -> bool> {
+    match o.name.as_str() {
+        "disk" => {
+            let want = format!("file {dir}/ledger.dat");
+            Box::new(move |n| n == want)
+        }
+        "tcpread" => {
+            let want = format!("tcp 127.0.0.1:{}", o.port);
+            Box::new(move |n| n == want)
+        }
+        "piperead" => Box::new(|n| n == "pipe"),
+        "locker" => Box::new(|n| n == "lock g_ledger_lock"),
+        "waiter" => Box::new(|n| n.starts_with("child sleep ") && n["child sleep ".len()..].parse::<u32>().is_ok()),
+        other => panic!("unknown thread {other}"),
+    }
+}
+
+/// `wallclock -- objects 4 DIR`: in the merged stream each thread's waits
+/// (by its own clock) are at least 95% under its own object, at most 5%
+/// of its off-CPU time under any other object, and the folded stacks
+/// show each object as a frame after the state.
+#[test]
+fn each_wait_is_under_its_object() {
+    if util::skip_without_root("objects") {
+        return;
+    }
+    let dir = util::scratch("objects");
+    let bin = util::build_c("tests/programs/objects/objects.c", &dir, "objects");
+    let prefix = dir.join("p");
+    let d = dir.to_str().unwrap();
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-o", prefix.to_str().unwrap(), "--"])
+        .arg(&bin)
+        .args(["4", d])
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "wallclock failed: {err}");
+    let threads = own(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(threads.len(), 5, "five measured threads: {}", String::from_utf8_lossy(&out.stdout));
+
+    // The merged stream, its stack table resolved: each stack's object is
+    // the frame after its state leaf.
+    let text = util::resolved(&std::fs::read_to_string(dir.join("p.stream")).unwrap());
+    let recs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut by: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
+    for r in recs.iter().filter(|r| r["type"] == "stack" && r["kind"] == "off") {
+        let funcs: Vec<&str> = r["frames"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(|f| f["func"].as_str()).collect());
+        let obj = wallclock_stream::accounting::object_of(&funcs).unwrap_or("").to_string();
+        *by.entry(r["tid"].as_u64().unwrap()).or_default().entry(obj).or_default() += r["ns"].as_u64().unwrap();
+    }
+    for o in &threads {
+        let is_own = expected(o, d);
+        let objs = by.get(&o.tid).unwrap_or_else(|| panic!("no off-CPU stacks of {} ({})", o.name, o.tid));
+        let off: u64 = objs.values().sum();
+        let mine: u64 = objs.iter().filter(|(n, _)| is_own(n)).map(|(_, v)| v).sum();
+        let others: u64 = objs.iter().filter(|(n, _)| !n.is_empty() && !is_own(n)).map(|(_, v)| v).sum();
+        eprintln!(
+            "{}: waited {:.3} s by its clock, off-CPU {:.3} s, {:.3} s under its object, {:.3} s under others: {objs:?}",
+            o.name,
+            o.wait_ns as f64 / 1e9,
+            off as f64 / 1e9,
+            mine as f64 / 1e9,
+            others as f64 / 1e9
+        );
+        assert!(o.wait_ns > 2_000_000_000, "{} waited only {} ns", o.name, o.wait_ns);
+        assert!(mine as f64 >= 0.95 * o.wait_ns as f64, "{}: {mine} ns under its object of {} ns waited: {objs:?}", o.name, o.wait_ns);
+        assert!(others as f64 <= 0.05 * off as f64, "{}: {others} ns of {off} under other objects: {objs:?}", o.name);
+    }
+
+    // The folded stacks: each object a frame right after a state.
+    let folded = std::fs::read_to_string(dir.join("p.folded")).unwrap();
+    let port = threads[0].port;
+    for want in [format!("[file {d}/ledger.dat]"), format!("[tcp 127.0.0.1:{port}]"), "[pipe]".into(), "[lock g_ledger_lock]".into(), "[child sleep ".into()] {
+        assert!(
+            folded.lines().any(|l| ["[sleep];", "[io];", "[runnable];"].iter().any(|s| l.contains(&format!("{s}{want}")))),
+            "no folded line with {want} after a state"
+        );
+    }
+}

@@ -1,0 +1,397 @@
+//! What each block waited on, named in the target's own view.
+//!
+//! The BPF side keys each block by its object (bpf/fingerprint.bpf.h,
+//! `block_obj`): a file descriptor with its file's inode number, a futex
+//! word's address, the child a wait is for, or a wait on many fds. Here
+//! they become the `object` of the stack records (wallclock-stream(5)):
+//!
+//! - an fd: `/proc/PID/fd/N` if it still holds that inode, else any fd of
+//!   the process that does, else what a scan during the capture saw
+//!   ([`Namer::scan`], once a second), else `fd N (closed)`. A file is
+//!   `file PATH` (the path less the target's root: its mount namespace's
+//!   view), a socket `tcp PEER:PORT` (`tcp listen ADDR:PORT` listening),
+//!   `udp ...`, `unix PATH`, from the target's own `/proc/PID/net` (its
+//!   network namespace), a pipe `pipe`, an anonymous inode its kind
+//!   (`eventfd`, `epoll`, `timerfd`...). The inode tells an fd used again
+//!   for another file apart: two objects.
+//! - a futex: `lock SYMBOL` (`+0xN` inside it) when the word lies in a
+//!   module's data (its ELF symbols), else `lock 0xADDRESS`.
+//! - a child: `child COMM PID` (`child any` for wait(-1)).
+//! - many fds: `fds poll N`, `fds select`, `fds epoll_wait`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+
+use wallclock_capture::event;
+
+/// A block's object as BPF keyed it (`wc_okey.obj`, `oref`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Obj {
+    pub oref: u32,
+    pub obj: u64,
+}
+
+pub const KIND_FD: u32 = event::OBJ_FD;
+pub const KIND_FUTEX: u32 = event::OBJ_FUTEX;
+pub const KIND_CHILD: u32 = event::OBJ_CHILD;
+pub const KIND_MANY: u32 = event::OBJ_MANY;
+
+impl Obj {
+    pub fn kind(self) -> u32 {
+        self.oref >> 24
+    }
+    fn n(self) -> u32 {
+        self.oref & 0xff_ffff
+    }
+    pub fn is_none(self) -> bool {
+        self.kind() == 0
+    }
+}
+
+/// A module's data symbols: (start, end, name), by start.
+type Syms = Arc<Vec<(u64, u64, String)>>;
+
+#[derive(Default)]
+struct Inner {
+    /// (pid, inode) -> name, from the scans of /proc/PID/fd.
+    by_ino: HashMap<(u32, u64), String>,
+    /// pid -> (socket inode -> name), read once per naming.
+    socks: HashMap<u32, HashMap<u64, String>>,
+    /// child pid -> command, from the scans.
+    children: HashMap<u32, String>,
+    /// pid -> its file mappings at the last scan (a process gone at the
+    /// stop names its locks from these).
+    maps: HashMap<u32, Vec<wallclock_stream::procmaps::ProcMap>>,
+    /// ELF path (as /proc/PID/root sees it) -> data symbols.
+    syms: HashMap<String, Option<Syms>>,
+    named: HashMap<(u32, Obj), Option<String>>,
+}
+
+/// Names objects; remembers what it saw of each process while it lived.
+#[derive(Default)]
+pub struct Namer {
+    inner: RefCell<Inner>,
+}
+
+fn proc_path(pid: u32, rest: &str) -> String {
+    format!("/proc/{pid}/{rest}")
+}
+
+/// The target's root as this process sees it: `/` unless chrooted or in
+/// a mount namespace of its own.
+fn root_of(pid: u32) -> String {
+    std::fs::read_link(proc_path(pid, "root")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_else(|_| "/".into())
+}
+
+/// A path of the target's, less its root.
+fn in_target_view(pid: u32, path: &str) -> String {
+    let root = root_of(pid);
+    if root != "/" {
+        if let Some(rest) = path.strip_prefix(root.trim_end_matches('/')) {
+            if rest.starts_with('/') {
+                return rest.to_string();
+            }
+        }
+    }
+    path.to_string()
+}
+
+/// `0100007F:1538` (IPv4, the kernel's byte order) or 32 hex digits
+/// (IPv6, four such words) to `127.0.0.1:5432` or `[::1]:5432`.
+fn sock_addr(hex: &str) -> Option<String> {
+    let (a, p) = hex.split_once(':')?;
+    let port = u16::from_str_radix(p, 16).ok()?;
+    if a.len() == 8 {
+        let v = u32::from_str_radix(a, 16).ok()?;
+        return Some(format!("{}:{port}", std::net::Ipv4Addr::from(v.swap_bytes())));
+    }
+    if a.len() != 32 {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    for (i, w) in b.chunks_mut(4).enumerate() {
+        let v = u32::from_str_radix(&a[i * 8..i * 8 + 8], 16).ok()?;
+        w.copy_from_slice(&v.to_le_bytes());
+    }
+    let ip = std::net::Ipv6Addr::from(b);
+    Some(match ip.to_ipv4_mapped() {
+        Some(v4) => format!("{v4}:{port}"),
+        None => format!("[{ip}]:{port}"),
+    })
+}
+
+/// The sockets of the target's network namespace: inode -> name.
+fn read_sockets(pid: u32) -> HashMap<u64, String> {
+    let mut out = HashMap::new();
+    for (file, proto) in [("net/tcp", "tcp"), ("net/tcp6", "tcp"), ("net/udp", "udp"), ("net/udp6", "udp")] {
+        let Ok(text) = std::fs::read_to_string(proc_path(pid, file)) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 {
+                continue;
+            }
+            let (Some(local), Some(peer), Ok(ino)) = (sock_addr(f[1]), sock_addr(f[2]), f[9].parse::<u64>()) else { continue };
+            let unconnected = f[2].trim_start_matches('0').starts_with(':');
+            let name = match (proto, f[3]) {
+                ("tcp", "0A") => format!("tcp listen {local}"),
+                ("udp", _) if unconnected => format!("udp {local}"),
+                _ => format!("{proto} {peer}"),
+            };
+            out.entry(ino).or_insert(name);
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string(proc_path(pid, "net/unix")) {
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let Some(Ok(ino)) = f.get(6).map(|s| s.parse::<u64>()) else { continue };
+            let name = match f.get(7) {
+                Some(p) => format!("unix {p}"),
+                None => "unix".to_string(),
+            };
+            out.insert(ino, name);
+        }
+    }
+    out
+}
+
+/// The data symbols of an ELF file: objects (and untyped ones) with
+/// their extents.
+fn data_symbols(path: &str) -> Option<Syms> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let map = wallclock_capture::elf::map_file(path)?;
+    let file = object::File::parse(&*map).ok()?;
+    let mut v: Vec<(u64, u64, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| matches!(s.kind(), SymbolKind::Data | SymbolKind::Tls | SymbolKind::Unknown) && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.address() + s.size().max(1), s.name().ok()?.to_string())))
+        .filter(|(_, _, n)| !n.is_empty() && !n.starts_with('$'))
+        .collect();
+    v.sort();
+    v.dedup_by(|a, b| a.0 == b.0);
+    Some(Arc::new(v))
+}
+
+/// The PT_LOAD segments of an ELF file: (offset, vaddr, filesz, memsz).
+fn segments(path: &str) -> Option<Vec<(u64, u64, u64, u64)>> {
+    use object::{Object, ObjectSegment};
+    let map = wallclock_capture::elf::map_file(path)?;
+    let file = object::File::parse(&*map).ok()?;
+    Some(
+        file.segments()
+            .map(|s| {
+                let (off, fsz) = s.file_range();
+                (off, s.address(), fsz, s.size())
+            })
+            .collect(),
+    )
+}
+
+impl Namer {
+    /// What the target's processes hold now: each fd's name by inode, and
+    /// their children's commands (a capture names what has closed or
+    /// exited since from this).
+    pub fn scan(&self, pids: impl IntoIterator<Item = u32>) {
+        let mut inner = self.inner.borrow_mut();
+        for pid in pids {
+            inner.socks.remove(&pid);
+            if let Some(m) = wallclock_stream::procmaps::read(pid) {
+                inner.maps.insert(pid, m.into_iter().filter(|m| m.entry.path.starts_with('/')).collect());
+            }
+            let Ok(dir) = std::fs::read_dir(proc_path(pid, "fd")) else { continue };
+            let fds: Vec<(u64, String)> = dir
+                .flatten()
+                .filter_map(|e| {
+                    let ino = std::fs::metadata(e.path()).ok()?.ino();
+                    let link = std::fs::read_link(e.path()).ok()?;
+                    Some((ino, link.to_string_lossy().into_owned()))
+                })
+                .collect();
+            for (ino, link) in fds {
+                let name = self.describe(&mut inner, pid, &link, ino);
+                inner.by_ino.insert((pid, ino), name);
+            }
+            for tid in wallclock_capture::procfs::threads(pid) {
+                let Ok(kids) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) else { continue };
+                for kid in kids.split_whitespace().filter_map(|k| k.parse::<u32>().ok()) {
+                    if let Some(c) = wallclock_capture::procfs::comm(kid, kid) {
+                        inner.children.insert(kid, c);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A name from what `/proc/PID/fd/N` links to.
+    fn describe(&self, inner: &mut Inner, pid: u32, link: &str, ino: u64) -> String {
+        if link.starts_with("socket:[") {
+            let socks = inner.socks.entry(pid).or_insert_with(|| read_sockets(pid));
+            return socks.get(&ino).cloned().unwrap_or_else(|| "socket".to_string());
+        }
+        if link.starts_with("pipe:[") {
+            return "pipe".to_string();
+        }
+        if let Some(a) = link.strip_prefix("anon_inode:") {
+            let a = a.trim_start_matches('[').trim_end_matches(']');
+            return match a {
+                "eventpoll" => "epoll".to_string(),
+                _ => a.to_string(),
+            };
+        }
+        if link.starts_with('/') {
+            return format!("file {}", in_target_view(pid, link));
+        }
+        link.to_string()
+    }
+
+    fn fd_name(&self, inner: &mut Inner, pid: u32, fd: u32, ino: u64) -> String {
+        let p = proc_path(pid, &format!("fd/{fd}"));
+        if let (Ok(m), Ok(link)) = (std::fs::metadata(&p), std::fs::read_link(&p)) {
+            if m.ino() == ino {
+                let name = self.describe(inner, pid, &link.to_string_lossy(), ino);
+                inner.by_ino.insert((pid, ino), name.clone());
+                return name;
+            }
+        }
+        if let Some(n) = inner.by_ino.get(&(pid, ino)) {
+            return n.clone();
+        }
+        format!("fd {fd} (closed)")
+    }
+
+    fn futex_name(&self, inner: &mut Inner, pid: u32, addr: u64) -> String {
+        let unnamed = || format!("lock 0x{addr:x}");
+        let Some(maps) = wallclock_stream::procmaps::read(pid).or_else(|| inner.maps.get(&pid).cloned()) else { return unnamed() };
+        let root = format!("/proc/{pid}/root");
+        let mut tried: Vec<&str> = Vec::new();
+        for m in maps.iter().filter(|m| m.entry.path.starts_with('/') && !m.entry.path.ends_with(" (deleted)")) {
+            let path = m.entry.path.as_str();
+            if tried.contains(&path) {
+                continue;
+            }
+            tried.push(path);
+            // The module's extent: its mappings, and its .bss after them.
+            let mut full = format!("{root}{path}");
+            if std::fs::metadata(&full).is_err() {
+                full = path.to_string(); // gone: its files as this process sees them
+            }
+            let Some(segs) = segments(&full) else { continue };
+            let plain: Vec<(u64, u64, u64)> = segs.iter().map(|&(o, v, f, _)| (o, v, f)).collect();
+            let Some(bias) = wallclock_capture::elf::load_bias(&plain, m.entry.start, m.entry.offset) else { continue };
+            let v = addr.wrapping_sub(bias);
+            if !segs.iter().any(|&(_, va, _, msz)| v >= va && v < va + msz) {
+                continue;
+            }
+            let syms = inner.syms.entry(full.clone()).or_insert_with(|| data_symbols(&full)).clone();
+            let Some(syms) = syms else { return unnamed() };
+            let i = syms.partition_point(|s| s.0 <= v);
+            if i > 0 {
+                let (start, end, name) = &syms[i - 1];
+                if v < *end {
+                    return if v == *start { format!("lock {name}") } else { format!("lock {name}+0x{:x}", v - start) };
+                }
+            }
+            return unnamed();
+        }
+        unnamed()
+    }
+
+    fn child_name(&self, inner: &mut Inner, pid: u64, comm_of: &dyn Fn(u32) -> Option<String>) -> String {
+        let p = pid as i64;
+        if p <= 0 {
+            return "child any".to_string();
+        }
+        let p = p as u32;
+        let comm = wallclock_capture::procfs::comm(p, p).or_else(|| inner.children.get(&p).cloned()).or_else(|| comm_of(p));
+        match comm {
+            Some(c) => format!("child {c} {p}"),
+            None => format!("child {p}"),
+        }
+    }
+
+    /// The name of `o`, a block's object in process `pid`; `comm_of`: the
+    /// name the capture knows a thread by (a child it traced that has
+    /// exited). None for no object.
+    pub fn name(&self, pid: u32, o: Obj, comm_of: &dyn Fn(u32) -> Option<String>) -> Option<String> {
+        if o.is_none() {
+            return None;
+        }
+        let mut inner = self.inner.borrow_mut();
+        if let Some(n) = inner.named.get(&(pid, o)) {
+            return n.clone();
+        }
+        let n = match o.kind() {
+            KIND_FD => Some(self.fd_name(&mut inner, pid, o.n(), o.obj)),
+            KIND_FUTEX => Some(self.futex_name(&mut inner, pid, o.obj)),
+            KIND_CHILD => Some(self.child_name(&mut inner, o.obj, comm_of)),
+            KIND_MANY => Some(match o.obj {
+                7 | 271 => format!("fds poll {}", o.n()),
+                23 | 270 => "fds select".to_string(),
+                232 | 281 | 441 => "fds epoll_wait".to_string(),
+                449 => format!("fds futex_waitv {}", o.n()),
+                _ => "fds".to_string(),
+            }),
+            _ => None,
+        };
+        inner.named.insert((pid, o), n.clone());
+        n
+    }
+
+    /// The object of a thread blocked since before the start and still
+    /// in the same block: its system call and arguments as /proc shows
+    /// them now, as the BPF side would have read them.
+    pub fn blocked_now(pid: u32, tid: u32) -> Obj {
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) else { return Obj::default() };
+        let f: Vec<&str> = s.split_whitespace().collect();
+        let hex = |i: usize| f.get(i).and_then(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok());
+        let (Some(nr), Some(a0), Some(a1)) = (f.first().and_then(|n| n.parse::<u64>().ok()), hex(1), hex(2)) else {
+            return Obj::default();
+        };
+        let oref = |k: u32, n: u64| k << 24 | (n as u32 & 0xff_ffff);
+        let fd = |fd: u64| {
+            let ino = std::fs::metadata(proc_path(pid, &format!("fd/{fd}"))).map(|m| m.ino()).unwrap_or(0);
+            Obj { oref: oref(KIND_FD, fd), obj: ino }
+        };
+        match nr {
+            0 | 1 | 16..=20 | 40 | 42..=47 | 72..=75 | 77 | 217 | 275..=277 | 285 | 288 | 295 | 296 | 299 | 307 | 326..=328 => fd(a0),
+            202 => Obj { oref: oref(KIND_FUTEX, 0), obj: a0 },
+            61 => Obj { oref: oref(KIND_CHILD, 0), obj: a0 as i32 as i64 as u64 },
+            247 => Obj { oref: oref(KIND_CHILD, 0), obj: if a0 == 1 { a1 as i32 as i64 as u64 } else { u64::MAX } },
+            7 | 271 if a1 != 1 => Obj { oref: oref(KIND_MANY, a1), obj: nr },
+            23 | 270 | 232 | 281 | 441 => Obj { oref: oref(KIND_MANY, a0), obj: nr },
+            _ => Obj::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses() {
+        assert_eq!(sock_addr("0100007F:1538").as_deref(), Some("127.0.0.1:5432"));
+        assert_eq!(sock_addr("00000000000000000000000001000000:1F90").as_deref(), Some("[::1]:8080"));
+        assert_eq!(sock_addr("0000000000000000FFFF00000100007F:0050").as_deref(), Some("127.0.0.1:80"));
+        assert_eq!(sock_addr("zz"), None);
+    }
+
+    /// This process's own objects: a file, a pipe, its own data symbol.
+    #[test]
+    fn names_own_fds() {
+        let n = Namer::default();
+        let me = std::process::id();
+        let f = tempfile::NamedTempFile::new().unwrap();
+        use std::os::fd::AsRawFd;
+        let fd = f.as_file().as_raw_fd() as u64;
+        let ino = f.as_file().metadata().unwrap().ino();
+        let o = Obj { oref: KIND_FD << 24 | fd as u32, obj: ino };
+        assert_eq!(n.name(me, o, &|_| None), Some(format!("file {}", f.path().display())));
+        let other = Obj { oref: KIND_FD << 24 | fd as u32, obj: ino + 1 };
+        assert_eq!(n.name(me, other, &|_| None), Some(format!("fd {fd} (closed)")));
+        assert_eq!(n.name(me, Obj { oref: KIND_CHILD << 24, obj: u64::MAX }, &|_| None).as_deref(), Some("child any"));
+        assert_eq!(n.name(me, Obj::default(), &|_| None), None);
+    }
+}
