@@ -170,7 +170,8 @@ fn stackmerge_folds_blocked_then_waker() {
         .unwrap_or_else(|| panic!("no folded line of the requester woken by {worker}:\n{folded:.3000}"));
     // blocked root..leaf, then the waker leaf..root and its name, then its block.
     let (blocked, rest) = line.split_once(";--;").unwrap();
-    assert!(blocked.ends_with("[sleep]_[o]"), "{line}");
+    // The state, then what it waited on: the worker's condition variable.
+    assert!(blocked.contains(";[sleep];[lock wcv") && blocked.ends_with("]_[o]"), "{line}");
     let (waker, chain) = rest.split_once(";--;").unwrap_or((rest, ""));
     let wf: Vec<&str> = waker.split(';').collect();
     assert!(wf.iter().all(|f| f.ends_with("_[w]")), "{line}");
