@@ -3,7 +3,8 @@
 //! a file written and fdatasync'ed, a TCP connection to 127.0.0.1, a pipe,
 //! a global mutex, a child process), each timing its own waits, run under
 //! `wallclock`: each thread's waits must be under its own object, named as
-//! a user names it, in the merged stream and the folded stacks. The
+//! a user names it, in the merged stream, the folded stacks and the
+//! report's WAITED ON section. The
 //! capture tests load real BPF programs: run as root (they skip, saying
 //! so, otherwise).
 
@@ -115,5 +116,23 @@ fn each_wait_is_under_its_object() {
             folded.lines().any(|l| ["[sleep];", "[io];", "[runnable];"].iter().any(|s| l.contains(&format!("{s}{want}")))),
             "no folded line with {want} after a state"
         );
+    }
+
+    // The report's WAITED ON section, and its JSON: each thread's heaviest
+    // object is its own.
+    let report = std::fs::read_to_string(dir.join("p_thread_analysis.txt")).unwrap();
+    assert!(report.contains("WAITED ON") && report.contains("[lock g_ledger_lock]"), "no WAITED ON section with the lock:\n{report}");
+    let out = Command::new(util::bin("wcreport")).arg("--json").arg(dir.join("p.stream")).output().unwrap();
+    assert!(out.status.success());
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for o in &threads {
+        let heaviest = json["waited_on"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|w| Some((w["threads"].as_array()?.iter().find(|t| t["tid"] == o.tid)?["ns"].as_u64()?, w["object"].as_str()?)))
+            .max()
+            .unwrap_or_else(|| panic!("{} ({}) waited on nothing in the report", o.name, o.tid));
+        assert!(expected(o, d)(heaviest.1), "{}: its heaviest object in the report is {}", o.name, heaviest.1);
     }
 }

@@ -5,7 +5,8 @@
 //!   `wall` (on + off: the stack's `ns`), `cpu` (on-CPU), `off_cpu_*` by
 //!   state, `gpu` (never part of `wall`, as in every wallclock tool);
 //! - labels `thread` (comm), `thread_id`, `process` (the name of the
-//!   thread whose tid is the pid), `pid`, `state`;
+//!   thread whose tid is the pid), `pid`, `state`, and `object` for an
+//!   off-CPU stack that waited on one (`file /path`, `tcp ADDR:PORT`...);
 //! - a symbolized frame and the frames inlined into it are one Location
 //!   with several Lines (innermost first); its address is the stream's raw
 //!   address when the frames line up with `ustack`/`kstack`;
@@ -227,6 +228,14 @@ impl<'a> Converter<'a> {
         }
         if let Some(st) = state_label(s) {
             put(&mut self.profile, "state", st);
+        }
+        // What an off-CPU stack waited on (stream 1.6): its field, else the
+        // frame stackmerge put after its state leaf.
+        if s.kind == Kind::Off {
+            let funcs: Vec<&str> = s.frames.iter().map(|f| f.func.as_str()).collect();
+            if let Some(o) = s.object.as_deref().or_else(|| wallclock_stream::accounting::object_of(&funcs)) {
+                put(&mut self.profile, "object", o);
+            }
         }
         out
     }

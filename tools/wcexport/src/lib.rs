@@ -8,7 +8,7 @@
 //! in:  the stream (best after stackmerge: symbolized, on + off + GPU), or folded lines
 //! out: a gzipped pprof profile (profile.proto) with sample types wall, cpu,
 //!      off_cpu_{runnable,sleeping,uninterruptible,other} and gpu, in ns,
-//!      and labels thread, thread_id, process, pid, state on each sample
+//!      and labels thread, thread_id, process, pid, state (object) on each sample
 //! ```
 //!
 //! What becomes what is in [`convert`]; the push in [`push`]; the
@@ -57,8 +57,10 @@ const EXAMPLES: &str = "EXAMPLES:
 /// off_cpu_uninterruptible, off_cpu_other (off-CPU by state), and gpu
 /// (GPU time under the launching stack; never part of wall). Labels on
 /// each sample: thread (the thread's comm), thread_id, process (the name
-/// of the thread whose tid is the pid: the name after exec), pid, and
-/// state (running, runnable, sleeping, uninterruptible, other, gpu).
+/// of the thread whose tid is the pid: the name after exec), pid,
+/// state (running, runnable, sleeping, uninterruptible, other, gpu), and
+/// object on an off-CPU stack that waited on one (file /path, tcp
+/// 127.0.0.1:5432, lock g_lock...: wallclock-stream(5)).
 /// Symbolized frames become Functions (name, file) and Locations: a frame
 /// with the frames inlined into it is one Location of several Lines,
 /// innermost first, with the line numbers the stream has; its address is

@@ -22,7 +22,10 @@
 //! When the input has GPU records, a GPU section (`gpu` in the JSON, see
 //! [`gpu`]): busy time per device, top kernels by time and by count with
 //! their mean launch-to-start delay, copies, memsets, the CPU's waits in
-//! synchronizations, and the GPU losses the capture counted.
+//! synchronizations, and the GPU losses the capture counted. What the
+//! off-CPU time waited on (`WAITED ON`, `waited_on` in the JSON, see
+//! [`objects`]): each file, socket, lock or child by time, with its
+//! heaviest threads and call sites.
 
 pub mod frames;
 pub mod functions;
@@ -31,6 +34,7 @@ pub mod gpu_idle;
 pub mod model;
 pub mod modules;
 pub mod names;
+pub mod objects;
 mod process;
 pub mod report;
 pub mod runtimes;

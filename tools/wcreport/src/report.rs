@@ -46,6 +46,9 @@ pub struct Report {
     /// Who waits on whom (captures with wakers), heaviest pairs first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits_on: Vec<crate::wakers::WaitsOn>,
+    /// What the off-CPU time waited on (stream 1.6's objects), heaviest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waited_on: Vec<crate::objects::WaitedOn>,
     /// The event an `oncputime -e` profile counts: every `*_ns` value of
     /// its stacks and threads is then a count of it, not time.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,6 +121,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
         g.idle = crate::gpu_idle::build(records, &window, &out_threads);
     }
     let waits_on = crate::wakers::waits_on(&all, &comms, top_n.max(10) * 2);
+    let waited_on = crate::objects::waited_on(&all, &comms, top_n.max(10) * 2);
     let runtimes = crate::runtimes::advice(all.iter().copied());
     Report {
         tools,
@@ -132,6 +136,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
         runtimes,
         gpu,
         waits_on,
+        waited_on,
         event,
         event_period,
         kernel_lacks,

@@ -131,6 +131,10 @@ pub fn overview(r: &Report) -> String {
         s.push('\n');
         s.push_str(&waits_on(r));
     }
+    if !r.waited_on.is_empty() {
+        s.push('\n');
+        s.push_str(&waited_on(r));
+    }
     s
 }
 
@@ -248,6 +252,18 @@ fn waits_on(r: &Report) -> String {
     format!("WAITS ON (blocked time each waiter's wakers ended)\n{}", table(&rows, 2, "  "))
 }
 
+/// What the off-CPU time waited on: each object, its heaviest threads
+/// and the sites it was waited at.
+fn waited_on(r: &Report) -> String {
+    let mut rows = vec![vec!["OBJECT".to_string(), "TIME".into(), "BLOCKS".into(), "THREADS".into(), "WHERE".into()]];
+    for w in &r.waited_on {
+        let threads: Vec<String> = w.threads.iter().map(|t| format!("{} ({}) {}", name(&t.comm), t.tid, h(t.ns))).collect();
+        let sites: Vec<String> = w.sites.iter().take(1).map(|s| format!("{} {}", s.site, h(s.ns))).collect();
+        rows.push(vec![format!("[{}]", w.object), h(w.ns), w.count.to_string(), threads.join(", "), sites.join(", ")]);
+    }
+    format!("WAITED ON (off-CPU time by what it waited for: file, socket, lock, child)\n{}", table(&rows, 2, "  "))
+}
+
 /// The whole report: the summary, then each process (heaviest first) with
 /// its thread table and its threads in detail, then the GPU section.
 pub fn full(r: &Report, max_parts: usize) -> String {
@@ -268,6 +284,10 @@ pub fn full(r: &Report, max_parts: usize) -> String {
     if !r.waits_on.is_empty() {
         s.push('\n');
         s.push_str(&waits_on(r));
+    }
+    if !r.waited_on.is_empty() {
+        s.push('\n');
+        s.push_str(&waited_on(r));
     }
     s
 }
