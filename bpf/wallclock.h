@@ -138,7 +138,7 @@ struct wc_thread {
 
 /* state: the off-CPU state in the low 16 bits, the thread's tgen (struct
  * wc_thread) in the high 16. obj and oref: what the block waited on
- * (bpf/object.bpf.h): oref's top 8 bits are its kind (WC_OBJ_*), the
+ * (block_obj in bpf/fingerprint.bpf.h): oref's top 8 bits are its kind (WC_OBJ_*), the
  * low 24 an fd; obj the file's inode number, the futex word's address,
  * the child's pid or the syscall of a wait on many fds. */
 struct wc_okey {
