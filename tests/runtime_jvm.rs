@@ -4,7 +4,7 @@
 //! `scripts/wallclock -- java ...`, then attached to by pid.
 //!
 //! The capture walks HotSpot's compiled, interpreted and stub frames from
-//! the JVM's own metadata (tools/capture/src/hotspot), so the stacks are
+//! the JVM's own metadata (tools/capture/src/runtimes/hotspot), so the stacks are
 //! whole (rooted at clone3/start_thread) with each Java method named, as
 //! the JVM names it (`long Main.spin(long)`), though compiled Java code
 //! keeps no frame pointers. Ground truth: the spin thread's own CPU clock

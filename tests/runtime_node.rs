@@ -1,5 +1,5 @@
 //! Node 20 profiled by `scripts/wallclock`, with no node flag: the
-//! capture names JavaScript frames from V8's heap (tools/capture/src/v8).
+//! capture names JavaScript frames from V8's heap (tools/capture/src/runtimes/v8).
 //!
 //! - tests/programs/node/work.js (a hash loop on the main thread, run
 //!   from a timer): hashLoop named, its stacks whole (from `_start`

@@ -15,6 +15,7 @@ use wallclock_stream::Record;
 
 use crate::drain::Drain;
 use crate::event::{self, WcThread};
+use crate::runtimes::BpfMaps;
 use crate::session::{Filter, Session};
 use crate::target::{monotonic_ns, TargetArgs};
 use crate::unwind::Unwind;
@@ -438,18 +439,20 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     let drain = Drain::start(libbpf_rs::MapHandle::try_from(skel.maps().events)?, common.ringbuf_bytes)?;
     // Exec and fork markers travel in order with the stacks: the unwinder
     // follows each process's images.
-    // A PHP is looked for at its exec (crate::php), not a turn later.
-    let php_maps = (
+    // A PHP is looked for at its exec (Runtime::at_exec), not a turn later.
+    let rt_maps = (
         libbpf_rs::MapHandle::try_from(skel.maps().py_threads)?,
         libbpf_rs::MapHandle::try_from(skel.maps().py_cfg)?,
+        libbpf_rs::MapHandle::try_from(skel.maps().rb_cfg)?,
         libbpf_rs::MapHandle::try_from(skel.maps().rt_gen)?,
     );
     let event = |tool: &mut T, e: &[u8], unwind: &mut Unwind| {
         if !tree::marker(e, unwind) {
             tool.event(e, unwind);
         } else if let Some(pid) = tree::exec_pid(e) {
-            if unwind.php.at_exec(pid, &php_maps.0, &php_maps.1) {
-                bpf::bump_gen(&php_maps.2);
+            let maps = BpfMaps { py_threads: &rt_maps.0, py_cfg: &rt_maps.1, rb_cfg: &rt_maps.2 };
+            if unwind.runtimes.at_exec(pid, &maps) {
+                bpf::bump_gen(&rt_maps.3);
             }
         }
     };
@@ -461,11 +464,9 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
         pids.extend(bpf::u32_keys(skel.maps().tgids));
         pids.sort_unstable();
         pids.dedup();
-        // Each, whatever the others found (|, not ||).
-        let found = unwind.python.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg)
-            | unwind.php.refresh(&pids, skel.maps().py_threads, skel.maps().py_cfg)
-            | unwind.ruby.refresh(&pids, skel.maps().rb_cfg);
-        if found {
+        let m = skel.maps();
+        let maps = BpfMaps { py_threads: m.py_threads, py_cfg: m.py_cfg, rb_cfg: m.rb_cfg };
+        if unwind.runtimes.refresh(&pids, &maps) {
             bpf::bump_gen(skel.maps().rt_gen);
         }
     };
@@ -577,7 +578,7 @@ pub fn capture<T: Tool>(tool: &mut T, req: Request) -> Result<Captured<T::Skel>>
     if unwind.log_lost() > 0 {
         eprintln!("{}: warning: {} of the kernel's mmap records were lost (its buffer full): some short processes' frames may stay unnamed", T::NAME, unwind.log_lost());
     }
-    for w in unwind.hotspot.warnings() {
+    for w in unwind.runtimes.advice() {
         eprintln!("{}: warning: {w}", T::NAME);
     }
     crate::bpfsyms::at_stop();

@@ -124,7 +124,7 @@ impl Unwind {
         self.refresh(parent);
         let Some(p) = self.procs.get(&parent) else { return };
         let (exe, maps) = (p.exe, p.maps.clone());
-        self.trampolines.fork(parent, child);
+        self.runtimes.fork(parent, child);
         let mut proc = Proc::new(exe);
         proc.pgen = self.pgen(child, ts).unwrap_or(0);
         self.add_maps(&mut proc, maps);

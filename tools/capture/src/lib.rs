@@ -2,7 +2,7 @@
 //! capture driver (BPF load, attach, ring buffer, window, thread map),
 //! privilege checks, target selection (pids, process trees, a cgroup),
 //! launching `-- COMMAND`, the clock, /proc, user-stack unwinding with
-//! .eh_frame, Ctrl-C.
+//! .eh_frame, the runtime readers (runtimes/), Ctrl-C.
 
 pub mod asyncio;
 pub mod bpf;
@@ -14,10 +14,7 @@ pub mod driver;
 pub mod event;
 pub mod events;
 pub mod goroutines;
-pub mod hotspot;
 pub mod hidden;
-pub mod jitcode;
-pub mod jvm;
 pub mod kernel;
 mod leafscan;
 mod skel_glue;
@@ -29,14 +26,9 @@ pub mod probe;
 pub mod session;
 pub mod procfs;
 pub mod procmem;
-pub mod php;
-pub mod python;
-pub mod ruby;
-pub mod v8;
-pub mod readcost;
 pub mod realtime;
+pub mod runtimes;
 pub mod signal;
-pub mod splice;
 pub mod spool;
 pub mod steal;
 pub mod target;

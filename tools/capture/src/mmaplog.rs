@@ -169,13 +169,13 @@ impl Ring {
 fn is_anon(r: &[u8]) -> bool {
     r.get(72..).is_some_and(|n| {
         let n = &n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())];
-        n.starts_with(b"//anon") || crate::jitcode::is_jit_mapping(&String::from_utf8_lossy(n))
+        n.starts_with(b"//anon") || crate::runtimes::jitcode::is_jit_mapping(&String::from_utf8_lossy(n))
     })
 }
 
 /// Whether these lines of a /proc/PID/maps hold executable memory of no file.
 fn anon_code(maps: &[wallclock_stream::procmaps::ProcMap]) -> bool {
-    maps.iter().any(|m| m.executable() && (!(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')) || crate::jitcode::is_jit_mapping(&m.entry.path)))
+    maps.iter().any(|m| m.executable() && (!(m.entry.path.starts_with('/') || m.entry.path.starts_with('[')) || crate::runtimes::jitcode::is_jit_mapping(&m.entry.path)))
 }
 
 fn u32_at(r: &[u8], at: usize) -> u32 {
@@ -197,7 +197,7 @@ fn mmap2(r: &[u8]) -> Option<(u32, MapEntry)> {
     // perf's names for memory of no file: "//anon" (CPython's -X perf
     // trampolines, a JIT's code: taken for a file, the walk did not step
     // through them and Python's stacks fell apart), "/anon_hugepage".
-    if !(path.starts_with('/') || path == "[vdso]") || path.starts_with("//") || crate::jitcode::is_jit_mapping(&path) {
+    if !(path.starts_with('/') || path == "[vdso]") || path.starts_with("//") || crate::runtimes::jitcode::is_jit_mapping(&path) {
         return None;
     }
     if let Some(p) = path.strip_suffix(" (deleted)") {
@@ -409,7 +409,7 @@ pub(crate) fn code_files(maps: Vec<wallclock_stream::procmaps::ProcMap>) -> Vec<
         // Files, and the vDSO (so its frames read `[vdso]+0x..` after exit
         // rather than an anonymous address).
         .filter(|m| m.entry.path.starts_with('/') || m.entry.path == "[vdso]")
-        .filter(|m| !crate::jitcode::is_jit_mapping(&m.entry.path))
+        .filter(|m| !crate::runtimes::jitcode::is_jit_mapping(&m.entry.path))
         .map(|m| {
             let mut e = m.entry;
             if let Some(p) = e.path.strip_suffix(" (deleted)") {

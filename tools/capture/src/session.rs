@@ -79,8 +79,8 @@ pub struct Session {
     /// [`crate::hidden`]).
     pub listed: BTreeMap<u32, crate::hidden::Listed>,
     ready_file: Option<std::path::PathBuf>,
-    /// JVM targets asked for their JIT symbol map (crate::jvm).
-    jvms: crate::jvm::Jvms,
+    /// JVM targets asked for their JIT symbol map (crate::runtimes::jvm).
+    jvms: crate::runtimes::jvm::Jvms,
     /// --prepare/--activate, for the header.
     when: crate::when::WhenArgs,
 }
@@ -135,7 +135,7 @@ impl Session {
             exit_code: None,
             listed: BTreeMap::new(),
             ready_file: args.ready_file.clone(),
-            jvms: crate::jvm::Jvms::default(),
+            jvms: crate::runtimes::jvm::Jvms::default(),
             when: args.when.clone(),
         })
     }

@@ -25,18 +25,13 @@ use crate::elf::Bytes;
 use crate::event::WcEvent;
 use crate::leafscan::{Code, FileCode};
 use crate::textpages::{Pages, Text};
-use crate::python::frames::Python;
-use crate::python::trampoline::Trampolines;
-use crate::hotspot::{At, HotSpots, Step};
-use crate::v8::V8;
+use crate::runtimes::{At, Runtimes, Step, Unwound, MIN_CODE_ADDR};
 
 #[path = "reap.rs"]
 mod reap;
 #[path = "images.rs"]
 mod images;
 
-/// The kernel maps nothing below this (vm.mmap_min_addr's default).
-const MIN_CODE_ADDR: u64 = 0x10000;
 const MAX_FRAMES: usize = 256;
 
 /// Bytes of an entry point that count as its function: `_start` calls
@@ -44,7 +39,7 @@ const MAX_FRAMES: usize = 256;
 /// instructions.
 const ENTRY_LEN: u64 = 64;
 
-pub use crate::splice::TRUNCATED_ADDR;
+pub use crate::runtimes::splice::TRUNCATED_ADDR;
 /// Its name: what lies rootward of it is unknown. Frames read otherwise
 /// (Python's) go rootward of it; the native frames leafward are exact.
 pub const TRUNCATED: &str = "[truncated]";
@@ -233,18 +228,9 @@ pub struct Unwind {
     reloads: HashMap<u32, u32>,
     /// Inode of the executable each pid ran at its last exec event.
     exec_ino: HashMap<u32, u64>,
-    /// CPython's `-X perf` trampolines (anonymous code without unwind info).
-    trampolines: Trampolines,
-    /// CPython's own frames, read in BPF (python::frames).
-    pub python: Python,
-    /// PHP's, read by the same walker (php).
-    pub php: crate::php::Php,
-    /// Ruby's, read by bpf/ruby.bpf.h (ruby).
-    pub ruby: crate::ruby::Ruby,
-    /// HotSpot JVMs' frames, walked by the JVM's rules (hotspot).
-    pub hotspot: HotSpots,
-    /// Node's JavaScript frames, named from V8's heap (v8).
-    pub v8: V8,
+    /// The runtime readers (runtimes/): frames of JIT code walked, of
+    /// interpreters read and spliced in, named.
+    pub runtimes: Runtimes,
     /// The frame pointer of each frame of the stack last unwound (root
     /// first, 0 where unknown).
     fps: Vec<u64>,
@@ -281,7 +267,7 @@ pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
 /// reached the stack's start (see `Unwind::unwind_known`). `fps` gets
 /// each frame's frame pointer (V8's frames hold their function there).
 #[allow(clippy::too_many_arguments)]
-fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8], fps: &mut Vec<u64>) -> (Vec<u64>, bool) {
+fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8], fps: &mut Vec<u64>) -> (Vec<u64>, bool) {
     let read = |a: u64| -> Result<u64, ()> {
         let off = a.checked_sub(sp).ok_or(())? as usize;
         let b = stack.get(off..off + 8).ok_or(())?;
@@ -318,10 +304,11 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut add
             return (out, false);
         }
         let leaf = !addr.is_return_address();
+        // A runtime's JIT code (HotSpot's) or CPython's trampolines.
         if anon {
             let in_files = |x: u64| p.maps.iter().any(|m| x >= m.start && x < m.end);
-            match jv.step(pid, At { pc: a, leaf, sp: regs.sp(), bp: regs.bp() }, &|x| read(x).ok(), &in_files) {
-                Step::NotJvm => {}
+            match rt.step(pid, At { pc: a, leaf, sp: regs.sp(), bp: regs.bp() }, &|x| read(x).ok(), &in_files) {
+                Step::NotMine => {}
                 Step::Frame { ret, sp, bp, name } => {
                     if let Some(n) = name {
                         *out.last_mut().unwrap() = n;
@@ -342,15 +329,7 @@ fn walk(p: &mut Proc, tr: &mut Trampolines, jv: &mut HotSpots, pid: u32, mut add
                 }
             }
         }
-        let step = anon.then(|| tr.step(pid, a, leaf, regs.sp(), &mut |x| read(x).ok())).flatten();
-        let ret = match step {
-            Some(s) => {
-                regs.set_sp(s.sp);
-                Ok(Some(s.ret))
-            }
-            None => p.unwinder.unwind_frame(addr, regs, &mut p.cache, &mut { read }),
-        };
-        match ret {
+        match p.unwinder.unwind_frame(addr, regs, &mut p.cache, &mut { read }) {
             Ok(Some(r)) => match FrameAddress::from_return_address(r) {
                 Some(next) => addr = next,
                 None => return (out, true),
@@ -447,7 +426,7 @@ impl Unwind {
         // `start_thread`) without `_start` or `clone3` above it.
         // The maps are then current, and the leaf's caller may be looked
         // for by a scan (`unwind_known`) even past such a frame.
-        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a) || self.hotspot.is_java(pid, a)) {
+        let (mut v, whole) = if v.len() > 1 && !v[..v.len() - 1].iter().all(|&a| self.covered(pid, a) || self.runtimes.is_code(pid, a)) {
             self.reload(pid);
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.no_anon_code = no_anon;
@@ -456,7 +435,7 @@ impl Unwind {
         } else {
             (v, whole)
         };
-        self.hotspot.end_stack();
+        self.runtimes.end_stack();
         if !whole {
             v.insert(0, TRUNCATED_ADDR);
             self.fps.insert(0, 0);
@@ -483,9 +462,9 @@ impl Unwind {
             self.cut(e.pid);
             vec![TRUNCATED_ADDR, e.ip]
         } else {
-            let stack = self.ruby.stack(e);
+            let stack = self.runtimes.stack(e);
             let v = self.unwind(e.pid, e.ip, e.sp, e.bp, &stack);
-            self.ruby.recycle(stack);
+            self.runtimes.recycle(stack);
             v
         };
         self.at = None;
@@ -495,28 +474,12 @@ impl Unwind {
             // posix_spawn child: `[unknown]+0x5920090720;clone3`).
             native = vec![e.ip];
         }
-        self.name_v8(e.pid, e.ts, &mut native, e.sp, e.ustack_bytes());
-        if e.py_n > 0 && self.python.is_python(e.pid) {
-            // Under -X perf too: the Python frames read from the
-            // interpreter stand for its trampolines' perf-map names (the
-            // same names, with lines), which would repeat each one.
-            let covered: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
-            let mut i = 0;
-            native.retain(|&a| {
-                i += 1;
-                covered[i - 1] || !self.trampolines.contains(e.pid, a)
-            });
-        }
-        if self.ruby.is_ruby(e.pid) {
-            let in_file: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
-            return self.ruby.splice(e, native, &in_file);
-        }
-        if self.php.is_php(e.pid) {
-            let in_file: Vec<bool> = native.iter().map(|&a| self.covered(e.pid, a)).collect();
-            return self.php.splice(e, native, &in_file);
-        }
-        let v = self.python.splice(e, native);
-        // A Python run whose interpreter frame the unwind lost is a cut.
+        self.name_frames(e.pid, e.ts, &mut native, e.sp, e.ustack_bytes());
+        let maps = self.procs.get(&e.pid).map_or(&[][..], |p| &p.maps[..]);
+        let in_file = |a: u64| maps.iter().any(|m| a >= m.start && a < m.end);
+        let v = self.runtimes.splice(e, native, in_file);
+        // A run of interpreter frames whose native frame the unwind lost
+        // is a cut.
         if v.contains(&TRUNCATED_ADDR) {
             self.at = Some(e.ts);
             self.cut(e.pid);
@@ -530,20 +493,18 @@ impl Unwind {
     /// capture (wcdump), `ts` its CLOCK_MONOTONIC time.
     pub fn unwind_named(&mut self, pid: u32, ts: u64, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
         let mut native = self.unwind(pid, ip, sp, bp, stack);
-        self.name_v8(pid, ts, &mut native, sp, stack);
+        self.name_frames(pid, ts, &mut native, sp, stack);
         native
     }
 
-    /// Names the V8 frames of `native`, just unwound (the frame pointers
-    /// the unwind kept, `fps`, say where each frame's slots are).
-    fn name_v8(&mut self, pid: u32, ts: u64, native: &mut [u64], sp: u64, stack: &[u8]) {
+    /// Names the frames of `native`, just unwound, that a runtime names
+    /// in place (V8's; the frame pointers the unwind kept, `fps`, say
+    /// where each frame's slots are).
+    fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], sp: u64, stack: &[u8]) {
         if self.fps.len() == native.len() {
-            let procs = &self.procs;
-            let anon = |a: u64| a > MIN_CODE_ADDR && !procs.get(&pid).is_some_and(|p| p.maps.iter().any(|m| a >= m.start && a < m.end));
-            let maps = procs.get(&pid).map_or(&[][..], |p| &p.maps[..]);
-            let in_file = |a: u64| maps.iter().find(|m| a >= m.start && a < m.end).map(|m| (m.path.as_str(), m.offset + (a - m.start)));
-            let maps_node = || maps.iter().any(|m| crate::v8::is_node_file(&m.path));
-            self.v8.name_frames(pid, ts, native, &self.fps, (sp, stack), anon, in_file, maps_node);
+            let maps = self.procs.get(&pid).map_or(&[][..], |p| &p.maps[..]);
+            let mut s = Unwound { pid, ts, native, fps: &self.fps, copy: (sp, stack), maps };
+            self.runtimes.name_frames(&mut s);
         }
         self.fps.clear();
     }
@@ -580,12 +541,11 @@ impl Unwind {
     /// (`_start;clock_gettime` for a third of a program's samples).
     fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
-        let tr = &mut self.trampolines;
-        let jv = &mut self.hotspot;
+        let rt = &mut self.runtimes;
         let pages = &mut self.pages;
         let first = FrameAddress::from_instruction_pointer(ip);
         let mut fps = Vec::new();
-        let (mut out, whole) = walk(p, tr, jv, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack, &mut fps);
+        let (mut out, whole) = walk(p, rt, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack, &mut fps);
         // A leaf in a file whose table does not cover it (hand-written
         // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
         // thread) gets a guessed rule that reads a data word as its
@@ -603,7 +563,7 @@ impl Unwind {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
                 let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
                 let mut caller_fps = Vec::new();
-                let (callers, w) = walk(p, tr, jv, pid, next, &mut regs, sp, stack, &mut caller_fps);
+                let (callers, w) = walk(p, rt, pid, next, &mut regs, sp, stack, &mut caller_fps);
                 // Whole, and through files only: a stale word can lead
                 // into anonymous memory, where a zero frame pointer ends
                 // any walk.
@@ -624,10 +584,10 @@ impl Unwind {
         (out, whole)
     }
 
-    /// The runtime readers' cost counters, for the stats trailer (readcost),
+    /// The runtime readers' cost counters and counts, for the stats trailer (runtimes/),
     /// and the user-space stack copies of an older kernel (event.rs).
     pub fn reader_stats(&self) -> Vec<(String, u64)> {
-        let mut v = crate::readcost::stats([self.hotspot.cost, self.v8.cost, self.php.cost, self.python.cost]);
+        let mut v = self.runtimes.stats();
         v.extend(crate::event::WcEvent::user_copy_stats());
         v
     }
@@ -668,11 +628,7 @@ impl Unwind {
             }
         }
         maps.sort_by_key(|m| m.start);
-        let mut names = self.python.names(pid);
-        names.extend(self.php.names(pid));
-        names.extend(self.ruby.names(pid));
-        names.extend(self.hotspot.names(pid));
-        names.extend(self.v8.names(pid));
+        let mut names = self.runtimes.names(pid);
         if self.truncated.contains_key(&pid) {
             names.push(wallclock_stream::NamedAddr { addr: TRUNCATED_ADDR, frame: wallclock_stream::Frame::named(TRUNCATED) });
         }

@@ -386,7 +386,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
         out_threads.insert(h.tid, t);
     }
 
-    unwind.python.name_threads(out_threads.values_mut());
+    unwind.runtimes.name_threads(out_threads.values_mut());
     // The threads written out during the capture count as if made here.
     for (name, (n, ns)) in &done.synthetic {
         let e = acc.synthetic.entry(name).or_default();
@@ -401,8 +401,6 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     *stats.counts.entry("missed_switches".into()).or_default() += sums.missed_at_stop;
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     stats.counts.extend(unwind.reader_stats());
-    stats.counts.extend(unwind.php.stats());
-    stats.counts.extend(unwind.ruby.stats());
     if cfg.wake_depth.is_some() {
         let blocks: std::collections::BTreeSet<(u32, State, &Where)> = acc.stacks.keys().map(|(t, s, w, _)| (*t, *s, w)).collect();
         let orphans = wakes.by_block.keys().filter(|(t, s, w)| !blocks.contains(&(*t, *s, w))).count();

@@ -139,7 +139,7 @@ impl Early {
             keys.push(tid);
             self.done.tids.insert(tid);
         }
-        unwind.python.name_threads(threads.iter_mut());
+        unwind.runtimes.name_threads(threads.iter_mut());
         let done = &self.done.threads;
         let comm_by_tid = |t: u32| keys.iter().position(|k| *k == t).map(|i| &threads[i]).or_else(|| done.iter().find(|x| x.tid == t)).map(|t| t.comm.clone());
         for ((tid, state, w, o), (ns, count)) in &acc.stacks {

@@ -358,7 +358,7 @@ fn records(
             out.insert((tid, 0), t);
         }
     }
-    unwind.python.name_threads(out.values_mut());
+    unwind.runtimes.name_threads(out.values_mut());
     let mut header = sess.header("oncputime", env!("CARGO_PKG_VERSION"), end);
     match cli.event.counted() {
         Some(e) => (header.event, header.event_period) = (Some(e.to_string()), Some(cli.event.period)),
@@ -373,8 +373,6 @@ fn records(
     stats.counts.insert("threads".into(), out.len() as u64);
     stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
     stats.counts.extend(unwind.reader_stats());
-    stats.counts.extend(unwind.php.stats());
-    stats.counts.extend(unwind.ruby.stats());
     for k in ["ringbuf_drops", "map_full"] {
         if stats.counts[k] > 0 {
             header.lost.insert(k.into(), stats.counts[k]);

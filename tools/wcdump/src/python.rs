@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
-use wallclock_capture::python::reader::{Interpreter, PyFrame};
-use wallclock_capture::splice::{place, Rest};
+use wallclock_capture::runtimes::python::reader::{Interpreter, PyFrame};
+use wallclock_capture::runtimes::splice::{place, Rest};
 use wallclock_capture::unwind::{TRUNCATED, TRUNCATED_ADDR};
 use wallclock_stream::Frame;
 

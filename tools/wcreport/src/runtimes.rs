@@ -32,7 +32,7 @@ use serde::Serialize;
 use wallclock_stream::{Frame, Kind, Stack};
 
 /// The CPython versions whose frames the capture reads, with no flag
-/// (tools/capture/src/python/reader.rs's READ).
+/// (tools/capture/src/runtimes/python/reader.rs's READ).
 const PY_READ: &str = "CPython 3.10-3.15";
 
 /// Root frame stacksym gives a stack cut in JIT code (stacksym::jit).

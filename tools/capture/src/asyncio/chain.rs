@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use super::batch;
 use super::process::AsyncioProcess;
-use crate::python::offsets::owner_is_function;
+use crate::runtimes::python::offsets::owner_is_function;
 
 /// Coroutines followed down one task's await chain, at most.
 const MAX_CHAIN: usize = 64;

@@ -3,7 +3,7 @@
 //! and 3.13.0 (`p &((TaskObj*)0)->task_coro` in `_asyncio`'s .so,
 //! `p &((PyCoroObject*)0)->cr_iframe`, `p (int)FRAME_SUSPENDED` in
 //! libpython); fixed within a minor version, as the frame offsets of
-//! crate::python::offsets are. tests/tasks_asyncio.rs checks them against
+//! crate::runtimes::python::offsets are. tests/tasks_asyncio.rs checks them against
 //! running interpreters, Debian's 3.11 included.
 //!
 //! 3.14 and 3.15 are read from what they publish: the interpreter's
@@ -150,7 +150,7 @@ pub fn for_minor(minor: u32) -> Option<&'static Layout> {
 /// start of `_PyRuntime`); the Task's part is [`Layout::add_asyncio`]'s,
 /// once `_asyncio` is loaded.
 pub fn from_debug(minor: u32, table: &[u8]) -> Option<Layout> {
-    let l = crate::python::offsets::debug_layout(minor)?;
+    let l = crate::runtimes::python::offsets::debug_layout(minor)?;
     let (modules, gen_iframe, gen_state, sp) = (l.imports_modules?, l.gen_iframe?, l.gen_frame_state?, l.frame_stackpointer?);
     let w = |i: usize| table.get(i * 8..i * 8 + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
     let (created, suspended_await, executing, awaited_slot) = match minor {

@@ -150,7 +150,7 @@ fn run(hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally {
 /// The asyncio reader of `pid`, if it runs a CPython whose tasks this
 /// reads (asyncio itself is looked for at each tick until imported).
 fn python(pid: u32) -> Option<AsyncioProcess> {
-    let it = crate::python::reader::Interpreter::find(pid).ok()?;
+    let it = crate::runtimes::python::reader::Interpreter::find(pid).ok()?;
     let lay = match layout::for_minor(it.offsets.minor) {
         Some(l) => *l,
         None => layout::from_debug(it.offsets.minor, &it.debug_table()?)?,

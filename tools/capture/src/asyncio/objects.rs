@@ -7,7 +7,7 @@
 //! a key is not a str), PySetObject (used at 24, mask at 32, table at
 //! 40, entries (key, hash)), PyTypeObject.tp_name at 24.
 
-use crate::python::reader::Interpreter;
+use crate::runtimes::python::reader::Interpreter;
 
 /// A dict or set larger than this is not read (a sanity bound on what a
 /// torn read could claim).

@@ -17,7 +17,7 @@ use super::batch;
 use super::chain::{word, End, Walk};
 use super::layout::Layout;
 use super::objects::{dict_get, set_keys, small_int, type_name};
-use crate::python::reader::Interpreter;
+use crate::runtimes::python::reader::Interpreter;
 
 
 

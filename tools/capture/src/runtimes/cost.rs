@@ -68,10 +68,10 @@ fn parse(v: Option<&str>) -> Vec<String> {
 }
 
 /// The trailer's counters: `<reader>_ns` and `<reader>_stacks` of each
-/// reader that read a stack.
-pub fn stats(costs: [Cost; 4]) -> Vec<(String, u64)> {
+/// reader that read a stack, in the order given.
+pub fn stats(costs: &[(&str, Cost)]) -> Vec<(String, u64)> {
     let mut out = Vec::new();
-    for (r, c) in READERS.iter().zip(costs) {
+    for &(r, c) in costs {
         if c.stacks > 0 {
             out.push((format!("{r}_ns"), c.ns));
             out.push((format!("{r}_stacks"), c.stacks));
@@ -96,7 +96,7 @@ mod tests {
 
     #[test]
     fn only_readers_that_read() {
-        let s = stats([Cost { ns: 5, stacks: 2 }, Cost::default(), Cost { ns: 0, stacks: 1 }, Cost::default()]);
+        let s = stats(&[("hotspot", Cost { ns: 5, stacks: 2 }), ("v8", Cost::default()), ("php", Cost { ns: 0, stacks: 1 }), ("python", Cost::default())]);
         let keys: Vec<&str> = s.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["hotspot_ns", "hotspot_stacks", "php_ns", "php_stacks"]);
     }

@@ -35,32 +35,14 @@ use codecache::{CodeCache, Found};
 use mem::Mem;
 use vmstructs::Layout;
 
+use super::{At, Runtime, Step};
+
 /// The marker of a frame whose code was freed before its stack was read.
 pub const FREED: &str = "[JIT code freed before the stack was read]";
 /// Tries to read the tables of a JVM that is still starting, one per
 /// [`RETRY`] at most (each maps libjvm.so and reads its symbols again).
 const TRIES: u32 = 5;
 const RETRY: Duration = Duration::from_secs(1);
-
-/// One step of a walk through JVM code.
-pub enum Step {
-    /// Not the JVM's code: the native unwinder's turn.
-    NotJvm,
-    /// The caller's pc, sp and rbp, and the name of this frame, if any
-    /// (its address replaces the pc).
-    Frame { ret: u64, sp: u64, bp: u64, name: Option<u64> },
-    /// The walk cannot go on; the frame's address, if marked.
-    Stop(Option<u64>),
-}
-
-/// Where a frame is: its pc (a return address unless `leaf`), sp, rbp.
-#[derive(Clone, Copy)]
-pub struct At {
-    pub pc: u64,
-    pub leaf: bool,
-    pub sp: u64,
-    pub bp: u64,
-}
 
 struct Jvm {
     mem: Mem,
@@ -86,7 +68,7 @@ enum State {
 pub struct HotSpots {
     procs: HashMap<u32, State>,
     /// Time in the walk of JVMs' frames, and their stacks (readcost).
-    pub cost: crate::readcost::Cost,
+    pub cost: crate::runtimes::cost::Cost,
     /// When the stack being walked met its first JVM frame.
     since: Option<u64>,
 }
@@ -101,7 +83,7 @@ fn address_of(name: &str) -> u64 {
 
 impl HotSpots {
     fn jvm(&mut self, pid: u32) -> Option<&mut Jvm> {
-        if crate::readcost::off("hotspot") {
+        if crate::runtimes::cost::off("hotspot") {
             return None;
         }
         let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0, error: None });
@@ -132,38 +114,19 @@ impl HotSpots {
         }
     }
 
-    /// One frame `at`; `stack` reads a word of the copy of the stack, `is_code`
-    /// tells whether an address is in a file's code.
-    pub fn step(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
-        // Timed from a JVM's first frame to the stack's end (the native
-        // frames under Java's, a few, are framehop's, from memory); one
-        // clock read a stack, in a JVM only.
-        if self.since.is_none() && matches!(self.procs.get(&pid), Some(State::Jvm(_))) {
-            self.since = Some(crate::readcost::now());
-        }
-        self.step_frame(pid, at, stack, is_code)
-    }
-
-    /// The end of a stack's walk: counted when it met a JVM frame.
-    pub fn end_stack(&mut self) {
-        if let Some(t0) = self.since.take() {
-            self.cost.stack(t0);
-        }
-    }
-
     fn step_frame(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
         let At { pc, leaf, sp, bp } = at;
-        let Some(j) = self.jvm(pid) else { return Step::NotJvm };
+        let Some(j) = self.jvm(pid) else { return Step::NotMine };
         // A return address may be the first byte past its blob.
         let look = if leaf { pc } else { pc - 1 };
         let found = match j.cache.find(&j.mem, &j.layout, look) {
             Ok(f) => f,
             // The process is gone, or the blob moved under the read.
-            Err(_) => return if j.cache.contains(pc) { Step::Stop(None) } else { Step::NotJvm },
+            Err(_) => return if j.cache.contains(pc) { Step::Stop(None) } else { Step::NotMine },
         };
         let code = |a: u64, j: &Jvm| is_code(a) || j.cache.contains(a);
         match found {
-            Found::Outside => Step::NotJvm,
+            Found::Outside => Step::NotMine,
             Found::Freed => {
                 j.freed += 1;
                 Step::Stop(Some(j.marker()))
@@ -204,10 +167,39 @@ impl HotSpots {
             }
         }
     }
+}
+
+impl Runtime for HotSpots {
+    fn name(&self) -> &'static str {
+        "hotspot"
+    }
+
+    fn cost(&self) -> crate::runtimes::cost::Cost {
+        self.cost
+    }
+
+    /// One frame `at`; `stack` reads a word of the copy of the stack, `is_code`
+    /// tells whether an address is in a file's code.
+    fn step(&mut self, pid: u32, at: At, stack: &dyn Fn(u64) -> Option<u64>, is_code: &dyn Fn(u64) -> bool) -> Step {
+        // Timed from a JVM's first frame to the stack's end (the native
+        // frames under Java's, a few, are framehop's, from memory); one
+        // clock read a stack, in a JVM only.
+        if self.since.is_none() && matches!(self.procs.get(&pid), Some(State::Jvm(_))) {
+            self.since = Some(crate::runtimes::cost::now());
+        }
+        self.step_frame(pid, at, stack, is_code)
+    }
+
+    /// The end of a stack's walk: counted when it met a JVM frame.
+    fn end_stack(&mut self) {
+        if let Some(t0) = self.since.take() {
+            self.cost.stack(t0);
+        }
+    }
 
     /// Is `a` a frame this reader named, or code in the JVM's code cache?
     /// (Not a library mapped since the maps were read.)
-    pub fn is_java(&self, pid: u32, a: u64) -> bool {
+    fn is_code(&self, pid: u32, a: u64) -> bool {
         match self.procs.get(&pid) {
             Some(State::Jvm(j)) => a >= NAMED_ADDR_BASE || j.cache.contains(a),
             _ => false,
@@ -215,7 +207,7 @@ impl HotSpots {
     }
 
     /// Names of the frames of `pid` (for its Maps record).
-    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+    fn names(&self, pid: u32) -> Vec<NamedAddr> {
         match self.procs.get(&pid) {
             Some(State::Jvm(j)) => j.names.clone(),
             _ => Vec::new(),
@@ -224,7 +216,7 @@ impl HotSpots {
 
     /// One line per JVM whose frames were not all walked and named: what
     /// it cost, and why.
-    pub fn warnings(&self) -> Vec<String> {
+    fn advice(&self) -> Vec<String> {
         let mut pids: Vec<&u32> = self.procs.keys().collect();
         pids.sort_unstable();
         let mut out = Vec::new();

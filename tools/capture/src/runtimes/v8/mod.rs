@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
+use crate::runtimes::{Runtime, Unwound, MIN_CODE_ADDR};
 use heap::{Func, Heap, Script};
 use meta::Meta;
 
@@ -83,7 +84,7 @@ pub struct V8 {
     metas: HashMap<String, Result<Meta, String>>,
     pub counts: Counts,
     /// Time naming frames, and the stacks named (readcost).
-    pub cost: crate::readcost::Cost,
+    pub cost: crate::runtimes::cost::Cost,
 }
 
 pub(crate) fn is_node_file(path: &str) -> bool {
@@ -197,35 +198,37 @@ impl V8 {
         })
     }
 
-    /// Name the JavaScript frames of `native` (root first; `fps` the frame
-    /// pointer of each, 0 where unknown): each frame in code outside every
+}
+
+impl Runtime for V8 {
+    fn name(&self) -> &'static str {
+        "v8"
+    }
+
+    fn cost(&self) -> crate::runtimes::cost::Cost {
+        self.cost
+    }
+
+    /// Name the JavaScript frames of the stack (`fps`: the frame pointer
+    /// of each frame, 0 where unknown): each frame in code outside every
     /// file (`anon`) or in the interpreter's trampoline whose function
     /// slot holds a JSFunction becomes that function's named address.
-    /// `copy` is the copy of the stack taken with it: (sp, its bytes).
-    /// `maps_node`: whether the process maps a node file (asked only of a
-    /// stack with no JIT code: an interpreted program's first stacks, its
-    /// sleeps, have none, and must not wait for one to be read).
-    /// `in_file`: the file and offset an address lies at.
-    #[allow(clippy::too_many_arguments)]
-    pub fn name_frames<'m>(
-        &mut self,
-        pid: u32,
-        ts: u64,
-        native: &mut [u64],
-        fps: &[u64],
-        copy: (u64, &[u8]),
-        anon: impl Fn(u64) -> bool,
-        in_file: impl Fn(u64) -> Option<(&'m str, u64)>,
-        maps_node: impl Fn() -> bool,
-    ) {
+    /// Whether the process maps a node file is asked only of a stack with
+    /// no JIT code (an interpreted program's first stacks, its sleeps,
+    /// have none, and must not wait for one to be read).
+    fn name_frames(&mut self, s: &mut Unwound<'_>) {
+        let Unwound { pid, ts, ref mut native, fps, copy, maps } = *s;
+        let anon = |a: u64| a > MIN_CODE_ADDR && !maps.iter().any(|m| a >= m.start && a < m.end);
+        let in_file = |a: u64| maps.iter().find(|m| a >= m.start && a < m.end).map(|m| (m.path.as_str(), m.offset + (a - m.start)));
+        let maps_node = || maps.iter().any(|m| is_node_file(&m.path));
         let (sp, stack) = copy;
-        if crate::readcost::off("v8") || fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && !maps_node() {
+        if crate::runtimes::cost::off("v8") || fps.len() != native.len() || !native.iter().any(|&a| anon(a)) && !maps_node() {
             return;
         }
         let mut counts = self.counts;
         let Some(p) = self.proc(pid, ts) else { return };
         // Per stack: reading the node binary's metadata, once, is not.
-        let t0 = crate::readcost::now();
+        let t0 = crate::runtimes::cost::now();
         p.new_turn(ts / TURN_NS);
         let from_stack = |a: u64| -> Option<u64> {
             let off = usize::try_from(a.checked_sub(sp)?).ok()?;
@@ -276,7 +279,7 @@ impl V8 {
     }
 
     /// The frames named in `pid`, for its Maps record.
-    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+    fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
 }
@@ -285,7 +288,7 @@ impl V8 {
 /// in its own /tmp under the pid it knows itself by (a container's), as
 /// stacksym reads it.
 fn perf_map(pid: u32) -> Option<String> {
-    let ns = crate::jvm::ns_pid(pid).unwrap_or(pid);
+    let ns = crate::runtimes::jvm::ns_pid(pid).unwrap_or(pid);
     let inside = format!("/proc/{pid}/root/tmp/perf-{ns}.map");
     let here = format!("/tmp/perf-{pid}.map");
     [inside, here].into_iter().find(|p| std::path::Path::new(p).is_file())

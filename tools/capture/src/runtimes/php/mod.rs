@@ -26,10 +26,11 @@ pub mod reader;
 
 use std::collections::HashMap;
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapFlags;
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
 use crate::event::{as_bytes, WcEvent, WcPyframe};
+use crate::runtimes::{BpfMaps, Runtime};
 use reader::Executor;
 
 struct Proc {
@@ -50,18 +51,27 @@ pub struct Php {
     /// marked, never named as another.
     pub unread: u64,
     /// Time naming and placing frames, and the stacks read (readcost).
-    pub cost: crate::readcost::Cost,
+    pub cost: crate::runtimes::cost::Cost,
 }
 
 /// The name of a frame whose function could not be read.
 const UNREAD: &str = "php::[unreadable frame]";
 
-impl Php {
+impl Runtime for Php {
+    fn name(&self) -> &'static str {
+        "php"
+    }
+
+    fn cost(&self) -> crate::runtimes::cost::Cost {
+        self.cost
+    }
+
     /// Find the PHP 8.2 and 8.4 executors among `pids` not seen yet and tell the
     /// BPF side where their frame chain is. Whether one was added to `cfg`.
-    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) -> bool {
+    fn refresh(&mut self, pids: &[u32], maps: &BpfMaps<'_>) -> bool {
+        let (threads, cfg) = (maps.py_threads, maps.py_cfg);
         let mut found = false;
-        if crate::readcost::off("php") {
+        if crate::runtimes::cost::off("php") {
             return found;
         }
         for &pid in pids {
@@ -99,13 +109,13 @@ impl Php {
     /// from its first stacks, not from the capture loop's next turn (up
     /// to 800 ms later on a loaded machine, its script running by then).
     /// Whether it was added to `cfg`.
-    pub fn at_exec(&mut self, pid: u32, threads: &dyn MapCore, cfg: &dyn MapCore) -> bool {
-        self.refresh(&[pid], threads, cfg)
+    fn at_exec(&mut self, pid: u32, maps: &BpfMaps<'_>) -> bool {
+        self.refresh(&[pid], maps)
     }
 
     /// The trailer's counts, where a PHP was found: frames whose function
     /// could not be read (each a `php::[unreadable frame]`).
-    pub fn stats(&self) -> Vec<(String, u64)> {
+    fn stats(&self) -> Vec<(String, u64)> {
         if self.procs.is_empty() {
             return Vec::new();
         }
@@ -113,25 +123,25 @@ impl Php {
     }
 
     /// Whether `pid` was found to run a PHP read.
-    pub fn is_php(&self, pid: u32) -> bool {
+    fn owns(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
     }
 
     /// The frames named in `pid`, for its Maps record.
-    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+    fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
 
     /// `native` (root first) with the PHP frames of `e` put in; `in_file`
     /// says which of its frames are in a file's code (not JIT code, not
     /// the `[truncated]` marker).
-    pub fn splice(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
+    fn splice(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
         let n = (e.py_n as usize).min(e.py.len());
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
         if n == 0 {
             return native;
         }
-        let t0 = crate::readcost::now();
+        let t0 = crate::runtimes::cost::now();
         let mut unread = 0;
         let runs = cut(&e.py[..n], |f, opline| match p.name(f, opline) {
             Ok(a) => a,
@@ -144,7 +154,7 @@ impl Php {
         let in_ex = |a: u64| p.ex.execute_ex.iter().any(|&(s, e)| a > s && a <= e);
         let exs: Vec<usize> = (0..native.len()).rev().filter(|&i| in_ex(native[i])).collect();
         let in_php = |a: u64| p.ex.mapped.iter().any(|&(s, e)| a >= s && a < e);
-        let out = crate::splice::place(&native, &exs, crate::splice::Rest::Above(fallback(&native, in_file, in_php)), runs);
+        let out = crate::runtimes::splice::place(&native, &exs, crate::runtimes::splice::Rest::Above(fallback(&native, in_file, in_php)), runs);
         self.cost.stack(t0);
         out
     }
@@ -264,7 +274,7 @@ mod tests {
 
     #[test]
     fn runs_go_above_execute_ex_or_after_the_cut_marker() {
-        use crate::splice::{place, Rest};
+        use crate::runtimes::splice::{place, Rest};
         // root, execute_ex, zif_array_map, execute_ex, zif_usleep, leaf.
         let native = [10, 11, 12, 13, 14, 15];
         let runs = vec![vec![1, 2], vec![3]];

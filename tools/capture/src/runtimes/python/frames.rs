@@ -16,7 +16,7 @@
 //! the runs that one `_PyEval_EvalFrameDefault` call executes (3.10: one
 //! frame each; 3.11 marks a run's outermost frame `is_entry`; 3.12+ push a
 //! frame owned by the C stack under it) and puts each run right above the native frame of that
-//! call, innermost run on the innermost call (crate::splice); a run whose
+//! call, innermost run on the innermost call (crate::runtimes::splice); a run whose
 //! call the native unwind lost goes at the root, then `[truncated]`. Each Python frame becomes an
 //! address at [`NAMED_ADDR_BASE`] and up, named in the process's Maps
 //! record (`py::QUALNAME:FILE` as CPython's perf map writes it for
@@ -31,12 +31,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use libbpf_rs::{MapCore, MapFlags};
-use wallclock_stream::{Frame, NamedAddr, Thread, NAMED_ADDR_BASE};
+use libbpf_rs::MapFlags;
+use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
 use super::offsets::{owner_is_function, Offsets, FRAME_OWNED_BY_CSTACK};
 use super::reader::{Interpreter, PyFrame};
+use super::trampoline::Trampolines;
 use crate::event::{as_bytes, WcEvent, WcPyframe};
+use crate::runtimes::{At, BpfMaps, Runtime, Step};
 
 /// The interpreter of one process and the frames named in it.
 struct Proc {
@@ -61,10 +63,14 @@ pub struct Python {
     procs: HashMap<u32, Proc>,
     /// Time naming and placing the frames of stacks, and the stacks
     /// (readcost: `python_ns`, `python_stacks`).
-    pub cost: crate::readcost::Cost,
+    pub cost: crate::runtimes::cost::Cost,
     /// Processes found not to run a supported CPython, with the file that
     /// said so (looked at again only when another file is mapped).
     not_python: HashMap<u32, String>,
+    /// `-X perf`'s trampolines (anonymous code without unwind info), of
+    /// any process: walked through, and left out of a stack that carries
+    /// the frames they stand for.
+    trampolines: Trampolines,
 }
 
 /// The file /proc/PID/maps would make the interpreter's, if any.
@@ -84,14 +90,23 @@ fn candidate(pid: u32) -> Option<String> {
     found
 }
 
-impl Python {
+impl Runtime for Python {
+    fn name(&self) -> &'static str {
+        "python"
+    }
+
+    fn cost(&self) -> crate::runtimes::cost::Cost {
+        self.cost
+    }
+
     /// Find the interpreters of `pids` not seen yet and list every known
     /// interpreter's threads into the BPF maps. Cheap when nothing changed:
     /// a few reads of each interpreter's thread list. Whether an
     /// interpreter was added to `cfg`.
-    pub fn refresh(&mut self, pids: &[u32], threads: &dyn MapCore, cfg: &dyn MapCore) -> bool {
+    fn refresh(&mut self, pids: &[u32], maps: &BpfMaps<'_>) -> bool {
+        let (threads, cfg) = (maps.py_threads, maps.py_cfg);
         let mut found = false;
-        if crate::readcost::off("python") {
+        if crate::runtimes::cost::off("python") {
             return found;
         }
         for &pid in pids {
@@ -152,47 +167,58 @@ impl Python {
     }
 
     /// Whether `pid` was found to run CPython.
-    pub fn is_python(&self, pid: u32) -> bool {
+    fn owns(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
     }
 
-    /// The `threading.Thread` name of thread `tid` of `pid`, if read
-    /// while it ran (CPython does not give it to the OS thread).
-    pub fn thread_name(&self, pid: u32, tid: u32) -> Option<&str> {
-        self.procs.get(&pid)?.thread_names.get(&tid).map(String::as_str)
+    /// A forked child runs its parent's trampolines.
+    fn fork(&mut self, parent: u32, child: u32) {
+        self.trampolines.fork(parent, child);
     }
 
-    /// Each Python thread of `threads` named as its program named it: its
-    /// `comm` becomes its `threading` name (its OS name is the
-    /// interpreter's, the same for every thread).
-    pub fn name_threads<'a>(&self, threads: impl Iterator<Item = &'a mut Thread>) {
-        for t in threads {
-            if let Some(n) = self.thread_name(t.pid, t.tid) {
-                t.comm = n.to_string();
-            }
+    /// A frame in a `-X perf` trampoline of `pid`, stepped past.
+    fn step(&mut self, pid: u32, at: At, read: &dyn Fn(u64) -> Option<u64>, _in_files: &dyn Fn(u64) -> bool) -> Step {
+        match self.trampolines.step(pid, at.pc, at.leaf, at.sp, &mut |x| read(x)) {
+            Some(s) => Step::Frame { ret: s.ret, sp: s.sp, bp: at.bp, name: None },
+            None => Step::NotMine,
         }
     }
 
+    /// The `threading.Thread` name of thread `tid` of `pid`, if read
+    /// while it ran (CPython does not give it to the OS thread: its OS
+    /// name is the interpreter's, the same for every thread).
+    fn thread_name(&self, pid: u32, tid: u32) -> Option<&str> {
+        self.procs.get(&pid)?.thread_names.get(&tid).map(String::as_str)
+    }
+
     /// The frames named in `pid`, for its Maps record.
-    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+    fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
 
     /// `native` (root first) with the Python frames of `e` put in.
-    pub fn splice(&mut self, e: &WcEvent, native: Vec<u64>) -> Vec<u64> {
+    fn splice(&mut self, e: &WcEvent, mut native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
         let n = (e.py_n as usize).min(e.py.len());
         if n == 0 {
             return native;
         }
         let Some(p) = self.procs.get_mut(&e.pid) else { return native };
-        let t0 = crate::readcost::now();
+        // Under -X perf too: the Python frames read from the interpreter
+        // stand for its trampolines' perf-map names (the same names, with
+        // lines), which would repeat each one.
+        let mut i = 0;
+        native.retain(|&a| {
+            i += 1;
+            in_file[i - 1] || !self.trampolines.contains(e.pid, a)
+        });
+        let t0 = crate::runtimes::cost::now();
         let o = p.it.offsets;
         let runs = cut(&e.py[..n], &o, |code, instr| p.name(code, instr));
         // The native frames of _PyEval_EvalFrameDefault, innermost first:
         // each run has one, so a run without one is a cut (splice.rs).
         let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
         let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
-        let v = crate::splice::place(&native, &evals, crate::splice::Rest::Cut, runs);
+        let v = crate::runtimes::splice::place(&native, &evals, crate::runtimes::splice::Rest::Cut, runs);
         self.cost.stack(t0);
         v
     }

@@ -23,10 +23,11 @@ pub mod reader;
 
 use std::collections::HashMap;
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapFlags;
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
 use crate::event::WcEvent;
+use crate::runtimes::{BpfMaps, Runtime};
 use reader::Vm;
 
 /// bpf/ruby.bpf.h's marker of the slot that holds the VM stack's bounds.
@@ -86,11 +87,16 @@ struct RbCfg {
     pad: u32,
 }
 
-impl Ruby {
+impl Runtime for Ruby {
+    fn name(&self) -> &'static str {
+        "ruby"
+    }
+
     /// Find the Ruby processes among `pids` not seen yet and tell the
     /// BPF side where their execution contexts are. Whether one was
     /// added to `cfg`.
-    pub fn refresh(&mut self, pids: &[u32], cfg: &dyn MapCore) -> bool {
+    fn refresh(&mut self, pids: &[u32], maps: &BpfMaps<'_>) -> bool {
+        let cfg = maps.rb_cfg;
         let mut found = false;
         for &pid in pids {
             if self.procs.contains_key(&pid) {
@@ -121,23 +127,54 @@ impl Ruby {
         found
     }
 
-    pub fn is_ruby(&self, pid: u32) -> bool {
+    fn owns(&self, pid: u32) -> bool {
         self.procs.contains_key(&pid)
     }
 
-    pub fn names(&self, pid: u32) -> Vec<NamedAddr> {
+    fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
 
-    /// The user stack to unwind for `e`: its copy, or, where the copy ends
-    /// inside a Ruby thread's VM stack, the copy joined to the live memory
-    /// above that VM stack (see the module's doc).
-    pub fn stack<'a>(&mut self, e: &'a WcEvent) -> std::borrow::Cow<'a, [u8]> {
+    /// The user stack to unwind for `e` of a Ruby process: its copy, or,
+    /// where the copy ends inside a Ruby thread's VM stack, the copy
+    /// joined to the live memory above that VM stack (see the module's
+    /// doc).
+    fn stack<'a>(&mut self, e: &'a WcEvent) -> Option<std::borrow::Cow<'a, [u8]>> {
+        if !self.procs.contains_key(&e.pid) {
+            return None;
+        }
         let t0 = std::time::Instant::now();
         let s = self.join(e);
         self.read_ns += t0.elapsed().as_nanos() as u64;
-        s
+        Some(s)
     }
+
+    /// The buffer of a joined stack, back for the next join.
+    fn recycle(&mut self, s: std::borrow::Cow<'_, [u8]>) {
+        if let std::borrow::Cow::Owned(v) = s {
+            self.buf = v;
+        }
+    }
+
+    /// `native` (root first) with the Ruby frames of `e` put in.
+    fn splice(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
+        let t0 = std::time::Instant::now();
+        let v = self.place(e, native, in_file);
+        self.read_ns += t0.elapsed().as_nanos() as u64;
+        v
+    }
+
+    /// The counts of the stats record (none without a Ruby process).
+    fn stats(&self) -> Vec<(String, u64)> {
+        if self.procs.is_empty() {
+            return Vec::new();
+        }
+        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread), ("ruby_gvl_stacks", self.gvl)];
+        v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
+    }
+}
+
+impl Ruby {
 
     fn join<'a>(&mut self, e: &'a WcEvent) -> std::borrow::Cow<'a, [u8]> {
         let copy = e.ustack_bytes();
@@ -179,30 +216,6 @@ impl Ruby {
         self.dirty = vec![(0, copy.len()), (gap, gap + above.len())];
         self.joined += 1;
         v.into()
-    }
-
-    /// The buffer of a joined stack, back for the next join.
-    pub fn recycle(&mut self, s: std::borrow::Cow<'_, [u8]>) {
-        if let std::borrow::Cow::Owned(v) = s {
-            self.buf = v;
-        }
-    }
-
-    /// `native` (root first) with the Ruby frames of `e` put in.
-    pub fn splice(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
-        let t0 = std::time::Instant::now();
-        let v = self.place(e, native, in_file);
-        self.read_ns += t0.elapsed().as_nanos() as u64;
-        v
-    }
-
-    /// The counts of the stats record (none without a Ruby process).
-    pub fn stats(&self) -> Vec<(String, u64)> {
-        if self.procs.is_empty() {
-            return Vec::new();
-        }
-        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread), ("ruby_gvl_stacks", self.gvl)];
-        v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
     }
 
     fn place(&mut self, e: &WcEvent, native: Vec<u64>, in_file: &[bool]) -> Vec<u64> {
@@ -258,7 +271,7 @@ impl Ruby {
             }
         }
         let fallback = if native.first().is_some_and(|_| in_file.first() == Some(&false)) { Some(0) } else { None };
-        crate::splice::place(&native, &exs, crate::splice::Rest::Above(fallback), runs)
+        crate::runtimes::splice::place(&native, &exs, crate::runtimes::splice::Rest::Above(fallback), runs)
     }
 }
 
