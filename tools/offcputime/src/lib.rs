@@ -200,7 +200,7 @@ pub fn command() -> clap::Command {
 struct Off<'a> {
     cli: &'a Cli,
     /// The offcpu entries of exited threads, moved out of the map as the
-    /// capture goes on (driver::Retired).
+    /// capture goes on (driver::Retired, driver/threads.rs).
     retired: Entries,
     stacks: collect::Stacks,
     /// --timeline's ring buffer consumer, from the attach to the stop.

@@ -301,7 +301,42 @@ fn records(
     threads: &[(u32, WcThread)],
     counts: &[u64],
 ) -> Vec<Record> {
-    // By (tid, pgen): a thread of a pid used again is another thread.
+    let (out, hidden) = thread_records(cli, sess, (start, end), unwind, samples, threads);
+    let mut header = sess.header("oncputime", env!("CARGO_PKG_VERSION"), end);
+    match cli.event.counted() {
+        Some(e) => (header.event, header.event_period) = (Some(e.to_string()), Some(cli.event.period)),
+        None => header.freq_hz = Some(cli.freq),
+    }
+    let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };
+    for (name, v) in event::STAT_NAMES.iter().zip(counts) {
+        if !matches!(*name, "new_stacks" | "over_max_blocks" | "switches") {
+            stats.counts.insert(name.to_string(), *v);
+        }
+    }
+    stats.counts.insert("threads".into(), out.len() as u64);
+    stats.counts.insert("hidden_threads".into(), hidden as u64);
+    stats.counts.extend(unwind.reader_stats());
+    for k in ["ringbuf_drops", "map_full"] {
+        if stats.counts[k] > 0 {
+            header.lost.insert(k.into(), stats.counts[k]);
+        }
+    }
+    let mut recs = vec![Record::Header(header)];
+    recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
+    recs.extend(out.values().cloned().map(Record::Thread));
+    recs.extend(out.values().filter_map(accounting::steal_stack).map(Record::Stack));
+    recs.extend(stack_records(cli, samples, &out));
+    if let Some(timed) = &samples.timed {
+        recs.extend(sample_events(timed, &samples.ids));
+    }
+    recs.push(Record::Stats(stats));
+    recs
+}
+
+/// The Thread records, by (tid, pgen) (a thread of a pid used again is
+/// another thread), named as their runtime names them; and how many of
+/// them the kernel keeps from BPF.
+fn thread_records(cli: &Cli, sess: &Session, (start, end): (u64, u64), unwind: &Unwind, samples: &Samples, threads: &[(u32, WcThread)]) -> (BTreeMap<(u32, u32), Thread>, usize) {
     let mut out: BTreeMap<(u32, u32), Thread> = BTreeMap::new();
     // Threads the kernel keeps from BPF (wallclock_capture::hidden): no
     // samples, their on-CPU time from their own clock.
@@ -359,29 +394,13 @@ fn records(
         }
     }
     unwind.runtimes.name_threads(out.values_mut());
-    let mut header = sess.header("oncputime", env!("CARGO_PKG_VERSION"), end);
-    match cli.event.counted() {
-        Some(e) => (header.event, header.event_period) = (Some(e.to_string()), Some(cli.event.period)),
-        None => header.freq_hz = Some(cli.freq),
-    }
-    let mut stats = Stats { end_ns: Some(end), counts: BTreeMap::new() };
-    for (name, v) in event::STAT_NAMES.iter().zip(counts) {
-        if !matches!(*name, "new_stacks" | "over_max_blocks" | "switches") {
-            stats.counts.insert(name.to_string(), *v);
-        }
-    }
-    stats.counts.insert("threads".into(), out.len() as u64);
-    stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
-    stats.counts.extend(unwind.reader_stats());
-    for k in ["ringbuf_drops", "map_full"] {
-        if stats.counts[k] > 0 {
-            header.lost.insert(k.into(), stats.counts[k]);
-        }
-    }
-    let mut recs = vec![Record::Header(header)];
-    recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
-    recs.extend(out.values().cloned().map(Record::Thread));
-    recs.extend(out.values().filter_map(accounting::steal_stack).map(Record::Stack));
+    (out, hidden.len())
+}
+
+/// The Stack records of the samples, each weighed as the thread's on-CPU
+/// time shares out (or the event's period, or the sampling frequency).
+fn stack_records(cli: &Cli, samples: &Samples, out: &BTreeMap<(u32, u32), Thread>) -> Vec<Record> {
+    let mut recs = Vec::new();
     for ((tid, pgen, u, k), n) in &samples.stacks {
         let (pid, comm, on, tot) = match out.get(&(*tid, *pgen)) {
             Some(t) => (t.pid, t.comm.clone(), accounting::sampled_on_ns(t), t.samples.unwrap_or(0)),
@@ -399,10 +418,6 @@ fn records(
         };
         recs.push(Record::Stack(s));
     }
-    if let Some(timed) = &samples.timed {
-        recs.extend(sample_events(timed, &samples.ids));
-    }
-    recs.push(Record::Stats(stats));
     recs
 }
 

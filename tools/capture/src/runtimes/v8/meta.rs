@@ -106,6 +106,27 @@ fn constants(obj: &object::File) -> (HashMap<String, i64>, Vec<(u64, u64)>) {
     (out, tramp)
 }
 
+/// The offset of field `class::f`, `f` the first of `fields` (its names,
+/// newest last: V8 12 split `script_or_debug_info` into `script`, the
+/// debug info moving to a side table) the metadata gives. A field's symbol
+/// ends with its type, which V8 12+ spells as the C++ template
+/// (`name_or_scope_info__Tagged_Object_` in 12.4,
+/// `__Tagged_NameOrScopeInfoT_` in 13.6): found by class and field.
+fn field(c: &HashMap<String, i64>, class: &str, fields: &[&str]) -> Result<u64, String> {
+    for f in fields {
+        let prefix = format!("class_{class}__{f}__");
+        let mut hits: Vec<i64> = c.iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, &v)| v).collect();
+        hits.sort_unstable();
+        hits.dedup();
+        match hits[..] {
+            [v] => return Ok(v as u64),
+            [] => continue,
+            _ => return Err(format!("V8 metadata gives {class}::{f} {} offsets", hits.len())),
+        }
+    }
+    Err(format!("V8 metadata lacks v8dbg_class_{class}__{}", fields.join(" or __")))
+}
+
 impl Meta {
     /// The metadata of the ELF file `data`, or why it cannot be used.
     pub fn parse(data: &[u8]) -> Result<Meta, String> {
@@ -117,26 +138,7 @@ impl Meta {
         let get = |k: &str| -> Result<i64, String> { c.get(k).copied().ok_or_else(|| format!("V8 metadata lacks v8dbg_{k}")) };
         let off = |k: &str| -> Result<u64, String> { get(k).map(|v| v as u64) };
         let ty = |k: &str| -> Result<u16, String> { get(k).map(|v| v as u16) };
-        // A field's symbol ends with its type, which V8 12+ spells as the
-        // C++ template (`name_or_scope_info__Tagged_Object_` in 12.4,
-        // `__Tagged_NameOrScopeInfoT_` in 13.6): found by class and field.
-        // `fields` are the field's names, newest last (V8 12 split
-        // `script_or_debug_info` into `script`, the debug info moving to a
-        // side table).
-        let field = |class: &str, fields: &[&str]| -> Result<u64, String> {
-            for f in fields {
-                let prefix = format!("class_{class}__{f}__");
-                let mut hits: Vec<i64> = c.iter().filter(|(k, _)| k.starts_with(&prefix)).map(|(_, &v)| v).collect();
-                hits.sort_unstable();
-                hits.dedup();
-                match hits[..] {
-                    [v] => return Ok(v as u64),
-                    [] => continue,
-                    _ => return Err(format!("V8 metadata gives {class}::{f} {} offsets", hits.len())),
-                }
-            }
-            Err(format!("V8 metadata lacks v8dbg_class_{class}__{}", fields.join(" or __")))
-        };
+        let field = |class: &str, fields: &[&str]| field(&c, class, fields);
         // Pointer compression halves the tagged size: its heap is read
         // differently (4-byte fields off a cage base), not supported here.
         let tagged = get("TaggedSize")?;
