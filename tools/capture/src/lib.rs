@@ -4,7 +4,6 @@
 //! launching `-- COMMAND`, the clock, /proc, user-stack unwinding with
 //! .eh_frame, the runtime readers (runtimes/), Ctrl-C.
 
-pub mod asyncio;
 pub mod bpf;
 pub mod bpfsyms;
 pub mod cgroup;
@@ -13,7 +12,6 @@ pub mod elf;
 pub mod driver;
 pub mod event;
 pub mod events;
-pub mod goroutines;
 pub mod hidden;
 pub mod kernel;
 mod leafscan;
@@ -28,6 +26,7 @@ pub mod procfs;
 pub mod procmem;
 pub mod realtime;
 pub mod runtimes;
+pub mod samplers;
 pub mod signal;
 pub mod spool;
 pub mod steal;

@@ -61,14 +61,14 @@ impl<'t, T: Tool> Live<'t, T> {
 
 /// The side samplers a tool asked for (`--goroutines`, `--tasks`).
 pub(super) struct Samplers {
-    goroutines: Option<crate::goroutines::Sampler>,
-    tasks: Option<crate::asyncio::Sampler>,
+    goroutines: Option<crate::samplers::Sampler>,
+    tasks: Option<crate::samplers::Sampler>,
 }
 
 impl Samplers {
     pub fn start<T: Tool>(tool: &T) -> Result<Samplers> {
-        let goroutines = tool.goroutines().map(|(hz, out)| crate::goroutines::Sampler::start(T::NAME, hz, &out)).transpose()?;
-        let tasks = tool.tasks().map(|(hz, out)| crate::asyncio::Sampler::start(hz, &out)).transpose()?;
+        let goroutines = tool.goroutines().map(|(hz, out)| crate::samplers::goroutines::start(T::NAME, hz, &out)).transpose()?;
+        let tasks = tool.tasks().map(|(hz, out)| crate::samplers::asyncio::start(hz, &out)).transpose()?;
         Ok(Samplers { goroutines, tasks })
     }
 

@@ -45,11 +45,11 @@ pub trait Tool {
         Ok(())
     }
     /// `--goroutines FILE`: sample the Go targets' goroutines at this rate
-    /// into FILE (crate::goroutines).
+    /// into FILE (crate::samplers::goroutines).
     fn goroutines(&self) -> Option<(u64, std::path::PathBuf)> {
         None
     }
-    /// `--tasks FILE`: the same for asyncio tasks (crate::asyncio).
+    /// `--tasks FILE`: the same for asyncio tasks (crate::samplers::asyncio).
     fn tasks(&self) -> Option<(u64, std::path::PathBuf)> {
         None
     }

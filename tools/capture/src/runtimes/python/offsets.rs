@@ -120,7 +120,7 @@ pub struct DebugLayout {
     /// fields begin.
     pub type_size: usize,
     pub ascii_size: usize,
-    /// What the asyncio task reader needs (3.14+; crate::asyncio):
+    /// What the asyncio task reader needs (3.14+; crate::samplers::asyncio):
     /// `interpreter_state.imports_modules` (`sys.modules`),
     /// `interpreter_frame.stackpointer`, `gen_object.gi_iframe` and
     /// `.gi_frame_state`.

@@ -70,7 +70,7 @@ impl Interpreter {
     }
 
     /// The attribute `name` of the instance `obj` of a class (the object
-    /// it points at; crate::asyncio reads a WeakSet's `data` with it).
+    /// it points at; crate::samplers::asyncio reads a WeakSet's `data` with it).
     pub(crate) fn attr(&self, obj: u64, name: &str) -> Option<u64> {
         let o = self.offsets;
         if obj < 4096 {

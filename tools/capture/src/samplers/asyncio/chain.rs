@@ -4,8 +4,10 @@
 use std::rc::Rc;
 
 use super::batch;
-use super::process::AsyncioProcess;
+use super::layout::Layout;
+use super::names::Names;
 use crate::runtimes::python::offsets::owner_is_function;
+use crate::runtimes::python::reader::Interpreter;
 
 /// Coroutines followed down one task's await chain, at most.
 const MAX_CHAIN: usize = 64;
@@ -40,7 +42,15 @@ pub(super) fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-impl AsyncioProcess {
+/// What the walk of a process's await chains reads with: its
+/// interpreter, its asyncio layout, the names read so far.
+pub(super) struct Chains<'a> {
+    pub(super) it: &'a mut Interpreter,
+    pub(super) lay: Layout,
+    pub(super) names: &'a mut Names,
+}
+
+impl Chains<'_> {
     /// Down every task's await chain, a level at a time.
     pub(super) fn walk(&mut self, walks: &mut [Walk]) {
         let lay = self.lay;
@@ -74,7 +84,7 @@ impl AsyncioProcess {
                     // gone on meanwhile, the coroutine's own).
                     let mut frames = Vec::new();
                     if !self.running(frame, &mut threads, &mut frames) {
-                        frames.extend(self.code(code).map(|c| c.frame.clone()));
+                        frames.extend(self.names.code(self.it, code).map(|c| c.frame.clone()));
                     }
                     let w = &mut walks[i];
                     w.frames = frames;
@@ -93,7 +103,7 @@ impl AsyncioProcess {
                     let stacktop = i32::from_le_bytes(b[top..][..4].try_into().unwrap());
                     (stacktop >= 1).then(|| frame + o.frame_localsplus + 8 * (stacktop as u64 - 1))
                 };
-                let Some(c) = self.code(code) else {
+                let Some(c) = self.names.code(self.it, code) else {
                     walks[i].end = End::Unreadable;
                     continue;
                 };
@@ -120,7 +130,7 @@ impl AsyncioProcess {
             batch::read(pid, &at, 8, &mut buf, &mut ok);
             for (k, &(i, obj)) in awaited.iter().enumerate() {
                 let tp = (ok[k] && obj.is_some()).then(|| word(&buf, k * 8));
-                let name = tp.and_then(|tp| self.type_name(tp));
+                let name = tp.and_then(|tp| self.names.type_name(self.it, tp));
                 let w = &mut walks[i];
                 match (name.as_deref(), obj) {
                     (Some("coroutine"), Some(obj)) => w.at = obj,
@@ -146,7 +156,7 @@ impl AsyncioProcess {
                 walks[i].end = End::Leaf("[ready]");
                 continue;
             }
-            let Some(tp) = ok[k].then(|| word(b, 8)).and_then(|tp| self.type_name(tp)) else {
+            let Some(tp) = ok[k].then(|| word(b, 8)).and_then(|tp| self.names.type_name(self.it, tp)) else {
                 walks[i].end = End::Unreadable;
                 continue;
             };
@@ -181,7 +191,7 @@ impl AsyncioProcess {
                     chain.push(o.code_ptr(self.it.u64(f + o.frame_code).unwrap_or(0)));
                 }
                 if f == frame {
-                    out.extend(chain.iter().rev().filter_map(|&c| self.code(c).map(|c| c.frame.clone())));
+                    out.extend(chain.iter().rev().filter_map(|&c| self.names.code(self.it, c).map(|c| c.frame.clone())));
                     return true;
                 }
                 let Ok(prev) = self.it.u64(f + o.frame_previous) else { break };

@@ -9,6 +9,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::layout::Layout;
 use crate::unwind::{Unwind, TRUNCATED, TRUNCATED_ADDR};
+use crate::samplers::tally::Seen;
 
 /// A goroutine's stack is copied from its saved sp up to this much: Go
 /// keeps arrays that do not escape on the stack (a 64K buffer), and a
@@ -145,16 +146,6 @@ enum Status {
     Parked(Rc<str>, bool),
 }
 
-/// One goroutine as seen at one tick.
-pub struct Seen {
-    pub goid: u64,
-    /// `[chan receive]`, `[running]`...: Go's traceback's word for it.
-    pub what: Rc<str>,
-    pub waiting: bool,
-    /// Folded frames from the root to the parking call, without the leaf.
-    pub stack: Rc<str>,
-}
-
 pub struct GoProcess {
     pub pid: u32,
     pub layout: Rc<Layout>,
@@ -268,7 +259,7 @@ impl GoProcess {
                 cache.insert(key, stack.clone());
             }
             last.insert((gp, goid), stack.clone());
-            out.push(Seen { goid, what, waiting, stack });
+            out.push(Seen { id: goid, waiter: 0, name: None, what, waiting, stack });
         }
         if let Some((cache, last)) = fresh {
             self.cache = cache;

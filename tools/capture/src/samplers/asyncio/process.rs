@@ -14,12 +14,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::batch;
-use super::chain::{word, End, Walk};
+use super::chain::{word, Chains, End, Walk};
 use super::layout::Layout;
+use super::names::Names;
 use super::objects::{dict_get, set_keys, small_int, type_name};
+use crate::samplers::tally::Seen;
 use crate::runtimes::python::reader::Interpreter;
-
-
 
 /// Tasks followed down one list, at most (a list changed while read
 /// could loop).
@@ -47,20 +47,6 @@ fn asyncio_debug(pid: u32, interp: &str) -> Option<[u64; 13]> {
     })
 }
 
-/// One task at one tick.
-pub struct Seen {
-    pub task: u64,
-    /// The future it waits on (0: none): one wait ends where another
-    /// begins at the same place.
-    pub waiter: u64,
-    pub name: Rc<str>,
-    /// Folded frames, outermost coroutine first.
-    pub stack: Rc<str>,
-    /// The leaf: `[sleep]`, `[awaiting Future]`, `[ready]`, `[running]`...
-    pub what: Rc<str>,
-    pub waiting: bool,
-}
-
 /// What `asyncio.tasks` holds, found once.
 struct Found {
     /// The WeakSet's set of weak references (3.14+: pure-Python tasks
@@ -72,12 +58,6 @@ struct Found {
     task_type: u64,
 }
 
-/// A code object's folded frame, and whether it is `asyncio.sleep`.
-pub(super) struct Code {
-    pub(super) frame: Rc<str>,
-    pub(super) sleep: bool,
-}
-
 pub struct AsyncioProcess {
     pub(super) it: Interpreter,
     pub(super) lay: Layout,
@@ -86,12 +66,9 @@ pub struct AsyncioProcess {
     /// next look: 50 ms doubling to a second (a program imports it as it
     /// starts, or late: a service that never does costs one look a second).
     looked: Option<(Instant, Duration)>,
-    types: HashMap<u64, Rc<str>>,
+    /// Code objects' frames and types' names (names.rs).
+    objects: Names,
     names: HashMap<(u64, u64), Rc<str>>,
-    codes: HashMap<u64, Code>,
-    /// Code objects checked this tick (one freed and another made at its
-    /// address is named anew).
-    checked: HashSet<u64>,
     stacks: HashSet<Rc<str>>,
     leaves: HashMap<String, Rc<str>>,
     cursor: usize,
@@ -109,10 +86,8 @@ impl AsyncioProcess {
             lay,
             found: None,
             looked: None,
-            types: HashMap::new(),
+            objects: Names::default(),
             names: HashMap::new(),
-            codes: HashMap::new(),
-            checked: HashSet::new(),
             stacks: HashSet::new(),
             leaves: HashMap::new(),
             cursor: 0,
@@ -169,7 +144,7 @@ impl AsyncioProcess {
         let lay = self.lay;
         let pid = self.it.pid();
         self.it.new_turn();
-        self.checked.clear();
+        self.objects.new_tick();
         let mut refs = Vec::new();
         if weakrefs != 0 {
             set_keys(&self.it, weakrefs, &mut refs)?;
@@ -211,8 +186,9 @@ impl AsyncioProcess {
             let (coro, waiter, name) = (word(head, lay.task_coro as usize), word(head, lay.task_fut_waiter as usize), word(head, lay.task_name as usize));
             walks.push(Walk { task: t, waiter, name, at: coro, frames: Vec::new(), sleep: false, end: End::Walking });
         }
-        self.walk(&mut walks);
-        self.waiters(&mut walks);
+        let mut chains = Chains { it: &mut self.it, lay: self.lay, names: &mut self.objects };
+        chains.walk(&mut walks);
+        chains.waiters(&mut walks);
         let mut seen = Vec::with_capacity(walks.len());
         for w in walks {
             let name = self.task_name(w.task, w.name);
@@ -268,33 +244,7 @@ impl AsyncioProcess {
                 w
             }
         };
-        Seen { task, waiter: if waiting { waiter } else { 0 }, name, stack, what, waiting }
-    }
-
-    /// The folded frame of code object `code`, named as the main
-    /// profile names Python frames (`py::QUALNAME:FILE`).
-    pub(super) fn code(&mut self, code: u64) -> Option<&Code> {
-        if !self.checked.contains(&code) || !self.codes.contains_key(&code) {
-            let (name, file, ..) = self.it.code(code).ok()?;
-            let frame = wallclock_stream::names::check(&format!("py::{name}:{file}")).into_owned();
-            if self.codes.get(&code).is_none_or(|c| *c.frame != *frame) {
-                let sleep = name == "sleep" && file.ends_with("/asyncio/tasks.py") && super::tally::stdlib_asyncio(&file);
-                let frame = wallclock_stream::folded::escape(&frame).into_owned().into();
-                self.codes.insert(code, Code { frame, sleep });
-            }
-            self.checked.insert(code);
-        }
-        self.codes.get(&code)
-    }
-
-    /// The name of the type at `tp` (cached: types live long).
-    pub(super) fn type_name(&mut self, tp: u64) -> Option<Rc<str>> {
-        if let Some(n) = self.types.get(&tp) {
-            return Some(n.clone());
-        }
-        let n: Rc<str> = type_name(&self.it, tp)?.into();
-        self.types.insert(tp, n.clone());
-        Some(n)
+        Seen { id: task, waiter: if waiting { waiter } else { 0 }, name: Some(name), stack, what, waiting }
     }
 
     /// `Task.get_name()`: the str it was given, or (3.13, by default) its
@@ -303,7 +253,7 @@ impl AsyncioProcess {
         if let Some(n) = self.names.get(&(task, name)) {
             return n.clone();
         }
-        let tp = self.it.u64(name + 8).ok().and_then(|tp| self.type_name(tp));
+        let tp = self.it.u64(name + 8).ok().and_then(|tp| self.objects.type_name(&self.it, tp));
         let n: Rc<str> = match tp.as_deref() {
             Some("str") => self.it.string(name).map(|s| wallclock_stream::names::check(&s).into_owned()).unwrap_or_else(|_| "?".into()).into(),
             Some("int") => small_int(&self.it, name, self.lay.minor).map_or_else(|| "Task-?".into(), |n| format!("Task-{n}")).into(),
