@@ -299,11 +299,7 @@ fn top_shares_add_up() {
     // thread map: the time read past the end was counted in the window
     // and taken from the next. The window ends after that read now:
     // 99.9-100.0% in the 5.10 guest at load 10.)
-    let guest = std::env::var_os("WALLCLOCK_MATRIX_GUEST").is_some();
     let (lo, hi) = (98.0, 102.0);
-    if guest {
-        eprintln!("in a guest: the waiter's sleep and run-queue time together must be 90% (see the comment), not its sleep alone");
-    }
     let mut errors = Vec::new();
     let mut rows = 0;
     for line in last.lines().skip(2) {
@@ -321,14 +317,12 @@ fn top_shares_add_up() {
         match f[1] {
             "spin1" | "spin2" if v[0] + v[1] < 90.0 => errors.push(format!("{}: on + runnable {:.1}%", f[1], v[0] + v[1])),
             // The waiter sleeps and, woken, waits for a CPU behind the two
-            // spinners: in a guest (emulated CPUs, saturated) that wait is
-            // long and real (5.10: 79.5% sleeping, 18.1% runnable in one
-            // interval), so there the bound is on its sleep and run-queue
-            // time together, with sleep still most of it.
-            "waiter" if !guest && v[2] < 90.0 => errors.push(format!("waiter: sleeping {:.1}%", v[2])),
-            "waiter" if guest && (v[2] + v[1] < 90.0 || v[2] < 50.0) => {
-                errors.push(format!("waiter: sleeping {:.1}%, runnable {:.1}%", v[2], v[1]))
-            }
+            // spinners: on a loaded machine that wait is long and real
+            // (a 5.10 guest: 79.5% sleeping, 18.1% runnable in one
+            // interval; this machine at load 9: 88.3% sleeping), so the
+            // bound is on its sleep and run-queue time together, sleep
+            // still most of it.
+            "waiter" if v[2] + v[1] < 90.0 || v[2] < 50.0 => errors.push(format!("waiter: sleeping {:.1}%, runnable {:.1}%", v[2], v[1])),
             _ => {}
         }
     }
