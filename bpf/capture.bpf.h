@@ -478,7 +478,7 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 {
 	if (!e)
 		return 0;
-	e->ip = e->sp = e->bp = 0;
+	e->ip = e->sp = e->bp = e->lr = 0;
 	e->kstack_bytes = 0;
 	e->ustack_bytes = 0;
 	e->py_n = 0;
@@ -488,10 +488,11 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 		e->kstack_bytes = n > 0 ? n : 0;
 	}
 	if (want_ustack && regs && !(BPF_CORE_READ(cur, flags) & PF_KTHREAD)) {
-		__u64 sp = BPF_CORE_READ(regs, sp);
-		e->ip = BPF_CORE_READ(regs, ip);
+		__u64 sp = reg_sp(regs, false);
+		e->ip = reg_ip(regs, false);
 		e->sp = sp;
-		e->bp = BPF_CORE_READ(regs, bp);
+		e->bp = reg_fp(regs, false);
+		e->lr = reg_lr(regs, false);
 		/* 64K, or, page by page, all that is left up to the end of
 		 * the stack's mapping: a thread within 64K of its stack's top
 		 * (a shallow one, or its outermost frames) keeps every frame.

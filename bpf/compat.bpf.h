@@ -18,6 +18,8 @@
 #define COMPAT_BPF_H
 
 #include <bpf/bpf_core_read.h>
+/* The architecture's registers and numbers (bpf/x86/, bpf/arm64/). */
+#include "regs.bpf.h"
 
 #define WC_HAS_HELPER(name) bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_##name)
 

@@ -124,10 +124,11 @@ int dump_tick(struct bpf_perf_event_data *ctx)
 		/* The user registers, saved on entry from user mode (by this
 		 * very interrupt when it came from there). */
 		struct pt_regs *regs = task_regs(t);
-		__u64 sp = BPF_CORE_READ(regs, sp);
-		e->ip = BPF_CORE_READ(regs, ip);
+		__u64 sp = reg_sp(regs, false);
+		e->ip = reg_ip(regs, false);
 		e->sp = sp;
-		e->bp = BPF_CORE_READ(regs, bp);
+		e->bp = reg_fp(regs, false);
+		e->lr = reg_lr(regs, false);
 		/* No faults here: the whole copy, else page by page, a page
 		 * not present read as zeros (as the capture copies it). */
 		if (!bpf_probe_read_user(e->ustack, WCD_USTACK_MAX, (void *)sp)) {
@@ -166,10 +167,11 @@ static __always_inline int dump_one(struct seq_file *seq, struct task_struct *t,
 	e->kstack_bytes = n > 0 ? n : 0;
 	if (!e->kthread && !e->exit_state) {
 		struct pt_regs *regs = task_regs(t);
-		__u64 sp = BPF_CORE_READ(regs, sp);
-		e->ip = BPF_CORE_READ(regs, ip);
+		__u64 sp = reg_sp(regs, false);
+		e->ip = reg_ip(regs, false);
 		e->sp = sp;
-		e->bp = BPF_CORE_READ(regs, bp);
+		e->bp = reg_fp(regs, false);
+		e->lr = reg_lr(regs, false);
 		/* One unmapped byte fails a whole copy: 16K, else what is left
 		 * of the stack's last pages. */
 		if (!may_sleep) {

@@ -16,6 +16,7 @@ struct wcd_thread {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
+	__u64 lr;	/* arm64's link register (x86-64: 0) */
 	__u64 nsw;	/* its context switches at the visit (nvcsw + nivcsw) */
 	__u32 pid;
 	__u32 tid;

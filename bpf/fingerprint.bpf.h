@@ -31,7 +31,7 @@
  * address, not a pointer into this stack)? Arithmetic only. */
 static __always_inline bool code_candidate(__u64 v, __u64 sp)
 {
-	if (v < 0x10000 || v >= 0x800000000000ULL)
+	if (v < 0x10000 || v >= WC_USER_TOP)
 		return false;
 	return v - (sp - WC_FP_BP_SPAN) >= 2 * WC_FP_BP_SPAN;
 }
@@ -47,11 +47,7 @@ __noinline int wc_after_call(__u64 v)
 	__u8 c[8] = {};
 	if (bpf_probe_read_user(c, sizeof(c), (void *)(v - 8)))
 		return false;
-	if (c[3] == 0xe8)
-		return true;
-#define WC_CALL_RM(k) (c[8 - (k)] == 0xff && ((c[9 - (k)] >> 3) & 7) == 2)
-	return WC_CALL_RM(2) || WC_CALL_RM(3) || WC_CALL_RM(4) || WC_CALL_RM(6) || WC_CALL_RM(7);
-#undef WC_CALL_RM
+	return ends_with_call(c);
 }
 
 /* The part of the fingerprint the stack gives: the return addresses
@@ -64,7 +60,8 @@ static __noinline __u64 stack_part(struct wc_thread *th, __u64 *w, __u64 sp, __u
 {
 	__u64 cand = mix(0x5eed, bp_off);
 	/* One mix a candidate, its place in the top bits (a candidate is
-	 * below 2^47): the 33 words are scanned at every switch-out. */
+	 * below WC_USER_TOP, 2^47 or 2^48): the 33 words are scanned at
+	 * every switch-out. */
 	for (int i = 0; i <= WC_FP_WORDS; i++) {
 		__u64 v = w[i];
 		if (code_candidate(v, sp))
@@ -142,16 +139,13 @@ const volatile bool want_objects = true;
 
 /* The object a block waits on (struct wc_okey), into th->cur_obj and
  * th->cur_oref; the fd of a syscall whose object is a file (-1 else).
- * x86-64 numbers. One user read for a poll of one fd. */
+ * Each architecture's syscall numbers (regs.bpf.h). One user read for
+ * a poll of one fd. */
 static __always_inline long block_obj(struct wc_thread *th, struct pt_regs *regs, __u64 nr, bool btf)
 {
 	switch (nr) {
-	case 0: case 1: case 16: case 17: case 18: case 19: case 20: /* read write ioctl pread pwrite readv writev */
-	case 40: case 42: case 43: case 44: case 45: case 46: case 47: /* sendfile connect accept sendto recvfrom sendmsg recvmsg */
-	case 72: case 73: case 74: case 75: case 77: case 217: /* fcntl flock fsync fdatasync ftruncate getdents64 */
-	case 275: case 276: case 277: case 285: case 288: /* splice tee sync_file_range fallocate accept4 */
-	case 295: case 296: case 299: case 307: case 326: case 327: case 328: /* preadv pwritev recvmmsg sendmmsg copy_file_range preadv2 pwritev2 */
-		return (long)RD(btf, regs, di);
+	WC_FD_SYSCALLS
+		return (long)reg_arg0(regs, btf);
 	default:
 		break;
 	}
@@ -160,11 +154,11 @@ static __always_inline long block_obj(struct wc_thread *th, struct pt_regs *regs
 	__u32 kind = WC_OBJ_NONE, n = 0;
 	__u64 obj = 0;
 	switch (nr) {
-	case 7: case 271: { /* poll ppoll: one fd is that fd's wait */
-		__u64 nfds = RD(btf, regs, si);
+	case WC_NR_POLL: case WC_NR_PPOLL: { /* one fd is that fd's wait */
+		__u64 nfds = reg_arg1(regs, btf);
 		if (nfds == 1) {
 			int fd = -1;
-			bpf_probe_read_user(&fd, sizeof(fd), (void *)RD(btf, regs, di));
+			bpf_probe_read_user(&fd, sizeof(fd), (void *)reg_arg0(regs, btf));
 			return fd;
 		}
 		kind = WC_OBJ_MANY;
@@ -172,28 +166,28 @@ static __always_inline long block_obj(struct wc_thread *th, struct pt_regs *regs
 		n = nfds;
 		break;
 	}
-	case 23: case 270: /* select pselect6: n, the highest fd + 1 */
-	case 232: case 281: case 441: /* epoll_wait epoll_pwait epoll_pwait2: n, the epoll fd */
+	case WC_NR_SELECT: case WC_NR_PSELECT6: /* n, the highest fd + 1 */
+	case WC_NR_EPOLL_WAIT: case WC_NR_EPOLL_PWAIT: case WC_NR_EPOLL_PWAIT2: /* n, the epoll fd */
 		kind = WC_OBJ_MANY;
 		obj = nr;
-		n = RD(btf, regs, di);
+		n = reg_arg0(regs, btf);
 		break;
-	case 449: /* futex_waitv: n, the futexes */
+	case WC_NR_FUTEX_WAITV: /* n, the futexes */
 		kind = WC_OBJ_MANY;
 		obj = nr;
-		n = RD(btf, regs, si);
+		n = reg_arg1(regs, btf);
 		break;
-	case 202: /* futex */
+	case WC_NR_FUTEX:
 		kind = WC_OBJ_FUTEX;
-		obj = RD(btf, regs, di);
+		obj = reg_arg0(regs, btf);
 		break;
-	case 61: /* wait4 */
+	case WC_NR_WAIT4:
 		kind = WC_OBJ_CHILD;
-		obj = (__u64)(__s64)(int)RD(btf, regs, di);
+		obj = (__u64)(__s64)(int)reg_arg0(regs, btf);
 		break;
-	case 247: /* waitid: P_PID (1) names one */
+	case WC_NR_WAITID: /* P_PID (1) names one */
 		kind = WC_OBJ_CHILD;
-		obj = RD(btf, regs, di) == 1 ? (__u64)(__s64)(int)RD(btf, regs, si) : (__u64)-1;
+		obj = reg_arg0(regs, btf) == 1 ? (__u64)(__s64)(int)reg_arg1(regs, btf) : (__u64)-1;
 		break;
 	default:
 		break;

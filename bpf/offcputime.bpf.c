@@ -210,7 +210,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 	th->cur_oref = 0;
 	if (!th->kthread) {
 		regs = task_regs(cur);
-		fp = user_fp(th, RD(btf, regs, ip), RD(btf, regs, sp), RD(btf, regs, bp), RD(btf, regs, orig_ax));
+		fp = user_fp(th, mix(reg_ip(regs, btf), reg_lr(regs, btf)), reg_sp(regs, btf), reg_fp(regs, btf), reg_nr(regs, btf));
 		/* Here the walks only hash, and only in a process of their
 		 * runtime (decided once: two map lookups a switch-out were a
 		 * tenth of the switch program's time in a storm). */
@@ -219,7 +219,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, unsi
 			fp = mix(fp, py_walk(th->pid, tid, WC_WALK_NONE));
 		if (rt & WC_RT_RB)
 			fp = mix(fp, rb_walk(th->pid, WC_WALK_NONE));
-		fp = mix(fp, fd_kind(th, cur, regs, RD(btf, regs, orig_ax), btf));
+		fp = mix(fp, fd_kind(th, cur, regs, reg_nr(regs, btf), btf));
 	} else {
 		/* Kernel threads: the kernel stack is their only identity, so
 		 * they cost one walk per switch (user threads cost none). */

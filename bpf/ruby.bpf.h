@@ -3,7 +3,8 @@
  * user space looks. The thread's execution context is Ruby's TLS variable
  * `ruby_current_ec` (the fiber that runs, whatever the thread): found as
  * glibc finds it, through the thread's dtv (x86_64: the TCB at fsbase
- * holds the dtv at +8, a module's block at dtv[modid]), so no thread
+ * holds the dtv at +8; arm64: at TPIDR_EL0, +0; regs.bpf.h), a module's
+ * block at dtv[modid]), so no thread
  * list is needed and a thread born a moment ago is read too. Its control
  * frames are an array from ec->cfp up to the end of its VM stack; each
  * frame's iseq and pc, or for a C method its method entry (ep[-2]), and
@@ -79,8 +80,8 @@ __noinline __u64 rb_walk(__u32 pid, __u32 dest)
 	if (o.py)
 		o.py[WC_PY_MAX - 1].flags = 0;
 	struct task_struct *cur = current_task();
-	__u64 tp = BPF_CORE_READ(cur, thread.fsbase), dtv = 0, blk = 0, ec = 0;
-	if (!tp || bpf_probe_read_user(&dtv, 8, (void *)(tp + 8)) || !dtv)
+	__u64 tp = WC_TASK_TP(cur), dtv = 0, blk = 0, ec = 0;
+	if (!tp || bpf_probe_read_user(&dtv, 8, (void *)(tp + WC_TP_DTV)) || !dtv)
 		return 0;
 	if (bpf_probe_read_user(&blk, 8, (void *)(dtv + c->modid * 16)) || !blk || blk == ~0ULL)
 		return 0;

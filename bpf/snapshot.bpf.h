@@ -41,7 +41,7 @@ static __always_inline int emit_task_stack(struct task_struct *t, __u64 fp, __u3
 	e->tid = t->pid;
 	e->kind = 0;
 	e->state = state;
-	e->ip = e->sp = e->bp = 0;
+	e->ip = e->sp = e->bp = e->lr = 0;
 	e->kstack_bytes = 0;
 	e->ustack_bytes = 0;
 	e->py_n = 0;
@@ -53,10 +53,11 @@ static __always_inline int emit_task_stack(struct task_struct *t, __u64 fp, __u3
 	}
 	if (want_ustack && !(t->flags & PF_KTHREAD)) {
 		struct pt_regs *regs = task_regs(t);
-		__u64 sp = BPF_CORE_READ(regs, sp);
-		e->ip = BPF_CORE_READ(regs, ip);
+		__u64 sp = reg_sp(regs, false);
+		e->ip = reg_ip(regs, false);
 		e->sp = sp;
-		e->bp = BPF_CORE_READ(regs, bp);
+		e->bp = reg_fp(regs, false);
+		e->lr = reg_lr(regs, false);
 		if (!may_sleep) {
 			/* Its context switches so far, for user space to tell
 			 * whether it ran before the copy (py is unused here). */

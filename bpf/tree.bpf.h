@@ -23,7 +23,7 @@ static __always_inline void emit_marker(__u32 kind, __u32 pid, __u32 tid, __u64 
 	}
 	e->fp = fp;
 	e->ts = bpf_ktime_get_ns();
-	e->ip = e->sp = e->bp = 0;
+	e->ip = e->sp = e->bp = e->lr = 0;
 	e->pid = pid;
 	e->tid = tid;
 	e->kind = kind;

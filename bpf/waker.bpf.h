@@ -121,10 +121,10 @@ static __always_inline int on_waking(void *ctx, struct task_struct *p, bool btf)
 			 * times), which cost a stack copy per wake-up. The syscall
 			 * instruction, the stack depth and, where bp is a frame in
 			 * this stack, the return address above it, name a call site. */
-			__u64 sp = RD(btf, regs, sp), bp = RD(btf, regs, bp);
-			fp = mix(fp, RD(btf, regs, ip));
+			__u64 sp = reg_sp(regs, btf), bp = reg_fp(regs, btf);
+			fp = mix(fp, reg_ip(regs, btf));
 			fp = mix(fp, sp);
-			fp = mix(fp, RD(btf, regs, orig_ax));
+			fp = mix(fp, reg_nr(regs, btf));
 			if (bp > sp && bp - sp < 16384) {
 				__u64 ret = 0;
 				bpf_probe_read_user(&ret, sizeof(ret), (void *)(bp + 8));

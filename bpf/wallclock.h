@@ -209,6 +209,7 @@ struct wc_event {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
+	__u64 lr; /* arm64's link register (x86-64: 0) */
 	__u32 pid;
 	__u32 tid;
 	__u32 kind; /* 0 off-CPU, 1 on-CPU sample */

@@ -340,37 +340,6 @@ fn vdso_samples_keep_their_callers() {
     }
 }
 
-/// Whole stacks: at least `min` of a launched program's on-CPU time is in
-/// stacks that reach a thread's first frame (`_start`, or glibc's `clone3`).
-fn assert_rooted(stream: &Path, min: f64) {
-    let folded = util::ok("stackmerge", &["--folded", "--unit", "ns", stream.to_str().unwrap()], b"");
-    let (mut all, mut rooted, mut worst) = (0u64, 0u64, (0u64, String::new()));
-    for l in folded.lines() {
-        let (stack, ns) = l.rsplit_once(' ').unwrap();
-        let ns: u64 = ns.parse().unwrap();
-        let first = stack.split(';').nth(1).unwrap_or("");
-        // Time the hypervisor took: the thread's own stack-less [steal].
-        if first.starts_with("[steal]") {
-            continue;
-        }
-        // The process tearing down its memory at exit: there is no user
-        // stack left to read, only the leaf its registers name.
-        if first == "[truncated]" && stack.contains("exit_mmap_[k]") {
-            continue;
-        }
-        all += ns;
-        // (_dl_start_user: the loader's own entry, before the program's
-        // _start, running the libraries' constructors.)
-        if matches!(first, "_start" | "clone3" | "_dl_start_user") {
-            rooted += ns;
-        } else if ns > worst.0 {
-            worst = (ns, stack.to_string());
-        }
-    }
-    eprintln!("on-CPU time in stacks from a thread's first frame: {:.2}%", rooted as f64 * 100.0 / all as f64);
-    assert!(rooted as f64 >= all as f64 * min, "{rooted} of {all} ns rooted; the largest not: {} ns {}", worst.0, worst.1);
-}
-
 /// Another tracer's program on sched_switch, attached before ours, runs
 /// first at every switch, so our stamp of each switch-in comes late by its
 /// run time (microseconds: it copies a stack). A thread of short slices

@@ -73,8 +73,13 @@ struct Workload {
 
 impl Workload {
     fn start(dir: &Path) -> Workload {
+        Workload::start_bin(&workload(), dir)
+    }
+
+    /// The same program built otherwise (`bin`).
+    fn start_bin(bin: &Path, dir: &Path) -> Workload {
         let windows = dir.join("windows");
-        let child = Command::new(workload()).arg("600").arg(dir).arg(&windows).stdout(Stdio::piped()).spawn().unwrap();
+        let child = Command::new(bin).arg("600").arg(dir).arg(&windows).stdout(Stdio::piped()).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(500));
         Workload { child: Some(child), windows }
     }
@@ -220,6 +225,73 @@ fn system_wide_loads_and_threads_add_up() {
     }
     drop(wl);
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+/// The workload built as distributions build their programs (-O2, no
+/// frame pointers; libc has none either): its stacks come from .eh_frame
+/// alone (arm64: with the link register at a leaf), and reach a thread's
+/// first frame (`_start`, `clone3`) for at least 95% of its on-CPU and of
+/// its off-CPU time, attached by pid.
+#[test]
+fn no_frame_pointers_unwinds_whole() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("kernels-nofp");
+    let bin = util::build_c_with("tests/programs/capture/workload.c", &d, "workload", &["-O2", "-g", "-fomit-frame-pointer", "-pthread"]);
+    let wl = Workload::start_bin(&bin, &d);
+    let pid = wl.pid();
+    for (tool, extra) in [("offcputime", &[][..]), ("oncputime", &["-F", "499"][..])] {
+        let out = d.join(format!("{tool}.jsonl"));
+        let st = Command::new(util::bin(tool)).args(extra).args(["-p", &pid, "-d", "2", "-o"]).arg(&out).stderr(Stdio::inherit()).status().unwrap();
+        assert!(st.success(), "{tool} -p failed");
+        eprintln!("{tool}:");
+        assert_rooted(&out, 0.95);
+    }
+    drop(wl);
+}
+
+/// CPython's own frames, with no flag: Debian's python3 (3.11 in Debian
+/// 12, on either architecture) launched under scripts/wallclock, its
+/// threads' leaf functions named as Python functions in their stacks,
+/// on-CPU (`crunch`) and off (`nap`, `write_sync`, `wait_lock`).
+#[test]
+fn python_functions_named() {
+    if skip() {
+        return;
+    }
+    let d = util::scratch("kernels-python");
+    let prefix = d.join("p");
+    let out = Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-o"])
+        .arg(&prefix)
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .env_remove("PYTHONPERFSUPPORT")
+        .arg("--")
+        .arg("/usr/bin/python3")
+        .arg(util::root().join("tests/programs/python/workload.py"))
+        .arg("1")
+        .arg(d.join("truth.jsonl"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "wallclock failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stream = util::resolved(&std::fs::read_to_string(prefix.with_extension("stream")).unwrap());
+    let mut named: HashMap<String, u64> = HashMap::new();
+    for r in stream.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|r| r["type"] == "stack") {
+        let kind = if r["kind"] == "on" { "on" } else { "off" };
+        for f in r["frames"].as_array().unwrap().iter().filter_map(|f| f["func"].as_str()) {
+            if let Some(rest) = f.strip_prefix("py::") {
+                let name = &rest[..rest.find([' ', ':']).unwrap_or(rest.len())];
+                *named.entry(format!("{kind} {name}")).or_default() += u(&r["ns"]);
+            }
+        }
+    }
+    let mut seen: Vec<_> = named.iter().map(|(k, v)| format!("{k} {} ms", v / 1_000_000)).collect();
+    seen.sort();
+    eprintln!("Python functions in the stacks: {}", seen.join(", "));
+    let missing: Vec<&str> = ["on crunch", "off nap", "off write_sync", "off wait_lock"].into_iter().filter(|w| !named.contains_key(*w)).collect();
+    assert!(missing.is_empty(), "no stack names {missing:?}");
 }
 
 /// `wallclock dump` names each thread's state: the workload's sleepers

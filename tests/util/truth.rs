@@ -135,3 +135,37 @@ pub fn ustack(s: &Value) -> Vec<Value> {
     s["ustack"].as_array().cloned().unwrap_or_default()
 }
 
+/// Whole stacks: at least `min` of a stream's time (on-CPU for oncputime,
+/// off-CPU for offcputime) is in stacks that reach a thread's first frame
+/// (`_start`, or glibc's `clone3`).
+pub fn assert_rooted(stream: &Path, min: f64) {
+    let folded = super::ok("stackmerge", &["--folded", "--unit", "ns", stream.to_str().unwrap()], b"");
+    let (mut all, mut rooted, mut worst) = (0u64, 0u64, (0u64, String::new()));
+    for l in folded.lines() {
+        let (stack, ns) = l.rsplit_once(' ').unwrap();
+        let ns: u64 = ns.parse().unwrap();
+        let first = stack.split(';').nth(1).unwrap_or("");
+        // Time the hypervisor took: the thread's own stack-less [steal];
+        // offcputime's on-CPU time, which has no stack (oncputime's has).
+        if first.starts_with("[steal]") || first.starts_with("[on-CPU, not sampled]") {
+            continue;
+        }
+        // The process tearing down its memory at exit: there is no user
+        // stack left to read, only the leaf its registers name.
+        if first == "[truncated]" && stack.contains("exit_mmap_[k]") {
+            continue;
+        }
+        all += ns;
+        // (_dl_start_user: the loader's own entry, before the program's
+        // _start, running the libraries' constructors.)
+        // arm64: glibc's thread_start (in clone3) zeroes the frame
+        // pointer and calls start_thread, where the walk ends, whole.
+        if matches!(first, "_start" | "clone3" | "_dl_start_user") || (cfg!(target_arch = "aarch64") && first == "start_thread") {
+            rooted += ns;
+        } else if ns > worst.0 {
+            worst = (ns, stack.to_string());
+        }
+    }
+    eprintln!("on-CPU time in stacks from a thread's first frame: {:.2}%", rooted as f64 * 100.0 / all as f64);
+    assert!(rooted as f64 >= all as f64 * min, "{rooted} of {all} ns rooted; the largest not: {} ns {}", worst.0, worst.1);
+}

@@ -4,6 +4,7 @@
 //! launching `-- COMMAND`, the clock, /proc, user-stack unwinding with
 //! .eh_frame, the runtime readers (runtimes/), Ctrl-C.
 
+pub mod arch;
 pub mod bpf;
 pub mod bpfsyms;
 pub mod cgroup;

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use crate::arch::{leaf_regs, ArchUnwinder, Cache, FramePointer, Regs};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment};
 use wallclock_stream::{MapEntry, Maps};
@@ -195,13 +195,13 @@ struct Proc {
     roots: Vec<(u64, u64)>,
     /// Each file's code, for the leaf scan's checks.
     code: Code,
-    unwinder: UnwinderX86_64<Bytes>,
-    cache: CacheX86_64,
+    unwinder: ArchUnwinder<Bytes>,
+    cache: Cache,
 }
 
 impl Proc {
     fn new(exe: Option<(u64, u64)>) -> Proc {
-        Proc { exe, since: None, pgen: 0, no_anon_code: false, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: UnwinderX86_64::new(), cache: CacheX86_64::new() }
+        Proc { exe, since: None, pgen: 0, no_anon_code: false, maps: Vec::new(), roots: Vec::new(), code: Code::default(), unwinder: ArchUnwinder::new(), cache: Cache::new() }
     }
 }
 
@@ -267,7 +267,7 @@ pub(crate) fn parse_maps(pid: u32) -> Vec<MapEntry> {
 /// reached the stack's start (see `Unwind::unwind_known`). `fps` gets
 /// each frame's frame pointer (V8's frames hold their function there).
 #[allow(clippy::too_many_arguments)]
-fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs: &mut UnwindRegsX86_64, sp: u64, stack: &[u8], fps: &mut Vec<u64>) -> (Vec<u64>, bool) {
+fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs: &mut Regs, sp: u64, stack: &[u8], fps: &mut Vec<u64>) -> (Vec<u64>, bool) {
     let read = |a: u64| -> Result<u64, ()> {
         let off = a.checked_sub(sp).ok_or(())? as usize;
         let b = stack.get(off..off + 8).ok_or(())?;
@@ -283,7 +283,7 @@ fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs:
             return (out, false);
         }
         out.push(a);
-        fps.push(regs.bp());
+        fps.push(regs.frame_pointer());
         if out.len() >= MAX_FRAMES {
             return (out, false);
         }
@@ -307,14 +307,14 @@ fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs:
         // A runtime's JIT code (HotSpot's) or CPython's trampolines.
         if anon {
             let in_files = |x: u64| p.maps.iter().any(|m| x >= m.start && x < m.end);
-            match rt.step(pid, At { pc: a, leaf, sp: regs.sp(), bp: regs.bp() }, &|x| read(x).ok(), &in_files) {
+            match rt.step(pid, At { pc: a, leaf, sp: regs.sp(), bp: regs.frame_pointer() }, &|x| read(x).ok(), &in_files) {
                 Step::NotMine => {}
                 Step::Frame { ret, sp, bp, name } => {
                     if let Some(n) = name {
                         *out.last_mut().unwrap() = n;
                     }
                     regs.set_sp(sp);
-                    regs.set_bp(bp);
+                    regs.set_frame_pointer(bp);
                     match FrameAddress::from_return_address(ret) {
                         Some(next) => addr = next,
                         None => return (out, true),
@@ -397,8 +397,15 @@ impl Unwind {
         self.procs.get(&pid).is_some_and(|p| p.maps.iter().any(|m| addr >= m.start && addr < m.end))
     }
 
-    /// User stack, root first: the leaf is `ip`, the others return addresses.
+    /// User stack, root first: the leaf is `ip`, the others return
+    /// addresses. No link register: see [`Unwind::unwind_lr`].
     pub fn unwind(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
+        self.unwind_lr(pid, ip, sp, bp, 0, stack)
+    }
+
+    /// As [`Unwind::unwind`], with arm64's link register at the leaf (its
+    /// caller, until the leaf saves it); 0 where unknown, and on x86-64.
+    pub fn unwind_lr(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, lr: u64, stack: &[u8]) -> Vec<u64> {
         if ip == 0 {
             return Vec::new();
         }
@@ -415,7 +422,7 @@ impl Unwind {
             }
             _ => false,
         };
-        let (v, whole) = self.unwind_known(pid, ip, sp, bp, stack, false);
+        let (v, whole) = self.unwind_known(pid, ip, sp, bp, lr, stack, false);
         // A caller outside every known mapping: a library mapped since the
         // last read of the maps (libc itself, when they were read just
         // after exec, before the loader mapped it; or a dlopen). Read them
@@ -431,7 +438,7 @@ impl Unwind {
             if let Some(p) = self.procs.get_mut(&pid) {
                 p.no_anon_code = no_anon;
             }
-            self.unwind_known(pid, ip, sp, bp, stack, true)
+            self.unwind_known(pid, ip, sp, bp, lr, stack, true)
         } else {
             (v, whole)
         };
@@ -463,7 +470,7 @@ impl Unwind {
             vec![TRUNCATED_ADDR, e.ip]
         } else {
             let stack = self.runtimes.stack(e);
-            let v = self.unwind(e.pid, e.ip, e.sp, e.bp, &stack);
+            let v = self.unwind_lr(e.pid, e.ip, e.sp, e.bp, e.lr, &stack);
             self.runtimes.recycle(stack);
             v
         };
@@ -491,8 +498,10 @@ impl Unwind {
     /// [`Unwind::unwind`] with V8's JavaScript frames named, as
     /// [`Unwind::event_stack`] names them: for one stack read outside a
     /// capture (wcdump), `ts` its CLOCK_MONOTONIC time.
-    pub fn unwind_named(&mut self, pid: u32, ts: u64, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {
-        let mut native = self.unwind(pid, ip, sp, bp, stack);
+    /// `lr`: arm64's link register (0 on x86-64).
+    #[allow(clippy::too_many_arguments)]
+    pub fn unwind_named(&mut self, pid: u32, ts: u64, ip: u64, sp: u64, bp: u64, lr: u64, stack: &[u8]) -> Vec<u64> {
+        let mut native = self.unwind_lr(pid, ip, sp, bp, lr, stack);
         self.name_frames(pid, ts, &mut native, sp, stack);
         native
     }
@@ -539,13 +548,14 @@ impl Unwind {
     /// (libc, right after exec) fails the walk too, and a scan then took
     /// the one known return address, `_start`'s, as the leaf's caller
     /// (`_start;clock_gettime` for a third of a program's samples).
-    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn unwind_known(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, lr: u64, stack: &[u8], maps_current: bool) -> (Vec<u64>, bool) {
         let Some(p) = self.procs.get_mut(&pid) else { return (vec![ip], false) };
         let rt = &mut self.runtimes;
         let pages = &mut self.pages;
         let first = FrameAddress::from_instruction_pointer(ip);
         let mut fps = Vec::new();
-        let (mut out, whole) = walk(p, rt, pid, first, &mut UnwindRegsX86_64::new(ip, sp, bp), sp, stack, &mut fps);
+        let (mut out, whole) = walk(p, rt, pid, first, &mut leaf_regs(ip, sp, bp, lr), sp, stack, &mut fps);
         // A leaf in a file whose table does not cover it (hand-written
         // assembly: OpenBLAS's dgemm_kernel_HASWELL, 7% of a matmul
         // thread) gets a guessed rule that reads a data word as its
@@ -558,10 +568,12 @@ impl Unwind {
         // Only where the leaf has no rule: one with a rule was stepped
         // past as its table says, and a walk stopped further up (at JIT
         // code) is cut there, not joined to a stale word (leafscan.rs).
-        if (!whole || out.len() == 1) && p.code.in_text(ip) && p.code.has_rule(ip) != Some(true) && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
+        // x86-64's call instructions only: an arm64 leaf has its caller
+        // in the link register.
+        if cfg!(target_arch = "x86_64") && (!whole || out.len() == 1) && p.code.in_text(ip) && p.code.has_rule(ip) != Some(true) && (maps_current || out.iter().skip(1).all(|&a| in_maps(p, a))) {
             for (slot, r) in p.code.scan(pid, ip, sp, stack, pages) {
                 let Some(next) = FrameAddress::from_return_address(r) else { continue };
-                let mut regs = UnwindRegsX86_64::new(r, slot + 8, bp);
+                let mut regs = leaf_regs(r, slot + 8, bp, 0);
                 let mut caller_fps = Vec::new();
                 let (callers, w) = walk(p, rt, pid, next, &mut regs, sp, stack, &mut caller_fps);
                 // Whole, and through files only: a stale word can lead

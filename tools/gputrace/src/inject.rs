@@ -1,10 +1,11 @@
-//! Loading a library into a running process (x86-64 Linux), the way a
-//! debugger calls a function in its inferior: ptrace-stop the main
-//! thread, save its registers, point it at `dlopen` (found in the
-//! target's own libc through the file's symbols and the maps) with the
-//! path on its stack and a return address of 0, let it run until that
-//! return faults, read the result, put the registers back, detach. The
-//! thread then goes on where it was (an interrupted sleep restarts).
+//! Loading a library into a running process (x86-64 Linux; elsewhere an
+//! error says so), the way a debugger calls a function in its inferior:
+//! ptrace-stop the main thread, save its registers, point it at `dlopen`
+//! (found in the target's own libc through the file's symbols and the
+//! maps) with the path on its stack and a return address of 0, let it run
+//! until that return faults, read the result, put the registers back,
+//! detach. The thread then goes on where it was (an interrupted sleep
+//! restarts).
 
 use std::ffi::CString;
 
@@ -49,16 +50,21 @@ pub fn symbol_in(pid: u32, file: &dyn Fn(&str) -> bool, symbol: &str) -> Result<
     Ok(addr.wrapping_add(bias))
 }
 
+#[cfg(target_arch = "x86_64")]
 fn errno() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
 /// A ptrace-stopped thread; detached (registers restored) on drop.
+/// x86-64's registers: the call below is x86-64's (arm64 would set x0,
+/// x1, the link register and pc, and cancel a syscall's restart apart).
+#[cfg(target_arch = "x86_64")]
 pub struct Stopped {
     tid: i32,
     saved: libc::user_regs_struct,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Stopped {
     /// Attaches to `tid` and waits for it to stop. The errors say why
     /// attaching was refused.
@@ -174,6 +180,7 @@ impl Stopped {
 /// Marks the argument that is the address of the copied data.
 pub const DATA: u64 = u64::MAX - 1;
 
+#[cfg(target_arch = "x86_64")]
 impl Drop for Stopped {
     fn drop(&mut self) {
         // SAFETY: restoring the registers saved at attach, then detaching.
@@ -193,6 +200,17 @@ pub fn load_and_call(pid: u32, lib: &std::path::Path, init: &str, arg: &[u8]) ->
         .or_else(|_| symbol_in(pid, &is_libc, "__libc_dlopen_mode"))
         .with_context(|| format!("cannot find dlopen in the libc of process {pid}"))?;
     let path = CString::new(lib.as_os_str().as_encoded_bytes()).context("library path")?;
+    call_in(pid, dlopen, &path, lib, init, arg)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn call_in(pid: u32, _dlopen: u64, _path: &CString, _lib: &std::path::Path, _init: &str, _arg: &[u8]) -> Result<i32> {
+    bail!("loading the injection library into running process {pid} is done on x86-64 only: launch the program under gputrace instead")
+}
+
+/// The calls of `load_and_call` in the stopped process.
+#[cfg(target_arch = "x86_64")]
+fn call_in(pid: u32, dlopen: u64, path: &CString, lib: &std::path::Path, init: &str, arg: &[u8]) -> Result<i32> {
     let stopped = Stopped::attach(pid)?;
     let handle = stopped.call(dlopen, [DATA, libc::RTLD_NOW as u64], path.as_bytes_with_nul())?;
     if handle == 0 {

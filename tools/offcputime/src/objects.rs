@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
+use wallclock_capture::arch::nr as sysno;
 use wallclock_capture::event;
 
 /// A block's object as BPF keyed it (`wc_okey.obj`, `oref`).
@@ -327,10 +328,10 @@ impl Namer {
             KIND_FUTEX => Some(self.futex_name(&mut inner, pid, o.obj)),
             KIND_CHILD => Some(self.child_name(&mut inner, o.obj, comm_of)),
             KIND_MANY => Some(match o.obj {
-                7 | 271 => format!("fds poll {}", o.n()),
-                23 | 270 => "fds select".to_string(),
-                232 | 281 | 441 => "fds epoll_wait".to_string(),
-                449 => format!("fds futex_waitv {}", o.n()),
+                sysno::POLL | sysno::PPOLL => format!("fds poll {}", o.n()),
+                sysno::SELECT | sysno::PSELECT6 => "fds select".to_string(),
+                sysno::EPOLL_WAIT | sysno::EPOLL_PWAIT | sysno::EPOLL_PWAIT2 => "fds epoll_wait".to_string(),
+                sysno::FUTEX_WAITV => format!("fds futex_waitv {}", o.n()),
                 _ => "fds".to_string(),
             }),
             _ => None,
@@ -355,12 +356,12 @@ impl Namer {
             Obj { oref: oref(KIND_FD, fd), obj: ino }
         };
         match nr {
-            0 | 1 | 16..=20 | 40 | 42..=47 | 72..=75 | 77 | 217 | 275..=277 | 285 | 288 | 295 | 296 | 299 | 307 | 326..=328 => fd(a0),
-            202 => Obj { oref: oref(KIND_FUTEX, 0), obj: a0 },
-            61 => Obj { oref: oref(KIND_CHILD, 0), obj: a0 as i32 as i64 as u64 },
-            247 => Obj { oref: oref(KIND_CHILD, 0), obj: if a0 == 1 { a1 as i32 as i64 as u64 } else { u64::MAX } },
-            7 | 271 if a1 != 1 => Obj { oref: oref(KIND_MANY, a1), obj: nr },
-            23 | 270 | 232 | 281 | 441 => Obj { oref: oref(KIND_MANY, a0), obj: nr },
+            n if sysno::FD.contains(&n) => fd(a0),
+            sysno::FUTEX => Obj { oref: oref(KIND_FUTEX, 0), obj: a0 },
+            sysno::WAIT4 => Obj { oref: oref(KIND_CHILD, 0), obj: a0 as i32 as i64 as u64 },
+            sysno::WAITID => Obj { oref: oref(KIND_CHILD, 0), obj: if a0 == 1 { a1 as i32 as i64 as u64 } else { u64::MAX } },
+            sysno::POLL | sysno::PPOLL if a1 != 1 => Obj { oref: oref(KIND_MANY, a1), obj: nr },
+            sysno::SELECT | sysno::PSELECT6 | sysno::EPOLL_WAIT | sysno::EPOLL_PWAIT | sysno::EPOLL_PWAIT2 => Obj { oref: oref(KIND_MANY, a0), obj: nr },
             _ => Obj::default(),
         }
     }

@@ -108,7 +108,7 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
     for r in &raws {
         let mut s = Stack::new(Kind::Off, r.pid, r.tid, &r.comm());
         if r.ip != 0 {
-            s.ustack = unwind.unwind_named(r.pid, r.now, r.ip, r.sp, r.bp, r.ustack());
+            s.ustack = unwind.unwind_named(r.pid, r.now, r.ip, r.sp, r.bp, r.lr, r.ustack());
         }
         if kernel {
             s.kstack = r.kstack().iter().rev().copied().collect();
