@@ -70,7 +70,13 @@ fn rooted(s: &Stack) -> bool {
 /// (off-CPU, sleeping: not preempted) in stacks `which` picks, the
 /// percentage in stacks for which `pred` holds, and the heaviest stacks.
 fn waits_pct(r: &Run, prefix: &str, which: impl Fn(&Stack) -> bool, pred: impl Fn(&Stack) -> bool) -> (f64, String) {
-    let waits = |s: &&Stack| s.kind == "off" && s.frames.last().is_some_and(|f| f == "[sleep]") && which(s);
+    // The state leaf, followed by the wait's object when it has one
+    // (`[sleep];[lock 0x7f..]`).
+    let sleeping = |s: &Stack| {
+        let funcs: Vec<&str> = s.frames.iter().map(String::as_str).collect();
+        wallclock_stream::accounting::state_leaf_of(&funcs) == Some(wallclock_stream::State::S)
+    };
+    let waits = |s: &&Stack| s.kind == "off" && sleeping(s) && which(s);
     let mut off: Vec<&Stack> = r.stacks.iter().filter(|s| r.comms.get(&s.tid).is_some_and(|c| c.starts_with(prefix))).filter(waits).collect();
     let all: u64 = off.iter().map(|s| s.ns).sum();
     let yes: u64 = off.iter().filter(|s| pred(s)).map(|s| s.ns).sum();
