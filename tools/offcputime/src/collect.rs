@@ -1,12 +1,13 @@
 //! From the BPF maps and stack events to stream records.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use wallclock_capture::event::{self, WcOkey, WcOval, WcThread};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_capture::{procfs, unwind::Unwind};
 
 pub use crate::stacks::Stacks;
+use crate::blocks::{Acc, Where};
 use crate::objects::{Namer, Obj};
 use crate::wakers::{self, Wakes};
 use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
@@ -63,40 +64,6 @@ fn st(s: u32) -> State {
         event::ST_S => State::S,
         event::ST_D => State::D,
         _ => State::Other,
-    }
-}
-
-#[derive(PartialEq, Eq, PartialOrd, Ord, Clone, Debug)]
-pub(crate) enum Where {
-    Stack(crate::stacks::Addrs, crate::stacks::Addrs),
-    Synthetic(&'static str),
-}
-
-#[derive(Default)]
-pub(crate) struct Acc {
-    /// (tid, state, where, what it waited on) -> (ns, count)
-    pub stacks: BTreeMap<(u32, State, Where, Obj), (u64, u64)>,
-    /// Blocks and ns per synthetic stack.
-    pub synthetic: BTreeMap<&'static str, (u64, u64)>,
-}
-
-impl Acc {
-    pub fn add(&mut self, tid: u32, s: State, w: Where, ns: u64, count: u64) {
-        self.add_obj(tid, s, w, Obj::default(), ns, count)
-    }
-
-    pub fn add_obj(&mut self, tid: u32, s: State, w: Where, o: Obj, ns: u64, count: u64) {
-        if let Where::Synthetic(name) = w {
-            let e = self.synthetic.entry(name).or_default();
-            e.0 += count;
-            e.1 += ns;
-        }
-        // A synthetic stack has no object (only a thread blocked since
-        // the start has one without a stack of its own: see init_obj).
-        let o = if matches!(w, Where::Synthetic(_)) { Obj::default() } else { o };
-        let e = self.stacks.entry((tid, s, w, o)).or_default();
-        e.0 += ns;
-        e.1 += count;
     }
 }
 
@@ -313,81 +280,97 @@ pub fn records_vec(inp: &Input) -> Vec<Record> {
 /// `sink` one by one (a system-wide capture has 100,000: made into one
 /// vector, they were most of the memory at the stop).
 pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) -> std::io::Result<Vec<Record>> {
-    let (cfg, sess, unwind, stacks, threads, counts) = (inp.cfg, inp.sess, inp.unwind, inp.stacks, inp.threads, inp.counts);
-    let (offcpu, offwake, done) = (inp.offcpu, inp.offwake, inp.done);
-    let (start, end) = (cfg.start, cfg.end);
-    let mut acc = Acc::default();
-    let r = Resolve { cfg, sess, stacks };
+    let r = Resolve { cfg: inp.cfg, sess: inp.sess, stacks: inp.stacks };
     // Threads the kernel keeps from BPF: what it showed of them is not
     // their time (see wallclock_capture::hidden).
-    let mut hidden = sess.hidden(threads, end);
+    let mut hidden = inp.sess.hidden(inp.threads, inp.cfg.end);
     // Written out during the capture: seen by BPF (a zombie, in /proc
     // until reaped, is not hidden for having left the thread map).
-    hidden.retain(|h| !done.tids.contains(&h.tid));
-    let hid: std::collections::HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
+    hidden.retain(|h| !inp.done.tids.contains(&h.tid));
+    let hid: HashSet<u32> = hidden.iter().map(|h| h.tid).collect();
     let mut wakes = Wakes::default();
-    for (tid, fp, state, k, ns, count) in Wakes::parse(offwake) {
-        if hid.contains(&tid) {
-            continue;
+    for (tid, fp, state, k, ns, count) in Wakes::parse(inp.offwake) {
+        if !hid.contains(&tid) {
+            let (s, w) = r.block_of(tid, fp, state, ns, count);
+            wakes.add((tid, s, w), k, ns, count);
         }
-        let (s, w) = r.block_of(tid, fp, state, ns, count);
-        wakes.add((tid, s, w), k, ns, count);
     }
-    for (k, v) in offcpu {
+    let mut acc = Acc::default();
+    for (k, v) in inp.offcpu {
         r.add_entry(&mut acc, k, v, |tid| hid.contains(&tid));
     }
-
-    let mut out_threads = BTreeMap::new();
-    let comm_of = |pid: u32, tid: u32, fallback: &str| {
-        let tid = event::real_tid(tid);
-        procfs::comm(pid, tid).or_else(|| stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
-    };
     let mut sums = Sums::default();
-    for &(tid, th) in threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
+    let mut threads = thread_records(inp, &r, &hid, &mut acc, &mut sums);
+    blocked_all_window(inp, &r, &mut acc, &mut threads);
+    for h in &hidden {
+        acc.add(h.tid, State::Other, Where::Synthetic(wallclock_capture::hidden::FRAME), h.off_ns, 1);
+        threads.insert(h.tid, window_thread(h.pid, h.tid, &h.comm, inp.cfg, h.on_ns, State::Other, h.off_ns));
+    }
+    inp.unwind.runtimes.name_threads(threads.values_mut());
+    let stats = trailer(inp, &mut acc, &mut sums, threads.len(), hidden.len(), &wakes);
+    let recs = head(inp, &stats, &threads);
+    write_stacks(inp, &r, &acc, &wakes, &threads, sink)?;
+    Ok(recs.into_iter().chain([Record::Stats(stats)]).collect())
+}
+
+/// The thread records of the thread map (but the hidden threads'), their
+/// blocks still in it added to `acc`.
+fn thread_records(inp: &Input, r: &Resolve, hid: &HashSet<u32>, acc: &mut Acc, sums: &mut Sums) -> BTreeMap<u32, Thread> {
+    let mut out = BTreeMap::new();
+    for &(tid, th) in inp.threads.iter().filter(|(tid, _)| !hid.contains(tid)) {
         let comm = |th: &WcThread| {
             if th.exit_ns > 0 {
                 event::comm_str(&th.comm)
             } else {
-                comm_of(th.pid, tid, &event::comm_str(&th.comm))
+                comm_of(inp, th.pid, tid, &event::comm_str(&th.comm))
             }
         };
-        let mut t = r.thread(&mut acc, tid, th, &mut sums, comm);
-        t.pgen = unwind.pgen(th.pid, th.begin_ns);
-        out_threads.insert(tid, t);
+        let mut t = r.thread(acc, tid, th, sums, comm);
+        t.pgen = inp.unwind.pgen(th.pid, th.begin_ns);
+        out.insert(tid, t);
     }
-    // Threads blocked from the start to the stop never switched: all off-CPU.
-    for (&tid, i) in &sess.initial {
-        if out_threads.contains_key(&tid) || done.tids.contains(&tid) || !procfs::exists(i.pid) {
+    out
+}
+
+/// A live thread's name as /proc gives it now, else as its stacks' events
+/// had it, else `fallback`.
+fn comm_of(inp: &Input, pid: u32, tid: u32, fallback: &str) -> String {
+    let tid = event::real_tid(tid);
+    procfs::comm(pid, tid).or_else(|| inp.stacks.comm(tid)).unwrap_or_else(|| fallback.to_string())
+}
+
+/// Threads blocked from the start to the stop never switched: all the
+/// window off-CPU, in the state and stack /proc gave at the start.
+fn blocked_all_window(inp: &Input, r: &Resolve, acc: &mut Acc, out: &mut BTreeMap<u32, Thread>) {
+    let (start, end) = (inp.cfg.start, inp.cfg.end);
+    for (&tid, i) in &inp.sess.initial {
+        if out.contains_key(&tid) || inp.done.tids.contains(&tid) || !procfs::exists(i.pid) {
             continue;
         }
         let s = state_from_letter(i.state);
-        let mut off = StateNs::default();
-        *off.get_mut(s) = end - start;
         acc.add_obj(tid, s, r.init_where(tid, end - start, 1), r.init_obj(tid), end - start, 1);
-        let mut t = Thread::new(i.pid, tid, &comm_of(i.pid, tid, &i.comm));
-        t.start_ns = Some(start);
-        t.end_ns = Some(end);
-        t.on_ns = Some(0);
-        t.steal_ns = Some(0);
-        t.off_ns = Some(off);
-        out_threads.insert(tid, t);
+        out.insert(tid, window_thread(i.pid, tid, &comm_of(inp, i.pid, tid, &i.comm), inp.cfg, 0, s, end - start));
     }
+}
 
-    for h in &hidden {
-        let mut off = StateNs::default();
-        *off.get_mut(State::Other) = h.off_ns;
-        acc.add(h.tid, State::Other, Where::Synthetic(wallclock_capture::hidden::FRAME), h.off_ns, 1);
-        let mut t = Thread::new(h.pid, h.tid, &h.comm);
-        t.start_ns = Some(start);
-        t.end_ns = Some(end);
-        t.on_ns = Some(h.on_ns);
-        t.steal_ns = Some(0);
-        t.off_ns = Some(off);
-        out_threads.insert(h.tid, t);
-    }
+/// A thread that lived the whole window: `on_ns` on-CPU, `off_ns` in
+/// state `s`.
+fn window_thread(pid: u32, tid: u32, comm: &str, cfg: &Config, on_ns: u64, s: State, off_ns: u64) -> Thread {
+    let mut off = StateNs::default();
+    *off.get_mut(s) = off_ns;
+    let mut t = Thread::new(pid, tid, comm);
+    t.start_ns = Some(cfg.start);
+    t.end_ns = Some(cfg.end);
+    t.on_ns = Some(on_ns);
+    t.steal_ns = Some(0);
+    t.off_ns = Some(off);
+    t
+}
 
-    unwind.runtimes.name_threads(out_threads.values_mut());
-    // The threads written out during the capture count as if made here.
+/// The trailer's counts, the threads written out during the capture
+/// counted as if made here.
+fn trailer(inp: &Input, acc: &mut Acc, sums: &mut Sums, threads: usize, hidden: usize, wakes: &Wakes) -> Stats {
+    let done = inp.done;
     for (name, (n, ns)) in &done.synthetic {
         let e = acc.synthetic.entry(name).or_default();
         e.0 += n;
@@ -397,40 +380,51 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
         a.0 += b.0;
         a.1 += b.1;
     }
-    let mut stats = stats(cfg, counts, &acc, &sums.short, out_threads.len() + done.threads.len());
+    let mut stats = stats(inp.cfg, inp.counts, acc, &sums.short, threads + done.threads.len());
     *stats.counts.entry("missed_switches".into()).or_default() += sums.missed_at_stop;
-    stats.counts.insert("hidden_threads".into(), hidden.len() as u64);
-    stats.counts.extend(unwind.reader_stats());
-    if cfg.wake_depth.is_some() {
-        let blocks: std::collections::BTreeSet<(u32, State, &Where)> = acc.stacks.keys().map(|(t, s, w, _)| (*t, *s, w)).collect();
+    stats.counts.insert("hidden_threads".into(), hidden as u64);
+    stats.counts.extend(inp.unwind.reader_stats());
+    if inp.cfg.wake_depth.is_some() {
+        let blocks: BTreeSet<(u32, State, &Where)> = acc.stacks.keys().map(|(t, s, w, _)| (*t, *s, w)).collect();
         let orphans = wakes.by_block.keys().filter(|(t, s, w)| !blocks.contains(&(*t, *s, w))).count();
         stats.counts.insert("waker_orphan_blocks".into(), orphans as u64);
     }
-    let mut header = sess.header("offcputime", env!("CARGO_PKG_VERSION"), end);
-    header.min_block_ns = Some(cfg.min_block_ns);
+    stats
+}
+
+/// The records before the stacks: the header (with what was lost), the
+/// maps, the threads in tid order (a tid used again during the capture:
+/// one record per thread), their steal stacks.
+fn head(inp: &Input, stats: &Stats, threads: &BTreeMap<u32, Thread>) -> Vec<Record> {
+    let mut header = inp.sess.header("offcputime", env!("CARGO_PKG_VERSION"), inp.cfg.end);
+    header.min_block_ns = Some(inp.cfg.min_block_ns);
     for k in ["lost_stacks", "lost_stack_ns", "map_full"] {
         let v = stats.counts[k];
         if v > 0 {
             header.lost.insert(k.to_string(), v);
         }
     }
-
     let mut recs = vec![Record::Header(header)];
-    recs.extend(unwind.maps_records().into_iter().map(Record::Maps));
-    // In tid order, as one map of them would be (a tid used again during
-    // the capture: one record per thread).
-    let mut all: Vec<&Thread> = out_threads.values().chain(&done.threads).collect();
+    recs.extend(inp.unwind.maps_records().into_iter().map(Record::Maps));
+    let mut all: Vec<&Thread> = threads.values().chain(&inp.done.threads).collect();
     all.sort_by_key(|t| t.tid);
     recs.extend(all.iter().map(|t| Record::Thread((*t).clone())));
     recs.extend(all.iter().filter_map(|t| accounting::steal_stack(t)).map(Record::Stack));
-    let thread_of = |tid: u32| out_threads.get(&tid).map(|t| (t.pid, t.comm.clone()));
-    let pgen_of = |tid: u32| out_threads.get(&tid).and_then(|t| t.pgen);
+    recs
+}
+
+/// Each (thread, state, place, object) of `acc` to `sink`: with
+/// `--wakers`, one record per waker and one for the time no wake-up
+/// ended.
+fn write_stacks(inp: &Input, r: &Resolve, acc: &Acc, wakes: &Wakes, threads: &BTreeMap<u32, Thread>, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) -> std::io::Result<()> {
+    let wake_depth = inp.cfg.wake_depth;
+    let thread_of = |tid: u32| threads.get(&tid).map(|t| (t.pid, t.comm.clone()));
     let wblock_of = |tid: u32, fp: u64, state: u32| Some(r.block_of(tid, fp, state, 0, 1));
-    let wcx = wakers::Ctx { stacks, wakes: &wakes, block_of: &wblock_of, thread: &thread_of };
-    let comm_by_tid = |t: u32| out_threads.get(&t).or_else(|| done.threads.iter().find(|x| x.tid == t)).map(|t| t.comm.clone());
+    let wcx = wakers::Ctx { stacks: inp.stacks, wakes, block_of: &wblock_of, thread: &thread_of };
+    let comm_by_tid = |t: u32| threads.get(&t).or_else(|| inp.done.threads.iter().find(|x| x.tid == t)).map(|t| t.comm.clone());
     // A stack's time over all its objects: each object's share of its wakers.
     let mut whole_ns: BTreeMap<(u32, State, &Where), u64> = BTreeMap::new();
-    if cfg.wake_depth.is_some() {
+    if wake_depth.is_some() {
         for ((tid, state, w, _), (ns, _)) in &acc.stacks {
             *whole_ns.entry((*tid, *state, w)).or_default() += ns;
         }
@@ -438,9 +432,9 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
     for ((tid, state, w, o), (ns, count)) in &acc.stacks {
         let (pid, comm) = thread_of(*tid).unwrap_or_default();
         let mut s = stack_record(pid, *tid, &comm, *state, w);
-        s.pgen = pgen_of(*tid);
+        s.pgen = threads.get(tid).and_then(|t| t.pgen);
         s.object = inp.names.name(pid, *o, &comm_by_tid);
-        let (split, left_ns, left_count) = match cfg.wake_depth {
+        let (split, left_ns, left_count) = match wake_depth {
             Some(_) => {
                 let whole = whole_ns.get(&(*tid, *state, w)).copied().unwrap_or(*ns);
                 wakes.split_share(&(*tid, *state, w.clone()), *ns, *count, (*ns, whole))
@@ -452,7 +446,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
         // little of what it interrupted) may be one waker here.
         let mut by_waker: BTreeMap<wallclock_stream::Waker, (u64, u64)> = BTreeMap::new();
         for (k, wns, wcount) in split {
-            let e = by_waker.entry(wakers::waker(&wcx, &k, cfg.wake_depth.unwrap_or(1))).or_default();
+            let e = by_waker.entry(wakers::waker(&wcx, &k, wake_depth.unwrap_or(1))).or_default();
             e.0 += wns;
             e.1 += wcount;
         }
@@ -469,8 +463,7 @@ pub fn records(inp: &Input, sink: &mut dyn FnMut(Stack) -> std::io::Result<()>) 
             sink(s)?;
         }
     }
-    recs.push(Record::Stats(stats));
-    Ok(recs)
+    Ok(())
 }
 
 /// The trailer: the BPF counters, then what user space counted. Short

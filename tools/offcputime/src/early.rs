@@ -27,7 +27,8 @@ use wallclock_capture::unwind::Unwind;
 use wallclock_capture::spool::Spool;
 use wallclock_stream::Record;
 
-use crate::collect::{self, Acc, Config, Done, Resolve, Stacks, Sums};
+use crate::blocks::Acc;
+use crate::collect::{self, Config, Done, Resolve, Stacks, Sums};
 
 /// A BPF map's entries, as (key, value) bytes.
 type Entries = Vec<(Vec<u8>, Vec<u8>)>;

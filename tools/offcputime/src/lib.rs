@@ -55,6 +55,7 @@
 //! `driver`; this crate holds the BPF configuration and the records.
 
 mod atstop;
+mod blocks;
 mod collect;
 mod early;
 mod objects;
@@ -544,59 +545,15 @@ pub fn run(cli: Cli) -> Result<i32> {
     drop(offcpu);
     let at = records.len() - 1;
     if let Some(events) = tl_events {
-        let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
-            .iter()
-            .filter_map(|(k, v)| {
-                let tid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
-                Some((tid, wallclock_capture::event::from_bytes(v)?))
-            })
-            .collect();
-        let counts = wallclock_capture::bpf::percpu_sums(
-            &cap.skel.maps.tl_stats,
-            wallclock_capture::event::TL_STAT_NAMES.len() as u32,
-        );
-        let names: std::collections::HashMap<u32, (u32, String)> = records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Thread(t) => Some((t.tid, (t.pid, t.comm.clone()))),
-                _ => None,
-            })
-            .collect();
-        let thread_of = |tid: u32| names.get(&tid).cloned();
-        let thread: Option<&dyn Fn(u32) -> Option<(u32, String)>> = cli.wakers.then_some(&thread_of as _);
-        let inp = timeline::Input {
-            cfg: &cfg,
-            sess: &cap.sess,
-            stacks: &stacks,
-            threads: &threads,
-            events,
-            tl_threads,
-            thread,
-        };
-        let (tl, tl_counts) = timeline::records(&inp, &counts);
-        // Before the trailer, which gets the timeline's counts.
-        let trailer = records.pop();
-        records.extend(tl);
-        if let Some(Record::Stats(mut s)) = trailer {
-            s.counts.extend(tl_counts);
-            records.push(Record::Stats(s));
-        }
+        add_timeline(&mut records, &cap, &cfg, &stacks, &threads, events, cli.wakers);
     }
     if let Some(events) = probe_events {
-        let counts = wallclock_capture::bpf::percpu_sums(
-            &cap.skel.maps.probe_stats,
-            wallclock_capture::event::PROBE_STAT_NAMES.len() as u32,
-        );
+        let counts = wallclock_capture::bpf::percpu_sums(&cap.skel.maps.probe_stats, wallclock_capture::event::PROBE_STAT_NAMES.len() as u32);
         let (recs, pcounts) = wallclock_capture::probe::records(&off.probes, events, &off.probe_stacks, &counts);
         for w in probe_loss_warnings(&pcounts) {
             eprintln!("offcputime: warning: {w}");
         }
-        let trailer = records.pop();
-        records.extend(recs);
-        if let Some(Record::Stats(mut s)) = trailer {
-            s.counts.extend(pcounts);
-            records.push(Record::Stats(s));
-        }
+        before_trailer(&mut records, recs, pcounts);
     }
     cap.sess.cap_steal(&mut records);
     if let Some(c) = stacks.check() {
@@ -619,4 +576,48 @@ pub fn run(cli: Cli) -> Result<i32> {
         splices.push((at, spool.read()?));
     }
     cap.write_spliced(&cli.target, &records, splices, value)
+}
+
+/// `--timeline`'s records, before the trailer, which gets the timeline's
+/// counts. With `--wakers`, wakers are named from the thread records.
+fn add_timeline(
+    records: &mut Vec<Record>,
+    cap: &wallclock_capture::driver::Captured<skel::OffcputimeSkel<'static>>,
+    cfg: &collect::Config,
+    stacks: &collect::Stacks,
+    threads: &[(u32, wallclock_capture::event::WcThread)],
+    events: Vec<wallclock_capture::event::WcTlEvent>,
+    wakers: bool,
+) {
+    let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
+        .iter()
+        .filter_map(|(k, v)| {
+            let tid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
+            Some((tid, wallclock_capture::event::from_bytes(v)?))
+        })
+        .collect();
+    let counts = wallclock_capture::bpf::percpu_sums(&cap.skel.maps.tl_stats, wallclock_capture::event::TL_STAT_NAMES.len() as u32);
+    let names: std::collections::HashMap<u32, (u32, String)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Thread(t) => Some((t.tid, (t.pid, t.comm.clone()))),
+            _ => None,
+        })
+        .collect();
+    let thread_of = |tid: u32| names.get(&tid).cloned();
+    let thread: Option<&dyn Fn(u32) -> Option<(u32, String)>> = wakers.then_some(&thread_of as _);
+    let inp = timeline::Input { cfg, sess: &cap.sess, stacks, threads, events, tl_threads, thread };
+    let (tl, tl_counts) = timeline::records(&inp, &counts);
+    before_trailer(records, tl, tl_counts);
+}
+
+/// `recs` put before the trailer (the last record), whose counts get
+/// `counts`.
+fn before_trailer(records: &mut Vec<Record>, recs: Vec<Record>, counts: impl IntoIterator<Item = (String, u64)>) {
+    let trailer = records.pop();
+    records.extend(recs);
+    if let Some(Record::Stats(mut s)) = trailer {
+        s.counts.extend(counts);
+        records.push(Record::Stats(s));
+    }
 }

@@ -18,6 +18,7 @@ use wallclock_capture::event::{self, WcThread, WcTlEvent, WcTlThread};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_stream::{Frame, Kind, Record, Slice, SliceStack, State, Waker};
 
+use crate::blocks::Where;
 use crate::collect::{self, Stacks};
 use crate::wakers;
 
@@ -66,13 +67,6 @@ impl Drain {
         let _ = self.thread.join();
         std::mem::take(&mut *self.events.lock().unwrap())
     }
-}
-
-/// Where a block's time is in the summed view: a stack or a synthetic one.
-#[derive(PartialEq, Eq, PartialOrd, Ord, Clone)]
-enum Where {
-    Stack(crate::stacks::Addrs, crate::stacks::Addrs),
-    Synthetic(&'static str),
 }
 
 /// What the capture gives the timeline.

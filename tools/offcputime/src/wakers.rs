@@ -11,7 +11,7 @@ use wallclock_capture::event::{self, WcOval, WcWkey};
 use wallclock_capture::procfs;
 use wallclock_stream::{State, Waker, WakerBlock};
 
-use crate::collect::Where;
+use crate::blocks::Where;
 use crate::stacks::Stacks;
 
 /// A wake-up as BPF keyed it: context, waker tid, waker stack, the waker's
