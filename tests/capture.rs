@@ -549,7 +549,18 @@ fn folded_output() {
     let alone = dir.join("offcputime");
     std::fs::copy(util::bin("offcputime"), &alone).unwrap();
     assert!(!dir.join("stacksym").exists());
-    let o = Command::new(&alone).arg("-f").arg("--").arg(&wl).args(["1.5"]).arg(&dir).output().unwrap();
+    // A file just written can be busy for a moment: a child another test
+    // forked while it was open for writing holds it until its exec.
+    let run = || Command::new(&alone).arg("-f").arg("--").arg(&wl).args(["1.5"]).arg(&dir).output();
+    let o = (0..50)
+        .find_map(|_| match run() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                None
+            }
+            r => Some(r.unwrap()),
+        })
+        .expect("the copy of offcputime stayed busy for 1 s");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let text = String::from_utf8(o.stdout).unwrap();
