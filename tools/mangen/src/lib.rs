@@ -1,8 +1,11 @@
 //! Man pages (section 1), shell completions and the flag index
 //! (docs/flags-index.md) for every tool, rendered
-//! from the same clap `Command` each binary parses, so they cannot drift.
+//! from the same clap `Command` each binary parses, so they cannot drift;
+//! `scripts/wallclock`'s from its definition in [`wallclock`], checked
+//! against the script by tests/manpages.rs.
 
 pub mod flags;
+pub mod wallclock;
 
 use std::path::Path;
 
@@ -36,6 +39,11 @@ pub fn render() -> Result<Vec<(String, Vec<u8>)>> {
         clap_complete::generate(clap_complete::Shell::Bash, &mut cmd.clone(), name.clone(), &mut comp);
         out.push((format!("completions/{name}.bash"), comp));
     }
+    // The script's page and completions, from its definition here.
+    out.push(("man/wallclock.1".to_string(), wallclock::page()?));
+    let mut comp = Vec::new();
+    clap_complete::generate(clap_complete::Shell::Bash, &mut wallclock::command(), "wallclock", &mut comp);
+    out.push(("completions/wallclock.bash".to_string(), comp));
     out.push(("docs/flags-index.md".to_string(), flags::index_md(&flags::all(&commands())).into_bytes()));
     Ok(out)
 }
