@@ -50,7 +50,9 @@ static __always_inline bool ends_with_call(const __u8 *c)
 /* The syscalls whose object a block records (fingerprint.bpf.h,
  * block_obj), by the generic numbers. arm64 has no poll, select or
  * epoll_wait (libc calls ppoll, pselect6, epoll_pwait): those are
- * numbers no syscall has (a thread not in a syscall reads -1). */
+ * numbers no syscall has (a thread not in a syscall reads -1).
+ * tools/capture/build.rs reads these defines and WC_FD_SYSCALLS into
+ * user space's table (wallclock_capture::arch::nr): one list. */
 #define WC_NR_POLL -2
 #define WC_NR_PPOLL 73
 #define WC_NR_SELECT -3

@@ -53,7 +53,9 @@ static __always_inline bool ends_with_call(const __u8 *c)
 #define WC_TP_DTV 8
 
 /* The syscalls whose object a block records (fingerprint.bpf.h,
- * block_obj), by x86-64's numbers. */
+ * block_obj), by x86-64's numbers.
+ * tools/capture/build.rs reads these defines and WC_FD_SYSCALLS into
+ * user space's table (wallclock_capture::arch::nr): one list. */
 #define WC_NR_POLL 7
 #define WC_NR_PPOLL 271
 #define WC_NR_SELECT 23
