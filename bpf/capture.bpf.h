@@ -16,6 +16,7 @@ struct {
 	__type(value, struct wc_event);
 } ev_scratch SEC(".maps");
 
+#include "ustack.bpf.h"
 #include "walkout.bpf.h"
 #include "python.bpf.h"
 #include "ruby.bpf.h"
@@ -472,7 +473,7 @@ static __always_inline __u32 ring_room(void)
 /* Fill a stack event for `current` (skipping `how & 0xff` kernel frames: the
  * BPF dispatch above __schedule in a tracepoint): kernel stack, user
  * registers and a copy of the user stack (WC_USTACK_MAX, 64K, read page by
- * page when the one read fails, because one unmapped byte fails it). A
+ * page when the one read fails: ustack.bpf.h). A
  * function of its own, called for a reserved event or a scratch one. */
 static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_regs *regs, struct wc_event *e, __u32 how)
 {
@@ -498,29 +499,9 @@ static __noinline int fill_stack(void *ctx, struct task_struct *cur, struct pt_r
 		 * (a shallow one, or its outermost frames) keeps every frame.
 		 * Halving instead lost up to half of it: the unwind stopped
 		 * short of clone3 in 6% of a Python thread's samples. */
-		if (!bpf_probe_read_user(e->ustack, WC_USTACK_MAX, (void *)sp)) {
-			e->ustack_bytes = WC_USTACK_MAX;
-		} else {
-			/* Page by page: a page the thread never touched (inside a
-			 * large frame: OpenBLAS's 12K dgemm_thread_nn) is not
-			 * present and fails the whole read, and so does the end
-			 * of the stack's mapping. A failed page reads as zeros
-			 * (the helper clears it) and the copy goes on: the words
-			 * an unwinder reads (return addresses, saved registers)
-			 * were written, so their pages are present. */
-			__u32 head = 4096 - (sp & 4095);
-			__u32 off = 0, len = head;
-			for (int k = 0; k < WC_USTACK_MAX / 4096; k++) {
-				if (off > WC_USTACK_MAX - 4096 || len > 4096)
-					break;
-				if (!bpf_probe_read_user(e->ustack + off, len, (void *)(sp + off)))
-					e->ustack_bytes = off + len;
-				off += len;
-				len = 4096;
-			}
-			if (!e->ustack_bytes)
-				stat_add(WC_STAT_USTACK_FAULTS, 1);
-		}
+		e->ustack_bytes = ustack_copy_current(e->ustack, WC_USTACK_MAX, sp);
+		if (!e->ustack_bytes)
+			stat_add(WC_STAT_USTACK_FAULTS, 1);
 		/* The walks write a per-CPU frame buffer, copied into the
 		 * event: walkout.bpf.h. */
 		__u32 dest = how >> 16;

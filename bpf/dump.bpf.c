@@ -9,6 +9,7 @@
 #include <bpf/bpf_core_read.h>
 #include "compat.bpf.h"
 #include "dump.h"
+#include "ustack.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -129,22 +130,9 @@ int dump_tick(struct bpf_perf_event_data *ctx)
 		e->sp = sp;
 		e->bp = reg_fp(regs, false);
 		e->lr = reg_lr(regs, false);
-		/* No faults here: the whole copy, else page by page, a page
-		 * not present read as zeros (as the capture copies it). */
-		if (!bpf_probe_read_user(e->ustack, WCD_USTACK_MAX, (void *)sp)) {
-			e->ustack_bytes = WCD_USTACK_MAX;
-		} else {
-			__u32 head = 4096 - (sp & 4095);
-			__u32 off = 0, len = head;
-			for (int k = 0; k < WCD_USTACK_MAX / 4096; k++) {
-				if (off > WCD_USTACK_MAX - 4096 || len > 4096)
-					break;
-				if (!bpf_probe_read_user(e->ustack + off, len, (void *)(sp + off)))
-					e->ustack_bytes = off + len;
-				off += len;
-				len = 4096;
-			}
-		}
+		/* The whole copy, else page by page (as the capture copies
+		 * it); wcdump counts no faults. */
+		e->ustack_bytes = ustack_copy_current(e->ustack, WCD_USTACK_MAX, sp);
 	}
 	bpf_map_update_elem(&ticks, &tid, e, BPF_NOEXIST);
 	return 0;
@@ -174,21 +162,8 @@ static __always_inline int dump_one(struct seq_file *seq, struct task_struct *t,
 		e->lr = reg_lr(regs, false);
 		/* One unmapped byte fails a whole copy: 16K, else what is left
 		 * of the stack's last pages. */
-		if (!may_sleep) {
-		} else if (!bpf_copy_from_user_task(e->ustack, WCD_USTACK_MAX, (void *)sp, t, 0)) {
-			e->ustack_bytes = WCD_USTACK_MAX;
-		} else {
-			__u32 head = 4096 - (sp & 4095);
-			for (int k = 3; k >= 0; k--) {
-				__u32 len = head + k * 4096;
-				if (len > WCD_USTACK_MAX)
-					continue;
-				if (!bpf_copy_from_user_task(e->ustack, len, (void *)sp, t, 0)) {
-					e->ustack_bytes = len;
-					break;
-				}
-			}
-		}
+		if (may_sleep)
+			e->ustack_bytes = ustack_copy_task(e->ustack, WCD_USTACK_MAX, sp, t);
 	}
 	bpf_seq_write(seq, e, sizeof(*e));
 	return 0;

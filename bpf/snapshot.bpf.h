@@ -65,23 +65,10 @@ static __always_inline int emit_task_stack(struct task_struct *t, __u64 fp, __u3
 			e->py[0].code = t->nvcsw + t->nivcsw;
 			goto out;
 		}
-		/* As emit_stack: 16K, else what is left of the stack's pages. */
-		if (!bpf_copy_from_user_task(e->ustack, 16384, (void *)sp, t, 0)) {
-			e->ustack_bytes = 16384;
-		} else {
-			__u32 head = 4096 - (sp & 4095);
-			for (int k = 3; k >= 0; k--) {
-				__u32 n = head + k * 4096;
-				if (n > 16384)
-					continue;
-				if (!bpf_copy_from_user_task(e->ustack, n, (void *)sp, t, 0)) {
-					e->ustack_bytes = n;
-					break;
-				}
-			}
-			if (!e->ustack_bytes)
-				stat_add(WC_STAT_USTACK_FAULTS, 1);
-		}
+		/* 16K, else what is left of the stack's pages. */
+		e->ustack_bytes = ustack_copy_task(e->ustack, 16384, sp, t);
+		if (!e->ustack_bytes)
+			stat_add(WC_STAT_USTACK_FAULTS, 1);
 	}
 out:
 	bpf_ringbuf_submit(e, 0);
