@@ -181,7 +181,9 @@ impl Session {
                 if state != 'R' {
                     if let Some((sp, pc)) = procfs::syscall_regs(pid, tid) {
                         let stack = procfs::read_stack(pid, sp, crate::event::USTACK_MAX);
-                        ustack = unwind.unwind(pid, pc, sp, 0, &stack);
+                        // Named as the stacks taken in the capture are
+                        // (V8's and Erlang's frames from their tables).
+                        ustack = unwind.unwind_named(pid, crate::realtime::monotonic_ns(), pc, sp, 0, 0, &stack);
                     }
                     named.push((tid, procfs::task_stack_names(pid, tid)));
                 }

@@ -495,7 +495,7 @@ impl Unwind {
         v
     }
 
-    /// [`Unwind::unwind`] with V8's JavaScript frames named, as
+    /// [`Unwind::unwind`] with V8's and Erlang's frames named, as
     /// [`Unwind::event_stack`] names them: for one stack read outside a
     /// capture (wcdump), `ts` its CLOCK_MONOTONIC time.
     /// `lr`: arm64's link register (0 on x86-64).
@@ -507,15 +507,24 @@ impl Unwind {
     }
 
     /// Names the frames of `native`, just unwound, that a runtime names
-    /// in place (V8's; the frame pointers the unwind kept, `fps`, say
-    /// where each frame's slots are).
-    fn name_frames(&mut self, pid: u32, ts: u64, native: &mut [u64], sp: u64, stack: &[u8]) {
+    /// in place (V8's, BEAM's; the frame pointers the unwind kept, `fps`,
+    /// say where each frame's slots are). A reader whose frames went on
+    /// past the copy of the stack has it marked cut.
+    fn name_frames(&mut self, pid: u32, ts: u64, native: &mut Vec<u64>, sp: u64, stack: &[u8]) {
+        let mut cut = false;
         if self.fps.len() == native.len() {
             let maps = self.procs.get(&pid).map_or(&[][..], |p| &p.maps[..]);
-            let mut s = Unwound { pid, ts, native, fps: &self.fps, copy: (sp, stack), maps };
+            let mut s = Unwound { pid, ts, native, fps: &self.fps, copy: (sp, stack), maps, cut: false };
             self.runtimes.name_frames(&mut s);
+            cut = s.cut;
         }
         self.fps.clear();
+        if cut {
+            native.insert(0, TRUNCATED_ADDR);
+            let at = self.at.replace(ts);
+            self.cut(pid);
+            self.at = at;
+        }
     }
 
     fn reload(&mut self, pid: u32) -> bool {

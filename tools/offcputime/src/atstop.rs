@@ -36,7 +36,10 @@ pub fn read_missing(threads: &[(u32, WcThread)], stacks: &mut Stacks, unwind: &m
             if refreshed.insert(pid) {
                 unwind.refresh(pid);
             }
-            ustack = unwind.unwind(pid, pc, sp, 0, &procfs::read_stack(pid, sp, wallclock_capture::event::USTACK_MAX));
+            // Named as the stacks taken in the capture are (V8's and
+            // Erlang's frames from their runtime's tables).
+            let now = wallclock_capture::realtime::monotonic_ns();
+            ustack = unwind.unwind_named(pid, now, pc, sp, 0, 0, &procfs::read_stack(pid, sp, wallclock_capture::event::USTACK_MAX));
         }
         let kstack = procfs::task_stack_names(pid, tid);
         if still_there(pid, tid, &th) && !(ustack.is_empty() && kstack.is_empty()) {

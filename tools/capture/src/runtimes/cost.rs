@@ -1,4 +1,4 @@
-//! What the runtime readers (hotspot, v8, php, python) cost the capture, and the
+//! What the runtime readers (hotspot, v8, php, python, beam) cost the capture, and the
 //! switch that turns them off.
 //!
 //! Each reader adds the CPU time it spends on a stack and counts the stacks
@@ -10,15 +10,15 @@
 //! the runtime, reading its layout tables or metadata) is not in it.
 //!
 //! `WALLCLOCK_NO_RUNTIMES` turns readers off: `1` or `all` every one, or a
-//! comma list of `hotspot`, `v8`, `php`, `python`. A process then gets what it got
+//! comma list of `hotspot`, `v8`, `php`, `python`, `beam`. A process then gets what it got
 //! before its reader existed (a JVM's stacks cut in JIT code, Node's JIT
-//! frames unnamed, PHP's and CPython's frames absent): for a reader that misbehaves on
+//! frames unnamed, PHP's and CPython's frames absent, BEAM's JIT code unnamed): for a reader that misbehaves on
 //! some runtime version, and to measure what the readers cost.
 
 use std::sync::OnceLock;
 
 /// The readers the switch and the trailer know, in the trailer's order.
-pub const READERS: [&str; 4] = ["hotspot", "v8", "php", "python"];
+pub const READERS: [&str; 5] = ["hotspot", "v8", "php", "python", "beam"];
 
 /// CPU time spent and stacks read by one reader.
 #[derive(Debug, Default, Clone, Copy)]

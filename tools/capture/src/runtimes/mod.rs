@@ -1,5 +1,5 @@
 //! The runtime readers: what names and places the frames of a runtime
-//! (CPython, PHP, Ruby, HotSpot, V8) in the native stacks the unwinder
+//! (CPython, PHP, Ruby, HotSpot, V8, BEAM) in the native stacks the unwinder
 //! walks. Each reader is a room of its own here and implements
 //! [`Runtime`]; the unwinder and the capture driver know only the
 //! [`Runtimes`] registry, which asks every reader in turn. A runtime
@@ -13,13 +13,15 @@
 //! - each frame of the walk in code outside every file ([`Runtime::step`]:
 //!   HotSpot's JIT frames, CPython's `-X perf` trampolines);
 //! - the unwound stack, named in place ([`Runtime::name_frames`]: V8's
-//!   JavaScript frames, by the function each frame holds);
+//!   JavaScript frames, by the function each frame holds; BEAM's Erlang
+//!   frames, with their callers from the Erlang process's stack);
 //! - the interpreter's own frames spliced in ([`Runtime::splice`]: the one
 //!   reader that found `pid` to run its runtime);
 //! - the Maps record ([`Runtime::names`]), the stats trailer
 //!   ([`Runtime::cost`], [`Runtime::stats`]) and the advice lines at the
 //!   stop ([`Runtime::advice`]).
 
+pub mod beam;
 pub mod cost;
 pub mod hotspot;
 pub mod jitcode;
@@ -77,14 +79,19 @@ pub struct Unwound<'a> {
     pub pid: u32,
     /// Its CLOCK_MONOTONIC time.
     pub ts: u64,
-    /// Root first.
-    pub native: &'a mut [u64],
+    /// Root first. A reader may put frames in or take them out (BEAM's
+    /// callers, read from the Erlang process's own stack), as the last
+    /// reader to name a stack: the frame pointers then no longer match.
+    pub native: &'a mut Vec<u64>,
     /// The frame pointer of each frame (0 where unknown).
     pub fps: &'a [u64],
     /// The copy of the stack taken with it: (sp, its bytes).
     pub copy: (u64, &'a [u8]),
     /// The process's file mappings as the unwinder knows them.
     pub maps: &'a [MapEntry],
+    /// Set by a reader whose frames went on past the copy: the unwinder
+    /// marks the stack cut.
+    pub cut: bool,
 }
 
 /// What every runtime reader does; each default is "nothing of mine".
@@ -162,7 +169,7 @@ pub trait Runtime {
 
 /// Every reader, asked in this order: HotSpot's walk before CPython's
 /// trampolines; the interpreters' splices Ruby, PHP, CPython (a process
-/// is one of them); the trailer's costs hotspot, v8, php, python.
+/// is one of them); the trailer's costs hotspot, v8, php, python, beam.
 pub struct Runtimes {
     readers: Vec<Box<dyn Runtime>>,
     /// The reader whose [`Runtime::stack`] is being unwound.
@@ -177,6 +184,8 @@ impl Default for Runtimes {
             Box::<ruby::Ruby>::default(),
             Box::<php::Php>::default(),
             Box::<python::frames::Python>::default(),
+            // Last: it changes the stacks' length (Unwound::native).
+            Box::<beam::Beam>::default(),
         ];
         Runtimes { readers, lent: None }
     }

@@ -217,7 +217,7 @@ impl Runtime for V8 {
     /// no JIT code (an interpreted program's first stacks, its sleeps,
     /// have none, and must not wait for one to be read).
     fn name_frames(&mut self, s: &mut Unwound<'_>) {
-        let Unwound { pid, ts, ref mut native, fps, copy, maps } = *s;
+        let Unwound { pid, ts, ref mut native, fps, copy, maps, .. } = *s;
         let anon = |a: u64| a > MIN_CODE_ADDR && !maps.iter().any(|m| a >= m.start && a < m.end);
         let in_file = |a: u64| maps.iter().find(|m| a >= m.start && a < m.end).map(|m| (m.path.as_str(), m.offset + (a - m.start)));
         let maps_node = || maps.iter().any(|m| is_node_file(&m.path));
