@@ -14,11 +14,11 @@
 //!   every file) means no perf map: `erl +JPperf true` writes one, and
 //!   keeps frame pointers for whole stacks.
 //! - PHP: opcache's JIT code (`/dev/zero`) is unnamed; the capture names
-//!   PHP 8.2's and 8.4's functions from the executor (`php::...`): where none are,
+//!   PHP's functions (the versions in `runtime_versions`) from the executor (`php::...`): where none are,
 //!   the frames of this PHP are not walked.
 //! - .NET: JIT code without names: `DOTNET_PerfMapEnabled=1`.
-//! - CPython other than 3.10-3.15 (the versions whose frames the capture
-//!   reads), and Ruby: frames of this runtime are not walked; the line
+//! - CPython, and Ruby, of versions whose frames the capture does not read
+//!   (`wallclock_stream::runtime_versions`): frames of this runtime are not walked; the line
 //!   says which versions are read (no flag to add: `-X perf` names
 //!   frames but the capture reads the same ones without it).
 //!
@@ -31,9 +31,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use wallclock_stream::{Frame, Kind, Stack};
 
-/// The CPython versions whose frames the capture reads, with no flag
-/// (tools/capture/src/runtimes/python/reader.rs's READ).
-const PY_READ: &str = "CPython 3.10-3.15";
+use wallclock_stream::runtime_versions as read;
 
 /// Root frame stacksym gives a stack cut in JIT code (stacksym::jit).
 const CUT: &str = "[stack cut in JIT code";
@@ -187,22 +185,23 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             add("dotnet", "DOTNET_PerfMapEnabled=1", e.unnamed_jit, &what, "start it with DOTNET_PerfMapEnabled=1 to name its methods");
         }
         if e.php && e.php_frames.0 == 0 {
-            let what = "runs PHP whose frames are not walked (the capture reads PHP 8.2's and 8.4's, NTS)";
-            add("php", "", e.interp, what, "its functions show as the interpreter's loop (execute_ex)");
+            let what = format!("runs PHP whose frames are not walked (the capture reads {}, NTS builds)", read::PHP);
+            add("php", "", e.interp, &what, "its functions show as the interpreter's loop (execute_ex)");
         } else if e.php {
             let what = "has opcache JIT code without names (its PHP functions are named, php::...)";
             add("php", "opcache.jit_debug=0x10", e.unnamed_jit, what, "opcache.jit_debug=0x10 writes a perf map that names the JIT code too");
         }
         if e.ruby && e.rb_frames.0 == 0 {
-            add("ruby", "", e.interp, "runs Ruby whose frames are not walked (the capture reads Ruby 3.1's, 3.3's and 3.4's)", "its methods show as the interpreter's C functions (rbspy reads them)");
+            let what = format!("runs Ruby whose frames are not walked (the capture reads {})", read::RUBY);
+            add("ruby", "", e.interp, &what, "its methods show as the interpreter's C functions (rbspy reads them)");
         }
         if let Some(minor) = e.python.filter(|_| e.py_frames.0 == 0) {
             // One line, which versions are read: no flag to add (the
             // capture reads them from the running interpreter).
-            let what = if (10..=15).contains(&minor) {
-                format!("runs CPython 3.{minor}, whose frames were not read (see the capture's warnings; it reads {PY_READ}'s)")
+            let what = if read::CPYTHON_MINORS.contains(&minor) {
+                format!("runs CPython 3.{minor}, whose frames were not read (see the capture's warnings; it reads {}'s)", read::CPYTHON)
             } else {
-                format!("runs CPython 3.{minor}, whose frames are not walked (the capture reads {PY_READ}'s)")
+                format!("runs CPython 3.{minor}, whose frames are not walked (the capture reads {}'s)", read::CPYTHON)
             };
             add("python", "", e.interp, &what, "its functions show as the interpreter's C functions");
         }

@@ -44,7 +44,7 @@ fn op_array_filename(minor: u32) -> Option<u64> {
 }
 
 /// The PHP versions read, for what the capture and the report say.
-pub const READ: &str = "PHP 8.2 and 8.4";
+pub const READ: &str = wallclock_stream::runtime_versions::PHP;
 const CE_NAME: u64 = 8;
 const STR_LEN: u64 = 16;
 const STR_VAL: u64 = 24;
@@ -209,5 +209,13 @@ mod tests {
         assert_eq!(php8_minor("/usr/lib/apache2/modules/libphp8.2.so"), None);
         assert_eq!(php8_minor("/usr/bin/phpize"), None);
         assert!(is_read("/usr/bin/php8.2") && is_read("/usr/bin/php8.4") && !is_read("/usr/bin/php8.3"));
+    }
+
+    /// The versions said to be read are those with a layout.
+    #[test]
+    fn the_versions_read_are_those_said() {
+        for m in 0..20 {
+            assert_eq!(op_array_filename(m).is_some(), wallclock_stream::runtime_versions::PHP_MINORS.contains(&m), "PHP 8.{m}");
+        }
     }
 }

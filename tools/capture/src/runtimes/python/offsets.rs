@@ -420,3 +420,16 @@ pub fn for_minor(minor: u32) -> Option<&'static Offsets> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every version said to be read has its offsets: a table (3.10-3.12)
+    /// or the layout of its `_Py_DebugOffsets` (3.13+).
+    #[test]
+    fn every_version_read_has_its_offsets() {
+        for m in 0..30 {
+            let has = if m < 13 { super::for_minor(m).is_some() } else { super::debug_layout(m).is_some() };
+            assert_eq!(has, wallclock_stream::runtime_versions::CPYTHON_MINORS.contains(&m), "CPython 3.{m}");
+        }
+    }
+}

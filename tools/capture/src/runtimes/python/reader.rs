@@ -26,7 +26,7 @@ const MAX_FRAMES: usize = 1024;
 const MAX_STR: u64 = 4096;
 
 /// The versions whose frames are read, as told where one is not.
-pub const READ: &str = "CPython 3.10-3.15";
+pub const READ: &str = wallclock_stream::runtime_versions::CPYTHON;
 
 /// One Python frame: what the code object says, and where it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +140,7 @@ impl Interpreter {
         cands.sort_by_key(|c| !c.2.contains("libpython"));
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
         let minor = minor_from_path(&path).unwrap_or(0);
-        if !(10..=15).contains(&minor) {
+        if !wallclock_stream::runtime_versions::CPYTHON_MINORS.contains(&minor) {
             return Err(format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {READ})"));
         }
         // Mapped, not read whole: no thread's frames are read until this

@@ -74,7 +74,7 @@ const RUBY_31: Layout = Layout { cfp_size: 64, ec_thread: 48, th_ractor: 24, th_
 const RUBY_33: Layout = Layout { cfp_size: 56, ec_thread: 48, th_ractor: 24, th_waitq: 72, ractor_span: 1024, str_len_field: true, ary_embed_len_mask: 0x7f, lineno_fixnum: false };
 
 /// The Ruby versions read, for what the capture and the report say.
-pub const READ: &str = "Ruby 3.1, 3.3 and 3.4";
+pub const READ: &str = wallclock_stream::runtime_versions::RUBY;
 
 /// The layout of Ruby 3.`minor`, where it is read.
 pub fn layout(minor: u32) -> Option<Layout> {
@@ -390,7 +390,9 @@ mod tests {
         assert_eq!(libruby_minor("/usr/lib/x86_64-linux-gnu/libruby-3.3.so.3.3"), Some(3));
         assert_eq!(libruby_minor("/opt/ruby/lib/libruby-3.4.so"), Some(4));
         assert_eq!(libruby_minor("/usr/lib/libruby-static.a"), None);
-        assert!(layout(1).is_some() && layout(3).is_some() && layout(4).is_some() && layout(2).is_none() && layout(5).is_none());
+        for m in 0..20 {
+            assert_eq!(layout(m).is_some(), wallclock_stream::runtime_versions::RUBY_MINORS.contains(&m), "Ruby 3.{m}");
+        }
         assert_eq!(layout(1).unwrap().cfp_size, 64);
         assert_eq!(layout(3).unwrap().cfp_size, 56);
     }
