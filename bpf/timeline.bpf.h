@@ -38,7 +38,7 @@ static __always_inline void tl_stat(__u32 which, __u64 n)
 }
 
 /* th was off-CPU from `from` to `to` in state st at fingerprint fp (the
- * one its time is summed under); w, with --wakers, the pending wake-up
+ * one its time is summed under), waiting on th's cur_obj; w, with --wakers, the pending wake-up
  * that ended it (read, not consumed: wake_close does that after). */
 static __always_inline void tl_block(struct wc_thread *th, __u32 tid, __u32 st, __u64 fp, __u64 from, __u64 to,
 				     struct wc_wake *w)
@@ -76,6 +76,10 @@ static __always_inline void tl_block(struct wc_thread *th, __u32 tid, __u32 st, 
 		e->wfp = 0;
 		e->wtid = 0;
 		e->wctx = 0;
+		/* The block's object, as add_off keys its sum. */
+		e->obj = fp < 16 ? 0 : th->cur_obj;
+		e->oref = fp < 16 ? 0 : th->cur_oref;
+		e->pad = 0;
 		if (w && w->wfp && st != WC_ST_R) {
 			e->wfp = w->wfp;
 			e->wtid = w->wtid;

@@ -288,6 +288,11 @@ struct wc_tl_event {
 	__u64 wfp;
 	__u32 wtid;
 	__u32 wctx;
+	/* What the block waited on, as struct wc_okey's obj and oref (0:
+	 * nothing, or --no-objects). */
+	__u64 obj;
+	__u32 oref;
+	__u32 pad;
 };
 
 /* What the timeline keeps per thread between its records. */

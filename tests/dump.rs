@@ -109,9 +109,18 @@ fn dump_names_each_threads_function_state_and_time_in_it() {
                 syncer_in_disk += 1;
             }
         }
-        // The waiter's stack goes through the mutex into the futex wait.
+        // The waiter's stack goes through the mutex into the futex wait,
+        // and it waits on the mutex, named by its symbol (`lock`); the
+        // sleeper's nanosleep waits on nothing; the syncer, read in its
+        // write or flush, on its file.
         let w = funcs(thread(&d, s.tids["waiter"]));
         assert!(w.iter().any(|f| f.contains("futex")), "the waiter's stack has no futex frame: {w:?}");
+        assert_eq!(thread(&d, s.tids["waiter"])["object"], "lock lock", "round {round}: the waiter's object");
+        assert!(thread(&d, s.tids["sleeper"]).get("object").is_none(), "round {round}: the sleeper waits on something");
+        let sy = thread(&d, s.tids["syncer"]);
+        if let Some(o) = sy.get("object") {
+            assert_eq!(o.as_str(), Some(format!("file {}/states.sync", dir.display()).as_str()), "round {round}: the syncer's object");
+        }
         let sl = thread(&d, s.tids["sleeper"]);
         let got = sl["state_s"].as_f64().expect("the sleeper's time in its state");
         // Asleep from the time it printed to the time it was read.
@@ -186,6 +195,10 @@ fn dump_text_through_the_wrapper() {
     }
     // The sleeper has slept since its start: whole seconds, not a fraction.
     assert!(text.contains("\"sleeper\" sleeping for "), "{text}");
+    // The waiter waits on the mutex, named by its symbol.
+    let head = format!("Thread {} \"waiter\" sleeping for ", s.tids["waiter"]);
+    let line = text.lines().find(|l| l.starts_with(&head)).unwrap_or_else(|| panic!("no {head:?} in\n{text}"));
+    assert!(line.contains(" on [lock lock] (CPU "), "{line}");
 }
 
 #[test]

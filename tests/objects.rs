@@ -4,7 +4,8 @@
 //! a global mutex, a child process), each timing its own waits, run under
 //! `wallclock`: each thread's waits must be under its own object, named as
 //! a user names it, in the merged stream, the folded stacks and the
-//! report's WAITED ON section. The
+//! report's WAITED ON section, and with `--timeline` in the trace's
+//! slice arguments (wcexport --trace). The
 //! capture tests load real BPF programs: run as root (they skip, saying
 //! so, otherwise).
 
@@ -134,5 +135,50 @@ fn each_wait_is_under_its_object() {
             .max()
             .unwrap_or_else(|| panic!("{} ({}) waited on nothing in the report", o.name, o.tid));
         assert!(expected(o, d)(heaviest.1), "{}: its heaviest object in the report is {}", o.name, heaviest.1);
+    }
+}
+
+/// `offcputime --timeline -- objects 3 DIR | wcexport --trace`: each
+/// off-CPU slice carries what it waited on as its `object` argument, and
+/// each measured thread's waits (by its own clock) are at least 95% in
+/// slices naming its own object.
+#[test]
+fn trace_slices_name_their_object() {
+    if util::skip_without_root("objects") {
+        return;
+    }
+    let dir = util::scratch("objects-trace");
+    let bin = util::build_c("tests/programs/objects/objects.c", &dir, "objects");
+    let stream = dir.join("off.stream");
+    let d = dir.to_str().unwrap();
+    let out = Command::new(util::bin("offcputime"))
+        .arg("--timeline")
+        .arg("-o")
+        .arg(&stream)
+        .arg("--")
+        .arg(&bin)
+        .args(["3", d])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "offcputime failed: {}", String::from_utf8_lossy(&out.stderr));
+    let threads = own(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(threads.len(), 5, "five measured threads: {}", String::from_utf8_lossy(&out.stdout));
+    let trace = dir.join("trace.json");
+    util::ok("wcexport", &["--trace", stream.to_str().unwrap(), "-o", trace.to_str().unwrap()], b"");
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    // Off-CPU µs by thread and object (none: "").
+    let mut by: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
+    for e in t["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X" && e["cat"] == "off") {
+        let obj = e["args"]["object"].as_str().unwrap_or("").to_string();
+        *by.entry(e["tid"].as_u64().unwrap()).or_default().entry(obj).or_default() += e["dur"].as_f64().unwrap();
+    }
+    for o in &threads {
+        let is_own = expected(o, d);
+        let objs = by.get(&o.tid).unwrap_or_else(|| panic!("no off-CPU slices of {} ({})", o.name, o.tid));
+        let mine: f64 = objs.iter().filter(|(n, _)| is_own(n)).map(|(_, v)| v).sum();
+        let wait_us = o.wait_ns as f64 / 1e3;
+        eprintln!("{}: waited {:.3} s by its clock, {:.3} s of slices naming its object: {objs:?}", o.name, wait_us / 1e6, mine / 1e6);
+        assert!(o.wait_ns > 1_500_000_000, "{} waited only {} ns", o.name, o.wait_ns);
+        assert!(mine >= 0.95 * wait_us, "{}: {mine} us of slices under its object of {wait_us} us waited: {objs:?}", o.name);
     }
 }

@@ -12,7 +12,7 @@ use bincode::de::Decoder;
 use bincode::error::DecodeError;
 use bincode::Decode as De;
 
-use crate::record::{Maps, Stack, Thread};
+use crate::record::{Maps, SliceStack, Stack, Thread};
 
 /// The `pgen` at the end of a record: absent in framing 4.
 pub fn trailing_pgen<C, D: Decoder<Context = C>>(d: &mut D) -> Result<Option<u32>, DecodeError> {
@@ -123,6 +123,20 @@ impl<C> bincode::Decode<C> for Stack {
     }
 }
 bincode::impl_borrow_decode!(Stack);
+
+impl<C> bincode::Decode<C> for SliceStack {
+    fn decode<D: Decoder<Context = C>>(d: &mut D) -> Result<Self, DecodeError> {
+        Ok(SliceStack {
+            id: De::decode(d)?,
+            pid: De::decode(d)?,
+            ustack: De::decode(d)?,
+            kstack: De::decode(d)?,
+            frames: De::decode(d)?,
+            object: trailing_pgen_like(d)?,
+        })
+    }
+}
+bincode::impl_borrow_decode!(SliceStack);
 
 #[cfg(test)]
 mod tests {

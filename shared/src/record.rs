@@ -624,7 +624,8 @@ impl Slice {
 /// A stack named by `slice` records (1.3): raw addresses as in a `stack`
 /// record (symbolized by the consumer, with the stream's `maps`), or
 /// `frames` for a synthetic stack (`[lost stack]`, `[thread start]`...).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode, Decode)]
+/// Decoded in pgen.rs (`object` only where the record has bytes left).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Encode)]
 pub struct SliceStack {
     pub id: u64,
     pub pid: u32,
@@ -634,4 +635,10 @@ pub struct SliceStack {
     pub kstack: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<Frame>,
+    /// 1.6: what the off-CPU slices naming this stack waited on, as a
+    /// `stack` record's `object` (one `slice_stack` per stack and
+    /// object). Last: absent in framing 5 and older and in framing 6 as
+    /// written before it (decoded only where the record has bytes left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
 }

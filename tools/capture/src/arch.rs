@@ -55,7 +55,7 @@ impl FramePointer for Regs {
 }
 
 /// The system calls whose arguments name what a thread waits on
-/// (offcputime's objects), by this architecture's numbers: `FD` (the calls
+/// (capture's objects.rs), by this architecture's numbers: `FD` (the calls
 /// whose first argument is an fd: read write ioctl pread64 pwrite64 readv
 /// writev sendfile connect accept sendto recvfrom sendmsg recvmsg fcntl
 /// flock fsync fdatasync ftruncate getdents64 splice tee sync_file_range

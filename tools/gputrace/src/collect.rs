@@ -282,7 +282,7 @@ impl Parsed {
         let (agg, used) = self.join(pid, c);
         for sid in used {
             let ustack = self.stacks.get(&sid).cloned().unwrap_or_default();
-            let ss = SliceStack { id: slice_stack_id(pid, sid), pid, ustack, kstack: Vec::new(), frames: Vec::new() };
+            let ss = SliceStack { id: slice_stack_id(pid, sid), pid, ustack, kstack: Vec::new(), frames: Vec::new(), object: None };
             c.timeline.insert(0, Record::SliceStack(ss));
         }
         for ((tid, sid, activity, name, device, stream), a) in agg {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use wallclock_stream::State;
 
-use crate::objects::Obj;
+use wallclock_capture::objects::Obj;
 use crate::stacks::Addrs;
 
 /// Where a block's time goes: its stacks (user, kernel), or a synthetic

@@ -8,7 +8,7 @@ use wallclock_capture::{procfs, unwind::Unwind};
 
 pub use crate::stacks::Stacks;
 use crate::blocks::{Acc, Where};
-use crate::objects::{Namer, Obj};
+use wallclock_capture::objects::{Namer, Obj};
 use crate::wakers::{self, Wakes};
 use wallclock_stream::{accounting, Frame, Kind, Record, StateNs, Stack, State, Stats, Thread};
 

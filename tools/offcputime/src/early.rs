@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use wallclock_capture::event::{self, WcOkey, WcThread};
 
-use crate::objects::Namer;
+use wallclock_capture::objects::Namer;
 use wallclock_capture::session::Session;
 use wallclock_capture::unwind::Unwind;
 use wallclock_capture::spool::Spool;

@@ -58,7 +58,6 @@ mod atstop;
 mod blocks;
 mod collect;
 mod early;
-mod objects;
 mod stacks;
 mod timeline;
 mod wakers;
@@ -216,7 +215,7 @@ struct Off<'a> {
     early: Option<early::Early>,
     /// Names what each block waited on; scans the targets' fds once a
     /// second (`turn`), for the files closed before the stop.
-    names: objects::Namer,
+    names: wallclock_capture::objects::Namer,
 }
 
 impl Off<'_> {
@@ -545,7 +544,7 @@ pub fn run(cli: Cli) -> Result<i32> {
     drop(offcpu);
     let at = records.len() - 1;
     if let Some(events) = tl_events {
-        add_timeline(&mut records, &cap, &cfg, &stacks, &threads, events, cli.wakers);
+        add_timeline(&mut records, &cap, &cfg, &stacks, &threads, events, &off.names);
     }
     if let Some(events) = probe_events {
         let counts = wallclock_capture::bpf::percpu_sums(&cap.skel.maps.probe_stats, wallclock_capture::event::PROBE_STAT_NAMES.len() as u32);
@@ -579,7 +578,8 @@ pub fn run(cli: Cli) -> Result<i32> {
 }
 
 /// `--timeline`'s records, before the trailer, which gets the timeline's
-/// counts. With `--wakers`, wakers are named from the thread records.
+/// counts. With `--wakers` (`cfg.wake_depth`), wakers are named from the
+/// thread records; each block's object by `objects`.
 fn add_timeline(
     records: &mut Vec<Record>,
     cap: &wallclock_capture::driver::Captured<skel::OffcputimeSkel<'static>>,
@@ -587,7 +587,7 @@ fn add_timeline(
     stacks: &collect::Stacks,
     threads: &[(u32, wallclock_capture::event::WcThread)],
     events: Vec<wallclock_capture::event::WcTlEvent>,
-    wakers: bool,
+    objects: &wallclock_capture::objects::Namer,
 ) {
     let tl_threads = wallclock_capture::bpf::dump(&cap.skel.maps.tl_threads)
         .iter()
@@ -605,8 +605,9 @@ fn add_timeline(
         })
         .collect();
     let thread_of = |tid: u32| names.get(&tid).cloned();
-    let thread: Option<&dyn Fn(u32) -> Option<(u32, String)>> = wakers.then_some(&thread_of as _);
-    let inp = timeline::Input { cfg, sess: &cap.sess, stacks, threads, events, tl_threads, thread };
+    let thread: Option<&dyn Fn(u32) -> Option<(u32, String)>> = cfg.wake_depth.is_some().then_some(&thread_of as _);
+    let comm_of = |tid: u32| names.get(&tid).map(|(_, c)| c.clone());
+    let inp = timeline::Input { cfg, sess: &cap.sess, stacks, threads, events, tl_threads, thread, names: objects, comm_of: &comm_of };
     let (tl, tl_counts) = timeline::records(&inp, &counts);
     before_trailer(records, tl, tl_counts);
 }

@@ -3,8 +3,9 @@
 //! ring buffer of its own, drained here by a thread; at the stop each
 //! record becomes a running slice (from the end of the thread's previous
 //! record to the block) and an off-CPU slice (the block, under the stack
-//! its time has in the summed view), and what is still open is closed at
-//! the stop, as the summed view closes it.
+//! its time has in the summed view, and what it waited on: the stack's
+//! `object`, a `slice_stack` per stack and object), and what is still open
+//! is closed at the stop, as the summed view closes it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapHandle, RingBufferBuilder};
 use wallclock_capture::event::{self, WcThread, WcTlEvent, WcTlThread};
+use wallclock_capture::objects::{Namer, Obj};
 use wallclock_capture::session::{state_from_letter, Session};
 use wallclock_stream::{Frame, Kind, Record, Slice, SliceStack, State, Waker};
 
@@ -80,11 +82,15 @@ pub struct Input<'a> {
     pub tl_threads: BTreeMap<u32, WcTlThread>,
     /// With `--wakers`: a thread's pid and name, when the capture knows it.
     pub thread: Option<&'a dyn Fn(u32) -> Option<(u32, String)>>,
+    /// Names what the blocks waited on, as for the stack records.
+    pub names: &'a Namer,
+    /// A thread's name by tid (a child that has exited).
+    pub comm_of: &'a dyn Fn(u32) -> Option<String>,
 }
 
 struct Builder<'a> {
     inp: &'a Input<'a>,
-    ids: BTreeMap<(u32, Where), u64>,
+    ids: BTreeMap<(u32, Where, Obj), u64>,
     wakers: BTreeMap<(u32, u32, u64), Waker>,
     /// Built as records directly: a timeline has millions of slices, and
     /// a second vector of them would double the peak memory.
@@ -132,9 +138,18 @@ impl Builder<'_> {
         (s, w)
     }
 
-    fn id(&mut self, pid: u32, w: Where) -> u64 {
+    /// What a thread blocked since the start and still in that block at
+    /// the stop waits on: what /proc says now (as collect.rs's init_obj).
+    fn init_obj(&self, tid: u32) -> Obj {
+        match self.inp.sess.initial.get(&tid) {
+            Some(i) => Namer::blocked_now(i.pid, event::real_tid(tid)),
+            None => Obj::default(),
+        }
+    }
+
+    fn id(&mut self, pid: u32, w: Where, o: Obj) -> u64 {
         let n = self.ids.len() as u64 + 1;
-        *self.ids.entry((pid, w)).or_insert(n)
+        *self.ids.entry((pid, w, o)).or_insert(n)
     }
 
     fn on(&mut self, pid: u32, tid: u32, from: u64, to: u64, short: (u64, u64)) {
@@ -167,15 +182,17 @@ impl Builder<'_> {
 
     /// Whether a slice was added.
     /// `wake`: the (context, tid, fingerprint) of the wake-up that ended
-    /// the block (fingerprint 0: none).
-    fn off(&mut self, pid: u32, tid: u32, (from, to): (u64, u64), st: u32, fp: u64, wake: (u32, u32, u64)) -> bool {
+    /// the block (fingerprint 0: none); `o` what it waited on (none for
+    /// a synthetic stack, as in the summed view).
+    fn off(&mut self, pid: u32, tid: u32, (from, to): (u64, u64), (st, fp, o): (u32, u64, Obj), wake: (u32, u32, u64)) -> bool {
         if to <= from {
             return false;
         }
         let (state, w) = self.resolve(tid, st, fp, to - from);
+        let o = if matches!(w, Where::Stack(..)) { o } else { Obj::default() };
         let mut s = Slice::new(Kind::Off, pid, tid, from, to);
         s.state = Some(state);
-        s.stack = Some(self.id(pid, w));
+        s.stack = Some(self.id(pid, w, o));
         s.waker = self.waker(wake.0, wake.1, wake.2);
         self.slices.push(Record::Slice(s));
         true
@@ -203,7 +220,8 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
             }
         }
         b.on(e.pid, e.tid, seg, e.off_start, (e.short_cnt as u64, e.short_ns));
-        if b.off(e.pid, e.tid, (e.off_start, e.off_end), e.state, e.fp, (e.wctx, e.wtid, e.wfp)) {
+        let o = Obj { oref: e.oref, obj: e.obj };
+        if b.off(e.pid, e.tid, (e.off_start, e.off_end), (e.state, e.fp, o), (e.wctx, e.wtid, e.wfp)) {
             last.insert(e.tid, b.slices.len() - 1);
         }
     }
@@ -227,14 +245,16 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
             b.on(th.pid, tid, seg, end, short);
         } else {
             b.on(th.pid, tid, seg, th.last_ts.min(end), short);
-            b.off(th.pid, tid, (th.last_ts, end), th.cur_state, th.cur_fp, (0, 0, 0));
+            let o = if th.cur_state == event::ST_INIT { b.init_obj(tid) } else { Obj { oref: th.cur_oref, obj: th.cur_obj } };
+            b.off(th.pid, tid, (th.last_ts, end), (th.cur_state, th.cur_fp, o), (0, 0, 0));
         }
     }
     // Threads blocked from the start to the stop never switched.
     let seen: std::collections::HashSet<u32> = inp.threads.iter().map(|(t, _)| *t).collect();
     for (&tid, i) in &inp.sess.initial {
         if !seen.contains(&tid) && wallclock_capture::procfs::exists(i.pid) {
-            b.off(i.pid, tid, (start, end), event::ST_INIT, event::FP_INIT, (0, 0, 0));
+            let o = b.init_obj(tid);
+            b.off(i.pid, tid, (start, end), (event::ST_INIT, event::FP_INIT, o), (0, 0, 0));
         }
     }
     b.slices.retain(|r| !matches!(r, Record::Slice(s) if s.end_ns == s.start_ns));
@@ -245,8 +265,9 @@ pub fn records(inp: &Input, tl_counts: &[u64]) -> (Vec<Record>, Vec<(String, u64
     let mut recs: Vec<Record> = Vec::new();
     let mut ids: Vec<_> = b.ids.into_iter().collect();
     ids.sort_by_key(|(_, id)| *id);
-    for ((pid, w), id) in ids {
-        let mut s = SliceStack { id, pid, ustack: Vec::new(), kstack: Vec::new(), frames: Vec::new() };
+    for ((pid, w, o), id) in ids {
+        let object = inp.names.name(pid, o, inp.comm_of);
+        let mut s = SliceStack { id, pid, ustack: Vec::new(), kstack: Vec::new(), frames: Vec::new(), object };
         match w {
             Where::Stack(u, k) => (s.ustack, s.kstack) = (u.to_vec(), k.to_vec()),
             Where::Synthetic(name) => s.frames = vec![Frame::named(name)],

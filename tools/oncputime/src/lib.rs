@@ -428,7 +428,7 @@ fn sample_events(timed: &[(u32, u32, u64, u64)], ids: &HashMap<(u32, Vec<u64>, V
     let mut out: Vec<Record> = stacks
         .into_iter()
         .map(|((pid, u, k), id)| {
-            Record::SliceStack(SliceStack { id: *id, pid: *pid, ustack: u.clone(), kstack: k.clone(), frames: Vec::new() })
+            Record::SliceStack(SliceStack { id: *id, pid: *pid, ustack: u.clone(), kstack: k.clone(), frames: Vec::new(), object: None })
         })
         .collect();
     let mut timed = timed.to_vec();

@@ -6,7 +6,10 @@
 //! stacks once (bpf/dump.bpf.c); the user stack is unwound with the
 //! capture's own unwinder (.eh_frame, HotSpot's frames, V8's JavaScript
 //! named, as the capture walks and names them) and named by stacksym's engine; CPython's frames
-//! are read from the process and put among them (`python`).
+//! are read from the process and put among them (`python`). A blocked
+//! thread's object, what it waits on (a file, socket, pipe, lock or child,
+//! named as a capture names it: wallclock-stream(5)'s `object`), is read
+//! from its system call in /proc right after the pass.
 
 pub mod python;
 pub mod read;
@@ -20,6 +23,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Parser;
 use serde::Serialize;
+use wallclock_capture::objects::{Namer, Obj};
 use wallclock_capture::unwind::Unwind;
 use wallclock_stream::{Frame, Kind, Record, Stack};
 
@@ -35,7 +39,8 @@ pub struct Cli {
     #[arg(value_name = "PID")]
     pub pid: u32,
     /// One JSON object: {pid, comm, read_ms, threads: [{tid, name, state,
-    /// state_s, cpu_s, at_ns, frames (leaf first)}]}.
+    /// state_s, cpu_s, at_ns, object (what a blocked one waits on), frames
+    /// (leaf first)}]}.
     #[arg(long)]
     pub json: bool,
     /// Kernel frames left out.
@@ -62,6 +67,11 @@ pub struct Thread {
     pub cpu_s: f64,
     /// When it was read (CLOCK_MONOTONIC ns): `state_s` is up to then.
     pub at_ns: u64,
+    /// What it waits on, when blocked in a system call on one object
+    /// (`file PATH`, `tcp 127.0.0.1:5432`, `pipe`, `lock g_lock`, `child
+    /// make 4242`...: wallclock-stream(5)'s `object`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
     /// Its stack, leaf first: kernel frames, then user frames.
     pub frames: Vec<Frame>,
 }
@@ -98,6 +108,9 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
     if raws.is_empty() {
         bail!("process {pid} has no threads to read (it exited, or is a kernel thread group)");
     }
+    // What the blocked ones wait on, read at once (the naming can wait).
+    let objs: Vec<Obj> =
+        raws.iter().map(|r| if state::blocked(r) { Namer::blocked_now(r.pid, r.tid) } else { Obj::default() }).collect();
     let mut py_failed = 0;
     let mut py = python::read(pid, &mut py_failed);
     if py_failed > 0 {
@@ -123,7 +136,8 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
         Record::Stack(s) => Some(s),
         _ => None,
     });
-    for (r, s) in raws.iter().zip(named) {
+    let namer = Namer::default();
+    for ((r, s), o) in raws.iter().zip(named).zip(objs) {
         let mut frames = engine.frames(s);
         frames.reverse();
         let p = py.remove(&r.tid).unwrap_or_default();
@@ -135,6 +149,7 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
             state_s: (r.since != 0).then(|| r.now.saturating_sub(r.since) as f64 / 1e9),
             cpu_s: r.exec_ns as f64 / 1e9,
             at_ns: r.now,
+            object: namer.name(r.pid, o, &|_| None),
             frames,
         });
     }

@@ -35,3 +35,8 @@ pub fn name(r: &Raw) -> &'static str {
         "other"
     }
 }
+
+/// Whether it waits (sleeping or disk): what on is then worth reading.
+pub fn blocked(r: &Raw) -> bool {
+    matches!(name(r), "sleeping" | "disk" | "idle")
+}

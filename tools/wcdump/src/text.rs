@@ -44,7 +44,8 @@ pub fn write(out: &mut dyn Write, d: &Dump) -> std::io::Result<()> {
     writeln!(out, "Process {} ({}): {} threads, read in {:.0} ms", d.pid, d.comm, d.threads.len(), d.read_ms)?;
     for t in &d.threads {
         let since = t.state_s.map_or_else(|| "for an unknown time".to_string(), |s| format!("for {}", duration(s)));
-        writeln!(out, "\nThread {} \"{}\" {} {} (CPU {})", t.tid, t.name, t.state, since, duration(t.cpu_s))?;
+        let on = t.object.as_ref().map_or_else(String::new, |o| format!(" on [{o}]"));
+        writeln!(out, "\nThread {} \"{}\" {} {}{on} (CPU {})", t.tid, t.name, t.state, since, duration(t.cpu_s))?;
         if t.frames.is_empty() {
             writeln!(out, "    (no stack)")?;
         }

@@ -10,7 +10,9 @@
 //!   each state has one colour; chrome://tracing takes `cname`);
 //! - `args` of an off-CPU slice: `stack`, its frames leaf first (named
 //!   in-process from the stream's maps, as stacksym would), and `where`,
-//!   the innermost user function, and with `offcputime --wakers` `waker`
+//!   the innermost user function, `object`, what the block waited on
+//!   (the stream's `object`: `file PATH`, `tcp 127.0.0.1:5432`, `pipe`,
+//!   `lock g_lock`...), and with `offcputime --wakers` `waker`
 //!   (`comm (tid)`, `[timer]`, `[irq]`, `[softirq]`) and `waker_stack`,
 //!   its frames leaf first; of a running slice the blocks under the
 //!   capture's `--timeline-min` inside it (`short_blocks`, `short_us`);
@@ -152,7 +154,8 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
     let comms: HashMap<u32, &str> = inp.threads.iter().map(|t| (t.tid, t.comm.as_str())).collect();
     let mut events: Vec<Value> = Vec::new();
     let mut tracks: BTreeMap<(u32, u64), String> = BTreeMap::new();
-    let ctx = SliceContext { t0, frames: &frames, wids: &wids, comms: &comms };
+    let objects: HashMap<u64, &str> = inp.slice_stacks.iter().filter_map(|s| Some((s.id, s.object.as_deref()?))).collect();
+    let ctx = SliceContext { t0, frames: &frames, wids: &wids, comms: &comms, objects: &objects };
     for s in &inp.slices {
         ctx.events(s, &mut tracks, &mut flows, &mut events);
     }
@@ -183,6 +186,8 @@ struct SliceContext<'a> {
     frames: &'a HashMap<u64, Vec<Frame>>,
     wids: &'a HashMap<WakerStack, u64>,
     comms: &'a HashMap<u32, &'a str>,
+    /// What the blocks at a slice stack waited on, by its id.
+    objects: &'a HashMap<u64, &'a str>,
 }
 
 impl SliceContext<'_> {
@@ -213,6 +218,9 @@ impl SliceContext<'_> {
                 args.insert("where".into(), json!(w.func));
             }
             args.insert("stack".into(), json!(f.iter().map(frame_text).collect::<Vec<_>>()));
+        }
+        if let Some(o) = s.stack.and_then(|id| self.objects.get(&id)) {
+            args.insert("object".into(), json!(o));
         }
         if let Some(w) = &s.waker {
             args.insert("waker".into(), json!(waker_label(w)));

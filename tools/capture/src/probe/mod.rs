@@ -329,7 +329,7 @@ pub fn records(probes: &Probes, mut events: Vec<WcProbeEvent>, stacks: &Stacks, 
         }
     }
     let defs = ids.into_iter().map(|((pid, ustack), id)| {
-        Record::SliceStack(wallclock_stream::SliceStack { id, pid, ustack, kstack: Vec::new(), frames: Vec::new() })
+        Record::SliceStack(wallclock_stream::SliceStack { id, pid, ustack, kstack: Vec::new(), frames: Vec::new(), object: None })
     });
     let out: Vec<Record> = defs.chain(out).collect();
     let names = event::PROBE_STAT_NAMES;

@@ -17,15 +17,19 @@
 //! - a futex: `lock SYMBOL` (`+0xN` inside it) when the word lies in a
 //!   module's data (its ELF symbols), else `lock 0xADDRESS`.
 //! - a child: `child COMM PID` (`child any` for wait(-1)).
-//! - many fds: `fds poll N`, `fds select`, `fds epoll_wait`.
+//! - many fds: `fds poll N`, `fds select`, `fds epoll_wait`; an
+//!   `epoll_wait` whose set watches one socket (and anything else that is
+//!   no socket: a server's latch, a signalfd, a pipe) is a wait for that
+//!   socket's peer, `tcp 127.0.0.1:43210 (epoll_wait)` (PostgreSQL's
+//!   backend waits for its client so), from /proc/PID/fdinfo/EPFD.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 
-use wallclock_capture::arch::nr as sysno;
-use wallclock_capture::event;
+use crate::arch::nr as sysno;
+use crate::event;
 
 /// A block's object as BPF keyed it (`wc_okey.obj`, `oref`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -68,6 +72,8 @@ struct Inner {
     /// ELF path (as /proc/PID/root sees it) -> data symbols.
     syms: HashMap<String, Option<Syms>>,
     named: HashMap<(u32, Obj), Option<String>>,
+    /// (pid, epoll fd) -> the one socket its set watches, from the scans.
+    epolls: HashMap<(u32, u32), String>,
 }
 
 /// Names objects; remembers what it saw of each process while it lived.
@@ -161,7 +167,7 @@ fn read_sockets(pid: u32) -> HashMap<u64, String> {
 /// their extents.
 fn data_symbols(path: &str) -> Option<Syms> {
     use object::{Object, ObjectSymbol, SymbolKind};
-    let map = wallclock_capture::elf::map_file(path)?;
+    let map = crate::elf::map_file(path)?;
     let file = object::File::parse(&*map).ok()?;
     let mut v: Vec<(u64, u64, String)> = file
         .symbols()
@@ -178,7 +184,7 @@ fn data_symbols(path: &str) -> Option<Syms> {
 /// The PT_LOAD segments of an ELF file: (offset, vaddr, filesz, memsz).
 fn segments(path: &str) -> Option<Vec<(u64, u64, u64, u64)>> {
     use object::{Object, ObjectSegment};
-    let map = wallclock_capture::elf::map_file(path)?;
+    let map = crate::elf::map_file(path)?;
     let file = object::File::parse(&*map).ok()?;
     Some(
         file.segments()
@@ -214,10 +220,15 @@ impl Namer {
                 let name = self.describe(&mut inner, pid, &link, ino);
                 inner.by_ino.insert((pid, ino), name);
             }
-            for tid in wallclock_capture::procfs::threads(pid) {
+            for fd in epoll_fds(pid) {
+                if let Some(n) = self.epoll_socket(&mut inner, pid, fd) {
+                    inner.epolls.insert((pid, fd), n);
+                }
+            }
+            for tid in crate::procfs::threads(pid) {
                 let Ok(kids) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) else { continue };
                 for kid in kids.split_whitespace().filter_map(|k| k.parse::<u32>().ok()) {
-                    if let Some(c) = wallclock_capture::procfs::comm(kid, kid) {
+                    if let Some(c) = crate::procfs::comm(kid, kid) {
                         inner.children.insert(kid, c);
                     }
                 }
@@ -245,6 +256,23 @@ impl Namer {
             return format!("file {}", in_target_view(pid, link));
         }
         link.to_string()
+    }
+
+    /// The one socket the epoll set of fd `epfd` watches (its peer, as
+    /// an fd of it is named), when it watches exactly one.
+    fn epoll_socket(&self, inner: &mut Inner, pid: u32, epfd: u32) -> Option<String> {
+        let info = std::fs::read_to_string(proc_path(pid, &format!("fdinfo/{epfd}"))).ok()?;
+        let inos: Vec<u64> = info
+            .lines()
+            .filter(|l| l.starts_with("tfd:"))
+            .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("ino:")).and_then(|h| u64::from_str_radix(h, 16).ok()))
+            .collect();
+        let socks = inner.socks.entry(pid).or_insert_with(|| read_sockets(pid));
+        let mut named = inos.iter().filter_map(|i| socks.get(i));
+        match (named.next(), named.next()) {
+            (Some(one), None) => Some(one.clone()),
+            _ => None,
+        }
     }
 
     fn fd_name(&self, inner: &mut Inner, pid: u32, fd: u32, ino: u64) -> String {
@@ -280,7 +308,7 @@ impl Namer {
             }
             let Some(segs) = segments(&full) else { continue };
             let plain: Vec<(u64, u64, u64)> = segs.iter().map(|&(o, v, f, _)| (o, v, f)).collect();
-            let Some(bias) = wallclock_capture::elf::load_bias(&plain, m.entry.start, m.entry.offset) else { continue };
+            let Some(bias) = crate::elf::load_bias(&plain, m.entry.start, m.entry.offset) else { continue };
             let v = addr.wrapping_sub(bias);
             if !segs.iter().any(|&(_, va, _, msz)| v >= va && v < va + msz) {
                 continue;
@@ -305,7 +333,7 @@ impl Namer {
             return "child any".to_string();
         }
         let p = p as u32;
-        let comm = wallclock_capture::procfs::comm(p, p).or_else(|| inner.children.get(&p).cloned()).or_else(|| comm_of(p));
+        let comm = crate::procfs::comm(p, p).or_else(|| inner.children.get(&p).cloned()).or_else(|| comm_of(p));
         match comm {
             Some(c) => format!("child {c} {p}"),
             None => format!("child {p}"),
@@ -330,7 +358,13 @@ impl Namer {
             KIND_MANY => Some(match o.obj {
                 sysno::POLL | sysno::PPOLL => format!("fds poll {}", o.n()),
                 sysno::SELECT | sysno::PSELECT6 => "fds select".to_string(),
-                sysno::EPOLL_WAIT | sysno::EPOLL_PWAIT | sysno::EPOLL_PWAIT2 => "fds epoll_wait".to_string(),
+                sysno::EPOLL_WAIT | sysno::EPOLL_PWAIT | sysno::EPOLL_PWAIT2 => match self.epoll_socket(&mut inner, pid, o.n()) {
+                    Some(sock) => format!("{sock} (epoll_wait)"),
+                    None => match inner.epolls.get(&(pid, o.n())) {
+                        Some(sock) => format!("{sock} (epoll_wait)"),
+                        None => "fds epoll_wait".to_string(),
+                    },
+                },
                 sysno::FUTEX_WAITV => format!("fds futex_waitv {}", o.n()),
                 _ => "fds".to_string(),
             }),
@@ -344,12 +378,16 @@ impl Namer {
     /// in the same block: its system call and arguments as /proc shows
     /// them now, as the BPF side would have read them.
     pub fn blocked_now(pid: u32, tid: u32) -> Obj {
-        let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) else { return Obj::default() };
-        let f: Vec<&str> = s.split_whitespace().collect();
-        let hex = |i: usize| f.get(i).and_then(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok());
-        let (Some(nr), Some(a0), Some(a1)) = (f.first().and_then(|n| n.parse::<u64>().ok()), hex(1), hex(2)) else {
-            return Obj::default();
-        };
+        match read_syscall(pid, tid) {
+            Some((nr, a0, a1)) => Self::syscall_obj(pid, nr, a0, a1),
+            None => Obj::default(),
+        }
+    }
+
+    /// The object of system call `nr` with first arguments `a0`, `a1`
+    /// in process `pid` (an fd's inode read now from /proc/PID/fd), as
+    /// the BPF side keys it (bpf/fingerprint.bpf.h, `block_obj`).
+    pub fn syscall_obj(pid: u32, nr: u64, a0: u64, a1: u64) -> Obj {
         let oref = |k: u32, n: u64| k << 24 | (n as u32 & 0xff_ffff);
         let fd = |fd: u64| {
             let ino = std::fs::metadata(proc_path(pid, &format!("fd/{fd}"))).map(|m| m.ino()).unwrap_or(0);
@@ -365,6 +403,24 @@ impl Namer {
             _ => Obj::default(),
         }
     }
+}
+
+/// The fds of `pid` that are epoll instances.
+fn epoll_fds(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(proc_path(pid, "fd")) else { return Vec::new() };
+    dir.flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:[eventpoll]"))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// `/proc/PID/task/TID/syscall` of a thread in a system call: its
+/// number and first two arguments (None when running or not in one).
+fn read_syscall(pid: u32, tid: u32) -> Option<(u64, u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let hex = |i: usize| f.get(i).and_then(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).ok());
+    Some((f.first()?.parse::<u64>().ok()?, hex(1)?, hex(2)?))
 }
 
 #[cfg(test)]
@@ -394,5 +450,42 @@ mod tests {
         assert_eq!(n.name(me, other, &|_| None), Some(format!("fd {fd} (closed)")));
         assert_eq!(n.name(me, Obj { oref: KIND_CHILD << 24, obj: u64::MAX }, &|_| None).as_deref(), Some("child any"));
         assert_eq!(n.name(me, Obj::default(), &|_| None), None);
+    }
+
+    /// An epoll set watching one TCP connection and a pipe: a wait for
+    /// the connection's peer; with a second socket, a wait on many.
+    #[test]
+    fn names_an_epoll_wait_by_its_one_socket() {
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (p, _) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut pipe = [0i32; 2];
+        // SAFETY: plain system calls on fds this test owns.
+        let ep = unsafe {
+            assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+            let ep = libc::epoll_create1(0);
+            for fd in [c.as_raw_fd(), pipe[0]] {
+                let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+                assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev), 0);
+            }
+            ep
+        };
+        let me = std::process::id();
+        let o = Obj { oref: KIND_MANY << 24 | ep as u32, obj: sysno::EPOLL_PWAIT };
+        let want = format!("tcp {} (epoll_wait)", l.local_addr().unwrap());
+        assert_eq!(Namer::default().name(me, o, &|_| None), Some(want));
+        // SAFETY: as above.
+        unsafe {
+            let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 0 };
+            assert_eq!(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, p.as_raw_fd(), &mut ev), 0);
+        }
+        assert_eq!(Namer::default().name(me, o, &|_| None).as_deref(), Some("fds epoll_wait"));
+        // SAFETY: fds this test opened.
+        unsafe {
+            libc::close(ep);
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+        }
     }
 }
