@@ -147,13 +147,11 @@ fn pgbench_backend_waits_on_its_wal_and_its_client() {
     // The WAL flush: the off-CPU time in fdatasync's kernel path with an
     // object, under a WAL segment.
     let (flush, on_wal) = shares(&folded, |s| s.contains("__x64_sys_fdatasync_[k]") && s.ends_with("]_[o]") && s.contains(";[file "), |s| s.contains(&wal));
-    // The wait for the client: the off-CPU time in epoll_wait or a read
-    // of the socket, under the client's address.
-    let (wait, on_client) = shares(
-        &folded,
-        |s| s.ends_with("]_[o]") && (s.contains("do_epoll_wait_[k]") || s.contains("sock_recvmsg_[k]")) && !s.contains(";[runnable];"),
-        |s| s.contains(&client),
-    );
+    // The wait for the client: the off-CPU time under secure_read (its
+    // recv, and its epoll_wait on the socket beside its latch), under the
+    // client's address. (A heavyweight lock's wait, ProcSleep's
+    // epoll_wait on the latch alone, is no wait for the client.)
+    let (wait, on_client) = shares(&folded, |s| s.ends_with("]_[o]") && s.contains(";secure_read;"), |s| s.contains(&client));
     let sec = |ns: u64| ns as f64 / 1e6;
     eprintln!(
         "backend {backend} (client port {client_port}): fdatasync {:.3} s, {:.3} s under {wal}...; client waits {:.3} s, {:.3} s under {client}",
