@@ -25,7 +25,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{forky, have, profile, read_run, stats, Run};
+use runtime_common::{forky, have, profile, read_attached, run_attached, stats, Run};
 
 fn run(name: &str, flags: &[&str]) -> Run {
     let dir = util::scratch(name);
@@ -170,21 +170,11 @@ fn erlang_otp29_named_with_no_flag_attached_in_a_chroot() {
         .expect("start the chroot's erl");
     // Booted: its modules loaded, wc's processes running.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    let prefix = dir.join("p");
-    let cap = Command::new("bash")
-        .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
-        .arg(&prefix)
-        .args(["-d", "6", &vm.id().to_string()])
-        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
-        .output()
-        .expect("run scripts/wallclock");
+    let cap = run_attached(&dir, vm.id(), 6);
     let _ = vm.kill();
     let _ = vm.wait();
     let _ = std::fs::remove_dir_all(&there);
-    let stderr = String::from_utf8_lossy(&cap.stderr).into_owned();
-    assert!(cap.status.success(), "wallclock PID failed: {stderr}");
-    let run = read_run(&dir, String::from_utf8_lossy(&cap.stdout).into_owned(), stderr);
+    let run = read_attached(&dir, cap);
     let fig = named_with_no_flag(&run, "OTP 29 (forky's, attached)", &dir);
     eprintln!("erlang: {fig}");
 }
@@ -214,20 +204,10 @@ fn erlang_module_loaded_after_the_attach_named() {
         .spawn()
         .expect("start erl");
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let prefix = dir.join("p");
-    let cap = Command::new("bash")
-        .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
-        .arg(&prefix)
-        .args(["-d", "8", &vm.id().to_string()])
-        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
-        .output()
-        .expect("run scripts/wallclock");
+    let cap = run_attached(&dir, vm.id(), 8);
     let _ = vm.kill();
     let _ = vm.wait();
-    let stderr = String::from_utf8_lossy(&cap.stderr).into_owned();
-    assert!(cap.status.success(), "wallclock PID failed: {stderr}");
-    let run = read_run(&dir, String::from_utf8_lossy(&cap.stdout).into_owned(), stderr);
+    let run = read_attached(&dir, cap);
     let fig = named_with_no_flag(&run, "OTP 25 (Debian 12's, attached before its module is loaded)", &dir);
     let late = stats(&dir).get("beam_late_functions").copied().unwrap_or(0);
     eprintln!("erlang: {fig}; {late} functions found at their frames");

@@ -25,7 +25,7 @@ mod util;
 
 use std::process::{Command, Stdio};
 
-use runtime_common::{have, profile, read_run, Run, Stack};
+use runtime_common::{have, profile, Run, Stack};
 use serde_json::Value;
 
 const SPIN: &str = "long Main.spin(long)";
@@ -202,18 +202,7 @@ fn cost(r: &Run) -> String {
 
 /// `scripts/wallclock -f 199 -d 4 -o DIR/p PID`, read back.
 fn attach(dir: &std::path::Path, pid: u32) -> Run {
-    std::fs::create_dir_all(dir).unwrap();
-    let out = Command::new("bash")
-        .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-d", "4", "-o"])
-        .arg(dir.join("p"))
-        .arg(pid.to_string())
-        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
-        .output()
-        .expect("run scripts/wallclock");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "wallclock PID failed: {stderr}");
-    read_run(dir, String::new(), stderr)
+    runtime_common::attach(dir, pid, 4)
 }
 
 #[test]

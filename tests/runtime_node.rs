@@ -27,7 +27,7 @@ use std::io::{BufRead, BufReader};
 
 use std::process::{Command, Stdio};
 
-use runtime_common::{have, profile, read_run, Run, Stack};
+use runtime_common::{have, profile, Run, Stack};
 use serde_json::Value;
 
 fn prog(name: &str) -> String {
@@ -44,19 +44,7 @@ fn run(name: &str, flags: &[&str]) -> Run {
 
 /// `scripts/wallclock -d SECS PID`, read back as `profile` reads a launch.
 fn attach(name: &str, pid: u32, secs: u32) -> Run {
-    let dir = util::scratch(name);
-    let prefix = dir.join("p");
-    let out = Command::new("bash")
-        .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-d", &secs.to_string(), "-o"])
-        .arg(&prefix)
-        .arg(pid.to_string())
-        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
-        .output()
-        .expect("run scripts/wallclock");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "wallclock {pid} failed: {stderr}");
-    read_run(&dir, String::new(), stderr)
+    runtime_common::attach(&util::scratch(name), pid, secs)
 }
 
 /// The on-CPU stacks of the main thread of `pid` (any node process when

@@ -1,6 +1,7 @@
-//! What tests/runtime_jvm.rs and tests/runtime_node.rs share: a program
-//! profiled end to end by `scripts/wallclock -- COMMAND`, its merged
-//! stream read back per thread, its report and stderr kept.
+//! What the runtime tests share: a program profiled end to end by
+//! `scripts/wallclock -- COMMAND` or attached to by `scripts/wallclock
+//! PID`, its merged stream read back per thread, its report and stderr
+//! kept.
 
 #![allow(dead_code)]
 
@@ -81,6 +82,33 @@ pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "wallclock -- {cmd:?} failed: {stderr}");
     read_run(dir, String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// `scripts/wallclock -f 199 -d SECS -o DIR/p PID` run, its output as it
+/// ended (a caller stops its target before reading it: `read_attached`).
+pub fn run_attached(dir: &Path, pid: u32, secs: u32) -> std::process::Output {
+    std::fs::create_dir_all(dir).unwrap();
+    Command::new("bash")
+        .arg(util::root().join("scripts/wallclock"))
+        .args(["-f", "199", "-d", &secs.to_string(), "-o"])
+        .arg(dir.join("p"))
+        .arg(pid.to_string())
+        .env("WALLCLOCK_BIN_DIR", util::bin_dir())
+        .output()
+        .expect("run scripts/wallclock")
+}
+
+/// What `run_attached` wrote, read back as `profile` reads a launch; the
+/// capture must have succeeded.
+pub fn read_attached(dir: &Path, out: std::process::Output) -> Run {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "wallclock PID failed: {stderr}");
+    read_run(dir, String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// `scripts/wallclock -f 199 -d SECS -o DIR/p PID`, read back.
+pub fn attach(dir: &Path, pid: u32, secs: u32) -> Run {
+    read_attached(dir, run_attached(dir, pid, secs))
 }
 
 /// The outputs of `scripts/wallclock -o DIR/p ...`, with what it said.
