@@ -5,7 +5,8 @@
 //! (`--goroutines FILE`, `--tasks FILE`: FILE the folded lines,
 //! FILE.report the section of the report), never into the stream's
 //! totals. Each sampler is a [`Source`]: how a process is found and read
-//! at a tick; the thread, the tick loop and the tally are shared here.
+//! at a tick; the thread, the tick loop, the tally and the cost budget
+//! are shared here.
 
 pub mod asyncio;
 pub mod goroutines;
@@ -28,7 +29,8 @@ pub trait Source {
     /// One process's reader.
     type Proc;
     /// Goroutines or tasks read per process per tick, at most: past it a
-    /// rotating subset is read, each standing for its share.
+    /// rotating subset is read, each standing for its share. The sampler
+    /// reads fewer when they cost more than [`CPU_SHARE`] (see [`Budget`]).
     const BUDGET: usize;
     const KIND: &'static Kind;
     /// The reader of `pid` (its executable `ident`), if it runs the runtime.
@@ -39,9 +41,9 @@ pub trait Source {
     fn again(&self, _tries: u32, _since: Duration) -> bool {
         false
     }
-    /// One tick of `p`: what it read and how many there are; notes and
-    /// failed reads go into `tally`.
-    fn tick(&mut self, p: &mut Self::Proc, pid: u32, tally: &mut Tally) -> Option<(Vec<Seen>, usize)>;
+    /// One tick of `p`, reading at most `budget`: what it read and how
+    /// many there are; notes and failed reads go into `tally`.
+    fn tick(&mut self, p: &mut Self::Proc, pid: u32, tally: &mut Tally, budget: usize) -> Option<(Vec<Seen>, usize)>;
 }
 
 pub struct Sampler {
@@ -104,6 +106,7 @@ type Entry<P> = ((u64, u64), Option<P>, Instant, u32);
 fn run<S: Source>(mut src: S, hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool) -> Tally {
     let period = Duration::from_nanos(1_000_000_000 / hz);
     let mut tally = Tally::new(S::KIND, hz, S::BUDGET);
+    let mut budget = Budget::new(S::BUDGET, period);
     let mut procs: HashMap<u32, Entry<S::Proc>> = HashMap::new();
     let began = Instant::now();
     let mut last = began;
@@ -124,7 +127,7 @@ fn run<S: Source>(mut src: S, hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool
         let now_us = t0.duration_since(began).as_secs_f64() * 1e6;
         let targets = pids.lock().unwrap().clone();
         procs.retain(|p, _| targets.contains(p));
-        let subset = tick(&mut src, &mut tally, &mut procs, &targets, tally::Tick { now_us, dt_us, scale: 1.0 }, t0);
+        let (read, subset) = tick(&mut src, &mut tally, &mut procs, &targets, tally::Tick { now_us, dt_us, scale: 1.0 }, t0, budget.each);
         tally.sampled_us += dt_us;
         tally.ticks += 1;
         tally.subset_ticks += subset as u64;
@@ -133,13 +136,54 @@ fn run<S: Source>(mut src: S, hz: u64, pids: &Mutex<Vec<u32>>, stop: &AtomicBool
         let ns = crate::runtimes::cost::now().saturating_sub(cpu0);
         tally.tick_ns_total += ns;
         tally.tick_ns_max = tally.tick_ns_max.max(ns);
+        budget.after(ns, read);
+        tally.budget_least = tally.budget_least.min(budget.each);
     }
     tally
 }
 
-/// One tick of every target; whether one was read in part (a subset).
-fn tick<S: Source>(src: &mut S, tally: &mut Tally, procs: &mut HashMap<u32, Entry<S::Proc>>, targets: &[u32], t: tally::Tick, t0: Instant) -> bool {
-    let mut subset = false;
+/// The share of one CPU a sampler keeps to: 1%, 0.2 ms a tick at
+/// 49 Hz. Past it a rotating subset is read (each standing for its
+/// share), so 10,000 goroutines cost a program what a few hundred do.
+pub const CPU_SHARE: f64 = 0.01;
+
+/// Read whole, whatever they cost: a program with this many goroutines
+/// or tasks is never sampled in part.
+const FLOOR: usize = 128;
+
+/// How many to read per process at the next tick: as many as
+/// [`CPU_SHARE`] of the period pays for at what each cost lately,
+/// between [`FLOOR`] and the source's `BUDGET`.
+struct Budget {
+    each: usize,
+    most: usize,
+    period_ns: f64,
+    /// CPU ns per one read, averaged over the last ticks; 0: none yet.
+    ns_per: f64,
+}
+
+impl Budget {
+    fn new(most: usize, period: Duration) -> Budget {
+        Budget { each: most, most, period_ns: period.as_nanos() as f64, ns_per: 0.0 }
+    }
+
+    /// A tick took `ns` of CPU for `read` goroutines or tasks (of every
+    /// target).
+    fn after(&mut self, ns: u64, read: usize) {
+        if read == 0 {
+            return;
+        }
+        let per = ns as f64 / read as f64;
+        self.ns_per = if self.ns_per == 0.0 { per } else { 0.75 * self.ns_per + 0.25 * per };
+        let afford = (CPU_SHARE * self.period_ns / self.ns_per) as usize;
+        self.each = afford.clamp(FLOOR.min(self.most), self.most);
+    }
+}
+
+/// One tick of every target, reading at most `budget` of each: how many
+/// were read, and whether one was read in part (a subset).
+fn tick<S: Source>(src: &mut S, tally: &mut Tally, procs: &mut HashMap<u32, Entry<S::Proc>>, targets: &[u32], t: tally::Tick, t0: Instant, budget: usize) -> (usize, bool) {
+    let (mut read, mut subset) = (0, false);
     // Few targets (a command, a pid): each looked at every tick, so that
     // a held command's exec of the runtime is seen at once. Else a process
     // known not to run it is looked at again (an exec) once a second.
@@ -157,11 +201,44 @@ fn tick<S: Source>(src: &mut S, tally: &mut Tally, procs: &mut HashMap<u32, Entr
             *e = (ident, src.find(pid, ident), t0, e.3 + 1);
         }
         let Some(p) = e.1.as_mut() else { continue };
-        let Some((seen, all)) = src.tick(p, pid, tally) else { continue };
-        let scale = if all > S::BUDGET { all as f64 / S::BUDGET as f64 } else { 1.0 };
-        subset |= all > S::BUDGET;
+        let Some((seen, all)) = src.tick(p, pid, tally, budget) else { continue };
+        let scale = if all > budget { all as f64 / budget as f64 } else { 1.0 };
+        subset |= all > budget;
+        read += seen.len();
         let name = crate::procfs::comm(pid, pid).unwrap_or_default();
         tally.add(pid, &name, &seen, all, tally::Tick { scale, ..t });
     }
-    subset
+    (read, subset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_reads_what_its_share_of_a_cpu_pays_for() {
+        let period = Duration::from_millis(20);
+        let mut b = Budget::new(2000, period);
+        assert_eq!(b.each, 2000, "before any tick, the source's most");
+        // 2000 read for 2 ms of CPU (1 us each): 1% of 20 ms pays for 200.
+        b.after(2_000_000, 2000);
+        assert_eq!(b.each, 200);
+        // Cheap again (0.05 us each, averaged in): more, never past the most.
+        for _ in 0..20 {
+            b.after(10_000, 200);
+        }
+        assert_eq!(b.each, 2000);
+        // Dear (10 us each): never below the floor.
+        for _ in 0..20 {
+            b.after(2_000_000, 200);
+        }
+        assert_eq!(b.each, FLOOR);
+        // A tick that read nothing says nothing of the cost.
+        b.after(5_000_000, 0);
+        assert_eq!(b.each, FLOOR);
+        // A source whose most is under the floor reads all of it.
+        let mut small = Budget::new(100, period);
+        small.after(100_000_000, 100);
+        assert_eq!(small.each, 100);
+    }
 }

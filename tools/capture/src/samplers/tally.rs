@@ -80,6 +80,8 @@ pub struct Tally {
     kind: &'static Kind,
     pub hz: u64,
     pub budget: usize,
+    /// The fewest read per process at one tick (the CPU budget's doing).
+    pub budget_least: usize,
     /// µs per folded line (stack;leaf).
     lines: HashMap<String, f64>,
     /// µs and the most at one tick, per process and leaf.
@@ -104,6 +106,7 @@ impl Tally {
             kind,
             hz,
             budget,
+            budget_least: budget,
             lines: HashMap::new(),
             by_what: HashMap::new(),
             live: FxHashMap::default(),
@@ -207,7 +210,8 @@ impl Tally {
             writeln!(out, "  {n}")?;
         }
         if self.subset_ticks > 0 {
-            writeln!(out, "  {} of {} ticks read a rotating subset of {} {}s, each standing for its share of all", self.subset_ticks, self.ticks, self.budget, k.unit)?;
+            let most = if self.budget_least < self.budget { format!("{} to {}", self.budget_least, self.budget) } else { self.budget.to_string() };
+            writeln!(out, "  {} of {} ticks read a rotating subset of {most} {}s, each standing for its share of all (the sampler keeps to {}% of a CPU)", self.subset_ticks, self.ticks, k.unit, super::CPU_SHARE * 100.0)?;
         }
         if self.ticks > 0 {
             writeln!(out, "  cost: {:.3} ms of CPU per tick on average, {:.3} ms at most", self.tick_ns_total as f64 / self.ticks as f64 / 1e6, self.tick_ns_max as f64 / 1e6)?;

@@ -75,8 +75,8 @@ impl Source for Tasks {
         tries < 3 && since >= Duration::from_secs(1)
     }
 
-    fn tick(&mut self, ap: &mut AsyncioProcess, pid: u32, tally: &mut Tally) -> Option<(Vec<Seen>, usize)> {
-        let got = ap.tick(BUDGET);
+    fn tick(&mut self, ap: &mut AsyncioProcess, pid: u32, tally: &mut Tally, budget: usize) -> Option<(Vec<Seen>, usize)> {
+        let got = ap.tick(budget);
         if let Some(n) = ap.pure_python.take() {
             tally.notes.push(format!("pid {pid}: asyncio.tasks.Task is {n}, not the C _asyncio.Task: its tasks are not read"));
         }

@@ -22,7 +22,8 @@ use process::GoProcess;
 
 /// Goroutines read per process per tick, at most: past it a rotating
 /// subset is read, each standing for its share (a process with 100k
-/// goroutines costs as much as one with this many).
+/// goroutines costs as much as one with this many; fewer are read when
+/// they cost more than the samplers' `CPU_SHARE`).
 pub const BUDGET: usize = 2000;
 
 /// How the GOROUTINES section names things.
@@ -69,8 +70,8 @@ impl Source for Goroutines {
         go_process(self.tool, pid, ident, &mut self.bins)
     }
 
-    fn tick(&mut self, gp: &mut GoProcess, _pid: u32, tally: &mut Tally) -> Option<(Vec<Seen>, usize)> {
-        let got = gp.tick(&mut self.unwind, BUDGET)?;
+    fn tick(&mut self, gp: &mut GoProcess, _pid: u32, tally: &mut Tally, budget: usize) -> Option<(Vec<Seen>, usize)> {
+        let got = gp.tick(&mut self.unwind, budget)?;
         tally.unreadable += std::mem::take(&mut gp.unreadable);
         Some(got)
     }
