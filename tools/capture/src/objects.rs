@@ -7,7 +7,8 @@
 //!
 //! - an fd: `/proc/PID/fd/N` if it still holds that inode, else any fd of
 //!   the process that does, else what a scan during the capture saw
-//!   ([`Namer::scan`], once a second), else `fd N (closed)`. A file is
+//!   ([`Namer::scan`], at most once a second per process), else `fd N
+//!   (closed)`. A file is
 //!   `file PATH` (the path less the target's root: its mount namespace's
 //!   view), a socket `tcp PEER:PORT` (`tcp listen ADDR:PORT` listening),
 //!   `udp ...`, `unix PATH`, from the target's own `/proc/PID/net` (its
@@ -27,6 +28,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::arch::nr as sysno;
 use crate::event;
@@ -62,8 +64,11 @@ type Syms = Arc<Vec<(u64, u64, String)>>;
 struct Inner {
     /// (pid, inode) -> name, from the scans of /proc/PID/fd.
     by_ino: HashMap<(u32, u64), String>,
-    /// pid -> (socket inode -> name), read once per naming.
-    socks: HashMap<u32, HashMap<u64, String>>,
+    /// pid -> (socket inode -> name) and when it was read: again at
+    /// each scan, or for a socket not in it (see [`Namer::sockets`]).
+    socks: HashMap<u32, (Instant, HashMap<u64, String>)>,
+    /// pid -> when it was last scanned.
+    scanned: HashMap<u32, Instant>,
     /// child pid -> command, from the scans.
     children: HashMap<u32, String>,
     /// pid -> its file mappings at the last scan (a process gone at the
@@ -196,13 +201,30 @@ fn segments(path: &str) -> Option<Vec<(u64, u64, u64, u64)>> {
     )
 }
 
+/// A process is scanned at most this often: a scan reads its maps, every
+/// fd, its network namespace's socket tables and each thread's children
+/// (about 10 ms of CPU for a JVM serving HTTP here, most of it the
+/// kernel walking its TCP hash table for /proc/PID/net/tcp). Done at each
+/// turn of the capture loop (50 a second), that was a fifth of a CPU.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+
+/// A socket not in the table read this recently is looked for in a new
+/// one (a connection made since), at most this often.
+const SOCKS_AGAIN: Duration = Duration::from_millis(100);
+
 impl Namer {
     /// What the target's processes hold now: each fd's name by inode, and
     /// their children's commands (a capture names what has closed or
-    /// exited since from this).
+    /// exited since from this). Each process at most once a second
+    /// ([`SCAN_EVERY`]): called more often, it returns.
     pub fn scan(&self, pids: impl IntoIterator<Item = u32>) {
         let mut inner = self.inner.borrow_mut();
+        let now = Instant::now();
         for pid in pids {
+            if inner.scanned.get(&pid).is_some_and(|t| now.duration_since(*t) < SCAN_EVERY) {
+                continue;
+            }
+            inner.scanned.insert(pid, now);
             inner.socks.remove(&pid);
             if let Some(m) = wallclock_stream::procmaps::read(pid) {
                 inner.maps.insert(pid, m.into_iter().filter(|m| m.entry.path.starts_with('/')).collect());
@@ -239,8 +261,7 @@ impl Namer {
     /// A name from what `/proc/PID/fd/N` links to.
     fn describe(&self, inner: &mut Inner, pid: u32, link: &str, ino: u64) -> String {
         if link.starts_with("socket:[") {
-            let socks = inner.socks.entry(pid).or_insert_with(|| read_sockets(pid));
-            return socks.get(&ino).cloned().unwrap_or_else(|| "socket".to_string());
+            return Self::sockets(inner, pid, &[ino]).get(&ino).cloned().unwrap_or_else(|| "socket".to_string());
         }
         if link.starts_with("pipe:[") {
             return "pipe".to_string();
@@ -267,12 +288,25 @@ impl Namer {
             .filter(|l| l.starts_with("tfd:"))
             .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("ino:")).and_then(|h| u64::from_str_radix(h, 16).ok()))
             .collect();
-        let socks = inner.socks.entry(pid).or_insert_with(|| read_sockets(pid));
+        let socks = Self::sockets(inner, pid, &[]);
         let mut named = inos.iter().filter_map(|i| socks.get(i));
         match (named.next(), named.next()) {
             (Some(one), None) => Some(one.clone()),
             _ => None,
         }
+    }
+
+    /// The sockets of `pid`'s network namespace, read again when one of
+    /// `want` is not in the table and it is older than [`SOCKS_AGAIN`].
+    fn sockets<'i>(inner: &'i mut Inner, pid: u32, want: &[u64]) -> &'i HashMap<u64, String> {
+        let stale = match inner.socks.get(&pid) {
+            None => true,
+            Some((at, t)) => want.iter().any(|i| !t.contains_key(i)) && at.elapsed() >= SOCKS_AGAIN,
+        };
+        if stale {
+            inner.socks.insert(pid, (Instant::now(), read_sockets(pid)));
+        }
+        &inner.socks[&pid].1
     }
 
     fn fd_name(&self, inner: &mut Inner, pid: u32, fd: u32, ino: u64) -> String {
