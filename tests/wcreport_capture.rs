@@ -165,6 +165,13 @@ fn own_functions_match_the_workloads_truth() {
         "{fsync}"
     );
     assert!(!txt.contains(" <- "), "no kernel-first stacks in the text:\n{txt}");
+    // The versions the capture's runtime readers read, in its header
+    // through stacksym and stackmerge (stream 1.7).
+    let header = stream.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|r| r["type"] == "header").expect("a header");
+    for reader in ["python", "php", "ruby"] {
+        let v = header["runtime_versions"][reader].as_array().map_or(0, Vec::len);
+        assert!(v > 0, "no {reader} versions in the header: {header}");
+    }
 }
 
 /// Spaces collapsed, so that column alignment does not matter.

@@ -28,9 +28,13 @@ use crate::record::Record;
 
 /// The first four bytes of a binary stream.
 pub const MAGIC: [u8; 4] = *b"\0WCB";
-/// Framing version, the byte after [`MAGIC`]. 6 (stream 1.6): `object`
-/// at the end of the `stack` record, after `pgen`.
-pub const VERSION: u8 = 6;
+/// Framing version, the byte after [`MAGIC`]. 7 (stream 1.7): the
+/// header's `runtime_versions` at its end, after `kernel_lacks`.
+pub const VERSION: u8 = 7;
+/// The framing of stream 1.6, still read: the header ends at
+/// `kernel_lacks`. 6 brought `object` at the end of the `stack` record,
+/// after `pgen`.
+pub const VERSION_6: u8 = 6;
 /// The framing of stream 1.5, still read: `stack` ends at `pgen`. 5
 /// brought the `ksyms` record (an appended variant) and `pgen` at the
 /// end of the `thread`, `maps` and `stack` records (see [`crate::pgen`]).
@@ -101,7 +105,7 @@ pub fn read_magic(r: &mut impl BufRead) -> Result<u8, String> {
 }
 
 /// The framing version of a magic this reader understands: [`VERSION`],
-/// [`VERSION_5`], [`VERSION_4`], [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
+/// [`VERSION_6`], [`VERSION_5`], [`VERSION_4`], [`VERSION_3`], or [`crate::legacy::VERSION`] (stream 1.2, before the
 /// stack table).
 fn check_magic(m: &[u8]) -> Result<u8, String> {
     if m.len() < 4 || m[..4] != MAGIC {
@@ -112,7 +116,7 @@ fn check_magic(m: &[u8]) -> Result<u8, String> {
     }
     match m.get(4) {
         None => Err("truncated binary stream magic (no version byte)".into()),
-        Some(&v) if v != VERSION && v != VERSION_5 && v != VERSION_4 && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
+        Some(&v) if v != VERSION && v != VERSION_6 && v != VERSION_5 && v != VERSION_4 && v != VERSION_3 && v != crate::legacy::VERSION => Err(format!(
             "binary framing version {v}, this reader understands {} to {VERSION}; upgrade wallclock or write JSON (WALLCLOCK_STREAM_FORMAT=json)",
             crate::legacy::VERSION
         )),
@@ -235,8 +239,10 @@ mod tests {
 
     /// A header of framing 3 (stream 1.3: none of 1.4's fields, whose
     /// five `None`s are one zero byte each at the end, nor 1.5's
-    /// kernel_lacks, an empty list: one more) still reads, and so does one
-    /// of 1.4 (without kernel_lacks); the later fields round-trip.
+    /// kernel_lacks, an empty list: one more, nor 1.7's
+    /// runtime_versions, an empty map: one more) still reads, and so does one
+    /// of 1.4 (without kernel_lacks) and one of 1.6 (without
+    /// runtime_versions); the later fields round-trip.
     #[test]
     fn header_of_framing_3_reads() {
         let old = Header::new("t", "0");
@@ -244,28 +250,41 @@ mod tests {
         bytes[4] = VERSION_3;
         encode_record(&Record::Header(old.clone()), &mut bytes).unwrap();
         let len = u32::from_le_bytes(bytes[5..9].try_into().unwrap()) as usize;
-        assert!(bytes.ends_with(&[0; 6]));
-        bytes.truncate(bytes.len() - 6);
-        bytes[5..9].copy_from_slice(&((len - 6) as u32).to_le_bytes());
+        assert!(bytes.ends_with(&[0; 7]));
+        bytes.truncate(bytes.len() - 7);
+        bytes[5..9].copy_from_slice(&((len - 7) as u32).to_le_bytes());
         let mut new = old.clone();
         (new.prepare, new.activate, new.start_realtime_ns) = (Some("+2s".into()), Some("/5s".into()), Some(7));
         (new.event, new.event_period) = (Some("page-faults".into()), Some(3));
-        // 1.4's header: its last field's byte, kernel_lacks's not there.
+        // 1.4's header: its last field's byte, kernel_lacks's and
+        // runtime_versions's not there.
         let mut of_1_4 = Vec::new();
         encode_record(&Record::Header(new.clone()), &mut of_1_4).unwrap();
         let len4 = u32::from_le_bytes(of_1_4[..4].try_into().unwrap()) as usize;
-        of_1_4.truncate(of_1_4.len() - 1);
-        of_1_4[..4].copy_from_slice(&((len4 - 1) as u32).to_le_bytes());
+        of_1_4.truncate(of_1_4.len() - 2);
+        of_1_4[..4].copy_from_slice(&((len4 - 2) as u32).to_le_bytes());
         bytes.extend(&of_1_4);
         new.kernel_lacks = vec!["sleepable_iter".into(), "attach_cookie".into()];
+        // 1.6's header: kernel_lacks last, runtime_versions (an empty
+        // map, one byte) not there.
+        let mut of_1_6 = Vec::new();
+        encode_record(&Record::Header(new.clone()), &mut of_1_6).unwrap();
+        let len6 = u32::from_le_bytes(of_1_6[..4].try_into().unwrap()) as usize;
+        assert_eq!(of_1_6.last(), Some(&0));
+        of_1_6.truncate(of_1_6.len() - 1);
+        of_1_6[..4].copy_from_slice(&((len6 - 1) as u32).to_le_bytes());
+        bytes.extend(&of_1_6);
+        let of_1_6_read = new.clone();
+        new.runtime_versions.insert("python".into(), vec!["3.9".into(), "3.10".into()]);
         bytes.extend(framed(&[Record::Header(new.clone())]));
         let mut r = &bytes[..];
         let mut v = read_magic(&mut r).unwrap();
         let mut buf = Vec::new();
         assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(old)));
-        let mut without = new.clone();
+        let mut without = of_1_6_read.clone();
         without.kernel_lacks.clear();
         assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(without)));
+        assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(of_1_6_read)));
         assert_eq!(read_record(&mut r, &mut buf, &mut v).unwrap(), Some(Record::Header(new)));
         assert_eq!(v, VERSION);
     }

@@ -41,7 +41,6 @@ pub mod perfscript;
 pub mod pgen;
 pub mod procmaps;
 pub mod reader;
-pub mod runtime_versions;
 pub mod safe_open;
 mod record;
 pub mod probe;

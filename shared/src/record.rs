@@ -15,7 +15,7 @@ pub const FORMAT_NAME: &str = "wallclock";
 /// Major version: a reader rejects a stream with a larger one.
 pub const VERSION_MAJOR: u32 = 1;
 /// Minor version: additions only (new optional fields, new count names).
-pub const VERSION_MINOR: u32 = 6;
+pub const VERSION_MINOR: u32 = 7;
 
 /// Count-name prefixes of what a symbolizer could not name, per module:
 /// distinct addresses, time (ns) and events of the stacks holding at least
@@ -110,6 +110,14 @@ pub struct Header {
     /// absent where it gave everything.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kernel_lacks: Vec<String>,
+    /// 1.7: the versions whose frames the capture that wrote the stream
+    /// reads with no flag, by reader (`python`, `php`, `ruby`): each
+    /// reader's list, from its own layout tables (`{"python": ["3.9",
+    /// ..., "3.15"]}`). What the report says of a runtime whose frames
+    /// are not read; absent in older streams (the versions are then not
+    /// known from the stream) and from tools that read no runtime.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub runtime_versions: BTreeMap<String, Vec<String>>,
 }
 
 /// The header's fields of 1.3 are decoded as derived; the ones 1.4 added
@@ -144,6 +152,9 @@ impl<C> bincode::Decode<C> for Header {
         if d.reader().peek_read(1).is_some() {
             h.kernel_lacks = De::decode(d)?;
         }
+        if d.reader().peek_read(1).is_some() {
+            h.runtime_versions = De::decode(d)?;
+        }
         Ok(h)
     }
 }
@@ -171,12 +182,32 @@ impl Header {
             event: None,
             event_period: None,
             kernel_lacks: Vec::new(),
+            runtime_versions: BTreeMap::new(),
         }
     }
 
     /// Window length, when both ends are known.
     pub fn window_ns(&self) -> Option<u64> {
         Some(self.end_ns?.saturating_sub(self.start_ns?))
+    }
+}
+
+/// A list of versions (`MAJOR.MINOR`, in order) as the capture and the
+/// report say it: `3.9-3.15` where three or more minors of one major
+/// follow each other, else `8.2 and 8.4`, `3.1, 3.3 and 3.4`.
+pub fn versions_said(versions: &[String]) -> String {
+    let parsed: Option<Vec<(u32, u32)>> = versions
+        .iter()
+        .map(|v| {
+            let (a, b) = v.split_once('.')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect();
+    let run = parsed.is_some_and(|p| p.len() >= 3 && p.windows(2).all(|w| w[1].0 == w[0].0 && w[1].1 == w[0].1 + 1));
+    match versions {
+        [first, .., last] if run => format!("{first}-{last}"),
+        [rest @ .., last] if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => versions.join(""),
     }
 }
 
@@ -641,4 +672,20 @@ pub struct SliceStack {
     /// written before it (decoded only where the record has bytes left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::versions_said;
+
+    #[test]
+    fn versions_are_said_as_a_range_or_a_list() {
+        let v = |s: &[&str]| versions_said(&s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(v(&["3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]), "3.9-3.15");
+        assert_eq!(v(&["8.2", "8.4"]), "8.2 and 8.4");
+        assert_eq!(v(&["3.1", "3.3", "3.4"]), "3.1, 3.3 and 3.4");
+        assert_eq!(v(&["3.10", "3.11"]), "3.10 and 3.11");
+        assert_eq!(v(&["3.10"]), "3.10");
+        assert_eq!(v(&[]), "");
+    }
 }

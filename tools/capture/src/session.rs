@@ -355,6 +355,7 @@ impl Session {
         h.end_ns = Some(end_ns);
         h.start_realtime_ns = Some(crate::when::realtime_of(self.start_ns));
         h.kernel_lacks = crate::kernel::Kernel::get().lacks_tags().into_iter().map(str::to_string).collect();
+        h.runtime_versions = crate::runtimes::Runtimes::default().versions();
         self.when.to_header(&mut h);
         h
     }

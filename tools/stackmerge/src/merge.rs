@@ -293,6 +293,15 @@ fn merge_header(into: &mut Header, h: &Header, role: InputRole) {
             into.kernel_lacks.push(k.clone());
         }
     }
+    // What each capture's readers read (the captures of one run read the same).
+    for (r, vs) in &h.runtime_versions {
+        let into = into.runtime_versions.entry(r.clone()).or_default();
+        for v in vs {
+            if !into.contains(v) {
+                into.push(v.clone());
+            }
+        }
+    }
 }
 
 fn kind_in(s: &Stack, role: InputRole) -> Kind {

@@ -86,7 +86,7 @@ fn stack_text(s: &Stack) -> String {
 pub fn build(records: &[Record], top_n: usize) -> Report {
     let Gathered { mut threads, stacks, headers, stats, modules, stats_end_ns } = gather(records);
     let mut window = Window { end_ns: stats_end_ns, ..Window::default() };
-    let Headers { tools, lost, event, event_period, kernel_lacks } = headers_of(&headers, &mut window);
+    let Headers { tools, lost, event, event_period, kernel_lacks, runtime_versions } = headers_of(&headers, &mut window);
     window.wall_ns = match (window.start_ns, window.end_ns) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -122,7 +122,7 @@ pub fn build(records: &[Record], top_n: usize) -> Report {
     }
     let waits_on = crate::wakers::waits_on(&all, &comms, top_n.max(10) * 2);
     let waited_on = crate::objects::waited_on(&all, &comms, top_n.max(10) * 2);
-    let runtimes = crate::runtimes::advice(all.iter().copied());
+    let runtimes = crate::runtimes::advice(all.iter().copied(), runtime_versions.as_ref());
     Report {
         tools,
         window,
@@ -196,6 +196,9 @@ struct Headers {
     event: Option<String>,
     event_period: Option<u64>,
     kernel_lacks: Vec<String>,
+    /// What the captures' runtime readers read, where a header says it
+    /// (stream 1.7), by reader.
+    runtime_versions: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// The headers' tools, losses and event, their window widened into `window`.
@@ -210,7 +213,15 @@ fn headers_of(headers: &[&Header], window: &mut Window) -> Headers {
             kernel_lacks.push(k.clone());
         }
     }
+    let mut runtime_versions: Option<BTreeMap<String, Vec<String>>> = None;
     for h in headers {
+        if !h.runtime_versions.is_empty() {
+            let into = runtime_versions.get_or_insert_with(BTreeMap::new);
+            for (r, vs) in &h.runtime_versions {
+                let into = into.entry(r.clone()).or_default();
+                into.extend(vs.iter().filter(|v| !into.contains(v)).cloned().collect::<Vec<_>>());
+            }
+        }
         tools.push(h.tool.clone());
         for (k, v) in &h.lost {
             *lost.entry(k.clone()).or_insert(0) += v;
@@ -218,7 +229,7 @@ fn headers_of(headers: &[&Header], window: &mut Window) -> Headers {
         window.start_ns = min_opt(window.start_ns, h.start_ns);
         window.end_ns = max_opt(window.end_ns, h.end_ns);
     }
-    Headers { tools, lost, event, event_period, kernel_lacks }
+    Headers { tools, lost, event, event_period, kernel_lacks, runtime_versions }
 }
 
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {

@@ -14,13 +14,18 @@
 //!   every file) means no perf map: `erl +JPperf true` writes one, and
 //!   keeps frame pointers for whole stacks.
 //! - PHP: opcache's JIT code (`/dev/zero`) is unnamed; the capture names
-//!   PHP's functions (the versions in `runtime_versions`) from the executor (`php::...`): where none are,
+//!   PHP's functions from the executor (`php::...`): where none are,
 //!   the frames of this PHP are not walked.
 //! - .NET: JIT code without names: `DOTNET_PerfMapEnabled=1`.
-//! - CPython, and Ruby, of versions whose frames the capture does not read
-//!   (`wallclock_stream::runtime_versions`): frames of this runtime are not walked; the line
-//!   says which versions are read (no flag to add: `-X perf` names
-//!   frames but the capture reads the same ones without it).
+//! - CPython, and Ruby, of versions whose frames the capture does not read:
+//!   frames of this runtime are not walked; the line says which versions
+//!   are read (no flag to add: `-X perf` names frames but the capture
+//!   reads the same ones without it).
+//!
+//! Which versions are read is what the capture that wrote the stream
+//! says in its header (`runtime_versions`, stream 1.7: each reader's list,
+//! from its own tables); from an older stream the line says they are not
+//! known.
 //!
 //! Each line says how much of the process's on-CPU time it concerns (and
 //! of all its time); a share under 1% of either is left out (a few stacks
@@ -30,8 +35,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use wallclock_stream::{Frame, Kind, Stack};
-
-use wallclock_stream::runtime_versions as read;
 
 /// Root frame stacksym gives a stack cut in JIT code (stacksym::jit).
 const CUT: &str = "[stack cut in JIT code";
@@ -114,8 +117,23 @@ fn python_minor(b: &str) -> Option<u32> {
     d.parse().ok()
 }
 
-/// The advice for the processes among `stacks` that need some.
-pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice> {
+/// The versions a capture reads, by reader (the headers'
+/// `runtime_versions`; None: not known from the stream).
+pub type Read<'a> = Option<&'a BTreeMap<String, Vec<String>>>;
+
+/// What the capture reads of `reader`, in words (`CPython 3.9-3.15`),
+/// for the lines below.
+fn read_said(read: Read<'_>, reader: &str, runtime: &str) -> String {
+    match read.map(|r| r.get(reader)) {
+        None => "the versions the capture reads are not known from this stream".to_string(),
+        Some(None) => format!("the capture reads no {runtime}"),
+        Some(Some(v)) => format!("the capture reads {runtime} {}", wallclock_stream::versions_said(v)),
+    }
+}
+
+/// The advice for the processes among `stacks` that need some; `read`:
+/// the versions the capture reads.
+pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>, read: Read<'_>) -> Vec<RuntimeAdvice> {
     let mut by_pid: BTreeMap<u32, Seen> = BTreeMap::new();
     for s in stacks {
         let e = by_pid.entry(s.pid).or_default();
@@ -185,23 +203,24 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>) -> Vec<RuntimeAdvice>
             add("dotnet", "DOTNET_PerfMapEnabled=1", e.unnamed_jit, &what, "start it with DOTNET_PerfMapEnabled=1 to name its methods");
         }
         if e.php && e.php_frames.0 == 0 {
-            let what = format!("runs PHP whose frames are not walked (the capture reads {}, NTS builds)", read::PHP);
+            let what = format!("runs PHP whose frames are not walked ({}, NTS builds)", read_said(read, "php", "PHP"));
             add("php", "", e.interp, &what, "its functions show as the interpreter's loop (execute_ex)");
         } else if e.php {
             let what = "has opcache JIT code without names (its PHP functions are named, php::...)";
             add("php", "opcache.jit_debug=0x10", e.unnamed_jit, what, "opcache.jit_debug=0x10 writes a perf map that names the JIT code too");
         }
         if e.ruby && e.rb_frames.0 == 0 {
-            let what = format!("runs Ruby whose frames are not walked (the capture reads {})", read::RUBY);
+            let what = format!("runs Ruby whose frames are not walked ({})", read_said(read, "ruby", "Ruby"));
             add("ruby", "", e.interp, &what, "its methods show as the interpreter's C functions (rbspy reads them)");
         }
         if let Some(minor) = e.python.filter(|_| e.py_frames.0 == 0) {
             // One line, which versions are read: no flag to add (the
             // capture reads them from the running interpreter).
-            let what = if read::CPYTHON_MINORS.contains(&minor) {
-                format!("runs CPython 3.{minor}, whose frames were not read (see the capture's warnings; it reads {}'s)", read::CPYTHON)
-            } else {
-                format!("runs CPython 3.{minor}, whose frames are not walked (the capture reads {}'s)", read::CPYTHON)
+            let said = read_said(read, "python", "CPython");
+            let what = match read.map(|r| r.get("python").is_some_and(|v| v.contains(&format!("3.{minor}")))) {
+                Some(true) => format!("runs CPython 3.{minor}, whose frames were not read (see the capture's warnings; {said})"),
+                Some(false) => format!("runs CPython 3.{minor}, whose frames are not walked ({said})"),
+                None => format!("runs CPython 3.{minor}, whose frames were not read ({said})"),
             };
             add("python", "", e.interp, &what, "its functions show as the interpreter's C functions");
         }
@@ -235,13 +254,22 @@ mod tests {
         Frame { module: Some(module.into()), ..Frame::named(func) }
     }
 
+    /// The versions a capture says it reads (its header's).
+    fn read() -> BTreeMap<String, Vec<String>> {
+        let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        [("python", v(&["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"])), ("php", v(&["8.2", "8.4"])), ("ruby", v(&["3.1", "3.3", "3.4"]))]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
     #[test]
     fn node_without_its_perf_map_is_told_the_flag() {
         let s = [
             stack(7, 300, vec![in_module("main", "node"), Frame::named("[unknown]+0x7f0000001000")]),
             stack(7, 100, vec![in_module("main", "node"), in_module("uv_run", "node")]),
         ];
-        let a = advice(s.iter());
+        let a = advice(s.iter(), Some(&read()));
         assert_eq!(a.len(), 1);
         assert_eq!(a[0].flag, "--perf-basic-prof");
         assert_eq!((a[0].ns, a[0].total_ns), (300, 400));
@@ -256,7 +284,7 @@ mod tests {
             stack(9, 900, vec![cut, spin]),
             stack(9, 100, vec![in_module("start_thread", "libc.so.6"), in_module("thread_native_entry(Thread*)", "libjvm.so")]),
         ];
-        let a = advice(s.iter());
+        let a = advice(s.iter(), Some(&read()));
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].flag, "-XX:+PreserveFramePointer");
         assert!(a[0].text.contains("90% of its on-CPU time"), "{}", a[0].text);
@@ -268,7 +296,7 @@ mod tests {
             stack(5, 800, vec![in_module("process_main", "beam.smp"), Frame::named("memfd:vmem+0x1234")]),
             stack(5, 200, vec![in_module("erts_schedule", "beam.smp")]),
         ];
-        let a = advice(s.iter());
+        let a = advice(s.iter(), Some(&read()));
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].flag, "+JPperf true");
         assert!(a[0].text.contains("erl +JPperf true") && a[0].text.contains("80% of its on-CPU time"), "{}", a[0].text);
@@ -277,7 +305,7 @@ mod tests {
     #[test]
     fn interpreters_whose_frames_are_not_walked_say_so() {
         let s = [stack(4, 100, vec![in_module("_PyEval_EvalFrameDefault", "libpython3.9.so.1.0")]), stack(6, 100, vec![in_module("vm_exec", "libruby-3.1.so.3.1")])];
-        let a = advice(s.iter());
+        let a = advice(s.iter(), Some(&read()));
         assert_eq!(a.len(), 2, "{a:?}");
         assert!(a.iter().all(|a| a.text.contains("not walked")), "{a:?}");
         // CPython: one line, which versions are read, no flag.
@@ -287,16 +315,32 @@ mod tests {
         // 3.14 with its frames read (py::): no line.
         let named = Frame { module: Some("work.py".into()), ..Frame::named("py::crunch:/w/work.py") };
         let s = [stack(9, 100, vec![in_module("_PyEval_EvalFrameDefault", "python3.14"), named])];
-        assert!(advice(s.iter()).is_empty());
+        assert!(advice(s.iter(), Some(&read())).is_empty());
         // PHP with its frames read: no such line; its JIT code (/dev/zero) unnamed: the flag.
         let php = Frame { module: Some("work.php".into()), ..Frame::named("php::crunch") };
         let s = [stack(8, 100, vec![in_module("execute_ex", "php8.2"), php, Frame::named("zero+0x10")])];
-        let a = advice(s.iter());
+        let a = advice(s.iter(), Some(&read()));
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].flag, "opcache.jit_debug=0x10");
         // Ruby with its frames read (3.1): no such line.
         let s = [stack(6, 100, vec![in_module("rb_vm_exec", "libruby-3.1.so.3.1"), Frame::named("rb::crunch")])];
-        assert!(advice(s.iter()).is_empty());
+        assert!(advice(s.iter(), Some(&read())).is_empty());
+    }
+
+    /// From a stream whose header does not say what the capture reads
+    /// (before 1.7): one line each, saying so; a CPython whose version
+    /// the capture reads says where to look.
+    #[test]
+    fn versions_not_known_from_an_older_stream() {
+        let s = [stack(4, 100, vec![in_module("_PyEval_EvalFrameDefault", "libpython3.9.so.1.0")]), stack(6, 100, vec![in_module("vm_exec", "libruby-3.1.so.3.1")])];
+        let a = advice(s.iter(), None);
+        assert_eq!(a.len(), 2, "{a:?}");
+        assert!(a.iter().all(|a| a.text.contains("the versions the capture reads are not known from this stream")), "{a:?}");
+        let py = a.iter().find(|a| a.runtime == "python").unwrap();
+        assert!(py.text.contains("runs CPython 3.9, whose frames were not read"), "{}", py.text);
+        let s = [stack(4, 100, vec![in_module("_PyEval_EvalFrameDefault", "libpython3.12.so.1.0")])];
+        let a = advice(s.iter(), Some(&read()));
+        assert!(a[0].text.contains("were not read (see the capture's warnings; the capture reads CPython 3.10-3.15)"), "{}", a[0].text);
     }
 
     #[test]
@@ -306,12 +350,12 @@ mod tests {
             stack(7, 300, vec![in_module("main", "node"), js, Frame::named("[unknown]+0x7f0000001000")]),
             stack(7, 100, vec![in_module("main", "node"), in_module("uv_run", "node")]),
         ];
-        assert!(advice(s.iter()).is_empty());
+        assert!(advice(s.iter(), Some(&read())).is_empty());
     }
 
     #[test]
     fn other_programs_get_no_advice() {
         let s = [stack(3, 10, vec![in_module("main", "prog"), Frame::named("[unknown]+0x10")])];
-        assert!(advice(s.iter()).is_empty());
+        assert!(advice(s.iter(), Some(&read())).is_empty());
     }
 }

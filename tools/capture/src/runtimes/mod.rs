@@ -20,6 +20,10 @@
 //! - the Maps record ([`Runtime::names`]), the stats trailer
 //!   ([`Runtime::cost`], [`Runtime::stats`]) and the advice lines at the
 //!   stop ([`Runtime::advice`]).
+//!
+//! The versions a reader reads are its tables' ([`Runtime::versions`]),
+//! written to the stream's header (`runtime_versions`), from which the
+//! report says what a capture could read.
 
 pub mod beam;
 pub mod cost;
@@ -165,6 +169,12 @@ pub trait Runtime {
     fn advice(&self) -> Vec<String> {
         Vec::new()
     }
+    /// The versions of its runtime whose frames it reads (`3.9`...), from
+    /// its own layout tables, for the stream's header; empty where it
+    /// reads what the runtime publishes of any version (none listed).
+    fn versions(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Every reader, asked in this order: HotSpot's walk before CPython's
@@ -284,5 +294,25 @@ impl Runtimes {
 
     pub fn advice(&self) -> Vec<String> {
         self.readers.iter().flat_map(|r| r.advice()).collect()
+    }
+
+    /// Each reader's [`Runtime::versions`] by its name, those that list
+    /// some: the header's `runtime_versions`.
+    pub fn versions(&self) -> std::collections::BTreeMap<String, Vec<String>> {
+        self.readers.iter().map(|r| (r.name().to_string(), r.versions())).filter(|(_, v)| !v.is_empty()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The registry lists the versions of each reader whose versions are
+    /// its tables', under its name, and no empty list.
+    #[test]
+    fn versions_by_reader() {
+        let v = super::Runtimes::default().versions();
+        assert_eq!(v.keys().map(String::as_str).collect::<Vec<_>>(), ["php", "python", "ruby"]);
+        assert_eq!(v["python"], super::python::offsets::versions());
+        assert_eq!(v["php"], ["8.2", "8.4"]);
+        assert_eq!(v["ruby"], ["3.1", "3.3", "3.4"]);
     }
 }

@@ -62,6 +62,10 @@ impl Runtime for Php {
         "php"
     }
 
+    fn versions(&self) -> Vec<String> {
+        reader::versions()
+    }
+
     fn cost(&self) -> crate::runtimes::cost::Cost {
         self.cost
     }

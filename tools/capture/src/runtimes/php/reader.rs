@@ -34,17 +34,23 @@ pub const CALL_TOP: u32 = 1 << 1;
 const FN_TYPE: u64 = 0;
 const FN_NAME: u64 = 8;
 const FN_SCOPE: u64 = 16;
-/// `op_array.filename` by minor version (8.2, 8.4).
+/// `op_array.filename` by minor version (8.N, N): the versions read.
+const OP_ARRAY_FILENAME: [(u32, u64); 2] = [(2, 152), (4, 168)];
+
 fn op_array_filename(minor: u32) -> Option<u64> {
-    match minor {
-        2 => Some(152),
-        4 => Some(168),
-        _ => None,
-    }
+    OP_ARRAY_FILENAME.iter().find(|v| v.0 == minor).map(|v| v.1)
 }
 
-/// The PHP versions read, for what the capture and the report say.
-pub const READ: &str = wallclock_stream::runtime_versions::PHP;
+/// The PHP versions read (`8.N`), those of the table above: what the
+/// stream's header says (`runtime_versions`) and the capture's warnings.
+pub fn versions() -> Vec<String> {
+    OP_ARRAY_FILENAME.iter().map(|v| format!("8.{}", v.0)).collect()
+}
+
+/// The versions read, as the capture says them (`PHP 8.2 and 8.4`).
+pub fn read_said() -> String {
+    format!("PHP {}", wallclock_stream::versions_said(&versions()))
+}
 const CE_NAME: u64 = 8;
 const STR_LEN: u64 = 16;
 const STR_VAL: u64 = 24;
@@ -106,7 +112,7 @@ impl Executor {
     pub fn find(pid: u32) -> Result<Executor, String> {
         let maps = wallclock_stream::procmaps::read(pid).ok_or_else(|| format!("pid {pid}: its maps cannot be read"))?;
         let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| is_read(&m.path)).collect();
-        let first = mine.first().ok_or_else(|| format!("pid {pid}: no {READ} executable mapped"))?;
+        let first = mine.first().ok_or_else(|| format!("pid {pid}: no {} executable mapped", read_said()))?;
         let path = first.path.clone();
         let minor = php8_minor(&path).unwrap_or(0);
         let filename = op_array_filename(minor).ok_or_else(|| format!("{path}: PHP 8.{minor} is not read"))?;
@@ -215,7 +221,8 @@ mod tests {
     #[test]
     fn the_versions_read_are_those_said() {
         for m in 0..20 {
-            assert_eq!(op_array_filename(m).is_some(), wallclock_stream::runtime_versions::PHP_MINORS.contains(&m), "PHP 8.{m}");
+            assert_eq!(op_array_filename(m).is_some(), versions().contains(&format!("8.{m}")), "PHP 8.{m}");
         }
+        assert_eq!(read_said(), "PHP 8.2 and 8.4");
     }
 }

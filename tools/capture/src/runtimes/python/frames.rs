@@ -95,6 +95,10 @@ impl Runtime for Python {
         "python"
     }
 
+    fn versions(&self) -> Vec<String> {
+        super::offsets::versions()
+    }
+
     fn cost(&self) -> crate::runtimes::cost::Cost {
         self.cost
     }

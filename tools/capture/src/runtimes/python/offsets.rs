@@ -219,14 +219,12 @@ pub const DEBUG315: DebugLayout = DebugLayout {
     gen_frame_state: Some(102),
 };
 
+/// The versions read by the offsets they publish.
+const DEBUG_LAYOUTS: [&DebugLayout; 3] = [&DEBUG313, &DEBUG314, &DEBUG315];
+
 /// The layout of 3.`minor`'s `_Py_DebugOffsets`, if known.
 pub fn debug_layout(minor: u32) -> Option<&'static DebugLayout> {
-    match minor {
-        13 => Some(&DEBUG313),
-        14 => Some(&DEBUG314),
-        15 => Some(&DEBUG315),
-        _ => None,
-    }
+    DEBUG_LAYOUTS.iter().find(|l| l.minor == minor).copied()
 }
 
 /// The cookie `_Py_DebugOffsets` begins with.
@@ -410,26 +408,47 @@ pub const PY313: Offsets = Offsets {
     code_tag_bits: 0,
 };
 
+/// The versions with a table (3.13's is checked against what it
+/// publishes, by which it is read).
+const TABLES: [&Offsets; 4] = [&PY310, &PY311, &PY312, &PY313];
+
 /// The table of CPython 3.`minor`, if known.
 pub fn for_minor(minor: u32) -> Option<&'static Offsets> {
-    match minor {
-        10 => Some(&PY310),
-        11 => Some(&PY311),
-        12 => Some(&PY312),
-        13 => Some(&PY313),
-        _ => None,
-    }
+    TABLES.iter().find(|o| o.minor == minor).copied()
+}
+
+/// The minor versions read, in order: each with a table or a layout of
+/// its `_Py_DebugOffsets`.
+pub fn minors() -> Vec<u32> {
+    let mut v: Vec<u32> = TABLES.iter().map(|o| o.minor).chain(DEBUG_LAYOUTS.iter().map(|l| l.minor)).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The versions read (`3.N`): what the stream's header says
+/// (`runtime_versions`) and the capture's warnings.
+pub fn versions() -> Vec<String> {
+    minors().into_iter().map(|m| format!("3.{m}")).collect()
+}
+
+/// The versions read, as the capture says them (`CPython 3.10-3.15`).
+pub fn read_said() -> String {
+    format!("CPython {}", wallclock_stream::versions_said(&versions()))
 }
 
 #[cfg(test)]
 mod tests {
-    /// Every version said to be read has its offsets: a table (3.10-3.12)
-    /// or the layout of its `_Py_DebugOffsets` (3.13+).
+    /// Every version said to be read has its offsets, a table or the
+    /// layout of its `_Py_DebugOffsets`, and no other has, and they
+    /// follow each other (said as a range).
     #[test]
     fn every_version_read_has_its_offsets() {
         for m in 0..30 {
-            let has = if m < 13 { super::for_minor(m).is_some() } else { super::debug_layout(m).is_some() };
-            assert_eq!(has, wallclock_stream::runtime_versions::CPYTHON_MINORS.contains(&m), "CPython 3.{m}");
+            let has = super::for_minor(m).is_some() || super::debug_layout(m).is_some();
+            assert_eq!(has, super::minors().contains(&m), "CPython 3.{m}");
         }
+        let m = super::minors();
+        assert_eq!(super::read_said(), format!("CPython 3.{}-3.{}", m[0], m[m.len() - 1]));
     }
 }

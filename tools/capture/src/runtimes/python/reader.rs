@@ -25,9 +25,6 @@ const MAX_THREADS: usize = 4096;
 const MAX_FRAMES: usize = 1024;
 const MAX_STR: u64 = 4096;
 
-/// The versions whose frames are read, as told where one is not.
-pub const READ: &str = wallclock_stream::runtime_versions::CPYTHON;
-
 /// One Python frame: what the code object says, and where it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PyFrame {
@@ -140,8 +137,8 @@ impl Interpreter {
         cands.sort_by_key(|c| !c.2.contains("libpython"));
         let (start, off, path) = cands.first().cloned().ok_or_else(|| format!("pid {pid}: no CPython 3 mapped"))?;
         let minor = minor_from_path(&path).unwrap_or(0);
-        if !wallclock_stream::runtime_versions::CPYTHON_MINORS.contains(&minor) {
-            return Err(format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {READ})"));
+        if !offsets::minors().contains(&minor) {
+            return Err(format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {})", offsets::read_said()));
         }
         // Mapped, not read whole: no thread's frames are read until this
         // returns, and reading a 30 MB libpython took up to 240 ms under
@@ -191,12 +188,11 @@ impl Interpreter {
     }
 
     /// 3.`minor`'s offsets: from its `_Py_DebugOffsets` where it has them
-    /// (3.13+), else (3.10-3.12) the table of its version.
+    /// (3.13+), else the table of its version.
     fn offsets(pid: u32, minor: u32, runtime: u64) -> Result<Offsets, String> {
-        if minor < 13 {
-            return offsets::for_minor(minor).copied().ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {READ})"));
-        }
-        let words = offsets::debug_layout(minor).map_or(0, |l| l.words);
+        let Some(words) = offsets::debug_layout(minor).map(|l| l.words) else {
+            return offsets::for_minor(minor).copied().ok_or_else(|| format!("pid {pid}: CPython 3.{minor} is not read (the capture reads {})", offsets::read_said()));
+        };
         let mut table = vec![0u8; words * 8];
         crate::procmem::Mem { pid }.read(runtime, &mut table)?;
         offsets::from_debug(minor, &table).map_err(|e| format!("pid {pid}: {e}"))

@@ -92,6 +92,10 @@ impl Runtime for Ruby {
         "ruby"
     }
 
+    fn versions(&self) -> Vec<String> {
+        reader::versions()
+    }
+
     /// Find the Ruby processes among `pids` not seen yet and tell the
     /// BPF side where their execution contexts are. Whether one was
     /// added to `cfg`.

@@ -73,16 +73,23 @@ const RUBY_31: Layout = Layout { cfp_size: 64, ec_thread: 48, th_ractor: 24, th_
 /// the ready queue's head at +344 of a 600 / 520-byte rb_ractor_t).
 const RUBY_33: Layout = Layout { cfp_size: 56, ec_thread: 48, th_ractor: 24, th_waitq: 72, ractor_span: 1024, str_len_field: true, ary_embed_len_mask: 0x7f, lineno_fixnum: false };
 
-/// The Ruby versions read, for what the capture and the report say.
-pub const READ: &str = wallclock_stream::runtime_versions::RUBY;
+/// The layout of each Ruby 3.N read, by N: the versions read.
+const LAYOUTS: [(u32, Layout); 3] = [(1, RUBY_31), (3, RUBY_33), (4, RUBY_33)];
 
 /// The layout of Ruby 3.`minor`, where it is read.
 pub fn layout(minor: u32) -> Option<Layout> {
-    match minor {
-        1 => Some(RUBY_31),
-        3 | 4 => Some(RUBY_33),
-        _ => None,
-    }
+    LAYOUTS.iter().find(|l| l.0 == minor).map(|l| l.1)
+}
+
+/// The Ruby versions read (`3.N`), those of [`LAYOUTS`]: what the
+/// stream's header says (`runtime_versions`) and the capture's warnings.
+pub fn versions() -> Vec<String> {
+    LAYOUTS.iter().map(|l| format!("3.{}", l.0)).collect()
+}
+
+/// The versions read, as the capture says them (`Ruby 3.1, 3.3 and 3.4`).
+pub fn read_said() -> String {
+    format!("Ruby {}", wallclock_stream::versions_said(&versions()))
 }
 
 /// A Ruby process.
@@ -127,7 +134,7 @@ impl Vm {
         let first = mine.first().ok_or_else(|| format!("pid {pid}: no libruby-3.N mapped"))?;
         let path = first.path.clone();
         let minor = libruby_minor(&path).unwrap_or(0);
-        let layout = layout(minor).ok_or_else(|| format!("pid {pid}: runs Ruby 3.{minor}, whose frames are not walked (the capture reads {READ})"))?;
+        let layout = layout(minor).ok_or_else(|| format!("pid {pid}: runs Ruby 3.{minor}, whose frames are not walked (the capture reads {})", read_said()))?;
         // Through the process's own root first (a container's file).
         let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}"))
             .or_else(|| crate::elf::map_file(&path))
@@ -391,8 +398,9 @@ mod tests {
         assert_eq!(libruby_minor("/opt/ruby/lib/libruby-3.4.so"), Some(4));
         assert_eq!(libruby_minor("/usr/lib/libruby-static.a"), None);
         for m in 0..20 {
-            assert_eq!(layout(m).is_some(), wallclock_stream::runtime_versions::RUBY_MINORS.contains(&m), "Ruby 3.{m}");
+            assert_eq!(layout(m).is_some(), versions().contains(&format!("3.{m}")), "Ruby 3.{m}");
         }
+        assert_eq!(read_said(), "Ruby 3.1, 3.3 and 3.4");
         assert_eq!(layout(1).unwrap().cfp_size, 64);
         assert_eq!(layout(3).unwrap().cfp_size, 56);
     }
