@@ -499,24 +499,24 @@ fn own_frames_of_a_running_debian_python3() {
     own_frames("python-own-debian-attach", &py, true);
 }
 
-/// pyenv's 3.10 (its older frame model: a frame object per call, each in a
-/// C call of its own), 3.11, 3.12 and 3.13: the same names for the same
-/// workload (3.10 has no qualified names: `_bootstrap` for
-/// `Thread._bootstrap`, as the workload itself reports on 3.10).
+/// pyenv's 3.9 and 3.10 (the older frame model: a frame object per call,
+/// each in a C call of its own), 3.11, 3.12 and 3.13: the same names for
+/// the same workload (3.9 and 3.10 have no qualified names: `_bootstrap`
+/// for `Thread._bootstrap`, as the workload itself reports there).
 #[test]
-fn own_frames_of_310_to_313_name_the_same_functions() {
+fn own_frames_of_39_to_313_name_the_same_functions() {
     if skip() {
         return;
     }
     let mut seen: Vec<(u32, std::collections::BTreeSet<String>)> = Vec::new();
-    for minor in [10, 11, 12, 13] {
+    for minor in [9, 10, 11, 12, 13] {
         let Some(py) = pyenv(minor) else { continue };
         let stacks = own_frames(&format!("python-own-3{minor}"), &py, false);
         seen.push((minor, py_names(&stacks)));
     }
     if seen.len() < 2 {
         // One interpreter compares nothing: that is no pass.
-        util::missing(&format!("{} of pyenv's 3.10-3.13 installed, two at least are compared", seen.len()), "`pyenv install 3.12 3.13` installs two", "WALLCLOCK_SKIP_PYENV");
+        util::missing(&format!("{} of pyenv's 3.9-3.13 installed, two at least are compared", seen.len()), "`pyenv install 3.12 3.13` installs two", "WALLCLOCK_SKIP_PYENV");
         return;
     }
     for w in seen.windows(2) {

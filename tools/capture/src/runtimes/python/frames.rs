@@ -3,7 +3,7 @@
 //! and put where CPython ran it, so that native and Python frames
 //! interleave.
 //!
-//! While the capture runs, [`Python::refresh`] finds the CPython 3.10-3.15
+//! While the capture runs, [`Python::refresh`] finds the CPython 3.9-3.15
 //! of each target process ([`Interpreter::find`]), tells the BPF side
 //! where that version keeps its frame chain (`py_cfg`), and lists its
 //! threads (`py_threads`: tid -> thread state), again at every turn of
@@ -13,8 +13,8 @@
 //!
 //! A stack event then carries the thread's frames, innermost first: code
 //! object, instruction pointer, flags. [`Python::splice`] cuts them into
-//! the runs that one `_PyEval_EvalFrameDefault` call executes (3.10: one
-//! frame each; 3.11 marks a run's outermost frame `is_entry`; 3.12+ push a
+//! the runs that one `_PyEval_EvalFrameDefault` call executes (3.9, 3.10:
+//! one frame each; 3.11 marks a run's outermost frame `is_entry`; 3.12+ push a
 //! frame owned by the C stack under it) and puts each run right above the native frame of that
 //! call, innermost run on the innermost call (crate::runtimes::splice); a run whose
 //! call the native unwind lost goes at the root, then `[truncated]`. Each Python frame becomes an
@@ -249,8 +249,8 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
         if let Some(a) = name(f.code, f.instr) {
             runs.last_mut().unwrap().push(a);
         }
-        // 3.10 runs each Python frame in a C call of its own.
-        if entry || o.minor == 10 {
+        // 3.9 and 3.10 run each Python frame in a C call of its own.
+        if entry || o.frame_objects() {
             runs.push(Vec::new());
         }
     }
@@ -307,7 +307,7 @@ fn config(it: &Interpreter) -> crate::event::WcPycfg {
         instr: o.frame_instr as u32,
         flags: flags as u32,
         previous: o.frame_previous as u32,
-        // 3.10's tid is behind its pthread_t: user space lists those.
+        // 3.9's and 3.10's tid is behind its pthread_t: user space lists those.
         runtime_interp: if o.tstate_is_pthread { 0 } else { it.runtime() + o.runtime_interpreters_head },
         interp_threads: o.interp_threads_head as u32,
         tstate_tid: o.tstate_native_thread_id as u32,

@@ -14,7 +14,7 @@
 //! forky's 3.14.8 and 3.15.0 and pyenv's 3.13.0.
 //!
 //! Older ones are a table per minor version, read with gdb from the DWARF
-//! of pyenv's 3.10.13, 3.11.7, 3.12.1 and 3.13.0 builds (`p
+//! of pyenv's 3.9.18, 3.10.13, 3.11.7, 3.12.1 and 3.13.0 builds (`p
 //! &((PyThreadState*)0)->cframe`...); the layouts are fixed within a
 //! minor version. The reader's tests check them against running
 //! interpreters, Debian's 3.11 included (and [`PY313`] against what
@@ -41,8 +41,9 @@ pub struct Offsets {
     pub tstate_frame: u64,
     pub cframe_current: Option<u64>,
     /// `_PyInterpreterFrame.previous`, `.f_code` / `.f_executable`,
-    /// `.prev_instr` / `.instr_ptr`, `.owner` (3.10: `PyFrameObject.f_back`,
-    /// `.f_code`, `.f_lasti`, the index of its last instruction; no owner).
+    /// `.prev_instr` / `.instr_ptr`, `.owner` (3.9, 3.10:
+    /// `PyFrameObject.f_back`, `.f_code`, `.f_lasti`, the byte offset of
+    /// its last instruction in 3.9, its index in 3.10; no owner).
     pub frame_previous: u64,
     pub frame_code: u64,
     pub frame_instr: u64,
@@ -51,8 +52,9 @@ pub struct Offsets {
     /// the outermost frame of one `_PyEval_EvalFrameDefault` call; 3.12+
     /// mark that boundary with a frame `FRAME_OWNED_BY_CSTACK` instead).
     pub frame_is_entry: Option<u64>,
-    /// `PyCodeObject.co_filename`, `.co_qualname` (3.10: `.co_name`),
-    /// `.co_firstlineno`, `.co_linetable`, `.co_code_adaptive` (3.10: none).
+    /// `PyCodeObject.co_filename`, `.co_qualname` (3.9, 3.10: `.co_name`),
+    /// `.co_firstlineno`, `.co_linetable` (3.9: `.co_lnotab`),
+    /// `.co_code_adaptive` (3.9, 3.10: none).
     pub code_filename: u64,
     pub code_qualname: u64,
     pub code_firstlineno: u64,
@@ -78,6 +80,13 @@ impl Offsets {
     /// The code object a frame's code field `v` points at.
     pub fn code_ptr(&self, v: u64) -> u64 {
         v & !self.code_tag_bits
+    }
+
+    /// The older frame model (3.9, 3.10): a `PyFrameObject` per Python
+    /// call, each run by a `_PyEval_EvalFrameDefault` call of its own,
+    /// and code objects without qualified names.
+    pub fn frame_objects(&self) -> bool {
+        self.minor <= 10
     }
 }
 
@@ -298,6 +307,40 @@ pub fn from_debug(minor: u32, table: &[u8]) -> Result<Offsets, String> {
     })
 }
 
+/// Read with gdb from the DWARF of pyenv's 3.9.18 (its libpython3.9 is
+/// built with debug info: `p &((PyFrameObject*)0)->f_lasti`...). The
+/// frame model of 3.10 (below), and the same thread state, interpreter
+/// and code object offsets; `f_lasti` (a byte offset into the bytecode,
+/// not 3.10's instruction index) and `f_localsplus` 8 bytes further
+/// (`f_gen` before them), `co_lnotab` where 3.10 has `co_linetable`
+/// (the table of `co_name`: no qualified names either), and
+/// `ht_cached_keys` 8 bytes nearer (no `ht_module`).
+pub const PY39: Offsets = Offsets {
+    minor: 9,
+    runtime_interpreters_head: 32,
+    interp_threads_head: 8,
+    tstate_next: 8,
+    tstate_native_thread_id: 176,
+    tstate_is_pthread: true,
+    tstate_frame: 24,
+    cframe_current: None,
+    frame_previous: 24,
+    frame_code: 32,
+    frame_instr: 104,
+    frame_owner: 104,
+    frame_is_entry: None,
+    code_filename: 104,
+    code_qualname: 112,
+    code_firstlineno: 40,
+    code_linetable: 120,
+    code_adaptive: 0,
+    ascii_size: 48,
+    compact_size: 72,
+    frame_localsplus: 360,
+    heaptype_cached_keys: 864,
+    code_tag_bits: 0,
+};
+
 /// Read with gdb from the DWARF of pyenv's 3.10.13 (`p
 /// &((PyFrameObject*)0)->f_lasti`...). 3.10 has one `PyFrameObject` per
 /// Python call, each run by a `_PyEval_EvalFrameDefault` call of its own.
@@ -410,7 +453,7 @@ pub const PY313: Offsets = Offsets {
 
 /// The versions with a table (3.13's is checked against what it
 /// publishes, by which it is read).
-const TABLES: [&Offsets; 4] = [&PY310, &PY311, &PY312, &PY313];
+const TABLES: [&Offsets; 5] = [&PY39, &PY310, &PY311, &PY312, &PY313];
 
 /// The table of CPython 3.`minor`, if known.
 pub fn for_minor(minor: u32) -> Option<&'static Offsets> {

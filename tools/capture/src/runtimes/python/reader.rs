@@ -2,7 +2,7 @@
 //! (process_vm_readv, as py-spy does): `_PyRuntime` -> interpreters ->
 //! thread states (each with its kernel tid) -> the current frame ->
 //! previous..., each frame named from its code object (qualified name,
-//! file, line from the location table). CPython 3.10 to 3.15.
+//! file, line from the location table). CPython 3.9 to 3.15.
 //!
 //! This is what the capture needs besides the frame chain read in BPF at
 //! switch-out: which thread state belongs to which tid, and the names of
@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-use super::linetable::{line_of, line_of_310};
+use super::linetable::{line_of, line_of_310, line_of_39};
 use super::offsets::{self, owner_is_function, Offsets, FRAME_OWNED_BY_CSTACK};
 
 const MAX_THREADS: usize = 4096;
@@ -376,18 +376,21 @@ impl Interpreter {
     }
 
     /// Name, file and line of code object `code` at `instr` (a frame's
-    /// instruction pointer; 3.10: the instruction index, in its low half).
+    /// instruction pointer; 3.9, 3.10: `f_lasti` in its low half, the
+    /// byte offset of the instruction in 3.9, its index in 3.10).
     pub fn frame_at(&mut self, code: u64, instr: u64) -> Result<PyFrame, String> {
         let o = self.offsets;
         let code = o.code_ptr(code);
         let (name, file, first, table) = self.code(code)?;
-        let line = if o.minor == 10 {
-            // f_lasti is -1 before the first instruction.
-            let lasti = instr as u32 as i32;
-            u64::try_from(lasti).ok().and_then(|i| line_of_310(table, first, i * 2))
-        } else {
-            let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
-            unit.and_then(|u| line_of(table, first, u))
+        // f_lasti is -1 before the first instruction.
+        let lasti = u64::try_from(instr as u32 as i32).ok();
+        let line = match o.minor {
+            9 => lasti.and_then(|at| line_of_39(table, first, at)),
+            10 => lasti.and_then(|i| line_of_310(table, first, i * 2)),
+            _ => {
+                let unit = instr.checked_sub(code + o.code_adaptive).map(|d| d / 2);
+                unit.and_then(|u| line_of(table, first, u))
+            }
         };
         Ok(PyFrame { name, file, line })
     }
@@ -423,10 +426,10 @@ impl Interpreter {
                 let code = self.u64(f + o.frame_code)?;
                 let instr = self.u64(f + o.frame_instr)?;
                 runs.last_mut().unwrap().push(self.frame_at(code, instr)?);
-                // 3.10 runs each Python frame in a C call of its own.
+                // 3.9 and 3.10 run each Python frame in a C call of its own.
                 let entry = match o.frame_is_entry {
                     Some(e) => self.u8(f + e)? != 0,
-                    None => o.minor == 10,
+                    None => o.frame_objects(),
                 };
                 if entry {
                     runs.push(Vec::new());
@@ -519,8 +522,8 @@ mod tests {
                     // Its threading name (the workload names each thread
                     // after its function).
                     assert_eq!(it.thread_name(t.tstate).as_deref(), Some("run_sleep"), "{python}");
-                    // 3.10 has no qualified names (co_qualname came in 3.11).
-                    let root = if it.offsets.minor == 10 { "_bootstrap" } else { "Thread._bootstrap" };
+                    // 3.9 and 3.10 have no qualified names (co_qualname came in 3.11).
+                    let root = if it.offsets.frame_objects() { "_bootstrap" } else { "Thread._bootstrap" };
                     assert_eq!(names.last(), Some(&root), "{names:?}");
                     seen.0 = true;
                 }
@@ -545,8 +548,8 @@ mod tests {
     }
 
     #[test]
-    fn reads_pyenvs_310_to_313() {
-        for v in ["3.10.13/bin/python3.10", "3.11.7/bin/python3.11", "3.12.1/bin/python3.12", "3.13.0/bin/python3.13"] {
+    fn reads_pyenvs_39_to_313() {
+        for v in ["3.9.18/bin/python3.9", "3.10.13/bin/python3.10", "3.11.7/bin/python3.11", "3.12.1/bin/python3.12", "3.13.0/bin/python3.13"] {
             reads_a_live_interpreter(&format!("/root/.pyenv/versions/{v}"));
         }
     }

@@ -1,7 +1,7 @@
 //! Python thread names: `threading.Thread(name=...)` lives only in the
-//! Thread object (CPython 3.10-3.15 never name the OS thread), so it is
+//! Thread object (CPython 3.9-3.15 never name the OS thread), so it is
 //! read from outside: `self` of the thread's outermost frame,
-//! `Thread._bootstrap` (3.10: `_bootstrap` of threading.py, its code
+//! `Thread._bootstrap` (3.9, 3.10: `_bootstrap` of threading.py, its code
 //! having no qualified name), its first local, then that object's
 //! `_name` attribute.
 //!
@@ -12,7 +12,7 @@
 //! (odd: the values, less one; even: the dict), 3.13 inline after the
 //! object (`tp_basicsize`), while valid. A dict made for it (someone read
 //! `__dict__`) is read as a dict: split (its own values) or combined.
-//! 3.10 always keeps the attributes in a dict, pointed at from the
+//! 3.9 and 3.10 always keep the attributes in a dict, pointed at from the
 //! object at its type's `tp_dictoffset`; split, its keys are the type's
 //! shared ones and its values its own (`ma_values`), as in 3.11+.
 
@@ -23,7 +23,8 @@ use super::reader::Interpreter;
 const MAX_DEPTH: usize = 4096;
 /// A keys object with more entries than this is not a Thread's.
 const MAX_KEYS: u64 = 1024;
-/// `PyTypeObject.tp_dictoffset` (3.10; `offsetof` against its headers).
+/// `PyTypeObject.tp_dictoffset` (3.10; `offsetof` against its headers;
+/// 3.9's DWARF has it there too).
 const TP_DICTOFFSET: u64 = 288;
 
 impl Interpreter {
@@ -52,10 +53,7 @@ impl Interpreter {
         }
         let code = o.code_ptr(self.u64(outer + o.frame_code).ok()?);
         let (name, file, ..) = self.code(code).ok()?;
-        let bootstrap = match o.minor {
-            10 => name == "_bootstrap" && file.ends_with("/threading.py"),
-            _ => name == "Thread._bootstrap",
-        };
+        let bootstrap = if o.frame_objects() { name == "_bootstrap" && file.ends_with("/threading.py") } else { name == "Thread._bootstrap" };
         if !bootstrap {
             return None;
         }
@@ -78,7 +76,7 @@ impl Interpreter {
         }
         let tp = self.u64(obj + 8).ok()?;
         let (values, dict) = match o.minor {
-            10 => match self.u64(tp + TP_DICTOFFSET).ok()? as i64 {
+            9 | 10 => match self.u64(tp + TP_DICTOFFSET).ok()? as i64 {
                 // Negative: from the end of a variable-sized object, which
                 // a Thread is not.
                 d if d > 0 => (0, self.u64(obj + d as u64).ok()?),
@@ -128,14 +126,14 @@ impl Interpreter {
     /// dk_version, dk_usable, dk_nentries, the index table, then the
     /// entries: (key, value) when the keys are all str (kind 1, 2), else
     /// (hash, key, value).
-    /// 3.10 (Objects/dict-common.h, not installed: read with gdb from the
-    /// DWARF of pyenv's 3.10.13): dk_refcnt, dk_size, dk_lookup,
+    /// 3.9, 3.10 (Objects/dict-common.h, not installed: read with gdb from
+    /// the DWARF of pyenv's 3.10.13, and 3.9.18's, the same): dk_refcnt, dk_size, dk_lookup,
     /// dk_usable, dk_nentries, the index table (dk_size indexes of 1, 2,
     /// 4 or 8 bytes, by dk_size: `DK_IXSIZE` in Objects/dictobject.c),
     /// then the entries, always (hash, key, value).
     fn find_key(&self, keys: u64, name: &str) -> Option<(u64, u64)> {
         // (entries, index table bytes, header bytes, entry size, key in it)
-        let (n, index_bytes, header, size, key_at) = if self.offsets.minor == 10 {
+        let (n, index_bytes, header, size, key_at) = if self.offsets.frame_objects() {
             let slots = self.u64(keys + 8).ok()?;
             let width = match slots {
                 0..=0xff => 1,
