@@ -1,7 +1,8 @@
 //! Reads of another process's memory (process_vm_readv): the one reader
 //! of every runtime's own structures read from outside (CPython's
 //! frames and code objects, PHP's executor, HotSpot's tables; V8's and
-//! Go's readers have wrappers of their own still, each the same call).
+//! Go's readers have wrappers of their own still, each the same call),
+//! and many ranges at once (`read_spans`: V8's reader, each turn).
 
 /// The memory of process `pid`.
 #[derive(Debug, Clone, Copy)]
@@ -20,6 +21,45 @@ pub fn read(pid: u32, addr: u64, buf: &mut [u8]) -> bool {
     // remote range is only read.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     n == buf.len() as isize
+}
+
+/// Most iovecs one process_vm_readv takes (UIO_MAXIOV).
+const MAX_IOV: usize = 1024;
+
+/// Each of `spans` (address, length) of `pid` read in as few calls as
+/// the kernel allows: one process_vm_readv with an iovec per span, which
+/// stops at the first span it cannot read whole; the spans after it go
+/// in the next call. A span's bytes, or None where it was not read; and
+/// whether the process is gone (ESRCH).
+pub fn read_spans(pid: u32, spans: &[(u64, usize)]) -> (Vec<Option<Vec<u8>>>, bool) {
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; spans.len()];
+    let mut i = 0;
+    while i < spans.len() {
+        let batch = &spans[i..spans.len().min(i + MAX_IOV)];
+        let total: usize = batch.iter().map(|s| s.1).sum();
+        let mut buf = vec![0u8; total];
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: total };
+        let remote: Vec<libc::iovec> = batch.iter().map(|&(a, n)| libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n }).collect();
+        // SAFETY: one local iovec over `buf`, as long as the remote ones
+        // together, which outlives the call; the remote ranges are only read.
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, remote.as_ptr(), remote.len() as libc::c_ulong, 0) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            return (out, true);
+        }
+        let n = usize::try_from(n).unwrap_or(0);
+        let (mut off, mut k) = (0, 0);
+        for &(_, len) in batch {
+            if off + len > n {
+                break;
+            }
+            out[i + k] = Some(buf[off..off + len].to_vec());
+            off += len;
+            k += 1;
+        }
+        // The span at i + k was not read (or the batch was all read).
+        i += k + 1;
+    }
+    (out, false)
 }
 
 impl Mem {
@@ -101,5 +141,19 @@ mod tests {
         let pid = c.id();
         c.wait().unwrap();
         assert!(Mem { pid }.gone());
+    }
+
+    #[test]
+    fn spans_read_at_once_past_one_that_is_not() {
+        let a: [u64; 2] = [7, 8];
+        let b: u64 = 9;
+        let at = |p: *const u64| p as u64;
+        let spans = [(at(&a[0]), 16), (0, 8), (at(&b), 8), (8, 8)];
+        let (got, gone) = read_spans(std::process::id(), &spans);
+        assert!(!gone);
+        assert_eq!(got[0].as_deref(), Some(&[7u8, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0][..]));
+        assert_eq!(got[1], None);
+        assert_eq!(got[2].as_deref(), Some(&9u64.to_le_bytes()[..]));
+        assert_eq!(got[3], None);
     }
 }

@@ -19,6 +19,8 @@
 
 pub mod heap;
 pub mod meta;
+mod memo;
+mod prefetch;
 
 use std::collections::{HashMap, HashSet};
 
@@ -46,9 +48,16 @@ struct Proc {
     /// the builtins' names): a frame in the file's code is an interpreted
     /// one when its slots hold a JSFunction and a BytecodeArray.
     probe: bool,
+    /// Where `probe` holds: the file offsets of the return addresses
+    /// probed, and whether their frames were interpreted ones (a return
+    /// address is one of the interpreter's or never: probed once, not at
+    /// each stack, as Debian's libnode has some twenty C++ frames a stack).
+    sites: HashMap<u64, bool>,
     turn: u64,
-    /// Per turn: object -> instance type; JSFunction -> its SFI.
+    /// Per turn: object -> instance type; map -> the instance type it
+    /// gives; JSFunction -> its SFI.
     types: HashMap<u64, Option<u16>>,
+    map_types: HashMap<u64, Option<u16>>,
     fn_sfi: HashMap<u64, Option<u64>>,
     /// JSFunction -> its SFI when last read: once the process is gone
     /// (its last stacks are unwound after it exited, on a loaded
@@ -65,7 +74,22 @@ struct Proc {
     /// Script -> its name and source words and what it says.
     scripts: HashMap<u64, ([u64; 2], Option<Script>)>,
     addr: HashMap<String, u64>,
+    /// The last stack named, for the next (memo.rs).
+    memo: memo::Memo,
+    /// (SFI, tier marker) -> its named address, while the SFIs and
+    /// Scripts read say the same (emptied when one says otherwise).
+    named: HashMap<(u64, u8), u64>,
     names: Vec<NamedAddr>,
+}
+
+/// Where a frame that may be a JavaScript one is: JIT code, the
+/// interpreter's entry trampoline, or the file's code where the
+/// trampoline has no symbol (at that file offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Jit,
+    Trampoline,
+    Probe(u64),
 }
 
 /// Frames named, and frames that looked like JavaScript but were not.
@@ -184,8 +208,10 @@ impl V8 {
             path,
             trampolines,
             probe,
+            sites: HashMap::new(),
             turn: 0,
             types: HashMap::new(),
+            map_types: HashMap::new(),
             fn_sfi: HashMap::new(),
             fn_last: HashMap::new(),
             bytecode_last: HashSet::new(),
@@ -194,6 +220,8 @@ impl V8 {
             sfis: HashMap::new(),
             scripts: HashMap::new(),
             addr: HashMap::new(),
+            named: HashMap::new(),
+            memo: memo::Memo::default(),
             names: Vec::new(),
         })
     }
@@ -234,46 +262,61 @@ impl Runtime for V8 {
             let off = usize::try_from(a.checked_sub(sp)?).ok()?;
             Some(u64::from_le_bytes(stack.get(off..off + 8)?.try_into().ok()?))
         };
+        let (off_f, off_b) = (p.heap.m.off_fp_function, p.heap.m.off_fp_bytecode_array);
+        let slot = |p: &Proc, fp: u64, off: i64| fp.checked_add_signed(off).and_then(|s| from_stack(s).or_else(|| p.heap.word(s)));
+        let at = |fp: u64, off: i64| fp.checked_add_signed(off).and_then(from_stack).unwrap_or(0);
+        // Each frame as the stack shows it, and how much of it, from the
+        // root, is the last stack's (memo.rs).
+        let keys: Vec<memo::Key> = (0..native.len()).map(|i| (native[i], fps[i], at(fps[i], off_f), at(fps[i], off_b))).collect();
+        let group = ts / (memo::TURNS * TURN_NS);
+        let same = p.memo.same(group, &keys);
+        let mut out = vec![memo::SKIPPED; native.len()];
         let last = native.len().saturating_sub(1);
+        // The frames that may be JavaScript ones: (index, where).
+        let mut frames = Vec::new();
         for i in 0..native.len() {
             let (a, fp) = (native[i], fps[i]);
+            if i < same {
+                out[i] = p.memo.out[i];
+                continue;
+            }
             if fp == 0 || a >= NAMED_ADDR_BASE {
                 continue;
             }
             // A return address points past its call: look it up before.
             let lookup = if i == last { a } else { a - 1 };
-            let jit = anon(a);
-            let off = if jit { None } else { in_file(lookup).filter(|&(path, _)| path == p.path).map(|(_, off)| off) };
-            let in_trampoline = off.is_some_and(|o| p.trampolines.iter().any(|&(s, e)| o >= s && o < e));
-            let probe = p.probe && off.is_some();
-            if !in_trampoline && !probe && !jit {
-                continue;
-            }
-            let slot = |p: &Proc, off: i64| fp.checked_add_signed(off).and_then(|s| from_stack(s).or_else(|| p.heap.word(s)));
-            let Some(f) = slot(p, p.heap.m.off_fp_function) else { continue };
-            // A frame of the file's code (no trampoline symbol) is an
-            // interpreted one only if it holds a BytecodeArray and a
-            // JSFunction where V8 puts them; a C++ frame is left alone.
-            if probe && !(slot(p, p.heap.m.off_fp_bytecode_array).is_some_and(|b| p.holds_bytecode(b)) && p.sfi_of(f).is_some()) {
-                continue;
-            }
-            let interpreted = in_trampoline || probe;
-            let bytecode = if interpreted { None } else { slot(p, p.heap.m.off_fp_bytecode_array) };
-            let marker = if interpreted {
-                "~"
-            } else if bytecode.is_some_and(|b| p.holds_bytecode(b)) {
-                "^"
+            let kind = if anon(a) {
+                Kind::Jit
             } else {
-                "*"
+                let Some(off) = in_file(lookup).filter(|&(path, _)| path == p.path).map(|(_, off)| off) else { continue };
+                if p.trampolines.iter().any(|&(s, e)| off >= s && off < e) {
+                    Kind::Trampoline
+                } else if p.probe && p.sites.get(&off) != Some(&false) {
+                    Kind::Probe(off)
+                } else {
+                    continue;
+                }
             };
-            match p.name(f, marker) {
-                Some(n) => {
+            frames.push((i, kind));
+        }
+        // What they need of the heap this turn, read at once (prefetch.rs).
+        let fs: Vec<u64> = frames.iter().map(|&(i, _)| keys[i].2).collect();
+        let bs: Vec<u64> = frames.iter().filter(|(_, k)| *k != Kind::Trampoline).map(|&(i, _)| keys[i].3).collect();
+        p.prefetch(&fs, &bs);
+        for (i, kind) in frames {
+            out[i] = p.frame(kind, |p, off| slot(p, fps[i], off));
+        }
+        for (i, &o) in out.iter().enumerate() {
+            match o {
+                memo::SKIPPED => {}
+                memo::UNREAD => counts.unread += 1,
+                n => {
                     native[i] = n;
                     counts.named += 1;
                 }
-                None => counts.unread += 1,
             }
         }
+        p.memo = memo::Memo { group, keys, out };
         self.counts = counts;
         self.cost.stack(t0);
     }
@@ -307,10 +350,37 @@ fn segments(data: &[u8]) -> Vec<(u64, u64, u64)> {
 }
 
 impl Proc {
+    /// What frame `kind` is named (its slots read by `slot`): its named
+    /// address, else [`memo::UNREAD`] (a function not read) or
+    /// [`memo::SKIPPED`] (no JavaScript frame).
+    fn frame(&mut self, kind: Kind, slot: impl Fn(&Proc, i64) -> Option<u64>) -> u64 {
+        let (off_f, off_b) = (self.heap.m.off_fp_function, self.heap.m.off_fp_bytecode_array);
+        let Some(f) = slot(self, off_f) else { return memo::SKIPPED };
+        // A frame of the file's code (no trampoline symbol) is an
+        // interpreted one only if it holds a BytecodeArray and a
+        // JSFunction where V8 puts them; a C++ frame is left alone.
+        if let Kind::Probe(off) = kind {
+            let yes = slot(self, off_b).is_some_and(|b| self.holds_bytecode(b)) && self.sfi_of(f).is_some();
+            if !self.heap.gone.get() {
+                self.sites.insert(off, yes);
+            }
+            if !yes {
+                return memo::SKIPPED;
+            }
+        }
+        let marker = match kind {
+            Kind::Trampoline | Kind::Probe(_) => "~",
+            Kind::Jit if slot(self, off_b).is_some_and(|b| self.holds_bytecode(b)) => "^",
+            Kind::Jit => "*",
+        };
+        self.name(f, marker).unwrap_or(memo::UNREAD)
+    }
+
     fn new_turn(&mut self, turn: u64) {
         if turn != self.turn {
             self.turn = turn;
             self.types.clear();
+            self.map_types.clear();
             self.fn_sfi.clear();
             self.sfi_checked.clear();
             self.script_checked.clear();
@@ -353,11 +423,11 @@ impl Proc {
         }
         let s = self.heap.js_function(f).and_then(|(map, sfi)| {
             let (first, last) = self.heap.m.js_function_types;
-            let t = match self.types.get(&map) {
+            let t = match self.map_types.get(&map) {
                 Some(&t) => t,
                 None => {
                     let t = self.heap.map_type(map);
-                    self.types.insert(map, t);
+                    self.map_types.insert(map, t);
                     t
                 }
             }?;
@@ -373,18 +443,34 @@ impl Proc {
         s
     }
 
-    fn func(&mut self, sfi: u64) -> Option<Func> {
+    fn func(&mut self, sfi: u64) -> Option<&Func> {
         if !self.sfi_checked.contains(&sfi) && !self.heap.gone.get() {
             let Some(words) = self.heap.sfi_words(sfi) else {
-                return self.heap.gone.get().then(|| self.sfis.get(&sfi)?.1.clone()).flatten();
+                return self.sfis.get(&sfi).filter(|_| self.heap.gone.get())?.1.as_ref();
             };
-            if self.sfis.get(&sfi).is_none_or(|(w, _)| *w != words) {
-                let f = self.heap.func(words);
-                self.sfis.insert(sfi, (words, f));
-            }
-            self.sfi_checked.insert(sfi);
+            self.check_sfi(sfi, words);
         }
-        self.sfis.get(&sfi)?.1.clone()
+        self.sfis.get(&sfi)?.1.as_ref()
+    }
+
+    /// SFI `sfi` read this turn: its words, as read now.
+    fn check_sfi(&mut self, sfi: u64, words: [u64; 3]) {
+        if self.sfis.get(&sfi).is_none_or(|(w, _)| *w != words) {
+            let f = self.heap.func(words);
+            self.sfis.insert(sfi, (words, f));
+            self.named.clear();
+        }
+        self.sfi_checked.insert(sfi);
+    }
+
+    /// Script `sc` read this turn: its name and source words, as read now.
+    fn check_script(&mut self, sc: u64, words: [u64; 2]) {
+        if self.scripts.get(&sc).is_none_or(|(w, _)| *w != words) {
+            let s = self.heap.script(sc);
+            self.scripts.insert(sc, (words, s));
+            self.named.clear();
+        }
+        self.script_checked.insert(sc);
     }
 
     fn script(&mut self, sc: u64) -> Option<&Script> {
@@ -394,12 +480,7 @@ impl Proc {
             let (Some(name), Some(source)) = (at(m.script_name), at(m.script_source)) else {
                 return self.scripts.get(&sc).filter(|_| self.heap.gone.get())?.1.as_ref();
             };
-            let words = [name, source];
-            if self.scripts.get(&sc).is_none_or(|(w, _)| *w != words) {
-                let s = self.heap.script(sc);
-                self.scripts.insert(sc, (words, s));
-            }
-            self.script_checked.insert(sc);
+            self.check_script(sc, [name, source]);
         }
         self.scripts.get(&sc)?.1.as_ref()
     }
@@ -407,7 +488,23 @@ impl Proc {
     /// The named address of the function in JSFunction `f`.
     fn name(&mut self, f: u64, marker: &str) -> Option<u64> {
         let sfi = self.sfi_of(f)?;
-        let func = self.func(sfi)?;
+        let script = self.func(sfi)?.script;
+        let whole = script.is_none_or(|sc| self.script(sc).is_some());
+        let key = (sfi, marker.as_bytes()[0]);
+        if let Some(&a) = self.named.get(&key) {
+            return Some(a);
+        }
+        let func = self.func(sfi)?.clone();
+        let a = self.name_of(&func, marker);
+        // A name without its Script's (not read this time) is not kept.
+        if whole {
+            self.named.insert(key, a);
+        }
+        Some(a)
+    }
+
+    /// The named address of `func` run in tier `marker`.
+    fn name_of(&mut self, func: &Func, marker: &str) -> u64 {
         let mut name = format!("JS:{marker}{}", func.name);
         if let Some(sc) = func.script.and_then(|sc| self.script(sc)) {
             name.push(' ');
@@ -418,13 +515,13 @@ impl Proc {
             }
         }
         if let Some(&a) = self.addr.get(&name) {
-            return Some(a);
+            return a;
         }
         let frame = Frame { jit: true, ..Frame::named(wallclock_stream::names::check(&name)) };
         let a = address_of(&name);
         self.addr.insert(name, a);
         self.names.push(NamedAddr { addr: a, frame });
-        Some(a)
+        a
     }
 }
 
