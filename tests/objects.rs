@@ -1,7 +1,8 @@
 //! What each wait was for (`object` in wallclock-stream(5)): a program
 //! whose threads each wait on one object (tests/programs/objects/objects.c:
 //! a file written and fdatasync'ed, a TCP connection to 127.0.0.1, a pipe,
-//! a global mutex, a child process), each timing its own waits, run under
+//! a global mutex, a malloc'd mutex, a child process), each timing its
+//! own waits, run under
 //! `wallclock`: each thread's waits must be under its own object, named as
 //! a user names it, in the merged stream, the folded stacks and the
 //! report's WAITED ON section, and with `--timeline` in the trace's
@@ -53,6 +54,8 @@ fn expected(o: &Own, dir: &str) -> Box<dyn Fn(&str) -> bool> {
         }
         "piperead" => Box::new(|n| n == "pipe"),
         "locker" => Box::new(|n| n == "lock g_ledger_lock"),
+        // On the heap: named by the function that blocks on it.
+        "heaplock" => Box::new(|n| n == "lock in settle_account"),
         "waiter" => Box::new(|n| n.starts_with("child sleep ") && n["child sleep ".len()..].parse::<u32>().is_ok()),
         other => panic!("unknown thread {other}"),
     }
@@ -84,7 +87,7 @@ fn each_wait_is_under_its_object() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "wallclock failed: {err}");
     let threads = own(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(threads.len(), 5, "five measured threads: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(threads.len(), 6, "six measured threads: {}", String::from_utf8_lossy(&out.stdout));
 
     // The merged stream, its stack table resolved: each stack's object is
     // the frame after its state leaf.
@@ -118,17 +121,37 @@ fn each_wait_is_under_its_object() {
     // The folded stacks: each object a frame right after a state.
     let folded = std::fs::read_to_string(dir.join("p.folded")).unwrap();
     let port = threads[0].port;
-    for want in [format!("[file {d}/ledger.dat]"), format!("[tcp 127.0.0.1:{port}]"), "[pipe]".into(), "[lock g_ledger_lock]".into(), "[child sleep ".into()] {
+    for want in [
+        format!("[file {d}/ledger.dat]"),
+        format!("[tcp 127.0.0.1:{port}]"),
+        "[pipe]".into(),
+        "[lock g_ledger_lock]".into(),
+        "[lock in settle_account]".into(),
+        "[child sleep ".into(),
+    ] {
         assert!(
             folded.lines().any(|l| ["[sleep];", "[io];", "[runnable];"].iter().any(|s| l.contains(&format!("{s}{want}")))),
             "no folded line with {want} after a state"
         );
     }
 
+    // The heap lock's thread's waits in the folded lines (µs): under
+    // settle_account and the lock named by it.
+    let heap = threads.iter().find(|o| o.name == "heaplock").unwrap();
+    let under: f64 = folded
+        .lines()
+        .filter(|l| l.contains(";settle_account;") && l.contains(";[lock in settle_account]_[o] "))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum();
+    eprintln!("heaplock: waited {:.3} s, {:.3} s in the folded lines under [lock in settle_account]", heap.wait_ns as f64 / 1e9, under / 1e6);
+    assert!(under >= 0.95 * heap.wait_ns as f64 / 1e3, "{under} us under [lock in settle_account] of {} ns waited", heap.wait_ns);
+
     // The report's WAITED ON section, and its JSON: each thread's heaviest
-    // object is its own.
+    // object is its own, with at least 95% of its waits; the heap lock
+    // with its address beside its name.
     let report = std::fs::read_to_string(dir.join("p_thread_analysis.txt")).unwrap();
     assert!(report.contains("WAITED ON") && report.contains("[lock g_ledger_lock]"), "no WAITED ON section with the lock:\n{report}");
+    assert!(report.contains("[lock in settle_account] (0x"), "no heap lock named by its call site, with its address:\n{report}");
     let out = Command::new(util::bin("wcreport")).arg("--json").arg(dir.join("p.stream")).output().unwrap();
     assert!(out.status.success());
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -142,6 +165,10 @@ fn each_wait_is_under_its_object() {
             .unwrap_or_else(|| panic!("{} ({}) waited on nothing in the report", o.name, o.tid));
         assert!(expected(o, d)(heaviest.1), "{}: its heaviest object in the report is {}", o.name, heaviest.1);
     }
+    let heap_lock = json["waited_on"].as_array().unwrap().iter().find(|w| w["object"] == "lock in settle_account").unwrap();
+    assert!(heap_lock["raw"][0].as_str().is_some_and(|r| r.starts_with("lock 0x")), "the heap lock's address: {heap_lock}");
+    let in_report = heap_lock["threads"].as_array().unwrap().iter().find(|t| t["tid"] == heap.tid).map_or(0, |t| t["ns"].as_u64().unwrap());
+    assert!(in_report as f64 >= 0.95 * heap.wait_ns as f64, "heaplock: {in_report} ns under its lock in the report of {} ns waited", heap.wait_ns);
 }
 
 /// `offcputime --timeline -- objects 3 DIR | wcexport --trace`: each
@@ -170,7 +197,7 @@ fn trace_slices_name_their_object() {
         .unwrap();
     assert!(out.status.success(), "offcputime failed: {}", String::from_utf8_lossy(&out.stderr));
     let threads = own(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(threads.len(), 5, "five measured threads: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(threads.len(), 6, "six measured threads: {}", String::from_utf8_lossy(&out.stdout));
     let trace = dir.join("trace.json");
     util::ok("wcexport", &["--trace", stream.to_str().unwrap(), "-o", trace.to_str().unwrap()], b"");
     let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();

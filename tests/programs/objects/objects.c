@@ -7,10 +7,12 @@
  * tcpread:  read on a TCP connection to 127.0.0.1:PORT  [tcp 127.0.0.1:PORT]
  * piperead: read on a pipe                              [pipe]
  * locker:   pthread_mutex_lock on g_ledger_lock         [lock g_ledger_lock]
+ * heaplock: pthread_mutex_lock on a malloc'd mutex, in settle_account
+ *                                                       [lock in settle_account]
  * waiter:   waitpid on a child (`sleep 0.3`)            [child sleep PID]
  *
  * and their helpers: a feeder writing a byte to the pipe and the socket
- * every 10 ms, a holder keeping the lock 20 ms at a time and taking it
+ * every 10 ms, a holder per lock keeping it 20 ms at a time and taking it
  * back at once. Each measured
  * thread times its own blocking calls by CLOCK_MONOTONIC (disk: less its
  * CPU clock over the calls, the kernel's work for them) and prints one
@@ -36,7 +38,7 @@ pthread_mutex_t g_ledger_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long end_ns;
 static const char *dir;
 static int pipe_fd[2], conn_fd = -1, client_fd = -1, port;
-static atomic_int stop;
+static atomic_int stop, heap_stop;
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static unsigned long long mono_ns(void)
@@ -163,6 +165,45 @@ static void *holder(void *arg)
 	return 0;
 }
 
+/* The heap's lock: no symbol holds it, its address changes with every
+ * run; the capture names it by where it is waited on most. */
+static pthread_mutex_t *heap_lock;
+
+/* Not inlined: the frame that names the heap lock. */
+__attribute__((noinline)) unsigned long long settle_account(pthread_mutex_t *m)
+{
+	unsigned long long t = mono_ns();
+	pthread_mutex_lock(m);
+	t = mono_ns() - t;
+	pthread_mutex_unlock(m);
+	return t;
+}
+
+static void *heaplocker(void *arg)
+{
+	(void)arg;
+	prctl(PR_SET_NAME, "heaplock");
+	setpriority(PRIO_PROCESS, gettid(), 19);
+	unsigned long long wait = 0;
+	while (!atomic_load(&heap_stop))
+		wait += settle_account(heap_lock);
+	report("heaplock", wait);
+	return 0;
+}
+
+static void *heapholder(void *arg)
+{
+	(void)arg;
+	prctl(PR_SET_NAME, "heapholder");
+	while (mono_ns() < end_ns) {
+		pthread_mutex_lock(heap_lock);
+		nap_ms(20);
+		pthread_mutex_unlock(heap_lock);
+	}
+	atomic_store(&heap_stop, 1);
+	return 0;
+}
+
 static void *waiter(void *arg)
 {
 	(void)arg;
@@ -206,7 +247,10 @@ int main(int argc, char **argv)
 	conn_fd = accept(l, 0, 0);
 	if (conn_fd < 0)
 		return 1;
-	pthread_t t[7];
+	heap_lock = malloc(sizeof(*heap_lock));
+	if (!heap_lock || pthread_mutex_init(heap_lock, 0))
+		return 1;
+	pthread_t t[9];
 	pthread_create(&t[0], 0, disk, 0);
 	pthread_create(&t[1], 0, reader, (void *)1);
 	pthread_create(&t[2], 0, reader, 0);
@@ -214,7 +258,9 @@ int main(int argc, char **argv)
 	pthread_create(&t[4], 0, holder, 0);
 	pthread_create(&t[5], 0, waiter, 0);
 	pthread_create(&t[6], 0, feeder, 0);
-	for (int i = 0; i < 7; i++)
+	pthread_create(&t[7], 0, heaplocker, 0);
+	pthread_create(&t[8], 0, heapholder, 0);
+	for (int i = 0; i < 9; i++)
 		pthread_join(t[i], 0);
 	return 0;
 }

@@ -16,7 +16,9 @@
 //!   (`eventfd`, `epoll`, `timerfd`...). The inode tells an fd used again
 //!   for another file apart: two objects.
 //! - a futex: `lock SYMBOL` (`+0xN` inside it) when the word lies in a
-//!   module's data (its ELF symbols), else `lock 0xADDRESS`.
+//!   module's data (its ELF symbols), else `lock 0xADDRESS`, which the
+//!   readers name by its commonest call site once the frames have names
+//!   (`wallclock_stream::locks`: `lock in worker_loop`).
 //! - a child: `child COMM PID` (`child any` for wait(-1)).
 //! - many fds: `fds poll N`, `fds select`, `fds epoll_wait`; an
 //!   `epoll_wait` whose set watches one socket (and anything else that is

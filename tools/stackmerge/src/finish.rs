@@ -1,6 +1,8 @@
 //! The end of a merge: each thread's steal and unsampled on-CPU time as
 //! stacks of their own, samples made ns, the filters and roles applied,
-//! the stacks sorted ([`crate::order`]) and any still unnamed named.
+//! the stacks sorted ([`crate::order`]), any still unnamed named, and the
+//! locks known by their address named by their call site
+//! ([`crate::locks`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -76,8 +78,9 @@ impl Merger {
             })
             .collect();
         maps.retain(|m| opts.pids.is_empty() || opts.pids.contains(&m.pid));
-        let mut merged = Merged { header, threads, maps, items, stats, table, comms, unnamed };
+        let mut merged = Merged { header, threads, maps, items, stats, table, comms, unnamed, lock_objects: FastMap::default() };
         crate::symbolize::name_frames(&mut merged);
+        crate::locks::name(&mut merged);
         merged
     }
 

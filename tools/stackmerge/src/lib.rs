@@ -19,6 +19,7 @@
 mod finish;
 mod intern;
 mod key;
+mod locks;
 mod merge;
 mod named;
 mod order;

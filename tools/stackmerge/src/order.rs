@@ -10,6 +10,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use wallclock_stream::fasthash::FastMap;
 use wallclock_stream::table::prefetch;
 use wallclock_stream::{Header, Kind, Maps, Stack, StackTable, State, Stats, Thread};
 
@@ -29,6 +30,10 @@ pub struct Merged {
     /// The named entries' unnamed frames, counted (see
     /// [`crate::symbolize`]).
     pub(crate) unnamed: Unnamed,
+    /// The capture's own name (`lock 0x7f..`) of each named entry's lock
+    /// that [`crate::locks`] named by its call site, by (pid, pgen, table
+    /// stack): written as the record's `object`.
+    pub(crate) lock_objects: FastMap<(u32, u32, u32), String>,
 }
 
 /// Per module with unnamed frames: the time and events of the stacks with

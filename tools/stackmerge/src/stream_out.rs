@@ -75,6 +75,9 @@ pub fn write_stream(m: &mut Merged, out: &mut dyn Write) -> Result<()> {
                 (rec.kind, rec.state, rec.pid, rec.tid) = (n.kind, n.state, n.pid, n.tid);
                 rec.pgen = (n.pgen > 0).then_some(n.pgen);
                 (rec.stack_id, rec.ns, rec.count) = (Some(id), v.ns, v.count);
+                if !m.lock_objects.is_empty() {
+                    rec.object = m.lock_objects.get(&(n.pid, n.pgen, n.frames)).cloned();
+                }
                 o.stack(&rec, json)?;
             }
             Item::Full(s) => {

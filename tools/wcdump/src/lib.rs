@@ -9,7 +9,9 @@
 //! are read from the process and put among them (`python`). A blocked
 //! thread's object, what it waits on (a file, socket, pipe, lock or child,
 //! named as a capture names it: wallclock-stream(5)'s `object`), is read
-//! from its system call in /proc right after the pass.
+//! from its system call in /proc right after the pass; a lock known by
+//! its address is named by its commonest call site among the threads
+//! (`lock in worker_loop`), its address kept.
 
 pub mod python;
 pub mod read;
@@ -39,7 +41,8 @@ pub struct Cli {
     #[arg(value_name = "PID")]
     pub pid: u32,
     /// One JSON object: {pid, comm, read_ms, threads: [{tid, name, state,
-    /// state_s, cpu_s, at_ns, object (what a blocked one waits on), frames
+    /// state_s, cpu_s, at_ns, object (what a blocked one waits on;
+    /// object_raw, the address of a lock named by its call site), frames
     /// (leaf first)}]}.
     #[arg(long)]
     pub json: bool,
@@ -72,6 +75,10 @@ pub struct Thread {
     /// make 4242`...: wallclock-stream(5)'s `object`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
+    /// A lock known by its address and named by its call site (`lock in
+    /// worker_loop`): the address, `lock 0x7f..`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_raw: Option<String>,
     /// Its stack, leaf first: kernel frames, then user frames.
     pub frames: Vec<Frame>,
 }
@@ -150,11 +157,31 @@ pub fn dump(pid: u32, kernel: bool) -> Result<Dump> {
             cpu_s: r.exec_ns as f64 / 1e9,
             at_ns: r.now,
             object: namer.name(r.pid, o, &|_| None),
+            object_raw: None,
             frames,
         });
     }
+    name_locks(pid, &mut threads);
     let comm = threads.iter().find(|t| t.tid == pid).map(|t| t.name.clone()).unwrap_or_default();
     Ok(Dump { pid, comm, read_ms: t0.elapsed().as_secs_f64() * 1e3, threads })
+}
+
+/// Locks known by their address named by their commonest call site over
+/// the blocked threads, each weighed by its time in its state
+/// (`wallclock_stream::locks`, as a capture's are), the address kept in
+/// `object_raw`.
+fn name_locks(pid: u32, threads: &mut [Thread]) {
+    let mut sites = wallclock_stream::locks::LockSites::default();
+    for t in threads.iter() {
+        if let Some(o) = &t.object {
+            sites.add((pid, 0), o, &t.frames, t.state_s.map_or(1, |s| (s * 1e9) as u64).max(1));
+        }
+    }
+    let names = sites.names();
+    for t in threads.iter_mut() {
+        let Some(name) = t.object.as_deref().and_then(|o| names.get((pid, 0), o)) else { continue };
+        t.object_raw = t.object.replace(name.to_string());
+    }
 }
 
 pub fn run(cli: Cli) -> Result<i32> {
@@ -169,4 +196,26 @@ pub fn run(cli: Cli) -> Result<i32> {
     }
     out.flush()?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked(tid: u32, site: &str, object: &str, state_s: f64) -> Thread {
+        let frames = [Frame::kernel("futex_wait"), Frame::named("pthread_mutex_lock"), Frame::named(site), Frame::named("start_thread")];
+        Thread { tid, name: "t".into(), state: "sleeping", state_s: Some(state_s), cpu_s: 0.0, at_ns: 0, object: Some(object.into()), object_raw: None, frames: frames.to_vec() }
+    }
+
+    /// Threads blocked on one heap lock from two places: it is named by
+    /// the one where they have waited longest, its address kept; a
+    /// symbol's lock stays.
+    #[test]
+    fn heap_locks_named_by_their_call_site() {
+        let mut t = vec![blocked(2, "audit", "lock 0x7f0010", 0.5), blocked(3, "withdraw", "lock 0x7f0010", 2.0), blocked(4, "withdraw", "lock g_lock", 9.0)];
+        name_locks(1, &mut t);
+        assert_eq!((t[0].object.as_deref(), t[0].object_raw.as_deref()), (Some("lock in withdraw"), Some("lock 0x7f0010")));
+        assert_eq!(t[1].object.as_deref(), Some("lock in withdraw"));
+        assert_eq!((t[2].object.as_deref(), t[2].object_raw.as_deref()), (Some("lock g_lock"), None));
+    }
 }

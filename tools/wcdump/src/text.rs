@@ -44,7 +44,11 @@ pub fn write(out: &mut dyn Write, d: &Dump) -> std::io::Result<()> {
     writeln!(out, "Process {} ({}): {} threads, read in {:.0} ms", d.pid, d.comm, d.threads.len(), d.read_ms)?;
     for t in &d.threads {
         let since = t.state_s.map_or_else(|| "for an unknown time".to_string(), |s| format!("for {}", duration(s)));
-        let on = t.object.as_ref().map_or_else(String::new, |o| format!(" on [{o}]"));
+        let on = match (&t.object, &t.object_raw) {
+            (Some(o), Some(raw)) => format!(" on [{o}] ({})", raw.strip_prefix("lock ").unwrap_or(raw)),
+            (Some(o), None) => format!(" on [{o}]"),
+            _ => String::new(),
+        };
         writeln!(out, "\nThread {} \"{}\" {} {}{on} (CPU {})", t.tid, t.name, t.state, since, duration(t.cpu_s))?;
         if t.frames.is_empty() {
             writeln!(out, "    (no stack)")?;

@@ -6,7 +6,9 @@
 //!   state, `gpu` (never part of `wall`, as in every wallclock tool);
 //! - labels `thread` (comm), `thread_id`, `process` (the name of the
 //!   thread whose tid is the pid), `pid`, `state`, and `object` for an
-//!   off-CPU stack that waited on one (`file /path`, `tcp ADDR:PORT`...);
+//!   off-CPU stack that waited on one (`file /path`, `tcp ADDR:PORT`,
+//!   `lock in worker_loop`...), with `object_raw` (`lock 0x7f..`) for a
+//!   lock stackmerge named by its call site;
 //! - a symbolized frame and the frames inlined into it are one Location
 //!   with several Lines (innermost first); its address is the stream's raw
 //!   address when the frames line up with `ustack`/`kstack`;
@@ -229,12 +231,20 @@ impl<'a> Converter<'a> {
         if let Some(st) = state_label(s) {
             put(&mut self.profile, "state", st);
         }
-        // What an off-CPU stack waited on (stream 1.6): its field, else the
-        // frame stackmerge put after its state leaf.
+        // What an off-CPU stack waited on (stream 1.6): the frame stackmerge
+        // put after its state leaf, else its field; where they differ (a
+        // lock stackmerge named by its call site) the field, its address,
+        // as `object_raw`.
         if s.kind == Kind::Off {
             let funcs: Vec<&str> = s.frames.iter().map(|f| f.func.as_str()).collect();
-            if let Some(o) = s.object.as_deref().or_else(|| wallclock_stream::accounting::object_of(&funcs)) {
+            let framed = wallclock_stream::accounting::object_of(&funcs);
+            if let Some(o) = framed.or(s.object.as_deref()) {
                 put(&mut self.profile, "object", o);
+            }
+            if let (Some(f), Some(raw)) = (framed, s.object.as_deref()) {
+                if f != raw {
+                    put(&mut self.profile, "object_raw", raw);
+                }
             }
         }
         out

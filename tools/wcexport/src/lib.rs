@@ -60,7 +60,9 @@ const EXAMPLES: &str = "EXAMPLES:
 /// of the thread whose tid is the pid: the name after exec), pid,
 /// state (running, runnable, sleeping, uninterruptible, other, gpu), and
 /// object on an off-CPU stack that waited on one (file /path, tcp
-/// 127.0.0.1:5432, lock g_lock...: wallclock-stream(5)).
+/// 127.0.0.1:5432, lock g_lock, lock in worker_loop...:
+/// wallclock-stream(5)), and object_raw, the lock's address (lock
+/// 0x7f..), for a lock named by its call site.
 /// Symbolized frames become Functions (name, file) and Locations: a frame
 /// with the frames inlined into it is one Location of several Lines,
 /// innermost first, with the line numbers the stream has; its address is

@@ -12,7 +12,9 @@
 //!   in-process from the stream's maps, as stacksym would), and `where`,
 //!   the innermost user function, `object`, what the block waited on
 //!   (the stream's `object`: `file PATH`, `tcp 127.0.0.1:5432`, `pipe`,
-//!   `lock g_lock`...), and with `offcputime --wakers` `waker`
+//!   `lock g_lock`...; a lock known by its address named by its commonest
+//!   call site, `lock in worker_loop`, its address in `object_raw`), and
+//!   with `offcputime --wakers` `waker`
 //!   (`comm (tid)`, `[timer]`, `[irq]`, `[softirq]`) and `waker_stack`,
 //!   its frames leaf first; of a running slice the blocks under the
 //!   capture's `--timeline-min` inside it (`short_blocks`, `short_us`);
@@ -36,6 +38,7 @@ use std::io::Write;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use stacksym::{Engine, Options};
+use wallclock_stream::locks::LockSites;
 use wallclock_stream::{Frame, Kind, Maps, Slice, Stack, State, Waker};
 
 use crate::convert::Input;
@@ -154,7 +157,7 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
     let comms: HashMap<u32, &str> = inp.threads.iter().map(|t| (t.tid, t.comm.as_str())).collect();
     let mut events: Vec<Value> = Vec::new();
     let mut tracks: BTreeMap<(u32, u64), String> = BTreeMap::new();
-    let objects: HashMap<u64, &str> = inp.slice_stacks.iter().filter_map(|s| Some((s.id, s.object.as_deref()?))).collect();
+    let objects = slice_objects(inp, &frames);
     let ctx = SliceContext { t0, frames: &frames, wids: &wids, comms: &comms, objects: &objects };
     for s in &inp.slices {
         ctx.events(s, &mut tracks, &mut flows, &mut events);
@@ -180,14 +183,45 @@ pub fn write(inp: &Input, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// What the blocks at each slice stack waited on, by its id: its
+/// `object`, and where a lock known by its address is named by its call
+/// site over the slices' time (`wallclock_stream::locks`, as stackmerge
+/// names it over the summed stacks), that name with the address after it.
+fn slice_objects<'a>(inp: &'a Input, frames: &HashMap<u64, Vec<Frame>>) -> HashMap<u64, (String, Option<&'a str>)> {
+    let mut ns: HashMap<u64, u64> = HashMap::new();
+    for s in inp.slices.iter().filter(|s| s.kind == Kind::Off) {
+        if let Some(id) = s.stack {
+            *ns.entry(id).or_default() += s.end_ns.saturating_sub(s.start_ns);
+        }
+    }
+    let mut sites = LockSites::default();
+    for s in &inp.slice_stacks {
+        if let (Some(o), Some(f)) = (s.object.as_deref(), frames.get(&s.id)) {
+            sites.add((s.pid, 0), o, f, ns.get(&s.id).copied().unwrap_or(0));
+        }
+    }
+    let names = sites.names();
+    inp.slice_stacks
+        .iter()
+        .filter_map(|s| {
+            let o = s.object.as_deref()?;
+            Some((s.id, match names.get((s.pid, 0), o) {
+                Some(name) => (name.to_string(), Some(o)),
+                None => (o.to_string(), None),
+            }))
+        })
+        .collect()
+}
+
 /// What a slice's event needs besides the slice.
 struct SliceContext<'a> {
     t0: u64,
     frames: &'a HashMap<u64, Vec<Frame>>,
     wids: &'a HashMap<WakerStack, u64>,
     comms: &'a HashMap<u32, &'a str>,
-    /// What the blocks at a slice stack waited on, by its id.
-    objects: &'a HashMap<u64, &'a str>,
+    /// What the blocks at a slice stack waited on, by its id, and the
+    /// capture's own name of a lock named by its call site.
+    objects: &'a HashMap<u64, (String, Option<&'a str>)>,
 }
 
 impl SliceContext<'_> {
@@ -219,8 +253,11 @@ impl SliceContext<'_> {
             }
             args.insert("stack".into(), json!(f.iter().map(frame_text).collect::<Vec<_>>()));
         }
-        if let Some(o) = s.stack.and_then(|id| self.objects.get(&id)) {
+        if let Some((o, raw)) = s.stack.and_then(|id| self.objects.get(&id)) {
             args.insert("object".into(), json!(o));
+            if let Some(raw) = raw {
+                args.insert("object_raw".into(), json!(raw));
+            }
         }
         if let Some(w) = &s.waker {
             args.insert("waker".into(), json!(waker_label(w)));

@@ -21,9 +21,6 @@ pub enum Place {
     Synthetic,
 }
 
-const RUNTIME: &[&str] =
-    &["libc.so", "libc-", "libpthread", "ld-linux", "ld64.so", "libstdc++", "libgcc_s", "libm.so", "libdl", "librt"];
-
 /// Is this frame `module+0x...` or a bare `0x...` (no symbol found)?
 pub fn is_unnamed(f: &Frame) -> bool {
     let n = f.func.as_str();
@@ -77,95 +74,15 @@ pub fn place(f: &Frame) -> Place {
     if !system {
         return Place::User;
     }
-    if RUNTIME.iter().any(|r| base.starts_with(r)) {
+    if wallclock_stream::cruntime::is_runtime_file(base) {
         Place::Runtime
     } else {
         Place::SystemLib
     }
 }
 
-/// The C runtime's entry points, for frames that carry no module (plain
-/// folded input: bcc `-f`, perf script): the function the program called
-/// is the one *before* these.
-const RUNTIME_NAMES: &[&str] = &[
-    "pthread_",
-    "__pthread",
-    "__lll_",
-    "lll_",
-    "__futex",
-    "futex_wait",
-    "__GI_",
-    "__libc_",
-    "_IO_",
-    "sem_wait",
-    "sem_timedwait",
-    "nanosleep",
-    "clock_nanosleep",
-    "__nanosleep",
-    "usleep",
-    "__sleep",
-    "fsync",
-    "fdatasync",
-    "__fsync",
-    "__fdatasync",
-    "syscall",
-    "epoll_wait",
-    "__poll",
-    "__select",
-    "__read",
-    "__write",
-    "__pread",
-    "__pwrite",
-    "__recv",
-    "__send",
-    "__accept",
-    "__connect",
-    "__wait4",
-    "__waitpid",
-    "__open",
-    "__close",
-    "start_thread",
-    "clone3",
-    "__clone",
-    "__GI___",
-    "_dl_",
-];
-
-/// Syscall wrappers, matched whole (a prefix would catch `readline`).
-const RUNTIME_EXACT: &[&str] = &[
-    "read",
-    "write",
-    "pread64",
-    "pwrite64",
-    "readv",
-    "writev",
-    "recv",
-    "recvfrom",
-    "recvmsg",
-    "send",
-    "sendto",
-    "sendmsg",
-    "poll",
-    "ppoll",
-    "select",
-    "pselect",
-    "accept",
-    "accept4",
-    "connect",
-    "open",
-    "open64",
-    "openat",
-    "close",
-    "ioctl",
-    "waitpid",
-    "wait4",
-    "sleep",
-    "pause",
-    "sched_yield",
-];
-
 fn place_by_name(func: &str) -> Place {
-    if RUNTIME_EXACT.contains(&func) || RUNTIME_NAMES.iter().any(|p| func.starts_with(p)) {
+    if wallclock_stream::cruntime::is_runtime_name(func) {
         Place::Runtime
     } else {
         Place::User

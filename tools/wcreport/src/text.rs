@@ -259,7 +259,10 @@ fn waited_on(r: &Report) -> String {
     for w in &r.waited_on {
         let threads: Vec<String> = w.threads.iter().map(|t| format!("{} ({}) {}", name(&t.comm), t.tid, h(t.ns))).collect();
         let sites: Vec<String> = w.sites.iter().take(1).map(|s| format!("{} {}", s.site, h(s.ns))).collect();
-        rows.push(vec![format!("[{}]", w.object), h(w.ns), w.count.to_string(), threads.join(", "), sites.join(", ")]);
+        // A lock named by its call site: its address too, as a core dump shows it.
+        let raw: Vec<&str> = w.raw.iter().map(|r| r.strip_prefix("lock ").unwrap_or(r)).collect();
+        let object = if raw.is_empty() { format!("[{}]", w.object) } else { format!("[{}] ({})", w.object, raw.join(", ")) };
+        rows.push(vec![object, h(w.ns), w.count.to_string(), threads.join(", "), sites.join(", ")]);
     }
     format!("WAITED ON (off-CPU time by what it waited for: file, socket, lock, child)\n{}", table(&rows, 2, "  "))
 }
