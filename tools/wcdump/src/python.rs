@@ -22,7 +22,7 @@ pub struct PyThread {
 }
 
 /// The Python threads of `pid` by tid; empty for a process that runs no
-/// CPython 3.10-3.13. A thread whose chain cannot be read (it changed as
+/// CPython the reader reads (3.9-3.15). A thread whose chain cannot be read (it changed as
 /// it was read) is left with its native frames and counted in `failed`.
 pub fn read(pid: u32, failed: &mut usize) -> HashMap<u32, PyThread> {
     let mut out = HashMap::new();
