@@ -222,6 +222,14 @@ impl Runtime for Python {
         // each run has one, so a run without one is a cut (splice.rs).
         let in_eval = |a: u64| p.it.eval.iter().any(|&(s, e)| a > s && a <= e);
         let evals: Vec<usize> = (0..native.len()).rev().filter(|&i| in_eval(native[i])).collect();
+        // A frame in a part of it that has no symbol (a stripped file's
+        // split-off opcodes) is named as the function it is part of:
+        // nothing else would name it (it showed as `python3.11+0x32a13`).
+        for &i in &evals {
+            if p.it.eval_unnamed.iter().any(|&(s, e)| native[i] > s && native[i] <= e) {
+                native[i] = p.eval_addr();
+            }
+        }
         let v = crate::runtimes::splice::place(&native, &evals, crate::runtimes::splice::Rest::Cut, runs);
         self.cost.stack(t0);
         v
@@ -265,6 +273,19 @@ fn cut(frames: &[WcPyframe], o: &Offsets, mut name: impl FnMut(u64, u64) -> Opti
 }
 
 impl Proc {
+    /// The address that stands for `_PyEval_EvalFrameDefault` where the
+    /// file does not name it (see `splice`).
+    fn eval_addr(&mut self) -> u64 {
+        const EVAL: &str = "_PyEval_EvalFrameDefault";
+        if let Some(&a) = self.addr.get(&(EVAL.to_string(), None)) {
+            return a;
+        }
+        let a = address_of(EVAL, None);
+        self.addr.insert((EVAL.to_string(), None), a);
+        self.names.push(NamedAddr { addr: a, frame: Frame::named(EVAL.to_string()) });
+        a
+    }
+
     /// The address that stands for code object `code` at `instr`.
     fn name(&mut self, code: u64, instr: u64) -> Option<u64> {
         let PyFrame { name, file, line } = self.it.frame_at(code, instr).ok()?;

@@ -61,6 +61,9 @@ pub struct Interpreter {
     /// Where `_PyEval_EvalFrameDefault` (and its `.cold` part) lies in the
     /// process: the native frames that run Python frames.
     pub eval: Vec<(u64, u64)>,
+    /// The parts of it found with no symbol (a stripped file's split-off
+    /// parts, see [`cold_parts`]): nothing would name a frame there.
+    pub eval_unnamed: Vec<(u64, u64)>,
     /// The mappings of the interpreter's file in the process.
     pub mapped: Vec<(u64, u64)>,
     /// `PyCode_Type`: a frame read while the interpreter changes it can
@@ -170,14 +173,16 @@ impl Interpreter {
         let offsets = Self::offsets(pid, minor, runtime)?;
         // Stripped (only .dynsym): the eval loop's parts split off by the
         // compiler have no symbol; found by the jumps into them.
+        let mut eval_unnamed = Vec::new();
         if eval.len() == 1 {
             let hot = (eval[0].0 - bias, eval[0].1 - bias);
-            eval.extend(cold_parts(&obj, hot).into_iter().map(|(s, e)| (s + bias, e + bias)));
+            eval_unnamed = cold_parts(&obj, hot).into_iter().map(|(s, e)| (s + bias, e + bias)).collect();
+            eval.extend(&eval_unnamed);
         }
         eval.sort_unstable();
         eval.dedup();
         let mapped = ranges.into_iter().filter(|r| r.2 == path).map(|r| (r.0, r.1)).collect();
-        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), checked: HashSet::new(), eval, mapped, code_type, pthread_tid: None };
+        let it = Interpreter { pid, runtime, offsets, path: path.clone(), code: HashMap::new(), checked: HashSet::new(), eval, eval_unnamed, mapped, code_type, pthread_tid: None };
         if let Some(v) = version {
             let v = it.u64(v)? as u32;
             if v >> 24 != 3 || (v >> 16) & 0xff != minor {
