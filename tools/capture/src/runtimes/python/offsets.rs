@@ -315,31 +315,7 @@ pub fn from_debug(minor: u32, table: &[u8]) -> Result<Offsets, String> {
 /// (`f_gen` before them), `co_lnotab` where 3.10 has `co_linetable`
 /// (the table of `co_name`: no qualified names either), and
 /// `ht_cached_keys` 8 bytes nearer (no `ht_module`).
-pub const PY39: Offsets = Offsets {
-    minor: 9,
-    runtime_interpreters_head: 32,
-    interp_threads_head: 8,
-    tstate_next: 8,
-    tstate_native_thread_id: 176,
-    tstate_is_pthread: true,
-    tstate_frame: 24,
-    cframe_current: None,
-    frame_previous: 24,
-    frame_code: 32,
-    frame_instr: 104,
-    frame_owner: 104,
-    frame_is_entry: None,
-    code_filename: 104,
-    code_qualname: 112,
-    code_firstlineno: 40,
-    code_linetable: 120,
-    code_adaptive: 0,
-    ascii_size: 48,
-    compact_size: 72,
-    frame_localsplus: 360,
-    heaptype_cached_keys: 864,
-    code_tag_bits: 0,
-};
+pub const PY39: Offsets = Offsets { minor: 9, frame_instr: 104, frame_owner: 104, frame_localsplus: 360, heaptype_cached_keys: 864, ..PY310 };
 
 /// Read with gdb from the DWARF of pyenv's 3.10.13 (`p
 /// &((PyFrameObject*)0)->f_lasti`...). 3.10 has one `PyFrameObject` per
