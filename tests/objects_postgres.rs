@@ -15,30 +15,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const PG: &str = "/usr/lib/postgresql/15/bin";
-
-/// A scratch cluster, stopped when dropped.
-struct Cluster {
-    data: String,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = as_postgres(&format!("{PG}/pg_ctl"), &["-D", &self.data, "-m", "immediate", "stop"]).output();
-    }
-}
-
-fn as_postgres(cmd: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("runuser");
-    c.args(["-u", "postgres", "--", cmd]).args(args);
-    c
-}
-
-fn run_ok(mut c: Command, what: &str) -> String {
-    let out = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(out.status.success(), "{what} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use util::postgres::{as_postgres, run_ok, Cluster, PG};
 
 /// A TCP port free on 127.0.0.1 now.
 fn free_port() -> u16 {
@@ -46,24 +23,14 @@ fn free_port() -> u16 {
 }
 
 fn sql(dir: &Path, port: u16, q: &str) -> String {
-    let mut c = Command::new("psql");
-    c.args(["-h", dir.to_str().unwrap(), "-p", &port.to_string(), "-U", "postgres", "-d", "postgres", "-Atc", q]);
-    run_ok(c, q).trim().to_string()
+    util::postgres::sql(dir, &port.to_string(), q)
 }
 
-/// initdb as postgres into DIR/data; the server on DIR's unix socket and
-/// on 127.0.0.1:port; pgbench's tables (scale 1).
+/// The scratch cluster on DIR's unix socket and on 127.0.0.1:port;
+/// pgbench's tables (scale 1).
 fn start(dir: &Path, port: u16) -> Cluster {
-    let mut chown = Command::new("chown");
-    chown.arg("postgres").arg(dir);
-    run_ok(chown, "chown");
-    let d = dir.display().to_string();
-    let data = format!("{d}/data");
-    run_ok(as_postgres(&format!("{PG}/initdb"), &["-D", &data, "-A", "trust", "-N"]), "initdb");
-    let opts = format!("-k {d} -p {port} -c listen_addresses=127.0.0.1");
-    run_ok(as_postgres(&format!("{PG}/pg_ctl"), &["-D", &data, "-l", &format!("{d}/log"), "-o", &opts, "-w", "start"]), "pg_ctl start");
-    let c = Cluster { data };
     let p = port.to_string();
+    let c = util::postgres::start(dir, &p, &["-N"], "-c listen_addresses=127.0.0.1");
     run_ok(as_postgres("pgbench", &["-h", "127.0.0.1", "-p", &p, "-i", "-s", "1", "-q", "postgres"]), "pgbench -i");
     c
 }

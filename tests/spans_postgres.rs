@@ -9,57 +9,25 @@
 mod util;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const PG: &str = "/usr/lib/postgresql/15/bin";
+use util::postgres::{as_postgres, run_ok, Cluster, PG};
+
 const PORT: &str = "54371";
 
-/// A scratch cluster, stopped when dropped.
-struct Cluster {
-    dir: PathBuf,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = as_postgres(&format!("{PG}/pg_ctl"), &["-D", &format!("{}/data", self.dir.display()), "-m", "immediate", "stop"]).output();
-    }
-}
-
-fn as_postgres(cmd: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("runuser");
-    c.args(["-u", "postgres", "--", cmd]).args(args);
-    c
-}
-
-fn run_ok(mut c: Command, what: &str) -> String {
-    let out = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(out.status.success(), "{what} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn sql(dir: &Path, q: &str) -> String {
-    let d = dir.display().to_string();
-    let mut c = Command::new("psql");
-    c.args(["-h", &d, "-p", PORT, "-U", "postgres", "-d", "postgres", "-Atc", q]);
-    run_ok(c, q).trim().to_string()
+    util::postgres::sql(dir, PORT, q)
 }
 
 fn start(dir: &Path) -> Cluster {
     for p in [format!("{PG}/postgres"), "/usr/bin/pgbench".into()] {
         assert!(Path::new(&p).exists(), "{p} is not installed: run `sudo scripts/setup --tests` (scripts/test does)");
     }
-    // initdb refuses root: the cluster is postgres's.
-    let mut chown = Command::new("chown");
-    chown.arg("postgres").arg(dir);
-    run_ok(chown, "chown");
-    let d = dir.display().to_string();
-    run_ok(as_postgres(&format!("{PG}/initdb"), &["-D", &format!("{d}/data"), "-A", "trust"]), "initdb");
-    let opts = format!("-k {d} -p {PORT} -c listen_addresses='' -c shared_preload_libraries=pg_stat_statements");
-    run_ok(as_postgres(&format!("{PG}/pg_ctl"), &["-D", &format!("{d}/data"), "-l", &format!("{d}/log"), "-o", &opts, "-w", "start"]), "pg_ctl start");
-    let c = Cluster { dir: dir.to_path_buf() };
+    let c = util::postgres::start(dir, PORT, &[], "-c listen_addresses='' -c shared_preload_libraries=pg_stat_statements");
     sql(dir, "create extension pg_stat_statements");
+    let d = dir.display().to_string();
     run_ok(as_postgres("pgbench", &["-h", &d, "-p", PORT, "-i", "-s", "1", "-q", "postgres"]), "pgbench -i");
     c
 }

@@ -6,6 +6,7 @@ pub mod bpfstats;
 pub mod browser;
 pub mod cgroup;
 pub mod gopprof;
+pub mod postgres;
 pub mod truth;
 
 use std::io::Write;
