@@ -232,8 +232,8 @@ fn dump_of_a_thousand_threads_is_under_a_second() {
 /// where installed: the main thread in `nap`, "cruncher" in `crunch`,
 /// "sorter"'s key function (called from C, `sorted`) leafward of the
 /// inner eval call and `sorter` at the outer one; Python's thread names.
-/// The main thread is dumped once it has reached `nap` (it prints `ready`
-/// just before).
+/// The main thread is dumped once it is asleep in `nap` (it prints
+/// `ready` just before).
 #[test]
 fn dump_reads_python_frames_where_they_run() {
     if util::skip_without_root("wcdump") {
@@ -254,10 +254,15 @@ fn dump_reads_python_frames_where_they_run() {
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
         assert_eq!(line.trim(), "ready", "{}", py.display());
         // `ready` is written before the main thread is back from print (on
-        // a loaded machine it waits there for the GIL the cruncher holds):
-        // dump until it has reached nap, for 5 s at most.
-        let in_nap = |d: &Value| funcs(thread(d, child.id())).iter().any(|f| f.starts_with("py::nap:"));
-        let until = Instant::now() + Duration::from_secs(5);
+        // a loaded machine it waits there for the GIL the cruncher holds),
+        // and in nap it drops the GIL before it sleeps (with a switch
+        // request pending it waits in drop_gil for the cruncher to take
+        // it): dump until it is asleep in nap, for 10 s at most.
+        let in_nap = |d: &Value| {
+            let f = funcs(thread(d, child.id()));
+            f.iter().any(|f| f.starts_with("py::nap:")) && f.iter().any(|f| f.contains("clock_nanosleep"))
+        };
+        let until = Instant::now() + Duration::from_secs(10);
         let d = loop {
             let (d, _, _) = dump_json(child.id());
             if in_nap(&d) || Instant::now() > until {
@@ -271,7 +276,7 @@ fn dump_reads_python_frames_where_they_run() {
         let main = funcs(thread(&d, child.id())).iter().map(|f| f.to_string()).collect::<Vec<_>>();
         let at = |f: &[String], name: &str| f.iter().position(|x| x.starts_with(&format!("py::{name}:"))).unwrap_or_else(|| panic!("{}: no py::{name} in {f:?}", py.display()));
         assert!(at(&main, "nap") < at(&main, "<module>"), "{}: {main:?}", py.display());
-        let sleep = main.iter().position(|f| f.contains("clock_nanosleep")).expect("the main thread's sleep");
+        let sleep = main.iter().position(|f| f.contains("clock_nanosleep")).unwrap_or_else(|| panic!("{}: the main thread not asleep in 10 s: {main:?}", py.display()));
         assert!(sleep < at(&main, "nap"), "{}: the sleep is not leafward of nap: {main:?}", py.display());
         let c: Vec<String> = funcs(&by_name("cruncher")).iter().map(|f| f.to_string()).collect();
         assert_eq!(at(&c, "crunch"), c.iter().position(|f| f.starts_with("py::")).unwrap(), "{}: {c:?}", py.display());
