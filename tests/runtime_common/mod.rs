@@ -152,9 +152,15 @@ pub fn have(prog: &str, package: &str) -> bool {
 /// Debian forky's chroot (target/chroot-forky, which scripts/setup
 /// --tests makes), when it has `bin` in /usr/bin (said when it has not).
 pub fn forky(bin: &str, package: &str) -> Option<std::path::PathBuf> {
-    let dir = util::root().join("target/chroot-forky");
+    debian_chroot("forky", bin, package)
+}
+
+/// Debian `suite`'s chroot (target/chroot-SUITE, which scripts/setup
+/// --tests makes), when it has `bin` in /usr/bin (said when it has not).
+pub fn debian_chroot(suite: &str, bin: &str, package: &str) -> Option<std::path::PathBuf> {
+    let dir = util::root().join(format!("target/chroot-{suite}"));
     if !dir.join("usr/bin").join(bin).exists() {
-        let how = format!("scripts/setup --tests makes it (scripts/chroot make forky {package})");
+        let how = format!("scripts/setup --tests makes it (scripts/chroot make {suite} {package})");
         util::missing(&format!("no {bin} in {}", dir.display()), &how, "WALLCLOCK_SKIP_CHROOT");
         return None;
     }
@@ -162,24 +168,38 @@ pub fn forky(bin: &str, package: &str) -> Option<std::path::PathBuf> {
 }
 
 /// `wallclock -f 199 PID`, no flag, on `program` (a file of
-/// tests/programs) run by `interp` inside the forky chroot at `root`
-/// (`scripts/chroot run`: its own mount namespace and root, as in a
-/// container) as `interp PROGRAM SECONDS GO`, attached by its host pid;
-/// the program waits for the GO file, written once both capture tools
-/// are attached.
+/// tests/programs) run by `interp` inside the chroot at `root`
+/// as `interp PROGRAM SECONDS GO`, attached by its host pid (see
+/// `attach_cmd_in_chroot`).
 pub fn attach_in_chroot(name: &str, root: &Path, interp: &str, program: &str, secs: &str) -> Run {
+    attach_cmd_in_chroot(name, root, |there, inside| {
+        let file = Path::new(program).file_name().unwrap().to_str().unwrap().to_string();
+        std::fs::copy(util::root().join(program), there.join(&file)).unwrap();
+        vec![interp.to_string(), format!("{inside}/{file}"), secs.to_string(), format!("{inside}/go")]
+    })
+}
+
+/// `wallclock -f 199 PID`, no flag, on the command `prepare` returns, run
+/// inside the chroot at `root` (target/chroot-SUITE, `scripts/chroot run
+/// SUITE`: its own mount namespace and root, as in a container) and
+/// attached by its host pid. `prepare` gets a scratch folder, as the host
+/// and as the chroot see it (`/tmp/wc-test-NAME`), to put the program's
+/// files in; the program waits for the file `go` there, written once both
+/// capture tools are attached, and the capture ends with it.
+pub fn attach_cmd_in_chroot(name: &str, root: &Path, prepare: impl FnOnce(&Path, &str) -> Vec<String>) -> Run {
     use std::io::{BufRead, BufReader, Read};
     use std::process::Stdio;
     let dir = util::scratch(name);
     let prefix = dir.join("p");
+    let suite = root.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("chroot-")).expect("a target/chroot-SUITE folder").to_string();
     let inside = format!("/tmp/wc-test-{name}");
     let there = root.join(&inside[1..]);
     let _ = std::fs::remove_dir_all(&there);
     std::fs::create_dir_all(&there).unwrap();
-    let file = Path::new(program).file_name().unwrap().to_str().unwrap().to_string();
-    std::fs::copy(util::root().join(program), there.join(&file)).unwrap();
+    let argv = prepare(&there, &inside);
     let target = Command::new(util::root().join("scripts/chroot"))
-        .args(["run", "forky", interp, &format!("{inside}/{file}"), secs, &format!("{inside}/go")])
+        .args(["run", &suite])
+        .args(&argv)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the chroot's program");
@@ -201,7 +221,7 @@ pub fn attach_in_chroot(name: &str, root: &Path, interp: &str, program: &str, se
     }
     std::fs::write(there.join("go"), "").unwrap();
     let out = target.wait_with_output().unwrap();
-    assert!(out.status.success(), "{interp} {program} failed");
+    assert!(out.status.success(), "{argv:?} failed in {}", root.display());
     let mut rest = String::new();
     err.read_to_string(&mut rest).unwrap();
     assert!(child.wait().unwrap().success(), "wallclock PID failed: {said}{rest}");
