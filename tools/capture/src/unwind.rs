@@ -397,6 +397,14 @@ impl Unwind {
         self.procs.get(&pid).is_some_and(|p| p.maps.iter().any(|m| addr >= m.start && addr < m.end))
     }
 
+    /// Whether a user stack of `pid` just unwound (root first) was cut
+    /// short or has a frame in code outside every file that no reader
+    /// named (JIT code, framed by its frame pointer): a reader that
+    /// learns the process later (`Runtimes::epoch`) may read it otherwise.
+    pub fn unread_frames(&self, pid: u32, v: &[u64]) -> bool {
+        v.iter().any(|&a| a == TRUNCATED_ADDR || (a < wallclock_stream::NAMED_ADDR_BASE && !self.covered(pid, a)))
+    }
+
     /// User stack, root first: the leaf is `ip`, the others return
     /// addresses. No link register: see [`Unwind::unwind_lr`].
     pub fn unwind(&mut self, pid: u32, ip: u64, sp: u64, bp: u64, stack: &[u8]) -> Vec<u64> {

@@ -58,6 +58,7 @@ mod atstop;
 mod blocks;
 mod collect;
 mod early;
+mod recut;
 mod stacks;
 mod timeline;
 mod wakers;
@@ -358,6 +359,9 @@ impl driver::Tool for Off<'_> {
         use libbpf_rs::MapCore;
         if !self.cli.no_objects {
             self.names.scan(sess.pids.iter().copied());
+        }
+        for fp in self.stacks.newly_stale(unwind) {
+            let _ = skel.maps.seen.delete(&fp.to_ne_bytes());
         }
         let Some(early) = self.early.as_mut() else { return Ok(()) };
         // The stacks of the threads blocked at the start are part of it.

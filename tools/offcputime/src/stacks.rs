@@ -6,6 +6,8 @@ use std::sync::Arc;
 use wallclock_capture::event::{self, WcEvent};
 use wallclock_capture::unwind::Unwind;
 
+use crate::recut::Recut;
+
 /// Stacks sent by BPF (or read from /proc at the stop), unwound while
 /// their process lived. Shared (Arc), not copied, by every block of
 /// theirs in the records being made: a system-wide capture holds tens of
@@ -31,6 +33,8 @@ pub struct Stacks {
     sent_by: HashMap<u32, Vec<(u64, u64)>>,
     /// --check-fingerprints: what the copies of known fingerprints found.
     check: Option<Check>,
+    /// Stacks cut short before a runtime reader knew their process.
+    recut: Recut,
 }
 
 /// Copies of a stack whose fingerprint was already known (BPF sends one
@@ -89,6 +93,14 @@ impl Stacks {
         } else {
             self.comm.insert(e.tid, event::comm_str(&e.comm));
         }
+        if self.recut.take_stale(e.fp) {
+            let ustack = unwind.event_stack(&e);
+            self.recut.unwound(e.pid, e.fp, unwind.unread_frames(e.pid, &ustack), |p| unwind.runtimes.epoch(p));
+            let old = self.by_fp.remove(&e.fp);
+            self.insert(e.fp, ustack, e.kstack_root_first());
+            self.release(old);
+            return;
+        }
         if let Some((u, k)) = self.by_fp.get(&e.fp) {
             if let Some(c) = self.check.as_mut() {
                 c.copies += 1;
@@ -104,6 +116,7 @@ impl Stacks {
             return;
         }
         let ustack = unwind.event_stack(&e);
+        self.recut.unwound(e.pid, e.fp, unwind.unread_frames(e.pid, &ustack), |p| unwind.runtimes.epoch(p));
         self.insert(e.fp, ustack, e.kstack_root_first());
         if e.kind != event::KIND_WAKER {
             self.sent_by.entry(e.tid).or_default().push((e.fp, e.ts));
@@ -132,16 +145,25 @@ impl Stacks {
         gone.sort_unstable();
         gone.dedup();
         gone.retain(|fp| {
-            let Some((u, k)) = self.by_fp.remove(fp) else { return false };
-            for a in [u, k] {
-                // Held here and by the set only: no fingerprint left has it.
-                if Arc::strong_count(&a) == 2 {
-                    self.interned.remove(&a[..]);
-                }
-            }
+            self.recut.forget(*fp);
+            let Some(old) = self.by_fp.remove(fp) else { return false };
+            release(&mut self.interned, old);
             true
         });
         gone
+    }
+
+    /// The fingerprints whose stacks, cut short, a runtime reader may now
+    /// read whole: to be taken out of BPF's `seen` map, so that the next
+    /// block there copies the stack again (recut.rs).
+    pub fn newly_stale(&mut self, unwind: &Unwind) -> Vec<u64> {
+        self.recut.newly_stale(|p| unwind.runtimes.epoch(p))
+    }
+
+    fn release(&mut self, old: Option<(Addrs, Addrs)>) {
+        if let Some(old) = old {
+            release(&mut self.interned, old);
+        }
     }
 
     /// Stacks that check their fingerprints (--check-fingerprints).
@@ -183,5 +205,16 @@ impl Stacks {
         let a: Addrs = a.into();
         self.interned.insert(a.clone());
         a
+    }
+}
+
+/// A fingerprint's stacks, dropped: those no other fingerprint has leave
+/// the set too.
+fn release(interned: &mut HashSet<Addrs>, (u, k): (Addrs, Addrs)) {
+    for a in [u, k] {
+        // Held here and by the set only.
+        if Arc::strong_count(&a) == 2 {
+            interned.remove(&a[..]);
+        }
     }
 }

@@ -135,6 +135,13 @@ pub trait Runtime {
     }
     /// The walk of a stack ended.
     fn end_stack(&mut self) {}
+    /// How much it has learned of `pid`, a count that grows when stacks
+    /// of `pid` it could not read before (its tables not yet readable,
+    /// as in a JVM still starting) may now be read: a stack cut short
+    /// before then is worth copying again.
+    fn epoch(&self, _pid: u32) -> u32 {
+        0
+    }
     /// Whether `a` is a frame this reader named or code of its runtime's
     /// own (not a library mapped since the maps were read).
     fn is_code(&self, _pid: u32, _a: u64) -> bool {
@@ -246,6 +253,11 @@ impl Runtimes {
 
     pub fn end_stack(&mut self) {
         self.readers.iter_mut().for_each(|r| r.end_stack());
+    }
+
+    /// The sum of the readers' [`Runtime::epoch`] for `pid`.
+    pub fn epoch(&self, pid: u32) -> u32 {
+        self.readers.iter().map(|r| r.epoch(pid)).sum()
     }
 
     pub fn is_code(&self, pid: u32, a: u64) -> bool {

@@ -197,6 +197,13 @@ impl Runtime for HotSpots {
         }
     }
 
+    /// 1 once the JVM's tables are read: its stacks walked before then
+    /// (its frames each `Interpreter`, or cut at compiled code) are read
+    /// whole and named now.
+    fn epoch(&self, pid: u32) -> u32 {
+        u32::from(matches!(self.procs.get(&pid), Some(State::Jvm(_))))
+    }
+
     /// Is `a` a frame this reader named, or code in the JVM's code cache?
     /// (Not a library mapped since the maps were read.)
     fn is_code(&self, pid: u32, a: u64) -> bool {
