@@ -23,7 +23,7 @@ _flame() {
 
     case "${cmd}" in
         flame)
-            opts="-o -h -V --output --title --subtitle --width --min-width --inverted --colors --unit --per-thread --roots --diff --help --version"
+            opts="-o -h -V --output --title --subtitle --width --min-width --inverted --colors --unit --split-dir --per-thread --roots --diff --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -59,6 +59,10 @@ _flame() {
                     ;;
                 --unit)
                     COMPREPLY=($(compgen -W "ns us ms samples" -- "${cur}"))
+                    return 0
+                    ;;
+                --split-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --roots)

@@ -23,7 +23,7 @@ _stackmerge() {
 
     case "${cmd}" in
         stackmerge)
-            opts="-o -f -F -p -t -h -V --on --gpu --output --folded --unit --frequency --per-thread --roots --gpu-roots --pid --tid --wakers --no-objects --kind --help --version"
+            opts="-o -f -F -p -t -h -V --on --gpu-from --output --folded --unit --frequency --per-thread --roots --gpu-roots --pid --tid --wakers --no-objects --kind --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -33,7 +33,7 @@ _stackmerge() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --gpu)
+                --gpu-from)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,17 +23,33 @@ _wallclock() {
 
     case "${cmd}" in
         wallclock)
-            opts="-d -C -F -m -o -h --children --cgroup --frequency --gpu --wakers --wake-depth --no-objects --every --push --app --timeline --timeline-min --probe --span --slower-than --prepare --activate --no-python-perf --help"
+            opts="-d -C -p -G -F -m -h --duration --children --pid --cgroup --frequency --min-block-time --prefix --gpu --wakers --wake-depth --no-objects --every --push --app --timeline --timeline-min --probe --span --slower-than --prepare --activate --no-python-perf --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --duration)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 -d)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -G)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -45,11 +61,15 @@ _wallclock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --min-block-time)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 -m)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                -o)
+                --prefix)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,12 +23,20 @@ _wctop() {
 
     case "${cmd}" in
         wctop)
-            opts="-G -n -i -s -P -h -V --cgroup --iterations --interval --sort --per-process --help --version"
+            opts="-p -G -n -i -s -P -h -V --pid --cgroup --iterations --interval --sort --per-process --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cgroup)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -267,7 +267,7 @@ fn wallclock_script_activates_both_captures() {
         let (t0, r0) = (monotonic_ns(), realtime_ns());
         let mut cmd = Command::new("bash");
         cmd.arg(util::root().join("scripts/wallclock"))
-            .args(["--activate", "+2s", "-d", "1", "-o", prefix.to_str().unwrap(), &target.pid()])
+            .args(["--activate", "+2s", "-d", "1", "--prefix", prefix.to_str().unwrap(), &target.pid()])
             .env("WALLCLOCK_BIN_DIR", util::bin_dir());
         if given {
             cmd.env("WALLCLOCK_LAUNCHED", r0.to_string());

@@ -126,7 +126,7 @@ fn make_j2_under_wallclock() {
     let t0 = Instant::now();
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-o", prefix.to_str().unwrap(), "--", "make", "-j2", "CC=gcc -v -Wl,-v"])
+        .args(["--prefix", prefix.to_str().unwrap(), "--", "make", "-j2", "CC=gcc -v -Wl,-v"])
         .current_dir(&src)
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .env("LD_PRELOAD", &preload)

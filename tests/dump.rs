@@ -178,8 +178,10 @@ fn dump_text_through_the_wrapper() {
     let dir = util::scratch("dump-text");
     let s = States::start(&program(), &dir, 0);
     std::thread::sleep(Duration::from_millis(300));
+    // `-p PID`, as the capture tools spell it (the positional PID is the
+    // other tests').
     let out = Command::new(util::root().join("scripts/wallclock"))
-        .args(["dump", &s.pid.to_string()])
+        .args(["dump", "-p", &s.pid.to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .unwrap();
@@ -334,9 +336,14 @@ fn dump_names_java_methods_and_javascript_functions() {
 
 #[test]
 fn bad_pids_are_one_line_errors() {
-    for (arg, want) in [("999999999", "no such process: 999999999"), ("abc", "invalid value 'abc'")] {
-        let out = Command::new(util::bin("wcdump")).arg(arg).output().unwrap();
+    for (args, want) in [
+        (&["999999999"][..], "no such process: 999999999"),
+        (&["-p", "999999999"][..], "no such process: 999999999"),
+        (&["abc"][..], "invalid value 'abc'"),
+        (&["-p", "1", "2"][..], "cannot be used with"),
+    ] {
+        let out = Command::new(util::bin("wcdump")).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(want), "wcdump {arg}: {err}");
+        assert!(!out.status.success() && err.contains(want), "wcdump {args:?}: {err}");
     }
 }

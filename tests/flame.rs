@@ -307,7 +307,7 @@ fn per_thread_files() {
     .join("\n");
     let d = scratch("flame-per-thread");
     let dir = d.join("out");
-    ok("flame", &["--per-thread", "-o", dir.to_str().unwrap()], stream.as_bytes());
+    ok("flame", &["--split-dir", dir.to_str().unwrap()], stream.as_bytes());
     let mut names: Vec<String> =
         std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
@@ -322,8 +322,22 @@ fn per_thread_files() {
     assert_eq!(find(&worker, "server (100)").w, 7000);
     assert!(is_off_user(find(&worker, "[sleep]").fill));
     // Folded input has no threads: a clear error.
-    let out = run("flame", &["--per-thread", "-o", dir.to_str().unwrap()], b"a;b 1\n");
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--per-thread"));
+    let out = run("flame", &["--split-dir", dir.to_str().unwrap()], b"a;b 1\n");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--split-dir"));
+
+    // The old spelling, `--per-thread -o DIR`, writes the same files and
+    // warns once, on stderr.
+    let old = d.join("old");
+    let out = run("flame", &["--per-thread", "-o", old.to_str().unwrap()], stream.as_bytes());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("flame: warning: --per-thread: Old spelling of --split-dir"), "{err}");
+    assert!(out.stdout.is_empty());
+    for n in &names {
+        assert_eq!(std::fs::read(old.join(n)).unwrap(), std::fs::read(dir.join(n)).unwrap(), "{n}");
+    }
+    assert_eq!(std::fs::read_dir(&old).unwrap().count(), names.len());
 }
 
 #[test]
@@ -371,7 +385,8 @@ fn one_stack_from_several_records_is_one_box() {
 #[test]
 fn help_has_examples() {
     let h = ok("flame", &["--help"], b"");
-    assert!(h.contains("EXAMPLES:") && h.contains("--per-thread") && h.contains("off-CPU blue"));
+    assert!(h.contains("EXAMPLES:") && h.contains("--split-dir") && h.contains("off-CPU blue"));
+    assert!(!h.contains("--per-thread"), "an old spelling is not in --help");
 }
 
 /// The frame list of an SVG, one line per box: name, width, fill.

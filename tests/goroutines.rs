@@ -67,7 +67,7 @@ fn parked_goroutines_are_under_their_functions_with_their_wait_reasons() {
     let prefix = dir.join("g");
     let st = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "49", "-o"])
+        .args(["-F", "49", "--prefix"])
         .arg(&prefix)
         .args(["--", "env", "GOMAXPROCS=2"])
         .arg(&prog)
@@ -145,7 +145,7 @@ fn a_servers_handlers_wait_under_the_handler() {
     let (portfile, prefix) = (dir.join("port"), dir.join("s"));
     let mut wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "49", "-o"])
+        .args(["-F", "49", "--prefix"])
         .arg(&prefix)
         .arg("--")
         .arg(&out)

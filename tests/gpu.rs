@@ -290,7 +290,7 @@ fn wallclock_gpu_mode_puts_kernels_under_their_launchers() {
     let prefix = work.join("g");
     let mut cmd = clean(Command::new("bash"));
     cmd.arg(util::root().join("scripts/wallclock"))
-        .args(["--gpu", "-o", prefix.to_str().unwrap(), "--"])
+        .args(["--gpu", "--prefix", prefix.to_str().unwrap(), "--"])
         .arg(app)
         .arg("7")
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

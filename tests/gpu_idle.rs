@@ -43,7 +43,7 @@ fn idle_breakdown_matches_the_programs_own_timings() {
     let prefix = work.join("idle");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["--gpu", "--timeline", "-o", prefix.to_str().unwrap(), "--"])
+        .args(["--gpu", "--timeline", "--prefix", prefix.to_str().unwrap(), "--"])
         .arg(&app)
         .args(["idle", "40"])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

@@ -108,7 +108,7 @@ fn capture(name: &str, pid: u32) -> Capture {
         .arg("-v")
         .arg("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-d", "2", "-f", "99", "-o"])
+        .args(["-d", "2", "-F", "99", "--prefix"])
         .arg(&prefix)
         .arg(pid.to_string())
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

@@ -264,7 +264,7 @@ fn python_functions_named() {
     let prefix = d.join("p");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
+        .args(["-F", "199", "--prefix"])
         .arg(&prefix)
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .env_remove("PYTHONPERFSUPPORT")

@@ -128,7 +128,7 @@ fn wallclock_on_two_thousand_threads() {
     let prefix = d.join("many");
     let mut wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-d", "4", "-o", prefix.to_str().unwrap(), &pid.to_string()])
+        .args(["-d", "4", "--prefix", prefix.to_str().unwrap(), &pid.to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .stderr(Stdio::piped())
         .spawn()

@@ -78,7 +78,7 @@ fn each_wait_is_under_its_object() {
     let d = dir.to_str().unwrap();
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-o", prefix.to_str().unwrap(), "--"])
+        .args(["--prefix", prefix.to_str().unwrap(), "--"])
         .arg(&bin)
         .args(["4", d])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

@@ -101,7 +101,7 @@ fn pgbench_backend_waits_on_its_wal_and_its_client() {
     let prefix = dir.join("pg");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-d", "2", "-o", prefix.to_str().unwrap(), &backend.to_string()])
+        .args(["-d", "2", "--prefix", prefix.to_str().unwrap(), &backend.to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .unwrap();

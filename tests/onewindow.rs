@@ -60,7 +60,7 @@ fn d5_is_five_seconds_everywhere() {
     let prefix = dir.join("p");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["--timeline", "-d", "5", "-o", prefix.to_str().unwrap(), &pid])
+        .args(["--timeline", "-d", "5", "--prefix", prefix.to_str().unwrap(), &pid])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .unwrap();
@@ -166,7 +166,7 @@ fn command_capture_ends_with_it() {
     let prefix = dir.join("c");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "1"])
+        .args(["--prefix", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "1"])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .unwrap();

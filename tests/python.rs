@@ -77,7 +77,7 @@ fn profile(name: &str, python: &PathBuf, args: &[&str], secs: &str, attach: bool
     // 199 Hz: at the default 49, a thread that runs 100 ms of its 1.5 s
     // gets 5 samples, and its share is off by more than 3 points whenever
     // the machine is busy.
-    wc.arg(util::root().join("scripts/wallclock")).args(["-f", "199"]).args(wc_args).arg("-o").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    wc.arg(util::root().join("scripts/wallclock")).args(["-F", "199"]).args(wc_args).arg("--prefix").arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
     wc.env_remove("PYTHONPERFSUPPORT");
     let out = if attach {
         let mut target = py.arg(&go).spawn().expect("start python");
@@ -608,7 +608,7 @@ fn attach_in_chroot(name: &str, root: &Path, python: &str) -> (PathBuf, Vec<Stac
     py.env_remove("PYTHONPERFSUPPORT");
     let mut target = py.spawn().expect("start the chroot's python");
     let mut wc = Command::new("bash");
-    wc.arg(util::root().join("scripts/wallclock")).args(["-f", "199", "-o"]).arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
+    wc.arg(util::root().join("scripts/wallclock")).args(["-F", "199", "--prefix"]).arg(&prefix).env("WALLCLOCK_BIN_DIR", util::bin_dir());
     let mut child = wc.args(["-d", "60", &target.id().to_string()]).stderr(Stdio::piped()).spawn().unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut said = String::new();

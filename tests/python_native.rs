@@ -66,7 +66,7 @@ fn python_frames_stay_rootward_of_the_native_code_they_call() {
     let (tidfile, prefix) = (dir.join("tid"), dir.join("p"));
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
+        .args(["-F", "199", "--prefix"])
         .arg(&prefix)
         .arg("--")
         .arg(&python)

@@ -76,7 +76,7 @@ fn go_server_stacks_are_whole_and_the_handler_share_is_measured() {
     let (portfile, truthfile, prefix) = (dir.join("port"), dir.join("truth.json"), dir.join("p"));
     let mut wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
+        .args(["-F", "199", "--prefix"])
         .arg(&prefix)
         .arg("--")
         .arg(&server)

@@ -77,7 +77,7 @@ fn capture() -> Option<Seen> {
     let (tidfile, prefix) = (dir.join("tid"), dir.join("p"));
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
+        .args(["-F", "199", "--prefix"])
         .arg(&prefix)
         .arg("--")
         .arg(&python)

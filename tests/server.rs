@@ -93,7 +93,7 @@ fn capture_cost(redis: &Redis, n: u64, prefix: &Path) -> (f64, f64) {
     let before = best(&before_runs);
     let mut wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-d", "6", "-o", prefix.to_str().unwrap(), &redis.child.id().to_string()])
+        .args(["-d", "6", "--prefix", prefix.to_str().unwrap(), &redis.child.id().to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .stderr(Stdio::piped())
         .spawn()

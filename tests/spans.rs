@@ -59,7 +59,7 @@ fn slow_spans_agree_with_the_program() {
     let prefix = dir.join("run");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-F", "499", "--timeline", "--probe", "u:nap (arg:0, stack) | name:\"nap {arg0}\" |", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "-o"])
+        .args(["-F", "499", "--timeline", "--probe", "u:nap (arg:0, stack) | name:\"nap {arg0}\" |", "--span", "uspan:handle (arg:0)", "--slower-than", "8ms", "--prefix"])
         .arg(&prefix)
         .arg("--")
         .arg(&prog)

@@ -73,7 +73,7 @@ fn postgres_query_spans_under_pgbench() {
     let prefix = dir.join("pg");
     let mut wc = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["--span", "usdt:postgresql:query__start ~~ usdt:postgresql:query__done", "--slower-than", "1ms", "-d", "4", "-o"])
+        .args(["--span", "usdt:postgresql:query__start ~~ usdt:postgresql:query__done", "--slower-than", "1ms", "-d", "4", "--prefix"])
         .arg(&prefix)
         .arg(&backend)
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

@@ -280,12 +280,19 @@ fn gpu_stacks_under_their_launch_and_outside_thread_time() {
     let gp = dir.join("gpu.json");
     std::fs::write(&gp, gpu).unwrap();
     let gp = gp.to_str().unwrap();
-    let m = folded_map(&ok(TOOL, &["--folded", "--gpu", gp], offs.as_bytes()));
+    let m = folded_map(&ok(TOOL, &["--folded", "--gpu-from", gp], offs.as_bytes()));
     assert_eq!(m["app (100);main;launch_step;cudaLaunchKernel;gemm_kernel_[g]"], 7_000);
-    let roots = folded_map(&ok(TOOL, &["--folded", "--gpu-roots", "--gpu", gp], offs.as_bytes()));
+    let roots = folded_map(&ok(TOOL, &["--folded", "--gpu-roots", "--gpu-from", gp], offs.as_bytes()));
     assert_eq!(roots["[gpu 0 stream 7];main;launch_step;cudaLaunchKernel;gemm_kernel_[g]"], 7_000);
     // The threads' accounting is what the capture said: GPU time added nowhere.
-    let recs = parse_stream(&ok(TOOL, &["--gpu", gp], offs.as_bytes()));
+    let new = ok(TOOL, &["--gpu-from", gp], offs.as_bytes());
+    // `--gpu FILE`, the old spelling (a switch in wallclock), reads the
+    // same input and warns once.
+    let old = run(TOOL, &["--gpu", gp], offs.as_bytes());
+    let err = String::from_utf8_lossy(&old.stderr);
+    assert!(old.status.success() && old.stdout == new.as_bytes(), "{err}");
+    assert_eq!(err.lines().filter(|l| l.contains("warning")).collect::<Vec<_>>(), ["stackmerge: warning: --gpu is an old spelling of --gpu-from, which means the same; --gpu goes in the next release"]);
+    let recs = parse_stream(&new);
     for r in &recs {
         if let Record::Thread(t) = r {
             let want = if t.tid == 100 { 1_000_000_007 } else { 333_333_333 };
@@ -498,7 +505,7 @@ fn inputs_on_different_clocks_are_refused() {
     let dir = scratch("stackmerge-clock");
     let gp = dir.join("gpu.json");
     std::fs::write(&gp, jsonl(&[Record::Header(h)])).unwrap();
-    let out = run(TOOL, &["--gpu", gp.to_str().unwrap()], offs.as_bytes());
+    let out = run(TOOL, &["--gpu-from", gp.to_str().unwrap()], offs.as_bytes());
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("gpu.json") && err.contains("realtime"), "{err}");

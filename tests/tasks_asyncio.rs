@@ -101,7 +101,7 @@ fn tasks_wait_under_fetch_of(python: &str, dir: &Path, wc_args: &[&str], cmd: &[
     let prefix = dir.join("a");
     let st = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "49", "-o"])
+        .args(["-F", "49", "--prefix"])
         .arg(&prefix)
         .args(wc_args)
         .arg("--")
@@ -229,7 +229,7 @@ fn node_says_its_tasks_cannot_be_seen() {
     let js = "const t = setInterval(() => { let x = 0; for (let i = 0; i < 1e5; i++) x += i; }, 20); setTimeout(() => clearInterval(t), 2000);";
     let st = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "49", "-o"])
+        .args(["-F", "49", "--prefix"])
         .arg(&prefix)
         .args(["--", "node", "-e", js])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

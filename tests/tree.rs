@@ -312,7 +312,7 @@ fn wallclock_follows_a_shell_child() {
     let script = format!("{} spin 800; sleep 1", treespin().display());
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-o", prefix.to_str().unwrap(), "--", "sh", "-c", &script])
+        .args(["--prefix", prefix.to_str().unwrap(), "--", "sh", "-c", &script])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .unwrap();

@@ -59,7 +59,7 @@ fn demo_profile_agrees_with_ground_truth() {
     let prefix = dir.join("demo");
     // Default flags, as a user types them: every block keeps its stack,
     // however short (demo-prod and demo-cons block for ~100-300 us each).
-    let out = wallclock(&["-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()]);
+    let out = wallclock(&["--prefix", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()]);
     assert!(out.status.success(), "wallclock failed: {}", out.status);
     // The workload's own stdout is its truth: it must not be mixed with anything.
     let truth: Value = serde_json::from_slice(&out.stdout).expect("the workload's stdout is its JSON truth, alone");
@@ -209,7 +209,7 @@ fn single_thread_command_and_exit_code() {
     }
     let dir = util::scratch("wallclock-single");
     let prefix = dir.join("one");
-    let out = wallclock(&["-o", prefix.to_str().unwrap(), "--", "sh", "-c", "sleep 1; exit 3"]);
+    let out = wallclock(&["--prefix", prefix.to_str().unwrap(), "--", "sh", "-c", "sleep 1; exit 3"]);
     assert_eq!(out.status.code(), Some(3), "the command's exit code is wallclock's");
     assert!(dir.join("one_single_thread_analysis.txt").is_file() || dir.join("one_thread_analysis.txt").is_file());
     let folded = std::fs::read_to_string(dir.join("one.folded")).unwrap();
@@ -231,7 +231,7 @@ fn the_gate_is_not_the_commands_time() {
     let dir = util::scratch("wallclock-gate");
     let bin = util::build_c("tests/programs/capture/stamp.c", &dir, "stamp");
     let prefix = dir.join("g");
-    let out = wallclock(&["-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "0.3"]);
+    let out = wallclock(&["--prefix", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "0.3"]);
     assert!(out.status.success(), "wallclock failed: {}", out.status);
     let truth: Value = serde_json::from_slice(&out.stdout).expect("the program's stdout is its truth");
     let (main_ns, end_ns) = (truth["main_ns"].as_u64().unwrap(), truth["end_ns"].as_u64().unwrap());
@@ -275,7 +275,8 @@ fn the_gate_is_not_the_commands_time() {
 fn bad_arguments_are_one_line() {
     for (args, expect) in [
         (vec!["notapid"], "PID must be a number"),
-        (vec!["-f", "0", "1"], "-F must be"),
+        (vec!["-p", "notapid"], "PID must be a number"),
+        (vec!["-p", "1", "2", "3"], "unexpected argument 3"),
         (vec!["-F", "0", "1"], "-F must be"),
         (vec!["--frequency", "x", "1"], "-F must be"),
         (vec!["999999999"], "no such process"),
@@ -305,7 +306,7 @@ fn sigint_stops_early_with_everything_written() {
     let started = std::time::Instant::now();
     let mut wc = Command::new("bash");
     wc.arg(util::root().join("scripts/wallclock"))
-        .args(["-d", "30", "-o", prefix.to_str().unwrap(), &target.id().to_string()])
+        .args(["-d", "30", "--prefix", prefix.to_str().unwrap(), &target.id().to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .stderr(std::process::Stdio::piped());
     // SAFETY: signal(2) only, between fork and exec.

@@ -47,6 +47,7 @@ pub mod safe_open;
 mod record;
 pub mod probe;
 pub mod sniff;
+pub mod spellings;
 mod state;
 pub mod table;
 pub mod units;

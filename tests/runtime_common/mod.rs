@@ -72,7 +72,7 @@ pub fn profile(dir: &Path, cmd: &[&str]) -> Run {
     let prefix = dir.join("p");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
+        .args(["-F", "199", "--prefix"])
         .arg(&prefix)
         .arg("--")
         .args(cmd)
@@ -90,7 +90,7 @@ pub fn run_attached(dir: &Path, pid: u32, secs: u32) -> std::process::Output {
     std::fs::create_dir_all(dir).unwrap();
     Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-d", &secs.to_string(), "-o"])
+        .args(["-F", "199", "-d", &secs.to_string(), "--prefix"])
         .arg(dir.join("p"))
         .arg(pid.to_string())
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
@@ -205,7 +205,7 @@ pub fn attach_cmd_in_chroot(name: &str, root: &Path, prepare: impl FnOnce(&Path,
         .expect("start the chroot's program");
     let mut child = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-f", "199", "-o"])
+        .args(["-F", "199", "--prefix"])
         .arg(&prefix)
         .args(["-d", "60", &target.id().to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())

@@ -23,7 +23,7 @@ fn real_capture_agrees_with_ground_truth() {
     let prefix = dir.join("demo");
     let out = std::process::Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["-o", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()])
+        .args(["--prefix", prefix.to_str().unwrap(), "--", bin.to_str().unwrap(), "4", dir.join("scratch.dat").to_str().unwrap()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .expect("run scripts/wallclock");

@@ -44,7 +44,7 @@ fn every_2_over_10_s_gives_5_profiles_that_add_up() {
     let prefix = dir.join("run");
     let out = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
-        .args(["--every", "2", "-d", "10", "-o", prefix.to_str().unwrap(), &w.id().to_string()])
+        .args(["--every", "2", "-d", "10", "--prefix", prefix.to_str().unwrap(), &w.id().to_string()])
         .env("WALLCLOCK_BIN_DIR", util::bin_dir())
         .output()
         .expect("run scripts/wallclock");

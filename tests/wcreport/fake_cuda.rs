@@ -50,7 +50,7 @@ fn gpu_pipeline(name: &str, iters: &str, env: &[(&str, &str)]) -> (Vec<Record>, 
     );
     let p = |x: &std::path::Path| x.to_str().unwrap().to_string();
     std::fs::write(&sym, ok("stacksym", &[&p(&raw)], b"")).unwrap();
-    std::fs::write(&merged, ok("stackmerge", &["--gpu", &p(&sym)], b"")).unwrap();
+    std::fs::write(&merged, ok("stackmerge", &["--gpu-from", &p(&sym)], b"")).unwrap();
     let v: Value = serde_json::from_str(&ok(TOOL, &["--json", "--top", "100", &p(&merged)], b"")).unwrap();
     let text = std::fs::read_to_string(&raw).unwrap();
     let recs = wallclock_stream::Reader::new(text.as_bytes(), "raw", Default::default())

@@ -73,7 +73,7 @@ EXAMPLES:
   flame profile.folded --title 'my service' -o out.svg
   perf record -e cpu-clock -g -- ./app; perf script | flame > cpu.svg
   flame --inverted --min-width 0.5 merged.txt > icicle.svg
-  flame --per-thread -o threads/ merged.json    # threads/thread_<TID>_<role>.svg
+  flame --split-dir threads/ merged.json   # threads/thread_<TID>_<role>.svg
   flame --diff before.folded after.folded > diff.svg";
 
 /// Interactive flame graph (SVG) from the wallclock stream or folded stacks.
@@ -82,7 +82,7 @@ EXAMPLES:
 pub struct Cli {
     /// Inputs: stream, folded lines or perf script output (stdin when none or `-`).
     pub files: Vec<PathBuf>,
-    /// Output file (default stdout); with --per-thread, a directory.
+    /// Output file (default stdout).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Title at the top of the graph (default: from the stream header, the
@@ -110,11 +110,14 @@ pub struct Cli {
     /// markers, ns for perf script of cpu-clock, else samples).
     #[arg(long, value_parser = ["ns", "us", "ms", "samples"])]
     pub unit: Option<String>,
-    /// Each thread apart (as `stackmerge --per-thread`): one SVG per
-    /// thread into the directory -o: thread_<TID>_<role>.svg
+    /// One SVG per thread into the directory DIR, as `wcreport
+    /// --split-dir` writes one report per thread: thread_<TID>_<role>.svg
     /// (stream input; role as wcreport names it: main, the record's role,
     /// else one from the thread name).
-    #[arg(long, requires = "output")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["output", "per_thread"])]
+    pub split_dir: Option<PathBuf>,
+    /// Old spelling of --split-dir DIR: `--per-thread -o DIR` writes the same files; it goes in the next release (`--per-thread` is `stackmerge`'s stacks rooted at threads).
+    #[arg(long, hide = true, requires = "output")]
     pub per_thread: bool,
     /// Process roots of stream input: `pid`, each process its own root
     /// NAME (PID); `command`, processes grouped by command name (every cc1
@@ -123,7 +126,7 @@ pub struct Cli {
     #[arg(long, default_value = "auto", value_name = "auto|pid|command")]
     pub roots: wallclock_stream::folded::Roots,
     /// Differential graph: shape of AFTER, red where time grew, blue where it shrank.
-    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["files", "per_thread"])]
+    #[arg(long, num_args = 2, value_names = ["BEFORE", "AFTER"], conflicts_with_all = ["files", "per_thread", "split_dir"])]
     pub diff: Option<Vec<PathBuf>>,
 }
 
@@ -148,7 +151,9 @@ pub fn run(cli: &Cli) -> Result<i32> {
     if let Some(diff) = &cli.diff {
         return run_diff(cli, diff, explicit_unit, stream_folded_ns);
     }
-    let p = Profile::read(&cli.files, cli.per_thread, stream_folded_ns)?;
+    // `--per-thread -o DIR`, the old spelling, is `--split-dir DIR`.
+    let split_dir = cli.split_dir.as_deref().or(cli.output.as_deref().filter(|_| cli.per_thread));
+    let p = Profile::read(&cli.files, split_dir.is_some(), stream_folded_ns)?;
     // An empty input is refused, as flamegraph.pl and inferno refuse it;
     // a stream (a capture) with no stacks still draws "no stacks".
     if p.is_empty() && p.header.is_none() && p.threads.is_empty() {
@@ -158,8 +163,8 @@ pub fn run(cli: &Cli) -> Result<i32> {
     let mut opts = render_options(cli, unit, &p);
     // Two-count (difffolded) lines: a differential graph, as inferno draws them.
     opts.diff = !p.before.is_empty();
-    if cli.per_thread {
-        run_per_thread(cli, &p, &opts)
+    if let Some(dir) = split_dir {
+        run_per_thread(dir, &p, &opts)
     } else {
         run_one(cli, p, opts, scale)
     }
@@ -229,12 +234,11 @@ fn run_one(cli: &Cli, mut p: Profile, mut opts: RenderOptions, scale: u64) -> Re
     Ok(0)
 }
 
-/// `--per-thread`: a folder of one graph per thread.
-fn run_per_thread(cli: &Cli, p: &Profile, opts: &RenderOptions) -> Result<i32> {
+/// `--split-dir DIR`: a folder of one graph per thread.
+fn run_per_thread(dir: &Path, p: &Profile, opts: &RenderOptions) -> Result<i32> {
     if p.has_folded() {
-        bail!("--per-thread needs stream records (they carry the tid); folded lines carry no thread");
+        bail!("--split-dir needs stream records (they carry the tid); folded lines carry no thread");
     }
-    let dir = cli.output.as_deref().expect("clap requires -o");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let texts: Vec<(u32, String, input::Mix)> = p.stream.iter().map(|((tid, _, k), mix)| (tid, p.text(k), mix)).collect();
     let mut by_tid: std::collections::BTreeMap<u32, Vec<Entry<'_>>> = Default::default();

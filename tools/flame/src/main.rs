@@ -1,7 +1,5 @@
 //! flame: see the library docs and `flame --help`.
-use clap::Parser;
-
 fn main() {
-    let cli = flame::Cli::parse();
+    let cli: flame::Cli = wallclock_stream::spellings::parse("flame");
     wallclock_stream::cli::run_main("flame", || flame::run(&cli));
 }

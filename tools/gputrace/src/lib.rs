@@ -76,8 +76,9 @@ pub struct Cli {
     /// GPU activity plus on-CPU samples of the same process (`oncputime`).
     #[arg(long)]
     pub merge: bool,
-    /// On-CPU sampling frequency passed to oncputime (Hz).
-    #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 99, value_name = "HZ")]
+    /// On-CPU sampling frequency passed to oncputime (Hz; 49 as in every
+    /// tool).
+    #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
     /// The CUPTI injection library (default: libcupti_inject.so beside gputrace, else in ../lib/wallclock/).
     #[arg(long, value_name = "PATH")]

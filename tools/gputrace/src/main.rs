@@ -1,8 +1,6 @@
 //! gputrace: see the library docs.
 
-use clap::Parser;
-
 fn main() {
-    let cli = gputrace::Cli::parse();
+    let cli: gputrace::Cli = wallclock_stream::spellings::parse("gputrace");
     wallclock_stream::cli::run_main("gputrace", || gputrace::run(&cli));
 }

@@ -1,10 +1,11 @@
-//! Man pages (section 1), shell completions and the flag index
-//! (docs/flags-index.md) for every tool, rendered
-//! from the same clap `Command` each binary parses, so they cannot drift;
-//! `scripts/wallclock`'s from its definition in [`wallclock`], checked
-//! against the script by tests/manpages.rs.
+//! Man pages (section 1), shell completions, the flag index
+//! (docs/flags-index.md) and docs/flags.md's table of shared spellings for
+//! every tool, rendered from the same clap `Command` each binary parses,
+//! so they cannot drift; `scripts/wallclock`'s from its definition in
+//! [`wallclock`], checked against the script by tests/manpages.rs.
 
 pub mod flags;
+pub mod shared;
 pub mod wallclock;
 
 use std::path::Path;
@@ -27,8 +28,16 @@ pub fn commands() -> Vec<clap::Command> {
     ]
 }
 
-/// The files to write: (relative path, contents).
-pub fn render() -> Result<Vec<(String, Vec<u8>)>> {
+/// Every tool's command definition and the wallclock script's.
+pub fn all_commands() -> Vec<clap::Command> {
+    let mut all = commands();
+    all.push(wallclock::command());
+    all
+}
+
+/// The files to write: (relative path, contents); `root` holds the
+/// current docs/flags.md, whose prose is kept around its table.
+pub fn render(root: &Path) -> Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     for cmd in commands() {
         let name = cmd.get_name().to_string();
@@ -44,14 +53,17 @@ pub fn render() -> Result<Vec<(String, Vec<u8>)>> {
     let mut comp = Vec::new();
     clap_complete::generate(clap_complete::Shell::Bash, &mut wallclock::command(), "wallclock", &mut comp);
     out.push(("completions/wallclock.bash".to_string(), comp));
-    out.push(("docs/flags-index.md".to_string(), flags::index_md(&flags::all(&commands())).into_bytes()));
+    let all = flags::all(&all_commands());
+    out.push(("docs/flags-index.md".to_string(), flags::index_md(&all).into_bytes()));
+    let md = std::fs::read_to_string(root.join("docs/flags.md")).context("read docs/flags.md")?;
+    out.push(("docs/flags.md".to_string(), shared::splice(&md, &all)?.into_bytes()));
     Ok(out)
 }
 
 /// Write the files under `root`, or with `check` list the stale ones.
 pub fn run(root: &Path, check: bool) -> Result<Vec<String>> {
     let mut stale = Vec::new();
-    for (rel, data) in render()? {
+    for (rel, data) in render(root)? {
         let p = root.join(&rel);
         let current = std::fs::read(&p).ok();
         if current.as_deref() == Some(&data[..]) {

@@ -36,14 +36,15 @@ pub fn command() -> Command {
         .long_about(DESCRIPTION)
         .version(env!("CARGO_PKG_VERSION"))
         .disable_version_flag(true)
-        .override_usage("wallclock [OPTIONS] PID [DURATION]\n       wallclock [OPTIONS] --cgroup PATH [DURATION]\n       wallclock [OPTIONS] -- COMMAND [ARGS]...\n       wallclock dump [--json] PID\n       wallclock top [PID|--cgroup PATH] [-n N] [-s KEY]")
+        .override_usage("wallclock [OPTIONS] [-p] PID [DURATION]\n       wallclock [OPTIONS] --cgroup PATH [DURATION]\n       wallclock [OPTIONS] -- COMMAND [ARGS]...\n       wallclock dump [--json] PID\n       wallclock top [PID|--cgroup PATH] [-n N] [-s KEY]")
         .args([
-            opt("duration", Some('d'), None, Some("SECONDS"), "Capture duration (default 30 for a PID or a cgroup; a COMMAND is followed until it exits, or for SECONDS when given): the window, exactly. Both captures are prepared (loaded and attached), then activated at one instant, their window's start and end written into the kernel side before it comes, so that they record the very same interval, and the merged stream, the report, the pprof profile and the trace span it. A COMMAND's window opens at its exec."),
+            opt("duration", Some('d'), Some("duration"), Some("SECONDS"), "Capture duration (default 30 for a PID or a cgroup; a COMMAND is followed until it exits, or for SECONDS when given): the window, exactly. Both captures are prepared (loaded and attached), then activated at one instant, their window's start and end written into the kernel side before it comes, so that they record the very same interval, and the merged stream, the report, the pprof profile and the trace span it. A COMMAND's window opens at its exec."),
             opt("children", Some('C'), Some("children"), None, "With a PID: also every process it has started, and those it starts during the capture (offcputime(1) -C)."),
-            opt("cgroup", None, Some("cgroup"), Some("PATH"), "Every process in this cgroup v2 directory and the cgroups below it (a container, a systemd service), including processes started during the capture."),
-            opt("frequency", Some('F'), Some("frequency"), Some("HZ"), "On-CPU sampling frequency (default 49), as -F in oncputime(1), gputrace(1) and stackmerge(1). -f HZ and --freq are kept as other spellings."),
-            opt("min_block", Some('m'), None, Some("USEC"), "Passed to offcputime(1) -m (not passed by default). Whatever it is, every off-CPU block keeps the stack and state it was spent in, however short: on real servers most waits last well under a millisecond."),
-            opt("output", Some('o'), None, Some("PREFIX"), "Output prefix (default combined_profile_pidPID_YYYYmmdd_HHMMSS)."),
+            opt("pid_flag", Some('p'), Some("pid"), Some("PID"), "The process to profile, as PID above (-p as in the capture tools)."),
+            opt("cgroup", Some('G'), Some("cgroup"), Some("PATH"), "Every process in this cgroup v2 directory and the cgroups below it (a container, a systemd service), including processes started during the capture."),
+            opt("frequency", Some('F'), Some("frequency"), Some("HZ"), "On-CPU sampling frequency, as -F in oncputime(1), gputrace(1) and stackmerge(1) (and perf, bcc). -f HZ and --freq, its old spellings, still work this release and warn: -f is --folded in the other tools.").short_alias('f').alias("freq").default_value("49"),
+            opt("min_block", Some('m'), Some("min-block-time"), Some("USEC"), "Passed to offcputime(1) -m (not passed by default). Whatever it is, every off-CPU block keeps the stack and state it was spent in, however short: on real servers most waits last well under a millisecond."),
+            opt("prefix", None, Some("prefix"), Some("PREFIX"), "Path prefix of every file written (default combined_profile_pidPID_YYYYmmdd_HHMMSS), as wcreport(1) --prefix. -o PREFIX, its old spelling, still works this release and warns: -o is one output file in the other tools.").short_alias('o'),
             opt("gpu", None, Some("gpu"), None, "Also trace CUDA activity with gputrace(1): a COMMAND runs with its CUPTI injection library; a running PID has the library loaded through ptrace for the capture's window (gputrace -p), then runs on."),
             opt("wakers", None, Some("wakers"), None, "Also record who woke each block (offcputime --wakers): the waker thread and the function it woke from, or [timer], [irq], [softirq]. The report lists each thread's top off-CPU stacks with their wakers and a WAITS ON table of who waits on whom; PREFIX.folded has blocked;--;waker lines (bcc offwaketime's layout, stackmerge --wakers) and PREFIX_wakers.svg draws them, wakers in purple."),
             opt("wake_depth", None, Some("wake-depth"), Some("N"), "With --wakers, follow chains N hops (1 to 8, default 2): 2 adds what the waker itself last waited on (a worker's disk wait under the request that waited on the worker)."),
@@ -90,7 +91,7 @@ const SIGNALS: &str = "Ctrl-C (SIGINT), or SIGINT or SIGTERM sent to wallclock a
 
 const EXAMPLES: &[&str] = &[
     "sudo wallclock 1234                    # 30 s of PID 1234",
-    "sudo wallclock -d 10 -o slow 1234      # slow.svg, slow.folded, ...",
+    "sudo wallclock -d 10 --prefix slow 1234 # slow.svg, slow.folded, ...",
     "sudo wallclock -- ./server --port 8080 # from exec to exit",
     "sudo wallclock -- sh -c 'make -j2'     # the shell and every process it starts",
     "sudo wallclock -C 1234                 # 1234 and its children",

@@ -1,7 +1,7 @@
 //! stackmerge: one wall-clock view of on-CPU, off-CPU and GPU stacks.
 //!
 //! ```text
-//! usage: stackmerge [OFF...] [--on FILE]... [--gpu FILE]... [--folded] [-o FILE]
+//! usage: stackmerge [OFF...] [--on FILE]... [--gpu-from FILE]... [--folded] [-o FILE]
 //!
 //! in  (off, bcc offcputime -f, us):  app;main;read 1500
 //! in  (--on, bcc profile -f, samples at 49 Hz):  app;main;compute 49
@@ -50,7 +50,7 @@ const EXAMPLES: &str = "EXAMPLES:
         one root per thread (comm-TID), values in ms
     stackmerge all.json --pid 1234 --kind off --folded | head
         only the off-CPU stacks of process 1234
-    stackmerge off.json --gpu gpu.json --gpu-roots --folded
+    stackmerge off.json --gpu-from gpu.json --gpu-roots --folded
         GPU kernels rooted at [gpu DEV stream S] instead of the process
     sudo offcputime --wakers -p 1234 10 | stacksym | stackmerge --wakers --folded
         each block with who woke it: main;read;[sleep]_[o];--;write_[w];...;writer (42)_[w]";
@@ -86,8 +86,9 @@ pub struct Cli {
     /// perf script output, weighted by period in ns); repeatable; `-` is stdin.
     #[arg(long = "on", value_name = "FILE")]
     pub on: Vec<PathBuf>,
-    /// GPU input (stream, or folded lines in us); repeatable.
-    #[arg(long = "gpu", value_name = "FILE")]
+    /// GPU input (stream, or folded lines in us); repeatable. (`--gpu
+    /// FILE`, its old spelling, warns: `--gpu` is a switch in `wallclock`.)
+    #[arg(long = "gpu-from", alias = "gpu", value_name = "FILE")]
     pub gpu: Vec<PathBuf>,
     /// Output file (stdout by default).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -101,8 +102,9 @@ pub struct Cli {
     /// Sampling frequency of on-CPU input without a header (Hz).
     #[arg(short = 'F', long = "frequency", alias = "freq", default_value_t = 49, value_name = "HZ")]
     pub freq: u64,
-    /// Each thread apart (as `flame --per-thread`): each folded stack
-    /// rooted at its thread (COMM-TID) instead of its process (NAME (PID)).
+    /// Each folded stack rooted at its thread (COMM-TID) instead of its
+    /// process (NAME (PID)); `wallclock` splits these lines into one file
+    /// per thread, as `flame --split-dir` draws one graph per thread.
     #[arg(long)]
     pub per_thread: bool,
     /// Folded roots: `pid`, each process its own root NAME (PID);

@@ -1,6 +1,4 @@
 //! stacksym: raw stack addresses to names. The work is in the library.
-use clap::Parser;
-
 fn main() {
     // Big blocks (a file's decompressed debug sections, its symbol
     // index) from mmap, given back when the file is let go (evict.rs):
@@ -12,6 +10,6 @@ fn main() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
     }
-    let cli = stacksym::Cli::parse();
+    let cli: stacksym::Cli = wallclock_stream::spellings::parse("stacksym");
     wallclock_stream::cli::run_main("stacksym", || stacksym::run(&cli));
 }

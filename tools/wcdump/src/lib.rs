@@ -38,8 +38,11 @@ use wallclock_stream::{Frame, Kind, Record, Stack};
 )]
 pub struct Cli {
     /// The process to dump.
-    #[arg(value_name = "PID")]
-    pub pid: u32,
+    #[arg(value_name = "PID", required_unless_present = "pid_flag")]
+    pub pid: Option<u32>,
+    /// The process to dump, as the PID above (`-p` as in every capture tool).
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "pid")]
+    pub pid_flag: Option<u32>,
     /// One JSON object: {pid, comm, read_ms, threads: [{tid, name, state,
     /// state_s, cpu_s, at_ns, object (what a blocked one waits on;
     /// object_raw, the address of a lock named by its call site), frames
@@ -185,7 +188,8 @@ fn name_locks(pid: u32, threads: &mut [Thread]) {
 }
 
 pub fn run(cli: Cli) -> Result<i32> {
-    let d = dump(cli.pid, !cli.no_kernel)?;
+    let Some(pid) = cli.pid.or(cli.pid_flag) else { bail!("give a PID") };
+    let d = dump(pid, !cli.no_kernel)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if cli.json {

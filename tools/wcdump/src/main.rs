@@ -1,6 +1,4 @@
-use clap::Parser;
-
 fn main() {
-    let cli = wcdump::Cli::parse();
+    let cli: wcdump::Cli = wallclock_stream::spellings::parse("wcdump");
     wallclock_stream::cli::run_main("wcdump", || wcdump::run(cli));
 }

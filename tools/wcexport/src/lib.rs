@@ -36,7 +36,7 @@ pub use profile::Profile;
 
 const EXAMPLES: &str = "EXAMPLES:
     wcexport --pprof run.stream -o run.pb.gz
-        the profile of scripts/wallclock -o run, for pprof, Pyroscope or Parca
+        the profile of scripts/wallclock --prefix run, for pprof, Pyroscope or Parca
     go tool pprof -http=: run.pb.gz
         browse it: wall time by default; -sample_index=off_cpu_sleeping,
         -tagfocus=thread=demo-io, -tags for the labels

@@ -74,7 +74,7 @@ const EXAMPLES: &str = "EXAMPLES:
 /// header's window), on-CPU, off-CPU by state (R runnable, S sleeping,
 /// D uninterruptible, other), GPU time beside it (never added to the
 /// thread's wall clock), coverage = (on + off) / alive, its role (main, or
-/// from the thread name; the same string as in flame --per-thread file
+/// from the thread name; the same string as in flame --split-dir file
 /// names) and behaviour class (cpu-bound, io-bound, lock-waiting,
 /// gil-waiting (CPython's GIL),
 /// sleeping, runnable-starved, idle), and where its time went by its own

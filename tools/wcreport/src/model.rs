@@ -47,7 +47,7 @@ pub struct ThreadReport {
     pub pgen: Option<u32>,
     pub tid: u32,
     pub comm: String,
-    /// File-safe role (`main`, from the name...), as `flame --per-thread` uses it.
+    /// File-safe role (`main`, from the name...), as `flame --split-dir` uses it.
     pub role: String,
     /// Behaviour class: cpu-bound, io-bound, lock-waiting, gil-waiting, sleeping, runnable-starved, idle.
     pub class: String,

@@ -29,10 +29,13 @@ use table::SortKey;
 )]
 pub struct Cli {
     /// The process to watch, per thread.
-    #[arg(value_name = "PID", required_unless_present = "cgroup")]
+    #[arg(value_name = "PID", required_unless_present_any = ["cgroup", "pid_flag"])]
     pub pid: Option<u32>,
+    /// The process to watch, as the PID above (`-p` as in every capture tool).
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "pid")]
+    pub pid_flag: Option<u32>,
     /// Watch every process in this cgroup v2 directory, per process.
-    #[arg(short = 'G', long, value_name = "PATH", conflicts_with = "pid")]
+    #[arg(short = 'G', long, value_name = "PATH", conflicts_with_all = ["pid", "pid_flag"])]
     pub cgroup: Option<PathBuf>,
     /// Refreshes before exiting (default: until q, Ctrl-C or the target's exit).
     #[arg(short = 'n', long = "iterations", value_name = "N")]
@@ -53,20 +56,11 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-/// The warning for an old spelling among `args` (the interval's `-d` or
-/// `--delay`), if one is there.
-pub fn old_spelling(args: &[String]) -> Option<String> {
-    let old = args.iter().take_while(|a| *a != "--").find(|a| {
-        *a == "--delay" || a.starts_with("--delay=") || (a.starts_with("-d") && !a.starts_with("--"))
-    })?;
-    Some(format!("wctop: warning: {old}: the interval is -i/--interval now (-d is a capture's duration in every other tool); -d and --delay will go"))
-}
-
 pub fn run(cli: Cli) -> Result<i32> {
     if !(cli.interval >= 0.1 && cli.interval.is_finite()) {
         bail!("-i must be at least 0.1 seconds, got {}", cli.interval);
     }
-    let (target, title) = match (&cli.pid, &cli.cgroup) {
+    let (target, title) = match (&cli.pid.or(cli.pid_flag), &cli.cgroup) {
         (Some(p), _) => {
             let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).map_err(|_| anyhow::anyhow!("no such process: {p}"))?;
             (Target::Pid(*p), format!("pid {p} ({})", comm.trim()))
