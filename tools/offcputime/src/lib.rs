@@ -91,8 +91,9 @@ const EXAMPLES: &str = concat!(
     offcputime -p 1234 -C 10                 # 1234 and every process it forks
     offcputime --cgroup /sys/fs/cgroup/system.slice/nginx.service 10
     offcputime -p 1234 | stacksym | flame > off.svg
-    offcputime --wakers --wake-depth 2 -p 1234 10 | stacksym | stackmerge --wakers --folded
-                                             # each block with who woke it, and what that waker waited on
+    offcputime --wakers -p 1234 10 | stacksym | stackmerge --wakers --folded
+                                             # each block with who woke it, and what that waker
+                                             # waited on (--wake-depth 2, the default; 1: the waker only)
 
 DIFFERENCES FROM bcc's offcputime:
     Every block is kept under its stack and state whatever its length: blocks
@@ -148,10 +149,11 @@ pub struct Cli {
     /// with --timeline each off-CPU slice carries its own waker.
     #[arg(long)]
     pub wakers: bool,
-    /// With --wakers, follow a chain this many hops: a waker's own last
-    /// block before it woke (2 shows what the waker waited on), that
-    /// block's main waker (3), and so on.
-    #[arg(long = "wake-depth", default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    /// With --wakers, follow a chain this many hops (default 2, as
+    /// `wallclock --wake-depth`): 1 is the waker alone, as bcc's
+    /// offwaketime shows it; 2 adds the waker's own last block before it
+    /// woke (what the waker waited on); 3 that block's main waker, and so on.
+    #[arg(long = "wake-depth", default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
     pub wake_depth: u32,
     /// Threads tracked at most.
     #[arg(long = "max-threads", default_value_t = 16384, value_name = "N")]
