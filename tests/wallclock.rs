@@ -277,6 +277,9 @@ fn bad_arguments_are_one_line() {
         (vec!["notapid"], "PID must be a number"),
         (vec!["-p", "notapid"], "PID must be a number"),
         (vec!["-p", "1", "2", "3"], "unexpected argument 3"),
+        // --cgroup PATH DURATION: the word after it is the duration.
+        (vec!["--cgroup", "/nonexistent", "1"], "--cgroup /nonexistent: no such directory"),
+        (vec!["-d", "1", "--cgroup", "/nonexistent", "2"], "unexpected argument 2"),
         (vec!["-F", "0", "1"], "-F must be"),
         (vec!["--frequency", "x", "1"], "-F must be"),
         (vec!["999999999"], "no such process"),
