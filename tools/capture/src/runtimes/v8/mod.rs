@@ -269,7 +269,7 @@ impl Runtime for V8 {
         // root, is the last stack's (memo.rs).
         let keys: Vec<memo::Key> = (0..native.len()).map(|i| (native[i], fps[i], at(fps[i], off_f), at(fps[i], off_b))).collect();
         let group = ts / (memo::TURNS * TURN_NS);
-        let same = p.memo.same(group, &keys);
+        let same = p.memo.same(group, &keys, anon);
         let mut out = vec![memo::SKIPPED; native.len()];
         let last = native.len().saturating_sub(1);
         // The frames that may be JavaScript ones: (index, where).
