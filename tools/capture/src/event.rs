@@ -137,6 +137,8 @@ pub fn as_bytes<T: Copy>(v: &T) -> &[u8] {
 
 /// A `char comm[WC_COMM_LEN]` as a string (up to its NUL).
 pub fn comm_str(c: &[core::ffi::c_char]) -> String {
+    // c_char is i8 on x86-64, u8 on arm64.
+    #[allow(clippy::unnecessary_cast)]
     let b: Vec<u8> = c.iter().map(|&ch| ch as u8).take_while(|&b| b != 0).collect();
     // A thread names itself with any bytes (prctl PR_SET_NAME).
     wallclock_stream::names::from_bytes(&b)

@@ -122,6 +122,8 @@ pub fn debug_sums(tool: &str, threads: &[(u32, WcThread)], machine: (Option<u64>
     let mut odd: Vec<&(u32, WcThread)> = threads.iter().collect();
     odd.sort_by_key(|(_, t)| std::cmp::Reverse((t.slice_kwall_ns as i128 - t.slice_wall_ns as i128).unsigned_abs()));
     for (tid, t) in odd.iter().take(4) {
+        // c_char is i8 on x86-64, u8 on arm64.
+        #[allow(clippy::unnecessary_cast)]
         let comm = String::from_utf8_lossy(&t.comm.iter().map(|c| *c as u8).take_while(|c| *c != 0).collect::<Vec<u8>>()).into_owned();
         eprintln!("{tool}: steal stats: {tid} {comm}: wall {} clock {} kwall {} ksteal {} on {}", t.slice_wall_ns, t.slice_exec_ns, t.slice_kwall_ns, t.slice_steal_ns, t.on_ns);
     }

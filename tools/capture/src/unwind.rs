@@ -334,10 +334,37 @@ fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs:
                 Some(next) => addr = next,
                 None => return (out, true),
             },
-            Ok(None) => return (out, true),
+            Ok(None) => {
+                if let Some(root) = chain_end_caller(p, regs, &read) {
+                    out.push(root);
+                    fps.push(0);
+                }
+                return (out, true);
+            }
             Err(_) => return (out, false),
         }
     }
+}
+
+/// arm64: the caller of the frame where framehop ended the walk, when
+/// that frame's own record ends the chain of frame records (AAPCS64: a
+/// saved frame pointer of 0). framehop ends there without that record's
+/// return address, which is in the stack's first function: glibc's
+/// thread_start (in clone3) and _start zero x29 before they call
+/// start_thread and __libc_start_main. The record is the two words at
+/// the frame pointer; its return address must lie in a file's code.
+/// x86-64 ends its walks at the root's own rule: nothing to add.
+fn chain_end_caller(p: &Proc, regs: &Regs, read: &impl Fn(u64) -> Result<u64, ()>) -> Option<u64> {
+    if !cfg!(target_arch = "aarch64") {
+        return None;
+    }
+    let fp = regs.frame_pointer();
+    if fp == 0 || read(fp).ok()? != 0 {
+        return None;
+    }
+    // Without a pointer-authentication hash (the bits above 48).
+    let ret = read(fp.checked_add(8)?).ok()? & (u64::MAX >> 16);
+    (ret >= MIN_CODE_ADDR && p.maps.iter().any(|m| ret >= m.start && ret < m.end)).then_some(ret)
 }
 
 /// Whether `a` lies in executable memory of `pid` as /proc shows it now,

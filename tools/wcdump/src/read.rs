@@ -25,6 +25,8 @@ const REC: usize = std::mem::size_of::<Raw>();
 
 impl Raw {
     pub fn comm(&self) -> String {
+        // c_char is i8 on x86-64, u8 on arm64.
+        #[allow(clippy::unnecessary_cast)]
         let b: Vec<u8> = self.comm.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         String::from_utf8_lossy(&b).into_owned()
     }
