@@ -37,8 +37,14 @@ struct {
 	__type(value, __u8);
 } seen SEC(".maps");
 
+/* Which words were return addresses, per CPU (fingerprint.bpf.h,
+ * after_call_memo): a slot is (the word, the time's second, the answer)
+ * and the process's id. */
+#define WC_AC_SLOTS 1024
+
 struct kscratch {
 	__u64 ips[WC_KSTACK_MAX];
+	__u64 ac[WC_AC_SLOTS][2];
 };
 
 struct {
