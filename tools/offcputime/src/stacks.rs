@@ -33,7 +33,8 @@ pub struct Stacks {
     sent_by: HashMap<u32, Vec<(u64, u64)>>,
     /// --check-fingerprints: what the copies of known fingerprints found.
     check: Option<Check>,
-    /// Stacks cut short before a runtime reader knew their process.
+    /// Stacks with frames no runtime reader read (cut short, or in JIT
+    /// code), copied again once a reader has learned their process.
     recut: Recut,
 }
 
@@ -153,9 +154,10 @@ impl Stacks {
         gone
     }
 
-    /// The fingerprints whose stacks, cut short, a runtime reader may now
-    /// read whole: to be taken out of BPF's `seen` map, so that the next
-    /// block there copies the stack again (recut.rs).
+    /// The fingerprints whose stacks, with frames no reader read, a
+    /// runtime reader may now read whole: to be taken out of BPF's `seen`
+    /// map, so that the next block there copies the stack again
+    /// (recut.rs).
     pub fn newly_stale(&mut self, unwind: &Unwind) -> Vec<u64> {
         self.recut.newly_stale(|p| unwind.runtimes.epoch(p))
     }
