@@ -16,6 +16,10 @@
 //! `normal_exit/0`, under each process's first call). Other words there are Erlang terms: tagged, never inside
 //! the JIT's code. A stack whose end is past the copy is cut.
 //!
+//! A process found to be no BEAM, or one whose tables were not found, is
+//! looked at again a second later and at its exec (attached while `erl`
+//! is its shell script, or caught starting).
+//!
 //! The tables are read at the first stack in the JIT's code and again
 //! (at most once a second) when a leaf falls in none of the functions
 //! known (a module loaded since). A module loaded since lies most often
@@ -35,7 +39,7 @@ use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
 use crate::procmem::Mem;
 use crate::runtimes::cost::{self, Cost};
-use crate::runtimes::{Runtime, Unwound, MIN_CODE_ADDR};
+use crate::runtimes::{BpfMaps, Runtime, Unwound, MIN_CODE_ADDR};
 use tables::{Func, Info};
 
 /// The stacks' clock between two reads of a process's functions.
@@ -77,8 +81,11 @@ pub struct Counts {
 #[derive(Default)]
 pub struct Beam {
     procs: HashMap<u32, Proc>,
-    /// Processes that are no BEAM to read (none, or its tables not found).
-    not_beam: HashMap<u32, ()>,
+    /// Processes found to be no BEAM to read, when, and why (None: no
+    /// BEAM at all). Looked at again a second later: a process attached
+    /// while it is still `erl`'s shell script or `erlexec`, or a VM still
+    /// starting (no JIT code mapped yet), is a BEAM to read by then.
+    not_beam: HashMap<u32, (u64, Option<String>)>,
     pub counts: Counts,
     /// Time naming frames, and the stacks named (cost.rs).
     pub cost: Cost,
@@ -110,6 +117,20 @@ impl Runtime for Beam {
         }
     }
 
+    /// 1 once the VM's tables are read: its stacks copied before then (a
+    /// VM caught starting) are copied and named again.
+    fn epoch(&self, pid: u32) -> u32 {
+        u32::from(self.procs.contains_key(&pid))
+    }
+
+    /// A new image: what was read of `pid`, or found it not to be, is
+    /// of the old one.
+    fn at_exec(&mut self, pid: u32, _maps: &BpfMaps<'_>) -> bool {
+        self.procs.remove(&pid);
+        self.not_beam.remove(&pid);
+        false
+    }
+
     fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
@@ -132,23 +153,33 @@ impl Beam {
         // A process not yet looked at is when a frame is outside every
         // file the unwinder knows (memfd's are none).
         let unseen = !self.procs.contains_key(&pid);
-        if native.is_empty() || cost::off("beam") || self.not_beam.contains_key(&pid) || unseen && !native.iter().any(|&a| a < NAMED_ADDR_BASE && anon(a)) {
+        if native.is_empty() || cost::off("beam") || unseen && !native.iter().any(|&a| a < NAMED_ADDR_BASE && anon(a)) {
+            return true;
+        }
+        if unseen && self.not_beam.get(&pid).is_some_and(|&(t, _)| ts.saturating_sub(t) < RESCAN_NS) {
             return true;
         }
         if let std::collections::hash_map::Entry::Vacant(v) = self.procs.entry(pid) {
             match find(pid) {
                 Ok(Some(p)) => {
+                    self.not_beam.remove(&pid);
                     v.insert(p);
                 }
                 Ok(None) => {
-                    self.not_beam.insert(pid, ());
+                    self.not_beam.insert(pid, (ts, None));
                     return true;
                 }
                 Err(why) => {
-                    let tool = std::env::args().next().unwrap_or_default();
-                    let tool = tool.rsplit('/').next().unwrap_or("capture").to_string();
-                    eprintln!("{tool}: warning: pid {pid} (Erlang/BEAM): {why}: its Erlang functions are not read from its code tables (the capture reads OTP 25-29's BeamAsm on x86-64); `erl +JPperf true` names them through a perf map");
-                    self.not_beam.insert(pid, ());
+                    // Said when a second look finds the same (a VM caught
+                    // starting has its tables by then); then looked at
+                    // no more.
+                    let again = self.not_beam.get(&pid).is_some_and(|(_, old)| old.as_deref() == Some(why.as_str()));
+                    if again {
+                        let tool = std::env::args().next().unwrap_or_default();
+                        let tool = tool.rsplit('/').next().unwrap_or("capture").to_string();
+                        eprintln!("{tool}: warning: pid {pid} (Erlang/BEAM): {why}: its Erlang functions are not read from its code tables (the capture reads OTP 25-29's BeamAsm on x86-64); `erl +JPperf true` names them through a perf map");
+                    }
+                    self.not_beam.insert(pid, (if again { u64::MAX } else { ts }, Some(why)));
                     return true;
                 }
             }
