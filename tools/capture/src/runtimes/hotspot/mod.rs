@@ -43,6 +43,13 @@ pub const FREED: &str = "[JIT code freed before the stack was read]";
 /// [`RETRY`] at most (each maps libjvm.so and reads its symbols again).
 const TRIES: u32 = 5;
 const RETRY: Duration = Duration::from_secs(1);
+/// Once its layout is read, tries to read the code cache of a JVM that
+/// has not made it yet, one per [`CACHE_RETRY`] (a few reads of its
+/// memory): its threads' stacks before then are walked blind, and a
+/// second of a launched JVM's first samples was lost so on a loaded
+/// machine.
+const CACHE_TRIES: u32 = 100;
+const CACHE_RETRY: Duration = Duration::from_millis(100);
 
 struct Jvm {
     mem: Mem,
@@ -58,8 +65,8 @@ struct Jvm {
 enum State {
     Jvm(Box<Jvm>),
     /// Not a JVM (or not yet, when checked at `since`), or its tables
-    /// could not be read after `tries` tries.
-    No { since: Option<Instant>, tries: u32, error: Option<String> },
+    /// could not be read after `tries` tries; `layout`, once read.
+    No { since: Option<Instant>, tries: u32, error: Option<String>, layout: Option<Box<Layout>> },
     Failed(String),
 }
 
@@ -86,20 +93,39 @@ impl HotSpots {
         if crate::runtimes::cost::off("hotspot") {
             return None;
         }
-        let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0, error: None });
-        if let State::No { since, tries, error } = st {
-            if since.is_some_and(|t| t.elapsed() < RETRY) {
+        let st = self.procs.entry(pid).or_insert(State::No { since: None, tries: 0, error: None, layout: None });
+        if let State::No { since, tries, error, layout } = st {
+            let retry = if layout.is_some() { CACHE_RETRY } else { RETRY };
+            if since.is_some_and(|t| t.elapsed() < retry) {
                 return None;
             }
             *since = Some(Instant::now());
-            vmstructs::libjvm(pid)?;
             let mem = Mem { pid };
-            let res = vmstructs::read(pid, &mem).and_then(|layout| Ok((CodeCache::read(&mem, &layout)?, layout)));
-            match res {
-                Ok((cache, layout)) => *st = State::Jvm(Box::new(Jvm { mem, layout, cache, methods: HashMap::new(), names: Vec::new(), freed: 0, unnamed: 0 })),
+            if layout.is_none() {
+                vmstructs::libjvm(pid)?;
+                match vmstructs::read(pid, &mem) {
+                    Ok(l) => *layout = Some(Box::new(l)),
+                    Err(e) => {
+                        *tries += 1;
+                        if *tries >= TRIES {
+                            *st = State::Failed(e);
+                        } else {
+                            *error = Some(e);
+                        }
+                        return None;
+                    }
+                }
+                *tries = 0;
+            }
+            let l = layout.as_deref().expect("read above");
+            match CodeCache::read(&mem, l) {
+                Ok(cache) => {
+                    let layout = *layout.take().expect("read above");
+                    *st = State::Jvm(Box::new(Jvm { mem, layout, cache, methods: HashMap::new(), names: Vec::new(), freed: 0, unnamed: 0 }));
+                }
                 Err(e) => {
                     *tries += 1;
-                    if *tries >= TRIES {
+                    if *tries >= CACHE_TRIES {
                         *st = State::Failed(e);
                     } else {
                         *error = Some(e);
