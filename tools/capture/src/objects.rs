@@ -369,7 +369,10 @@ impl Namer {
             return "child any".to_string();
         }
         let p = p as u32;
-        let comm = crate::procfs::comm(p, p).or_else(|| inner.children.get(&p).cloned()).or_else(|| comm_of(p));
+        // The capture's own name for it (a child it follows: its name
+        // after its exec) before the scan's, which can have caught the
+        // child between its fork and its exec, under its parent's name.
+        let comm = crate::procfs::comm(p, p).or_else(|| comm_of(p)).or_else(|| inner.children.get(&p).cloned());
         match comm {
             Some(c) => format!("child {c} {p}"),
             None => format!("child {p}"),
