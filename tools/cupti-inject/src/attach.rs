@@ -18,24 +18,34 @@
 //!
 //! At the stop the activity kinds are disabled, the API callbacks
 //! unsubscribed, the buffers flushed: from then on the process runs as
-//! before, with this library mapped and one idle file descriptor.
+//! before, with this library mapped and one idle file descriptor. A later
+//! attach (`gputrace -p` again, or `wallclock --gpu PID` after it) finds
+//! the library loaded and opens a new window in a new folder: the same
+//! CUPTI, its kinds enabled and callbacks subscribed again, a new file
+//! with its own `V` line and stack ids.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::abi::FLUSH_FORCED;
 use crate::{init, monotonic_ns, out, State, STATE};
 
+/// An attach window is open: from its call to its `done` file.
+static OPEN: AtomicBool = AtomicBool::new(false);
+/// This library came by an attach, not by the driver's injection at
+/// the start (a program started under gputrace is traced to its exit).
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+
 /// Called by gputrace in the stopped process with the control folder's
 /// path (a C string): starts the capture thread and returns at once. 0:
 /// started; 1: no such control folder (or not a folder of this user's);
 /// 2: this library already traces this process (started under gputrace,
-/// or attached before); 3: the thread could not start.
+/// or an attach window still open); 3: the thread could not start.
 ///
 /// # Safety
 /// `dir` is null or a NUL-terminated string.
@@ -53,17 +63,45 @@ pub unsafe extern "C" fn wallclock_gputrace_attach(dir: *const c_char) -> c_int 
     if !ok || !dir.join("attach").exists() {
         return 1;
     }
-    if STATE.get().is_some() {
+    if (STATE.get().is_some() && !ATTACHED.load(Ordering::SeqCst)) || OPEN.swap(true, Ordering::SeqCst) {
         return 2;
     }
+    ATTACHED.store(true, Ordering::SeqCst);
     let spawned = std::thread::Builder::new().name("wallclock-gpu".into()).spawn(move || {
         let _ = std::panic::catch_unwind(|| run(&dir));
+        OPEN.store(false, Ordering::SeqCst);
     });
     if spawned.is_ok() {
         0
     } else {
+        OPEN.store(false, Ordering::SeqCst);
         3
     }
+}
+
+/// A new window on the CUPTI a window before this one loaded: a new
+/// file, the activity kinds and the API callbacks on again. None after a
+/// `W` line (the kernels' kind refused).
+fn reopen(st: &'static State, file: std::fs::File) -> Option<&'static State> {
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, file);
+    let mut notes = Vec::new();
+    if let Err(msg) = init::enable_kinds(&st.cupti, &mut notes) {
+        out::give_up(&mut w, &msg);
+        return None;
+    }
+    let _ = writeln!(w, "V {} {}", st.version, st.clock);
+    if let Ok(mut o) = st.out.lock() {
+        *o = out::Out::new(w);
+    }
+    st.done.store(false, Ordering::SeqCst);
+    init::subscribe(st, &mut notes);
+    if let Ok(mut o) = st.out.lock() {
+        for n in &notes {
+            let _ = writeln!(o.w, "N {n}");
+        }
+        let _ = o.w.flush();
+    }
+    Some(st)
 }
 
 fn run(dir: &Path) {
@@ -79,15 +117,21 @@ fn run(dir: &Path) {
     if let Some(p) = get("cupti ") {
         let _ = crate::find::OVERRIDE.set(PathBuf::from(p));
     }
-    let st = init::start(file);
+    let again = STATE.get();
+    let st = match again {
+        Some(st) => reopen(st, file),
+        None => init::start(file),
+    };
     if let Some(st) = st {
         if let Ok(mut o) = st.out.lock() {
             let _ = writeln!(o.w, "R {} {}", monotonic_ns(), u8::from(st.callbacks.load(Ordering::SeqCst)));
             let _ = o.w.flush();
         }
-        // SAFETY: `finish` is an extern "C" fn without arguments: a
-        // process that exits during the window still ends its file.
-        unsafe { libc::atexit(out::finish) };
+        if again.is_none() {
+            // SAFETY: `finish` is an extern "C" fn without arguments: a
+            // process that exits during a window still ends its file.
+            unsafe { libc::atexit(out::finish) };
+        }
     }
     let _ = std::fs::write(dir.join("ready"), "");
     let Some(st) = st else {

@@ -54,6 +54,7 @@ pub(crate) fn start(file: std::fs::File) -> Option<&'static State> {
         version,
         pid: crate::pid(),
         clock_offset,
+        clock,
         stacks,
         out: Mutex::new(Out::new(w)),
         done: AtomicBool::new(false),
@@ -158,6 +159,12 @@ fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String>
     if r != CUPTI_SUCCESS {
         return Err(format!("cuptiActivityRegisterCallbacks failed: {}", cupti.error(r)));
     }
+    enable_kinds(cupti, notes)
+}
+
+/// The activity kinds (again, for a new attach window: the last one's
+/// stop disabled them).
+pub(crate) fn enable_kinds(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String> {
     for &(kind, name) in KINDS {
         // SAFETY: CUPTI's documented call with one of its activity kinds.
         let r = unsafe { (cupti.activity_enable)(kind) };
@@ -174,7 +181,7 @@ fn enable_activity(cupti: &Cupti, notes: &mut Vec<String>) -> Result<(), String>
 
 /// The runtime and driver API callbacks that give launches their stacks;
 /// without them the activity is still recorded, with a note.
-fn subscribe(st: &State, notes: &mut Vec<String>) {
+pub(crate) fn subscribe(st: &State, notes: &mut Vec<String>) {
     let mut sub: *mut c_void = std::ptr::null_mut();
     // SAFETY: CUPTI's documented call, writing the subscriber to a valid pointer.
     let r = unsafe { (st.cupti.subscribe)(&mut sub, on_api, std::ptr::null_mut()) };

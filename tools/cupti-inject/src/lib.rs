@@ -70,6 +70,8 @@ struct State {
     pid: u32,
     /// Subtracted from CUPTI timestamps (0 with the timestamp callback).
     clock_offset: i64,
+    /// The clock's name, as the `V` line gives it.
+    clock: &'static str,
     stacks: bool,
     out: Mutex<Out>,
     done: AtomicBool,

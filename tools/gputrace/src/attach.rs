@@ -154,7 +154,7 @@ fn window(cli: &Cli, pid: u32, inject: &Path, dir: &Path, seen: &Path) -> Result
     let rc = crate::inject::load_and_call(pid, inject, "wallclock_gputrace_attach", arg.as_bytes_with_nul())?;
     match rc {
         0 => {}
-        2 => bail!("process {pid} is already traced by gputrace's library (started under gputrace, or attached before)"),
+        2 => bail!("process {pid} is already traced by gputrace's library (started under gputrace, or another gputrace attached to it now)"),
         r => bail!("the injection library did not start in process {pid} (code {r})"),
     }
     let file = dir.join(format!("gpu-{pid}.txt"));
