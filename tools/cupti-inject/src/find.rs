@@ -3,7 +3,8 @@
 //! the `nvidia/cuda_cupti/lib` folder of the Python package beside any
 //! loaded library that lives under a `site-packages` or `dist-packages`
 //! folder (torch's own libcudart, libtorch...), and of each `$PYTHONPATH`
-//! entry; `$CUDA_HOME`/`$CUDA_PATH`, `/usr/local/cuda` and
+//! entry, and CUDA 13's `nvidia/cu13/lib` (its wheels put every library
+//! in one folder per CUDA major: torch 2.11's cu130 build); `$CUDA_HOME`/`$CUDA_PATH`, `/usr/local/cuda` and
 //! `/usr/local/cuda-*` (`extras/CUPTI/lib64`, `lib64`); every
 //! `$LD_LIBRARY_PATH` folder; the system library folders.
 
@@ -27,7 +28,7 @@ pub fn candidates() -> Vec<PathBuf> {
         }
     }
     for site in site_packages() {
-        dirs.push(site.join("nvidia/cuda_cupti/lib"));
+        dirs.extend(wheel_dirs(&site));
     }
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Some(h) = std::env::var_os(var).filter(|p| !p.is_empty()) {
@@ -65,6 +66,24 @@ pub fn candidates() -> Vec<PathBuf> {
     files
 }
 
+/// Where NVIDIA's wheels put libcupti under a site-packages folder: CUDA
+/// 12's `nvidia/cuda_cupti/lib`, then CUDA 13's and later's
+/// `nvidia/cuNN/lib`, the highest major first.
+fn wheel_dirs(site: &Path) -> Vec<PathBuf> {
+    let mut majors: Vec<(u32, PathBuf)> = std::fs::read_dir(site.join("nvidia"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let major = n.strip_prefix("cu")?.parse::<u32>().ok()?;
+            Some((major, e.path().join("lib")))
+        })
+        .collect();
+    majors.sort_by_key(|(m, _)| std::cmp::Reverse(*m));
+    std::iter::once(site.join("nvidia/cuda_cupti/lib")).chain(majors.into_iter().map(|(_, p)| p)).collect()
+}
+
 /// libcupti.so* files of `dir`: the unversioned name first, then the
 /// highest version.
 fn cupti_in(dir: &Path) -> Vec<PathBuf> {
@@ -100,4 +119,23 @@ fn site_packages() -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_13_wheels_folder_found_after_cuda_12s() {
+        let site = std::env::temp_dir().join(format!("wc-find-{}", std::process::id()));
+        for d in ["nvidia/cuda_cupti/lib", "nvidia/cu13/lib", "nvidia/cu14/lib", "nvidia/cudnn/lib", "nvidia/cublas/lib"] {
+            std::fs::create_dir_all(site.join(d)).unwrap();
+        }
+        std::fs::write(site.join("nvidia/cu13/lib/libcupti.so.13"), "").unwrap();
+        let dirs = wheel_dirs(&site);
+        let names: Vec<String> = dirs.iter().map(|d| d.strip_prefix(&site).unwrap().display().to_string()).collect();
+        assert_eq!(names, ["nvidia/cuda_cupti/lib", "nvidia/cu14/lib", "nvidia/cu13/lib"]);
+        assert_eq!(cupti_in(&dirs[2]), [site.join("nvidia/cu13/lib/libcupti.so.13")]);
+        std::fs::remove_dir_all(&site).unwrap();
+    }
 }
