@@ -27,7 +27,10 @@ impl Engine {
         }
         if self.warned_modules.insert(m.clone()) {
             let rt = match space {
-                Space::User(pid) if is_generated(&m) => self.stream_maps.get(&pid).or_else(|| self.snapshots.get(&pid)).and_then(|maps| runtime_why(pid, maps)),
+                Space::User(pid) if is_generated(&m) => {
+                    let read = self.named.get(&pid).is_some_and(|n| n.values().any(|f| f.jit && f.func.starts_with('$')));
+                    self.stream_maps.get(&pid).or_else(|| self.snapshots.get(&pid)).and_then(|maps| runtime_why(pid, maps, read))
+                }
                 _ => None,
             };
             let why = rt.or_else(|| self.why.get(&m).cloned()).unwrap_or_else(|| "no symbol covers these addresses".into());
@@ -96,8 +99,15 @@ pub(crate) fn is_generated(module: &str) -> bool {
 
 /// What names the generated code of `pid`, by the runtime its files say
 /// it runs (None: not a runtime known here; the generic reason stands).
-pub(crate) fn runtime_why(pid: u32, maps: &[crate::engine::procmaps::Mapping]) -> Option<String> {
+/// `read`: the capture named Erlang functions of `pid` from the VM's own
+/// tables (its BEAM reader): code left unnamed there needs no flag.
+pub(crate) fn runtime_why(pid: u32, maps: &[crate::engine::procmaps::Mapping], read: bool) -> Option<String> {
     let has = |f: &dyn Fn(&str) -> bool| maps.iter().any(|m| f(m.path().rsplit('/').next().unwrap_or("")));
+    if has(&|b| b == "beam.smp") && read {
+        return Some(format!(
+            "pid {pid} (Erlang/BEAM): JIT code the capture did not name, though it read the VM's functions from its code tables: stacks taken before it had read them (the VM starting, or just attached)"
+        ));
+    }
     if has(&|b| b == "beam.smp") {
         return Some(format!(
             "pid {pid} (Erlang/BEAM): JIT code and no /tmp/perf-{pid}.map: start the VM with `erl +JPperf true` to name its Erlang functions (and walk their frames)"

@@ -16,9 +16,9 @@
 //! `normal_exit/0`, under each process's first call). Other words there are Erlang terms: tagged, never inside
 //! the JIT's code. A stack whose end is past the copy is cut.
 //!
-//! A process found to be no BEAM, or one whose tables were not found, is
-//! looked at again a second later and at its exec (attached while `erl`
-//! is its shell script, or caught starting).
+//! A process found to be no BEAM is looked at again at its exec
+//! (attached while `erl` is its shell script); a VM whose tables were not
+//! found (caught starting), 250 ms later, and said and given up after 2 s.
 //!
 //! The tables are read at the first stack in the JIT's code and again
 //! (at most once a second) when a leaf falls in none of the functions
@@ -44,6 +44,12 @@ use tables::{Func, Info};
 
 /// The stacks' clock between two reads of a process's functions.
 const RESCAN_NS: u64 = 1_000_000_000;
+/// A VM whose tables were not found is looked at again this long after
+/// (each look reads its maps, data and JIT code): the Erlang frames of
+/// the stacks in between stay unnamed.
+const RETRY_NS: u64 = 250_000_000;
+/// Found unreadable for the same reason this long: said, and given up.
+const GIVE_UP_NS: u64 = 2_000_000_000;
 /// Frames taken from an Erlang process's stack at most.
 const MAX_FRAMES: usize = 256;
 /// The JIT's code is read in pieces of this size.
@@ -71,6 +77,15 @@ struct Proc {
     shared: Option<u64>,
 }
 
+/// A process found not to be a BEAM to read.
+struct NotBeam {
+    /// Found so for this reason since, and last looked at.
+    since: u64,
+    last: u64,
+    /// Why: None when no BEAM at all.
+    why: Option<String>,
+}
+
 /// Frames named, and Erlang stacks whose end was past the copy.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counts {
@@ -81,11 +96,11 @@ pub struct Counts {
 #[derive(Default)]
 pub struct Beam {
     procs: HashMap<u32, Proc>,
-    /// Processes found to be no BEAM to read, when, and why (None: no
-    /// BEAM at all). Looked at again a second later: a process attached
-    /// while it is still `erl`'s shell script or `erlexec`, or a VM still
-    /// starting (no JIT code mapped yet), is a BEAM to read by then.
-    not_beam: HashMap<u32, (u64, Option<String>)>,
+    /// Processes found to be no BEAM to read. One that is none (attached
+    /// while it is still `erl`'s shell script or `erlexec`) is looked at
+    /// again at its exec; a VM still starting (no JIT code mapped yet),
+    /// [`RETRY_NS`] later.
+    not_beam: HashMap<u32, NotBeam>,
     pub counts: Counts,
     /// Time naming frames, and the stacks named (cost.rs).
     pub cost: Cost,
@@ -156,32 +171,35 @@ impl Beam {
         if native.is_empty() || cost::off("beam") || unseen && !native.iter().any(|&a| a < NAMED_ADDR_BASE && anon(a)) {
             return true;
         }
-        if unseen && self.not_beam.get(&pid).is_some_and(|&(t, _)| ts.saturating_sub(t) < RESCAN_NS) {
+        if unseen && self.not_beam.get(&pid).is_some_and(|n| ts.saturating_sub(n.last) < RETRY_NS) {
             return true;
         }
         if let std::collections::hash_map::Entry::Vacant(v) = self.procs.entry(pid) {
-            match find(pid) {
+            let why = match find(pid) {
                 Ok(Some(p)) => {
                     self.not_beam.remove(&pid);
                     v.insert(p);
+                    None
                 }
-                Ok(None) => {
-                    self.not_beam.insert(pid, (ts, None));
-                    return true;
+                Ok(None) => Some(None),
+                Err(why) => Some(Some(why)),
+            };
+            if let Some(why) = why {
+                let since = match self.not_beam.get(&pid) {
+                    Some(n) if n.why == why => n.since,
+                    _ => ts,
+                };
+                // No BEAM: looked at again at its exec. Tables not found:
+                // said when the same is found for GIVE_UP_NS (a VM caught
+                // starting has them by then); then looked at no more.
+                let given_up = why.is_none() || ts.saturating_sub(since) >= GIVE_UP_NS;
+                if let Some(w) = why.as_ref().filter(|_| given_up) {
+                    let tool = std::env::args().next().unwrap_or_default();
+                    let tool = tool.rsplit('/').next().unwrap_or("capture").to_string();
+                    eprintln!("{tool}: warning: pid {pid} (Erlang/BEAM): {w}: its Erlang functions are not read from its code tables (the capture reads OTP 25-29's BeamAsm on x86-64); `erl +JPperf true` names them through a perf map");
                 }
-                Err(why) => {
-                    // Said when a second look finds the same (a VM caught
-                    // starting has its tables by then); then looked at
-                    // no more.
-                    let again = self.not_beam.get(&pid).is_some_and(|(_, old)| old.as_deref() == Some(why.as_str()));
-                    if again {
-                        let tool = std::env::args().next().unwrap_or_default();
-                        let tool = tool.rsplit('/').next().unwrap_or("capture").to_string();
-                        eprintln!("{tool}: warning: pid {pid} (Erlang/BEAM): {why}: its Erlang functions are not read from its code tables (the capture reads OTP 25-29's BeamAsm on x86-64); `erl +JPperf true` names them through a perf map");
-                    }
-                    self.not_beam.insert(pid, (if again { u64::MAX } else { ts }, Some(why)));
-                    return true;
-                }
+                self.not_beam.insert(pid, NotBeam { since, last: if given_up { u64::MAX } else { ts }, why });
+                return true;
             }
         }
         let t0 = cost::now();
