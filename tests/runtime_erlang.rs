@@ -32,6 +32,21 @@ mod util;
 
 use runtime_common::{attach_cmd_in_chroot, debian_chroot, forky, have, profile, read_attached, run_attached, stats, Run};
 
+/// The tests here one at a time: each VM burns a CPU, and two beside
+/// each other on this 2-CPU machine (with the capture tools) leave each
+/// scheduler runnable a quarter of the time. Time a scheduler is
+/// preempted in C code the JIT's shared code called (a BIF, the garbage
+/// collector) is under `[BEAM JIT shared code]` without the Erlang
+/// function that called it (its callers are on the Erlang process's
+/// stack, which the reader walks only from an Erlang leaf): one such
+/// preemption of 168 ms, with three VMs side by side, put `wc:burn/2`
+/// 6 points under burner's own clock.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn run(name: &str, flags: &[&str]) -> Run {
     let dir = util::scratch(name);
     let src = util::root().join("tests/programs/erlang/wc.erl");
@@ -157,6 +172,7 @@ fn erlang_named_with_jpperf_and_with_no_flag() {
     if util::skip_without_root("Erlang capture") || !have("erl", "erlang-base") || !have("erlc", "erlang-base") {
         return;
     }
+    let _one = one_at_a_time();
     let plain = run("runtime_erlang_plain", &[]);
     assert!(!plain.report.contains("memfd:vmem: ") || !plain.report.contains("with -g"), "BEAM's JIT code is taken for a binary to rebuild:\n{}", plain.report);
     no_jit_file_noise(&plain, "OTP 25 (Debian 12's, launched)");
@@ -216,6 +232,7 @@ fn erlang_otp29_named_with_no_flag_attached_in_a_chroot() {
     if util::skip_without_root("Erlang capture") {
         return;
     }
+    let _one = one_at_a_time();
     let Some(root) = forky("erl", "erlang-base") else { return };
     attached_in_a_chroot("runtime_erlang_forky", &root, "OTP 29 (forky's, attached)");
 }
@@ -228,6 +245,7 @@ fn erlang_otp27_named_with_no_flag_attached_in_a_chroot() {
     if util::skip_without_root("Erlang capture") {
         return;
     }
+    let _one = one_at_a_time();
     let Some(root) = debian_chroot("trixie", "erl", "erlang-base") else { return };
     attached_in_a_chroot("runtime_erlang_trixie", &root, "OTP 27 (trixie's, attached)");
 }
@@ -267,6 +285,7 @@ fn erlang_module_loaded_after_the_attach_named() {
     if util::skip_without_root("Erlang capture") || !have("erl", "erlang-base") || !have("erlc", "erlang-base") {
         return;
     }
+    let _one = one_at_a_time();
     let dir = util::scratch("runtime_erlang_late");
     let src = util::root().join("tests/programs/erlang/wc.erl");
     let out = Command::new("erlc").arg("-o").arg(&dir).arg(&src).output().expect("run erlc");
