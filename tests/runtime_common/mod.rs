@@ -182,7 +182,8 @@ pub fn attach_in_chroot(name: &str, root: &Path, interp: &str, program: &str, se
 /// `wallclock -f 199 PID`, no flag, on the command `prepare` returns, run
 /// inside the chroot at `root` (target/chroot-SUITE, `scripts/chroot run
 /// SUITE`: its own mount namespace and root, as in a container) and
-/// attached by its host pid. `prepare` gets a scratch folder, as the host
+/// attached by its host pid once it has exec'd past its launchers (the
+/// shells, unshare, chroot, erlexec). `prepare` gets a scratch folder, as the host
 /// and as the chroot see it (`/tmp/wc-test-NAME`), to put the program's
 /// files in; the program waits for the file `go` there, written once both
 /// capture tools are attached, and the capture ends with it.
@@ -203,6 +204,18 @@ pub fn attach_cmd_in_chroot(name: &str, root: &Path, prepare: impl FnOnce(&Path,
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the chroot's program");
+    // Attached to the program, as a user attaches to one that runs: not
+    // to the shells and launchers that exec it (`scripts/chroot run`'s
+    // unshare and chroot, erl's script, erlexec). A capture attached
+    // among those execs is a case of its own (a container's entry point
+    // caught starting); here it let a VM's first stacks be copied before
+    // its image was known and failed a scheduler's whole-stack share.
+    let launchers = ["bash", "sh", "dash", "unshare", "chroot", "erlexec"];
+    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while exe(target.id()).is_some_and(|n| launchers.contains(&n.as_str())) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let mut child = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
         .args(["-F", "199", "--prefix"])
