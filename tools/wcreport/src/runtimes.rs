@@ -92,6 +92,8 @@ struct Seen {
     /// JavaScript frames named by the capture from V8's heap or by a
     /// perf map: node needs no flag.
     js_named: bool,
+    /// Erlang functions named by the capture's BEAM reader (`$m:f/a`).
+    erl_named: bool,
 }
 
 fn base(m: &str) -> &str {
@@ -167,6 +169,7 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>, read: Read<'_>) -> Ve
             e.cut.add(s);
         }
         e.js_named |= s.frames.iter().any(|f| f.jit && f.func.starts_with("JS:"));
+        e.erl_named |= s.frames.iter().any(|f| f.jit && f.func.starts_with('$'));
         if s.frames.iter().any(unnamed_anonymous) {
             e.unnamed_jit.add(s);
         }
@@ -194,7 +197,9 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>, read: Read<'_>) -> Ve
             let fix = "start java with -XX:+DumpPerfMapAtExit, or keep it running until the capture ends";
             add("jvm", "-XX:+DumpPerfMapAtExit", e.unnamed_jit, what, fix);
         }
-        if e.beam {
+        // Erlang functions the capture named from the VM's own tables:
+        // what is left unnamed was taken before it had read them.
+        if e.beam && !e.erl_named {
             let what = format!("has Erlang JIT code without names (the VM wrote no /tmp/perf-{pid}.map)");
             add("beam", "+JPperf true", e.unnamed_jit, &what, "start the VM with `erl +JPperf true` to name its Erlang functions and walk their frames");
         }
