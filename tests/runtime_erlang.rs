@@ -297,11 +297,7 @@ fn erlang_module_loaded_after_the_attach_named() {
         .expect("start erl");
     // Attached to the VM, not to erl's script or erlexec before it (a
     // loaded machine took more than the second this test waited).
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(4);
-    let exe = || std::fs::read_link(format!("/proc/{}/exe", vm.id())).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    while exe().as_deref() != Some("beam.smp") && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    runtime_common::past_launchers(vm.id(), std::time::Duration::from_secs(4));
     std::thread::sleep(std::time::Duration::from_secs(1));
     let cap = run_attached(&dir, vm.id(), 8);
     let _ = vm.kill();

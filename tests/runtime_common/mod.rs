@@ -179,6 +179,22 @@ pub fn attach_in_chroot(name: &str, root: &Path, interp: &str, program: &str, se
     })
 }
 
+/// Waits (`most` at most) until `pid` has exec'd past the shells and
+/// launchers that start a program (`scripts/chroot run`'s unshare and
+/// chroot, erl's script, erlexec), so that a test attaches to the program
+/// as a user attaches to one that runs. A capture attached among those
+/// execs is a case of its own (a container's entry point caught
+/// starting): it let a VM's first stacks be copied before its image was
+/// known and failed a scheduler's whole-stack share.
+pub fn past_launchers(pid: u32, most: std::time::Duration) {
+    let launchers = ["bash", "sh", "dash", "unshare", "chroot", "erlexec"];
+    let exe = || std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let until = std::time::Instant::now() + most;
+    while exe().is_some_and(|n| launchers.contains(&n.as_str())) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `wallclock -f 199 PID`, no flag, on the command `prepare` returns, run
 /// inside the chroot at `root` (target/chroot-SUITE, `scripts/chroot run
 /// SUITE`: its own mount namespace and root, as in a container) and
@@ -204,18 +220,7 @@ pub fn attach_cmd_in_chroot(name: &str, root: &Path, prepare: impl FnOnce(&Path,
         .stdout(Stdio::piped())
         .spawn()
         .expect("start the chroot's program");
-    // Attached to the program, as a user attaches to one that runs: not
-    // to the shells and launchers that exec it (`scripts/chroot run`'s
-    // unshare and chroot, erl's script, erlexec). A capture attached
-    // among those execs is a case of its own (a container's entry point
-    // caught starting); here it let a VM's first stacks be copied before
-    // its image was known and failed a scheduler's whole-stack share.
-    let launchers = ["bash", "sh", "dash", "unshare", "chroot", "erlexec"];
-    let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while exe(target.id()).is_some_and(|n| launchers.contains(&n.as_str())) && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    past_launchers(target.id(), std::time::Duration::from_secs(20));
     let mut child = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
         .args(["-F", "199", "--prefix"])
