@@ -27,6 +27,7 @@ const HEADER_MAX: usize = 256;
 
 struct Heap {
     low: u64,
+    /// The top of its reserved space: the part committed grows.
     high: u64,
     segmap: u64,
     log2: u32,

@@ -22,6 +22,8 @@ pub struct Layout {
     pub heap_segmap: u64,
     pub heap_log2_segment: u64,
     pub vs_low: u64,
+    /// The top of what the space reserved (`_high_boundary`), where the
+    /// tables have it; else of what it committed (`_high`).
     pub vs_high: u64,
     pub block_size: u64,
     pub block_used: u64,
@@ -169,7 +171,12 @@ fn layout(t: &Tables) -> Result<Layout, String> {
         heap_segmap: f("CodeHeap", "_segmap")?,
         heap_log2_segment: f("CodeHeap", "_log2_segment_size")?,
         vs_low: f("VirtualSpace", "_low")?,
-        vs_high: f("VirtualSpace", "_high")?,
+        // A code heap commits more as the JIT fills it: its committed
+        // top read in a launched JVM's first milliseconds left the code
+        // compiled later outside it, and a compiled frame returning there
+        // cut the stack (`[stack cut in JIT code];long Main.spin(long)`
+        // for a quarter of a spin thread's time).
+        vs_high: f("VirtualSpace", "_high_boundary").or_else(|_| f("VirtualSpace", "_high"))?,
         block_size: size("HeapBlock")?,
         block_used: f("HeapBlock::Header", "_used")?,
         blob_name: f("CodeBlob", "_name")?,
