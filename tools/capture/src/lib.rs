@@ -19,6 +19,7 @@ mod leafscan;
 mod skel_glue;
 pub mod launch;
 pub mod mmaplog;
+pub mod rootpath;
 pub mod objects;
 pub mod output;
 pub mod privs;

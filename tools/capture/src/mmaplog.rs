@@ -88,6 +88,8 @@ pub struct MmapLog {
     forked: HashMap<u32, Vec<u64>>,
     /// Records the kernel could not write (a buffer full).
     pub lost: u64,
+    /// Each record's path as this process sees it (rootpath.rs).
+    roots: crate::rootpath::Roots,
 }
 
 impl Drop for MmapLog {
@@ -186,8 +188,12 @@ fn u64_at(r: &[u8], at: usize) -> u64 {
 }
 
 /// An MMAP2 record's pid and mapping: a file's (or the vDSO's), as
-/// `unwind::parse_maps` keeps them.
-fn mmap2(r: &[u8]) -> Option<(u32, MapEntry)> {
+/// `unwind::parse_maps` keeps them, its path as the process sees it; and
+/// the file's inode (0 where the record has a build id in its place).
+fn mmap2(r: &[u8]) -> Option<(u32, MapEntry, u64)> {
+    const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+    let misc = u16::from_ne_bytes([*r.get(4)?, *r.get(5)?]);
+    let ino = if misc & MISC_MMAP_BUILD_ID == 0 { u64_at(r, 48) } else { 0 };
     let (pid, start, len, pgoff) = (u32_at(r, 8), u64_at(r, 16), u64_at(r, 24), u64_at(r, 32));
     // maj, min, ino, ino_generation, prot, flags: 32 bytes; the sample
     // id (pid, tid, time) ends the record.
@@ -203,7 +209,7 @@ fn mmap2(r: &[u8]) -> Option<(u32, MapEntry)> {
     if let Some(p) = path.strip_suffix(" (deleted)") {
         path = p.to_string();
     }
-    Some((pid, MapEntry { start, end: start + len, offset: pgoff, path, build_id: None }))
+    Some((pid, MapEntry { start, end: start + len, offset: pgoff, path, build_id: None }, ino))
 }
 
 /// Every process in /proc now.
@@ -227,7 +233,7 @@ impl MmapLog {
                 t.lock().unwrap_or_else(|e| e.into_inner()).take();
             }
         })?;
-        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), forked: HashMap::new(), lost: 0 };
+        let mut log = MmapLog { taken, stop, procs: HashMap::new(), exits: HashMap::new(), ended: HashMap::new(), forked: HashMap::new(), lost: 0, roots: Default::default() };
         match only {
             Some(pids) => log.synthesize(pids.iter().copied()),
             None => log.synthesize(all_pids()),
@@ -287,7 +293,8 @@ impl MmapLog {
                         g.anon_code = true;
                     }
                 }
-                if let Some((pid, m)) = mmap2(r) {
+                if let Some((pid, mut m, ino)) = mmap2(r) {
+                    m.path = self.roots.host_path(pid, m.path, ino);
                     let gens = self.procs.entry(pid).or_default();
                     if gens.is_empty() {
                         gens.push(Gen { since: 0, exact: false, parent: None, exec: false, anon_code: true, maps: Vec::new() });
@@ -304,6 +311,8 @@ impl MmapLog {
                 if pid == ppid {
                     return; // a thread
                 }
+                self.roots.fork(ppid, pid);
+                self.roots.trim();
                 let (exact, anon_code, maps) = match self.gen_at(ppid, ts) {
                     Some(g) => (g.exact, g.anon_code, g.maps.iter().filter(|(t, _)| *t <= ts).cloned().collect()),
                     None => (false, true, Vec::new()),
