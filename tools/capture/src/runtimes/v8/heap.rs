@@ -193,7 +193,12 @@ impl Heap {
             _ => (String::new(), None),
         };
         let script = words[2];
-        let script = (self.type_of(script) == Some(m.type_script)).then_some(script);
+        // A heap object whose type could not be read is not taken for
+        // "no script": the function would be named without its file.
+        let script = match (m.is_heap(script), self.type_of(script)) {
+            (true, None) => return None,
+            (_, t) => (t == Some(m.type_script)).then_some(script),
+        };
         Some(Func { name, script, start })
     }
 

@@ -34,6 +34,11 @@ use meta::Meta;
 const TURN_NS: u64 = 20_000_000;
 /// A process found not to run a readable V8 is looked at again after.
 const RETRY_NS: u64 = 1_000_000_000;
+/// `Proc::sites`: a return address of the interpreter's.
+const SITE_JS: u8 = u8::MAX;
+/// `Proc::sites`: frames at a return address that were not interpreted
+/// ones before it is no longer probed.
+const SITE_NOES: u8 = 8;
 
 struct Proc {
     heap: Heap,
@@ -49,10 +54,16 @@ struct Proc {
     /// one when its slots hold a JSFunction and a BytecodeArray.
     probe: bool,
     /// Where `probe` holds: the file offsets of the return addresses
-    /// probed, and whether their frames were interpreted ones (a return
-    /// address is one of the interpreter's or never: probed once, not at
-    /// each stack, as Debian's libnode has some twenty C++ frames a stack).
-    sites: HashMap<u64, bool>,
+    /// probed, and what was found: [`SITE_JS`] once a frame there was an
+    /// interpreted one (a return address is one of the interpreter's or
+    /// never), else how many frames there were not. A site is given up
+    /// after [`SITE_NOES`] of those, not at the first, as Debian's libnode
+    /// has some twenty C++ frames a stack: in a node attached as it
+    /// started, the interpreter's return address once failed its first
+    /// probe, and every interpreted frame of the capture stayed
+    /// `libnode.so.137+0x99a654` (1 run in 6 of tests/runtime_node_versions.rs's
+    /// forky node 24 beside two CPU hogs).
+    sites: HashMap<u64, u8>,
     turn: u64,
     /// Per turn: object -> instance type; map -> the instance type it
     /// gives; JSFunction -> its SFI.
@@ -291,7 +302,7 @@ impl Runtime for V8 {
                 let Some(off) = in_file(lookup).filter(|&(path, _)| path == p.path).map(|(_, off)| off) else { continue };
                 if p.trampolines.iter().any(|&(s, e)| off >= s && off < e) {
                     Kind::Trampoline
-                } else if p.probe && p.sites.get(&off) != Some(&false) {
+                } else if p.probe && p.sites.get(&off).is_none_or(|&n| n == SITE_JS || n < SITE_NOES) {
                     Kind::Probe(off)
                 } else {
                     continue;
@@ -362,7 +373,8 @@ impl Proc {
         if let Kind::Probe(off) = kind {
             let yes = slot(self, off_b).is_some_and(|b| self.holds_bytecode(b)) && self.sfi_of(f).is_some();
             if !self.heap.gone.get() {
-                self.sites.insert(off, yes);
+                let n = self.sites.entry(off).or_insert(0);
+                *n = if yes || *n == SITE_JS { SITE_JS } else { n.saturating_add(1) };
             }
             if !yes {
                 return memo::SKIPPED;
@@ -454,21 +466,31 @@ impl Proc {
     }
 
     /// SFI `sfi` read this turn: its words, as read now.
+    ///
+    /// What could not be read now is not kept: a read that failed is no
+    /// answer, and words that stay the same would keep it for the life
+    /// of the process (every frame of one script named without its file,
+    /// in one run of a Node 24 attached as it started).
     fn check_sfi(&mut self, sfi: u64, words: [u64; 3]) {
-        if self.sfis.get(&sfi).is_none_or(|(w, _)| *w != words) {
+        if self.sfis.get(&sfi).is_none_or(|(w, f)| *w != words || f.is_none()) {
             let f = self.heap.func(words);
-            self.sfis.insert(sfi, (words, f));
-            self.named.clear();
+            let was = if f.is_some() || self.heap.gone.get() { self.sfis.insert(sfi, (words, f)) } else { self.sfis.remove(&sfi) };
+            if was.is_some() || self.sfis.contains_key(&sfi) {
+                self.named.clear();
+            }
         }
         self.sfi_checked.insert(sfi);
     }
 
-    /// Script `sc` read this turn: its name and source words, as read now.
+    /// Script `sc` read this turn: its name and source words, as read
+    /// now; kept only when read, as with a SharedFunctionInfo.
     fn check_script(&mut self, sc: u64, words: [u64; 2]) {
-        if self.scripts.get(&sc).is_none_or(|(w, _)| *w != words) {
+        if self.scripts.get(&sc).is_none_or(|(w, s)| *w != words || s.is_none()) {
             let s = self.heap.script(sc);
-            self.scripts.insert(sc, (words, s));
-            self.named.clear();
+            let was = if s.is_some() || self.heap.gone.get() { self.scripts.insert(sc, (words, s)) } else { self.scripts.remove(&sc) };
+            if was.is_some() || self.scripts.contains_key(&sc) {
+                self.named.clear();
+            }
         }
         self.script_checked.insert(sc);
     }
