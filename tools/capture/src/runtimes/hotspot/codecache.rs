@@ -95,6 +95,11 @@ impl CodeCache {
         Ok(CodeCache { heaps, interp, nmethod_names: Vec::new(), other_names: Vec::new(), known: BTreeMap::new() })
     }
 
+    /// Whether the interpreter's code is known (generated when read).
+    pub fn interp_known(&self) -> bool {
+        self.interp != (0, 0)
+    }
+
     pub fn contains(&self, pc: u64) -> bool {
         self.heaps.iter().any(|h| pc >= h.low && pc < h.high)
     }

@@ -223,11 +223,18 @@ impl Runtime for HotSpots {
         }
     }
 
-    /// 1 once the JVM's tables are read: its stacks walked before then
-    /// (its frames each `Interpreter`, or cut at compiled code) are read
-    /// whole and named now.
+    /// 1 once the JVM's tables are read, 2 once its interpreter is
+    /// known too: its stacks walked before then (its frames each
+    /// `Interpreter`, or cut at compiled code) are read whole and named
+    /// now. A code cache read before the interpreter was generated left
+    /// a launched JVM's sleep loop, blocked from its first second,
+    /// `Interpreter;...;JVM_Sleep` for the whole capture (45% of the
+    /// sleep thread's waits, in a fresh-clone run).
     fn epoch(&self, pid: u32) -> u32 {
-        u32::from(matches!(self.procs.get(&pid), Some(State::Jvm(_))))
+        match self.procs.get(&pid) {
+            Some(State::Jvm(j)) => 1 + u32::from(j.cache.interp_known()),
+            _ => 0,
+        }
     }
 
     /// Is `a` a frame this reader named, or code in the JVM's code cache?
