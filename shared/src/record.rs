@@ -557,6 +557,12 @@ impl Frame {
         Frame { kernel: true, ..Frame::named(func) }
     }
 
+    /// An Erlang function the capture's BEAM reader named from the VM's
+    /// own tables (`$m:f/a`, JIT code).
+    pub fn is_beam_named(&self) -> bool {
+        self.jit && self.func.starts_with('$')
+    }
+
     /// The module of a frame the symbolizer could not name: `M` for
     /// `M+0xOFFSET` in module `M`, `[unknown]` for an address in no known
     /// mapping; `None` for a named frame.

@@ -28,7 +28,7 @@ impl Engine {
         if self.warned_modules.insert(m.clone()) {
             let rt = match space {
                 Space::User(pid) if is_generated(&m) => {
-                    let read = self.named.get(&pid).is_some_and(|n| n.values().any(|f| f.jit && f.func.starts_with('$')));
+                    let read = self.named.get(&pid).is_some_and(|n| n.values().any(wallclock_stream::Frame::is_beam_named));
                     self.stream_maps.get(&pid).or_else(|| self.snapshots.get(&pid)).and_then(|maps| runtime_why(pid, maps, read))
                 }
                 _ => None,

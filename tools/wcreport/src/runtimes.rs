@@ -169,7 +169,7 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>, read: Read<'_>) -> Ve
             e.cut.add(s);
         }
         e.js_named |= s.frames.iter().any(|f| f.jit && f.func.starts_with("JS:"));
-        e.erl_named |= s.frames.iter().any(|f| f.jit && f.func.starts_with('$'));
+        e.erl_named |= s.frames.iter().any(Frame::is_beam_named);
         if s.frames.iter().any(unnamed_anonymous) {
             e.unnamed_jit.add(s);
         }
