@@ -278,7 +278,8 @@ fn attached_in_a_chroot(name: &str, root: &std::path::Path, what: &str) {
 /// `wc:burner/1`, as a function found at its frames
 /// (`beam_late_functions`), not taken for that last function (one run in
 /// five named the whole of burn/2's stacks
-/// `inet_gethost_native:'-restart_port/1-inlined-0-'/1`).
+/// `inet_gethost_native:'-restart_port/1-inlined-0-'/1`). A perf map an
+/// earlier process left under the VM's pid is planted: not the VM's.
 #[test]
 fn erlang_module_loaded_after_the_attach_named() {
     use std::process::{Command, Stdio};
@@ -298,10 +299,21 @@ fn erlang_module_loaded_after_the_attach_named() {
     // Attached to the VM, not to erl's script or erlexec before it (a
     // loaded machine took more than the second this test waited).
     runtime_common::past_launchers(vm.id(), std::time::Duration::from_secs(4));
+    // A perf map an earlier process with this pid left (pids wrap at
+    // 32,768: a test run's build alone forks more) is not this VM's: taken
+    // for its own, it kept the VM from the reader, with nothing said.
+    let stale = std::path::PathBuf::from(format!("/tmp/perf-{}.map", vm.id()));
+    let planted = std::fs::File::create_new(&stale).is_ok_and(|f| {
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::write(&stale, "1000 10 earlier\n").is_ok() && f.set_modified(hour_ago).is_ok()
+    });
     std::thread::sleep(std::time::Duration::from_secs(1));
     let cap = run_attached(&dir, vm.id(), 8);
     let _ = vm.kill();
     let _ = vm.wait();
+    if planted {
+        std::fs::remove_file(&stale).ok();
+    }
     let run = read_attached(&dir, cap);
     let fig = named_with_no_flag(&run, "OTP 25 (Debian 12's, attached before its module is loaded)", &dir);
     let late = stats(&dir).get("beam_late_functions").copied().unwrap_or(0);

@@ -315,6 +315,19 @@ impl Runtimes {
     }
 }
 
+/// The perf map process `pid` wrote (`node --perf-basic-prof`, `erl
+/// +JPperf true`): `/tmp/perf-N.map` in its own root under the pid N it
+/// knows itself by, as stacksym reads it, opened as a file the process
+/// controls. A map older than the process is none: an earlier process's
+/// with the same pid (pids wrap at 32768 by default, and every JVM,
+/// node or VM a test suite ran left its map). Shown as its host path.
+pub(crate) fn perf_map(pid: u32) -> Option<String> {
+    use wallclock_stream::safe_open;
+    let inside = format!("/tmp/perf-{}.map", jvm::ns_pid(pid)?);
+    let file = safe_open::open_in_root(pid, &inside, safe_open::owner_of(pid)).ok()??;
+    (safe_open::older_than_process(&file, pid) != Some(true)).then(|| format!("/proc/{pid}/root{inside}"))
+}
+
 #[cfg(test)]
 mod tests {
     /// The registry lists the versions of each reader whose versions are
@@ -326,5 +339,26 @@ mod tests {
         assert_eq!(v["python"], super::python::offsets::versions());
         assert_eq!(v["php"], ["8.2", "8.4"]);
         assert_eq!(v["ruby"], ["3.1", "3.3", "3.4"]);
+    }
+
+    /// A perf map left under a pid by an earlier process (written before
+    /// this one started) is not this one's; rewritten since, it is.
+    #[test]
+    fn perf_map_of_an_earlier_process_with_the_pid_is_none() {
+        use std::time::{Duration, SystemTime};
+        let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let pid = child.id();
+        let path = format!("/tmp/perf-{pid}.map");
+        std::fs::write(&path, "1000 10 old\n").unwrap();
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+        let old = super::perf_map(pid);
+        f.set_modified(SystemTime::now()).unwrap();
+        let new = super::perf_map(pid);
+        std::fs::remove_file(&path).ok();
+        child.kill().ok();
+        child.wait().ok();
+        assert_eq!(old, None, "a map older than the process is taken for its own");
+        assert_eq!(new, Some(format!("/proc/{pid}/root{path}")));
     }
 }

@@ -266,7 +266,7 @@ impl Beam {
 fn find(pid: u32) -> Result<Option<Proc>, String> {
     let Some(maps) = wallclock_stream::procmaps::read(pid) else { return Ok(None) };
     let Some(exe) = maps.iter().find(|m| m.entry.path.rsplit('/').next() == Some("beam.smp")) else { return Ok(None) };
-    if perf_map(pid) {
+    if crate::runtimes::perf_map(pid).is_some() {
         return Ok(None);
     }
     let path = exe.entry.path.clone();
@@ -475,13 +475,6 @@ fn quoted(a: &str) -> String {
     } else {
         format!("'{}'", a.replace('\\', "\\\\").replace('\'', "\\'"))
     }
-}
-
-/// Whether `pid` wrote a perf map (`+JPperf true`), in its own /tmp
-/// under the pid it knows itself by, as stacksym reads it.
-fn perf_map(pid: u32) -> bool {
-    let ns = crate::runtimes::jvm::ns_pid(pid).unwrap_or(pid);
-    [format!("/proc/{pid}/root/tmp/perf-{ns}.map"), format!("/tmp/perf-{pid}.map")].iter().any(|p| std::path::Path::new(p).is_file())
 }
 
 /// The parts of `file` in [from, to) that hold data, by

@@ -143,7 +143,7 @@ impl V8 {
                         if self.not_v8.get(&pid).is_none_or(|(_, old)| old.as_ref() != Some(w)) {
                             let tool = std::env::args().next().unwrap_or_default();
                             let tool = tool.rsplit('/').next().unwrap_or("capture");
-                            let how = match perf_map(pid) {
+                            let how = match crate::runtimes::perf_map(pid) {
                                 Some(map) => format!("named from its perf map ({map})"),
                                 None => "start node with --perf-basic-prof to name them".into(),
                             };
@@ -336,16 +336,6 @@ impl Runtime for V8 {
     fn names(&self, pid: u32) -> Vec<NamedAddr> {
         self.procs.get(&pid).map(|p| p.names.clone()).unwrap_or_default()
     }
-}
-
-/// The perf map `pid` writes with `--perf-basic-prof`, if there is one:
-/// in its own /tmp under the pid it knows itself by (a container's), as
-/// stacksym reads it.
-fn perf_map(pid: u32) -> Option<String> {
-    let ns = crate::runtimes::jvm::ns_pid(pid).unwrap_or(pid);
-    let inside = format!("/proc/{pid}/root/tmp/perf-{ns}.map");
-    let here = format!("/tmp/perf-{pid}.map");
-    [inside, here].into_iter().find(|p| std::path::Path::new(p).is_file())
 }
 
 /// (p_offset, p_vaddr, p_filesz) of each segment of an ELF file.
