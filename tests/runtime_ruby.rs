@@ -2,9 +2,9 @@
 //! `worker-1` and `worker-2` run `work`, which calls `crunch` on the CPU,
 //! `nap` in sleep and `with_lock` waiting for a Mutex a third thread holds,
 //! each timed by the thread with CLOCK_MONOTONIC) profiled by
-//! `scripts/wallclock -- ruby ...` with no flag, and Ruby 3.3 (Debian
-//! forky's ruby3.3 in target/chroot-forky, as in a container) attached by
-//! pid with no flag:
+//! `scripts/wallclock -- ruby ...` with no flag, and Ruby 3.3 and 3.4
+//! (Debian forky's ruby3.3, experimental's ruby3.4, in
+//! target/chroot-forky, as in a container) attached by pid with no flag:
 //!
 //! - each worker's stacks are whole (from `clone3`: 3.1's 1 MiB VM stack
 //!   lies on its machine stack, past the 64K the capture copies, and used
@@ -68,6 +68,22 @@ fn forkys_ruby_33_attached_with_no_flag() {
     // A thread's first frame is the chroot's stripped libc's (clone3).
     let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]");
     check("ruby 3.3", &r, &util::root().join("target/test-tmp/runtime_ruby_forky_33"), rooted, |f| f.starts_with("libruby-3.3.so"));
+}
+
+/// Ruby 3.4 (Debian experimental's ruby3.4, installed in the forky
+/// chroot), attached by pid with no flag: read with the layout of 3.4's
+/// own headers (the same offsets as 3.3's for what is read), the same
+/// checks as 3.1's.
+#[test]
+fn experimentals_ruby_34_attached_with_no_flag() {
+    if util::skip_without_root("Ruby capture") {
+        return;
+    }
+    let Some(root) = forky("ruby3.4", "ruby3.4/experimental") else { return };
+    let r = attach_in_chroot("runtime_ruby_forky_34", &root, "ruby3.4", "tests/programs/ruby/work.rb", "3");
+    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
+    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]");
+    check("ruby 3.4", &r, &util::root().join("target/test-tmp/runtime_ruby_forky_34"), rooted, |f| f.starts_with("libruby-3.4.so"));
 }
 
 /// What both versions must show (see the file's doc); `rooted`: a whole
