@@ -1,8 +1,9 @@
 //! PHP 8.2 CLI (Debian's php-cli; tests/programs/php/work.php: `work()`
 //! calls `crunch()`, on the CPU, and `nap()`, in usleep, and times each
 //! with hrtime) profiled by `scripts/wallclock -- php ...` with no flag,
-//! and PHP 8.4 CLI (Debian forky's php8.4-cli in target/chroot-forky, as
-//! in a container) attached by pid with no flag.
+//! and PHP 8.4 and 8.5 CLI (Debian forky's php8.4-cli, experimental's
+//! php8.5-cli, in target/chroot-forky, as in a container) attached by pid
+//! with no flag.
 //!
 //! - Plain (no opcache in the CLI, Debian's default): the PHP functions
 //!   are named with their callers (`php::{main}` -> `php::work` ->
@@ -79,20 +80,35 @@ fn php_functions_named_with_their_callers_and_timed_as_the_program_times_them() 
 /// as 8.2's.
 #[test]
 fn forkys_php_84_attached_with_no_flag() {
+    attached_in_forky("php8.4", "php8.4-cli", "8.4");
+}
+
+/// Debian experimental's PHP 8.5 (installed in the forky chroot),
+/// attached by pid with no flag (its `zend_executor_globals` grew: the
+/// frame chain's head moved), with the same checks as 8.2's.
+#[test]
+fn experimentals_php_85_attached_with_no_flag() {
+    attached_in_forky("php8.5", "php8.5-cli/experimental", "8.5");
+}
+
+/// The chroot's `bin` (of `package`, PHP `version`) running work.php,
+/// attached by its host pid: `check`'s checks, and no "not walked".
+fn attached_in_forky(bin: &str, package: &str, version: &str) {
     if util::skip_without_root("PHP capture") {
         return;
     }
-    let Some(root) = forky("php8.4", "php8.4-cli") else { return };
-    let r = attach_in_chroot("runtime_php_forky_84", &root, "php8.4", "tests/programs/php/work.php", "3");
+    let Some(root) = forky(bin, package) else { return };
+    let name = format!("runtime_php_forky_{}", version.replace('.', ""));
+    let r = attach_in_chroot(&name, &root, bin, "tests/programs/php/work.php", "3");
     assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
     let clocks: Value = r.stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no clocks printed: {}", r.stdout));
     // Outside work(): the wait for the go file, the untimed start, the
     // output (all in {main}).
     let outside = |s: &Stack| has(s, "php::{main}") && !has(s, "php::work");
-    check("php 8.4", &r, &clocks, &util::root().join("target/test-tmp/runtime_php_forky_84"), outside);
+    check(&format!("php {version}"), &r, &clocks, &util::root().join("target/test-tmp").join(&name), outside);
 }
 
-/// What both versions must show: the main thread's stacks whole (from
+/// What every version must show: the main thread's stacks whole (from
 /// `_start`), the time under `execute_ex` (but `outside` work()) naming
 /// `php::work`, each function's share within 5 points of the program's
 /// clocks, under its callers, above `execute_ex`; unreadable frames

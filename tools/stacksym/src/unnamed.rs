@@ -115,7 +115,7 @@ pub(crate) fn runtime_why(pid: u32, maps: &[crate::engine::procmaps::Mapping], r
     }
     if has(&|b| b.starts_with("php") && !b.ends_with(".so") || b.starts_with("libphp")) {
         return Some(format!(
-            "pid {pid} (PHP): opcache's JIT code, unnamed (its PHP functions are named by the capture's frames, php::..., for PHP 8.2 and 8.4); opcache.jit_debug=0x10 writes /tmp/perf-{pid}.map for the JIT code itself"
+            "pid {pid} (PHP): opcache's JIT code, unnamed (its PHP functions are named by the capture's frames, php::..., in the versions its header's runtime_versions lists); opcache.jit_debug=0x10 writes /tmp/perf-{pid}.map for the JIT code itself"
         ));
     }
     if has(&|b| b == "libcoreclr.so") {

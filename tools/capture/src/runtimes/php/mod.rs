@@ -44,7 +44,7 @@ struct Proc {
 #[derive(Default)]
 pub struct Php {
     procs: HashMap<u32, Proc>,
-    /// Processes looked at and found not to run a PHP read (8.2, 8.4; or not readable),
+    /// Processes looked at and found not to run a PHP read (reader.rs's versions; or not readable),
     /// with the executable that said so.
     not_php: HashMap<u32, String>,
     /// Frames whose function could not be read (freed as it was read):
@@ -70,7 +70,7 @@ impl Runtime for Php {
         self.cost
     }
 
-    /// Find the PHP 8.2 and 8.4 executors among `pids` not seen yet and tell the
+    /// Find the PHP executors read among `pids` not seen yet and tell the
     /// BPF side where their frame chain is. Whether one was added to `cfg`.
     fn refresh(&mut self, pids: &[u32], maps: &BpfMaps<'_>) -> bool {
         let (threads, cfg) = (maps.py_threads, maps.py_cfg);
@@ -97,7 +97,7 @@ impl Runtime for Php {
                 self.not_php.insert(pid, exe);
                 continue;
             };
-            let c = config();
+            let c = config(&ex.layout);
             if cfg.update(&pid.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).is_err() {
                 continue;
             }
@@ -239,11 +239,12 @@ fn address_of(key: &str, line: Option<u32>) -> u64 {
     NAMED_ADDR_BASE | (h & 0x000f_ffff_ffff_fff0)
 }
 
-/// Where PHP keeps its frame chain, for the BPF walker.
-fn config() -> crate::event::WcPycfg {
+/// Where PHP keeps its frame chain (in version `layout`), for the BPF
+/// walker.
+fn config(layout: &reader::Layout) -> crate::event::WcPycfg {
     use reader::*;
     crate::event::WcPycfg {
-        frame: EG_CURRENT_EXECUTE_DATA as u32,
+        frame: layout.current_execute_data as u32,
         cframe: -1,
         code: EX_FUNC as u32,
         instr: EX_OPLINE as u32,

@@ -1,4 +1,4 @@
-//! PHP's executor (8.2 and 8.4), read from outside the process
+//! PHP's executor (8.2, 8.4 and 8.5), read from outside the process
 //! (process_vm_readv): `executor_globals` (exported by the `php8.N`
 //! executable of an NTS build, as Debian ships it) ->
 //! `current_execute_data` -> the chain of `zend_execute_data`, each naming
@@ -6,19 +6,20 @@
 //! function's `op_array.filename`) and line (its `opline`'s `lineno`).
 //!
 //! The offsets are PHP 8.2's, from the headers of Debian's `php8.2-dev`
-//! (8.2.36-1~deb12u1), and 8.4's, from Debian forky's `php8.4-dev`
-//! (8.4.27-1): `offsetof` of each field, printed by a C program built
-//! against them (the binaries carry no DWARF). They hold for every 8.2.x
-//! and 8.4.x release (the structs do not change within a minor version)
-//! on x86-64. Between 8.2 and 8.4 only `op_array.filename` moved (152 ->
-//! 168: `zend_op_array` grew); 8.3 and other minor versions are not read.
+//! (8.2.36-1~deb12u1), 8.4's, from Debian forky's `php8.4-dev`
+//! (8.4.27-1), and 8.5's, from Debian experimental's `php8.5-dev`
+//! (8.5.7-1): `offsetof` of each field, printed by a C program built
+//! against them (the binaries carry no DWARF). They hold for every
+//! release of a minor version (the structs do not change within one) on
+//! x86-64. What moved is in [`LAYOUTS`]: `op_array.filename` (152 -> 168
+//! in 8.4: `zend_op_array` grew) and `current_execute_data` (488 -> 512
+//! in 8.5: `zend_executor_globals` grew); 8.3 and other minor versions
+//! are not read.
 
 use std::collections::HashMap;
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
-/// `offsetof(zend_executor_globals, current_execute_data)`.
-pub const EG_CURRENT_EXECUTE_DATA: u64 = 488;
 /// `zend_execute_data`: `opline`, `func`, `This.u1.type_info` (its high
 /// half: the call-info flags), `prev_execute_data`.
 pub const EX_OPLINE: u64 = 0;
@@ -34,20 +35,33 @@ pub const CALL_TOP: u32 = 1 << 1;
 const FN_TYPE: u64 = 0;
 const FN_NAME: u64 = 8;
 const FN_SCOPE: u64 = 16;
-/// `op_array.filename` by minor version (8.N, N): the versions read.
-const OP_ARRAY_FILENAME: [(u32, u64); 2] = [(2, 152), (4, 168)];
+/// What moves between the minor versions read (8.N): the offsets of
+/// `zend_executor_globals.current_execute_data` and `op_array.filename`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub minor: u32,
+    pub current_execute_data: u64,
+    pub filename: u64,
+}
 
-fn op_array_filename(minor: u32) -> Option<u64> {
-    OP_ARRAY_FILENAME.iter().find(|v| v.0 == minor).map(|v| v.1)
+/// The versions read, each with its layout.
+const LAYOUTS: [Layout; 3] = [
+    Layout { minor: 2, current_execute_data: 488, filename: 152 },
+    Layout { minor: 4, current_execute_data: 488, filename: 168 },
+    Layout { minor: 5, current_execute_data: 512, filename: 168 },
+];
+
+fn layout(minor: u32) -> Option<Layout> {
+    LAYOUTS.iter().find(|l| l.minor == minor).copied()
 }
 
 /// The PHP versions read (`8.N`), those of the table above: what the
 /// stream's header says (`runtime_versions`) and the capture's warnings.
 pub fn versions() -> Vec<String> {
-    OP_ARRAY_FILENAME.iter().map(|v| format!("8.{}", v.0)).collect()
+    LAYOUTS.iter().map(|l| format!("8.{}", l.minor)).collect()
 }
 
-/// The versions read, as the capture says them (`PHP 8.2 and 8.4`).
+/// The versions read, as the capture says them (`PHP 8.2, 8.4 and 8.5`).
 pub fn read_said() -> String {
     format!("PHP {}", wallclock_stream::versions_said(&versions()))
 }
@@ -75,10 +89,8 @@ pub struct PhpFunc {
 /// The PHP executor of a live process.
 pub struct Executor {
     pid: u32,
-    /// Its minor version (8.N).
-    pub minor: u32,
-    /// Where its version keeps `op_array.filename`.
-    filename: u64,
+    /// Its version's layout.
+    pub layout: Layout,
     /// `&executor_globals` in the process.
     pub globals: u64,
     /// Where `execute_ex` lies: the native frames that run PHP frames.
@@ -104,7 +116,7 @@ pub fn php8_minor(path: &str) -> Option<u32> {
 
 /// Whether `path` names a PHP executable whose executor is read.
 pub fn is_read(path: &str) -> bool {
-    php8_minor(path).is_some_and(|m| op_array_filename(m).is_some())
+    php8_minor(path).is_some_and(|m| layout(m).is_some())
 }
 
 impl Executor {
@@ -115,7 +127,7 @@ impl Executor {
         let first = mine.first().ok_or_else(|| format!("pid {pid}: no {} executable mapped", read_said()))?;
         let path = first.path.clone();
         let minor = php8_minor(&path).unwrap_or(0);
-        let filename = op_array_filename(minor).ok_or_else(|| format!("{path}: PHP 8.{minor} is not read"))?;
+        let layout = layout(minor).ok_or_else(|| format!("{path}: PHP 8.{minor} is not read"))?;
         // Through the process's own root first (a container's file).
         let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}"))
             .or_else(|| crate::elf::map_file(&path))
@@ -136,7 +148,7 @@ impl Executor {
         execute_ex.sort_unstable();
         execute_ex.dedup();
         let mapped = mine.iter().filter(|m| m.path == path).map(|m| (m.start, m.end)).collect();
-        Ok(Executor { pid, minor, filename, globals, execute_ex, mapped, funcs: HashMap::new() })
+        Ok(Executor { pid, layout, globals, execute_ex, mapped, funcs: HashMap::new() })
     }
 
     /// A new turn of the capture loop: functions are read again.
@@ -186,7 +198,7 @@ impl Executor {
             let class = self.string(self.u64(scope + CE_NAME)?)?;
             text = format!("{class}::{text}");
         }
-        let file = if ty == USER_FUNCTION { self.string(self.u64(func + self.filename)?).ok() } else { None };
+        let file = if ty == USER_FUNCTION { self.string(self.u64(func + self.layout.filename)?).ok() } else { None };
         let f = PhpFunc { name: text, file, internal: ty == INTERNAL_FUNCTION };
         self.funcs.insert(func, (name, f.clone()));
         Ok(f)
@@ -214,15 +226,15 @@ mod tests {
         assert_eq!(php8_minor("/usr/bin/php-cgi8.3"), Some(3));
         assert_eq!(php8_minor("/usr/lib/apache2/modules/libphp8.2.so"), None);
         assert_eq!(php8_minor("/usr/bin/phpize"), None);
-        assert!(is_read("/usr/bin/php8.2") && is_read("/usr/bin/php8.4") && !is_read("/usr/bin/php8.3"));
+        assert!(is_read("/usr/bin/php8.2") && is_read("/usr/bin/php8.4") && is_read("/usr/bin/php8.5") && !is_read("/usr/bin/php8.3"));
     }
 
     /// The versions said to be read are those with a layout.
     #[test]
     fn the_versions_read_are_those_said() {
         for m in 0..20 {
-            assert_eq!(op_array_filename(m).is_some(), versions().contains(&format!("8.{m}")), "PHP 8.{m}");
+            assert_eq!(layout(m).is_some(), versions().contains(&format!("8.{m}")), "PHP 8.{m}");
         }
-        assert_eq!(read_said(), "PHP 8.2 and 8.4");
+        assert_eq!(read_said(), "PHP 8.2, 8.4 and 8.5");
     }
 }
