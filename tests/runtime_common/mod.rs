@@ -155,7 +155,7 @@ pub fn forky(bin: &str, package: &str) -> Option<std::path::PathBuf> {
     debian_chroot("forky", bin, package)
 }
 
-/// Debian `suite`'s chroot (target/chroot-SUITE, which scripts/setup
+/// Debian's (or Ubuntu's) `suite`'s chroot (target/chroot-SUITE, which scripts/setup
 /// --tests makes), when it has `bin` in /usr/bin (said when it has not).
 pub fn debian_chroot(suite: &str, bin: &str, package: &str) -> Option<std::path::PathBuf> {
     let dir = util::root().join(format!("target/chroot-{suite}"));

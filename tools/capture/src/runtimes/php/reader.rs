@@ -1,4 +1,4 @@
-//! PHP's executor (8.2, 8.4 and 8.5), read from outside the process
+//! PHP's executor (8.2 to 8.5), read from outside the process
 //! (process_vm_readv): `executor_globals` (exported by the `php8.N`
 //! executable of an NTS build, as Debian ships it) ->
 //! `current_execute_data` -> the chain of `zend_execute_data`, each naming
@@ -6,15 +6,16 @@
 //! function's `op_array.filename`) and line (its `opline`'s `lineno`).
 //!
 //! The offsets are PHP 8.2's, from the headers of Debian's `php8.2-dev`
-//! (8.2.36-1~deb12u1), 8.4's, from Debian forky's `php8.4-dev`
-//! (8.4.27-1), and 8.5's, from Debian experimental's `php8.5-dev`
-//! (8.5.7-1): `offsetof` of each field, printed by a C program built
+//! (8.2.36-1~deb12u1), 8.3's, from Ubuntu 24.04's `php8.3-dev` (8.3.6),
+//! 8.4's, from Debian forky's `php8.4-dev` (8.4.27-1), and 8.5's, from
+//! Debian experimental's `php8.5-dev` (8.5.7-1): `offsetof` of each
+//! field, printed by a C program built
 //! against them (the binaries carry no DWARF). They hold for every
 //! release of a minor version (the structs do not change within one) on
-//! x86-64. What moved is in [`LAYOUTS`]: `op_array.filename` (152 -> 168
-//! in 8.4: `zend_op_array` grew) and `current_execute_data` (488 -> 512
-//! in 8.5: `zend_executor_globals` grew); 8.3 and other minor versions
-//! are not read.
+//! x86-64. What moved is in [`LAYOUTS`]: `op_array.filename` (152, 144
+//! in 8.3, 168 in 8.4: `zend_op_array` changed) and
+//! `current_execute_data` (488 -> 512 in 8.5: `zend_executor_globals`
+//! grew); other minor versions are not read.
 
 use std::collections::HashMap;
 
@@ -45,8 +46,9 @@ pub struct Layout {
 }
 
 /// The versions read, each with its layout.
-const LAYOUTS: [Layout; 3] = [
+const LAYOUTS: [Layout; 4] = [
     Layout { minor: 2, current_execute_data: 488, filename: 152 },
+    Layout { minor: 3, current_execute_data: 488, filename: 144 },
     Layout { minor: 4, current_execute_data: 488, filename: 168 },
     Layout { minor: 5, current_execute_data: 512, filename: 168 },
 ];
@@ -61,7 +63,7 @@ pub fn versions() -> Vec<String> {
     LAYOUTS.iter().map(|l| format!("8.{}", l.minor)).collect()
 }
 
-/// The versions read, as the capture says them (`PHP 8.2, 8.4 and 8.5`).
+/// The versions read, as the capture says them (`PHP 8.2-8.5`).
 pub fn read_said() -> String {
     format!("PHP {}", wallclock_stream::versions_said(&versions()))
 }
@@ -226,7 +228,7 @@ mod tests {
         assert_eq!(php8_minor("/usr/bin/php-cgi8.3"), Some(3));
         assert_eq!(php8_minor("/usr/lib/apache2/modules/libphp8.2.so"), None);
         assert_eq!(php8_minor("/usr/bin/phpize"), None);
-        assert!(is_read("/usr/bin/php8.2") && is_read("/usr/bin/php8.4") && is_read("/usr/bin/php8.5") && !is_read("/usr/bin/php8.3"));
+        assert!(["/usr/bin/php8.2", "/usr/bin/php8.3", "/usr/bin/php8.4", "/usr/bin/php8.5"].iter().all(|p| is_read(p)) && !is_read("/usr/bin/php8.1") && !is_read("/usr/bin/php8.6"));
     }
 
     /// The versions said to be read are those with a layout.
@@ -235,6 +237,6 @@ mod tests {
         for m in 0..20 {
             assert_eq!(layout(m).is_some(), versions().contains(&format!("8.{m}")), "PHP 8.{m}");
         }
-        assert_eq!(read_said(), "PHP 8.2, 8.4 and 8.5");
+        assert_eq!(read_said(), "PHP 8.2-8.5");
     }
 }
