@@ -23,7 +23,7 @@ struct wc_rbcfg {
 	__u64 dtpoff; /* ruby_current_ec's offset in libruby's TLS block */
 	/* The layout of this Ruby (reader.rs's Layout): what moved between
 	 * versions is given, none of it written here. */
-	__u32 cfp_size;  /* sizeof(rb_control_frame_t): 64 (3.1), 56 (3.3+) */
+	__u32 cfp_size;  /* sizeof(rb_control_frame_t): 64 (3.1, 3.2), 56 (3.3+) */
 	__u32 ec_thread; /* ec->thread_ptr */
 	__u32 th_ractor; /* th->ractor */
 	__u32 th_waitq;  /* th's node linked into its ractor's GVL wait queue */
@@ -42,10 +42,10 @@ struct {
 } rb_cfg SEC(".maps");
 
 /* Whether the thread of `ec` waits for its ractor's GVL: its wait-queue
- * node (3.1: th->native_thread_data; 3.3+: th->sched.node.readyq) is
+ * node (3.1: th->native_thread_data; 3.2+: th->sched.node.readyq) is
  * linked into a list whose head lies in its ractor (3.1:
- * threads.gvl.waitq; 3.3+: threads.sched.readyq), not into the ubf list
- * that shares 3.1's node (a static of libruby's), nor unlinked (NULL, or
+ * threads.gvl.waitq; 3.2+: threads.sched.readyq), not into the ubf list
+ * that shares 3.1's and 3.2's node (a static of libruby's), nor unlinked (NULL, or
  * pointing at itself). The offsets are the process's Ruby's (rb_cfg). */
 static __always_inline __u32 rb_gvl_waiting(__u64 ec, struct wc_rbcfg *c)
 {

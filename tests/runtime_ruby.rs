@@ -2,9 +2,10 @@
 //! `worker-1` and `worker-2` run `work`, which calls `crunch` on the CPU,
 //! `nap` in sleep and `with_lock` waiting for a Mutex a third thread holds,
 //! each timed by the thread with CLOCK_MONOTONIC) profiled by
-//! `scripts/wallclock -- ruby ...` with no flag, and Ruby 3.3 and 3.4
-//! (Debian forky's ruby3.3, experimental's ruby3.4, in
-//! target/chroot-forky, as in a container) attached by pid with no flag:
+//! `scripts/wallclock -- ruby ...` with no flag, and Ruby 3.2, 3.3 and
+//! 3.4 (Ubuntu 24.04's ruby3.2 in target/chroot-noble; Debian forky's
+//! ruby3.3 and experimental's ruby3.4 in target/chroot-forky; as in a
+//! container) attached by pid with no flag:
 //!
 //! - each worker's stacks are whole (from `clone3`: 3.1's 1 MiB VM stack
 //!   lies on its machine stack, past the 64K the capture copies, and used
@@ -23,7 +24,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{attach_in_chroot, forky, have, ns, profile, stats, top, Run, Stack};
+use runtime_common::{attach_in_chroot, debian_chroot, forky, have, ns, profile, stats, top, Run, Stack};
 use serde_json::Value;
 
 fn thread<'a>(r: &'a Run, name: &str) -> Vec<&'a Stack> {
@@ -86,7 +87,22 @@ fn experimentals_ruby_34_attached_with_no_flag() {
     check("ruby 3.4", &r, &util::root().join("target/test-tmp/runtime_ruby_forky_34"), rooted, |f| f.starts_with("libruby-3.4.so"));
 }
 
-/// What both versions must show (see the file's doc); `rooted`: a whole
+/// Ubuntu 24.04's Ruby 3.2 (no Debian suite has 3.2) in
+/// target/chroot-noble, attached by pid with no flag: 3.3's String and
+/// iseq with 3.1's 64-byte control frame, the same checks as 3.1's.
+#[test]
+fn ubuntus_ruby_32_attached_with_no_flag() {
+    if util::skip_without_root("Ruby capture") {
+        return;
+    }
+    let Some(root) = debian_chroot("noble", "ruby3.2", "ruby3.2") else { return };
+    let r = attach_in_chroot("runtime_ruby_noble_32", &root, "ruby3.2", "tests/programs/ruby/work.rb", "3");
+    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
+    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x") || f == "clone3") && !s.frames.iter().any(|f| f == "[truncated]");
+    check("ruby 3.2", &r, &util::root().join("target/test-tmp/runtime_ruby_noble_32"), rooted, |f| f == "rb_vm_exec");
+}
+
+/// What every version must show (see the file's doc); `rooted`: a whole
 /// stack; `vm`: the interpreter's frame the Ruby frames go above. Prints
 /// the figures issue 40 measures: the process's thread-time in stacks
 /// naming the program's methods, each worker's in whole stacks, and the

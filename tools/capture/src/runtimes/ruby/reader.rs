@@ -1,17 +1,20 @@
-//! A live Ruby process (3.1, 3.3 or 3.4) read from outside
+//! A live Ruby process (3.1 to 3.4) read from outside
 //! (process_vm_readv): where its execution context lives (for the BPF
 //! walker), and the names of the iseqs and method entries its control
 //! frames hold.
 //!
 //! Layouts (`Layout`): Ruby 3.1.2's, 3.3.8's and 3.4.5's vm_core.h /
 //! method.h / iseq.h / rstring.h / rarray.h, as rbspy's bindgen output for
-//! those releases lists them (`offset_of!` of each field), checked against
-//! the live interpreters (Debian 12's 3.1.2, Debian forky's 3.3.8:
-//! tests/runtime_ruby.rs). What moved: the control frame lost a word in
-//! 3.2 (64 -> 56 bytes), a String keeps its length in a field of its own
-//! and an Array 7 bits of embedded length (variable-width allocation),
-//! an iseq's first line is a C int, not a Fixnum, and the GVL's wait queue
-//! is the thread scheduler's ready queue. libruby is stripped: only its
+//! those releases lists them (`offset_of!` of each field), and 3.2.3's,
+//! `offsetof` printed by a C program built against its own source (Ubuntu
+//! 24.04's, with the build's config.h); checked against the live
+//! interpreters (Debian 12's 3.1.2, Ubuntu 24.04's 3.2.3, Debian forky's
+//! 3.3.8, Debian experimental's 3.4.11: tests/runtime_ruby.rs). What
+//! moved: from 3.2 a String keeps its length in a field of its own and an
+//! Array 7 bits of embedded length (variable-width allocation), an iseq's
+//! first line is a C int, not a Fixnum, and the GVL's wait queue is the
+//! thread scheduler's ready queue; in 3.3 the control frame lost a word
+//! (64 -> 56 bytes) and the thread's queue node moved. libruby is stripped: only its
 //! dynamic symbols are read, and where 3.3's build no longer exports
 //! `ruby_current_ec` and `rb_vm_exec`, they are found in the code of
 //! functions it does export (`rb_thread_current`, `rb_iseq_eval_main`).
@@ -44,7 +47,7 @@ const ID_ENTRY_UNIT: u64 = 512;
 const MAX_STR: u64 = 4096;
 
 /// What differs between the Ruby versions read (the rest above is the
-/// same in 3.1, 3.3 and 3.4).
+/// same in 3.1-3.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// `sizeof(rb_control_frame_t)`.
@@ -69,12 +72,16 @@ pub struct Layout {
 
 /// Ruby 3.1 (3.1.2's layout; the structs read did not change within 3.1).
 const RUBY_31: Layout = Layout { cfp_size: 64, ec_thread: 48, th_ractor: 24, th_waitq: 104, ractor_span: 2048, str_len_field: false, ary_embed_len_mask: 0x3, lineno_fixnum: true };
+/// Ruby 3.2 (3.2.3's): 3.3's String, Array and iseq, 3.1's control frame
+/// (64 bytes: 3.3 dropped `__bp__`); the node `sched.node.readyq` at +56,
+/// the ready queue's head at +384 of a 736-byte rb_ractor_t.
+const RUBY_32: Layout = Layout { cfp_size: 64, ec_thread: 48, th_ractor: 24, th_waitq: 56, ractor_span: 1024, str_len_field: true, ary_embed_len_mask: 0x7f, lineno_fixnum: false };
 /// Ruby 3.3 and 3.4 (3.3.8's and 3.4.5's: the same for what is read;
 /// the ready queue's head at +344 of a 600 / 520-byte rb_ractor_t).
 const RUBY_33: Layout = Layout { cfp_size: 56, ec_thread: 48, th_ractor: 24, th_waitq: 72, ractor_span: 1024, str_len_field: true, ary_embed_len_mask: 0x7f, lineno_fixnum: false };
 
 /// The layout of each Ruby 3.N read, by N: the versions read.
-const LAYOUTS: [(u32, Layout); 3] = [(1, RUBY_31), (3, RUBY_33), (4, RUBY_33)];
+const LAYOUTS: [(u32, Layout); 4] = [(1, RUBY_31), (2, RUBY_32), (3, RUBY_33), (4, RUBY_33)];
 
 /// The layout of Ruby 3.`minor`, where it is read.
 pub fn layout(minor: u32) -> Option<Layout> {
@@ -87,7 +94,7 @@ pub fn versions() -> Vec<String> {
     LAYOUTS.iter().map(|l| format!("3.{}", l.0)).collect()
 }
 
-/// The versions read, as the capture says them (`Ruby 3.1, 3.3 and 3.4`).
+/// The versions read, as the capture says them (`Ruby 3.1-3.4`).
 pub fn read_said() -> String {
     format!("Ruby {}", wallclock_stream::versions_said(&versions()))
 }
@@ -400,8 +407,9 @@ mod tests {
         for m in 0..20 {
             assert_eq!(layout(m).is_some(), versions().contains(&format!("3.{m}")), "Ruby 3.{m}");
         }
-        assert_eq!(read_said(), "Ruby 3.1, 3.3 and 3.4");
+        assert_eq!(read_said(), "Ruby 3.1-3.4");
         assert_eq!(layout(1).unwrap().cfp_size, 64);
+        assert_eq!(layout(2).unwrap().cfp_size, 64);
         assert_eq!(layout(3).unwrap().cfp_size, 56);
     }
 }
