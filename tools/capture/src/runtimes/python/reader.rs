@@ -233,21 +233,37 @@ impl Interpreter {
     }
 
     /// A `str` object: compact ASCII or one-byte (Latin-1) strings, the
-    /// others as `?` per character.
+    /// others as `?` per character. What a str object cannot hold is an
+    /// error, not a name: a compact str's characters end with a NUL, an
+    /// ASCII one's are below 0x80, and the names read hold no NUL. A str
+    /// freed or changed as it was read (a module's code replaced while
+    /// it imports: `<module>` then 4 KB of the heap, in a fresh-clone
+    /// run) fails one of these; its frame is then left out, its caller's
+    /// kept.
     pub(crate) fn string(&self, obj: u64) -> Result<String, String> {
         let o = self.offsets;
-        let len = self.u64(obj + 16)?.min(MAX_STR);
+        let bad = || format!("pid {}: str at {obj:#x} is not one (freed or changing)", self.pid);
+        let len = self.u64(obj + 16)?;
         let state = self.u8(obj + 32)?;
         let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
-        if !compact || kind == 0 {
+        if !compact || !matches!(kind, 1 | 2 | 4) {
             return Err(format!("pid {}: str at {obj:#x} is not compact", self.pid));
         }
+        if len > MAX_STR {
+            return Err(bad());
+        }
         let at = obj + if ascii { o.ascii_size } else { o.compact_size };
-        let mut b = vec![0u8; (len * u64::from(kind.max(1))) as usize];
+        // The characters and the NUL after them.
+        let mut b = vec![0u8; ((len + 1) * u64::from(kind)) as usize];
         self.read(at, &mut b)?;
+        let (chars, end) = b.split_at(len as usize * kind as usize);
+        let nul_inside = chars.chunks(kind as usize).any(|c| c.iter().all(|&x| x == 0));
+        if end.iter().any(|&x| x != 0) || nul_inside || ascii && chars.iter().any(|&c| c >= 0x80) {
+            return Err(bad());
+        }
         Ok(match kind {
-            1 => b.iter().map(|&c| char::from(c)).collect(),
-            _ => b.chunks(kind as usize).map(|_| '?').collect(),
+            1 => chars.iter().map(|&c| char::from(c)).collect(),
+            _ => chars.chunks(kind as usize).map(|_| '?').collect(),
         })
     }
 
