@@ -24,7 +24,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{attach_in_chroot, debian_chroot, forky, have, ns, profile, stats, top, Run, Stack};
+use runtime_common::{attach_in_chroot, debian_chroot, have, ns, profile, stats, top, Run, Stack};
 use serde_json::Value;
 
 fn thread<'a>(r: &'a Run, name: &str) -> Vec<&'a Stack> {
@@ -60,15 +60,8 @@ fn ruby_methods_named_with_their_callers_whole_and_timed_as_the_threads_time_the
 /// its Strings and Arrays laid out anew; and the same checks as 3.1's.
 #[test]
 fn forkys_ruby_33_attached_with_no_flag() {
-    if util::skip_without_root("Ruby capture") {
-        return;
-    }
-    let Some(root) = forky("ruby3.3", "ruby3.3") else { return };
-    let r = attach_in_chroot("runtime_ruby_forky_33", &root, "ruby3.3", "tests/programs/ruby/work.rb", "3");
-    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
     // A thread's first frame is the chroot's stripped libc's (clone3).
-    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]");
-    check("ruby 3.3", &r, &util::root().join("target/test-tmp/runtime_ruby_forky_33"), rooted, |f| f.starts_with("libruby-3.3.so"));
+    chroot_ruby("forky", "ruby3.3", "ruby3.3", "3.3", in_stripped_libc, |f| f.starts_with("libruby-3.3.so"));
 }
 
 /// Ruby 3.4 (Debian experimental's ruby3.4, installed in the forky
@@ -77,14 +70,7 @@ fn forkys_ruby_33_attached_with_no_flag() {
 /// checks as 3.1's.
 #[test]
 fn experimentals_ruby_34_attached_with_no_flag() {
-    if util::skip_without_root("Ruby capture") {
-        return;
-    }
-    let Some(root) = forky("ruby3.4", "ruby3.4/experimental") else { return };
-    let r = attach_in_chroot("runtime_ruby_forky_34", &root, "ruby3.4", "tests/programs/ruby/work.rb", "3");
-    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
-    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]");
-    check("ruby 3.4", &r, &util::root().join("target/test-tmp/runtime_ruby_forky_34"), rooted, |f| f.starts_with("libruby-3.4.so"));
+    chroot_ruby("forky", "ruby3.4", "ruby3.4/experimental", "3.4", in_stripped_libc, |f| f.starts_with("libruby-3.4.so"));
 }
 
 /// Ubuntu 24.04's Ruby 3.2 (no Debian suite has 3.2) in
@@ -92,14 +78,27 @@ fn experimentals_ruby_34_attached_with_no_flag() {
 /// iseq with 3.1's 64-byte control frame, the same checks as 3.1's.
 #[test]
 fn ubuntus_ruby_32_attached_with_no_flag() {
+    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x") || f == "clone3") && !s.frames.iter().any(|f| f == "[truncated]");
+    chroot_ruby("noble", "ruby3.2", "ruby3.2", "3.2", rooted, |f| f == "rb_vm_exec");
+}
+
+/// A stack from the chroot's stripped libc's unnamed `clone3`, not cut.
+fn in_stripped_libc(s: &Stack) -> bool {
+    s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x")) && !s.frames.iter().any(|f| f == "[truncated]")
+}
+
+/// `suite`'s chroot's `bin` (of `package`, Ruby `version`) running
+/// work.rb, attached by its host pid: no "not walked", and `check`'s
+/// checks with `rooted` and `vm`.
+fn chroot_ruby(suite: &str, bin: &str, package: &str, version: &str, rooted: fn(&Stack) -> bool, vm: fn(&str) -> bool) {
     if util::skip_without_root("Ruby capture") {
         return;
     }
-    let Some(root) = debian_chroot("noble", "ruby3.2", "ruby3.2") else { return };
-    let r = attach_in_chroot("runtime_ruby_noble_32", &root, "ruby3.2", "tests/programs/ruby/work.rb", "3");
+    let Some(root) = debian_chroot(suite, bin, package) else { return };
+    let name = format!("runtime_ruby_{suite}_{}", version.replace('.', ""));
+    let r = attach_in_chroot(&name, &root, bin, "tests/programs/ruby/work.rb", "3");
     assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
-    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x") || f == "clone3") && !s.frames.iter().any(|f| f == "[truncated]");
-    check("ruby 3.2", &r, &util::root().join("target/test-tmp/runtime_ruby_noble_32"), rooted, |f| f == "rb_vm_exec");
+    check(&format!("ruby {version}"), &r, &util::root().join("target/test-tmp").join(&name), rooted, vm);
 }
 
 /// What every version must show (see the file's doc); `rooted`: a whole
