@@ -6,7 +6,8 @@
  *
  * Prints `thread NAME TID` for each, `sleeper since NS` (CLOCK_MONOTONIC,
  * the BPF clock) just before the sleeper sleeps, `ready`, and then every
- * 10 ms `cpu MONO_NS NAME CPU_NS ...`: each thread's own CPU clock. */
+ * 10 ms `cpu MONO_NS MONO_NS NAME CPU_NS ...`: each thread's own CPU clock,
+ * read between the two CLOCK_MONOTONIC stamps. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -185,12 +186,19 @@ int main(int argc, char **argv)
 	for (int i = 0; i < NAMED; i++)
 		pthread_getcpuclockid(tids[i], &clk[i]);
 	for (;;) {
-		printf("cpu %llu", mono());
+		/* The clocks are read between two stamps: this thread can be
+		 * preempted among the reads (each a system call) on a loaded
+		 * machine, and the clocks are then of a later time than the
+		 * first stamp. */
+		unsigned long long cpu[NAMED], t0 = mono();
 		for (int i = 0; i < NAMED; i++) {
 			struct timespec ts;
 			clock_gettime(clk[i], &ts);
-			printf(" %s %llu", names[i], ts.tv_sec * 1000000000ull + ts.tv_nsec);
+			cpu[i] = ts.tv_sec * 1000000000ull + ts.tv_nsec;
 		}
+		printf("cpu %llu %llu", t0, mono());
+		for (int i = 0; i < NAMED; i++)
+			printf(" %s %llu", names[i], cpu[i]);
 		printf("\n");
 		fflush(stdout);
 		usleep(10000);

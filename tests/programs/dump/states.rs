@@ -20,8 +20,9 @@ pub const FUNCS: [(&str, &str); 6] = [
     ("waiter", "wait_lock"),
 ];
 
-/// (CLOCK_MONOTONIC ns, CPU ns of each named thread).
-type Report = (u64, HashMap<String, u64>);
+/// (CLOCK_MONOTONIC ns before and after the clocks were read, CPU ns of
+/// each named thread).
+type Report = (u64, u64, HashMap<String, u64>);
 
 pub struct States {
     child: Child,
@@ -70,12 +71,12 @@ impl States {
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                if w.first() != Some(&"cpu") || w.len() < 2 {
+                if w.first() != Some(&"cpu") || w.len() < 3 {
                     continue;
                 }
-                let at = w[1].parse().unwrap();
-                let cpu = w[2..].chunks(2).map(|p| (p[0].to_string(), p[1].parse().unwrap())).collect();
-                reports.lock().unwrap().push((at, cpu));
+                let (t0, t1) = (w[1].parse().unwrap(), w[2].parse().unwrap());
+                let cpu = w[3..].chunks(2).map(|p| (p[0].to_string(), p[1].parse().unwrap())).collect();
+                reports.lock().unwrap().push((t0, t1, cpu));
             }
         });
         s
@@ -85,20 +86,21 @@ impl States {
     /// interpolated between the two reports around it.
     pub fn cpu_at(&self, at: u64) -> HashMap<String, f64> {
         let r = self.reports.lock().unwrap();
-        let i = r.partition_point(|(t, _)| *t <= at);
+        let i = r.partition_point(|(t, _, _)| *t <= at);
         assert!(i > 0 && i < r.len(), "no CPU clock report around {at}");
-        let ((t0, a), (t1, b)) = (&r[i - 1], &r[i]);
+        let ((t0, _, a), (t1, _, b)) = (&r[i - 1], &r[i]);
         let f = (at - t0) as f64 / (t1 - t0) as f64;
         a.iter().map(|(k, &v0)| (k.clone(), v0 as f64 + (b[k] as f64 - v0 as f64) * f)).collect()
     }
 
     /// Bounds of each named thread's CPU ns at the monotonic time `at`:
-    /// its clocks in the reports just before and just after.
+    /// its clocks in the last report read wholly before it and the first
+    /// read wholly after it.
     pub fn cpu_bounds(&self, at: u64) -> HashMap<String, (u64, u64)> {
         let r = self.reports.lock().unwrap();
-        let i = r.partition_point(|(t, _)| *t <= at);
-        assert!(i > 0 && i < r.len(), "no CPU clock report around {at}");
-        let ((_, a), (_, b)) = (&r[i - 1], &r[i]);
+        let before = r.iter().rev().find(|(_, t1, _)| *t1 <= at);
+        let after = r.iter().find(|(t0, _, _)| *t0 >= at);
+        let (Some((_, _, a)), Some((_, _, b))) = (before, after) else { panic!("no CPU clock report around {at}") };
         a.iter().map(|(k, &lo)| (k.clone(), (lo, b[k]))).collect()
     }
 

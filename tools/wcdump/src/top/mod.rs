@@ -1,6 +1,6 @@
 //! `wctop [PID | --cgroup PATH]` (`wallclock top`): a live view of where
 //! a process's threads spend their time, refreshed every interval: per
-//! thread (per process with --cgroup or --per-process) the on-CPU,
+//! thread (per process with --cgroup or --per-process) the on-CPU, steal,
 //! runnable, sleeping and disk shares of the last interval and the
 //! function each was blocked in longest. Exact as the report is: the
 //! intervals are windows of one offcputime capture (on-CPU from

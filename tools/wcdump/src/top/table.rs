@@ -1,6 +1,11 @@
 //! One interval as a table: a row per thread (or per process), its
-//! on-CPU, runnable, sleeping and disk time and their shares of its time
-//! alive in the interval, and the function it was blocked in longest.
+//! on-CPU, steal, runnable, sleeping and disk time and their shares of its
+//! time alive in the interval, and the function it was blocked in longest.
+//!
+//! ON% is the time the thread ran: its on-CPU time (switch-in to
+//! switch-out) less its steal, the part of it the hypervisor gave its
+//! vCPU to another guest (or that interrupts took), which its own CPU
+//! clock does not count either; STEAL% is that part.
 
 use std::collections::HashMap;
 
@@ -61,7 +66,10 @@ pub struct Row {
     pub threads: u32,
     pub name: String,
     pub alive_ns: u64,
+    /// On-CPU time, steal included.
     pub on_ns: u64,
+    /// The part of `on_ns` the hypervisor (or interrupts) took.
+    pub steal_ns: u64,
     pub run_ns: u64,
     pub sleep_ns: u64,
     pub disk_ns: u64,
@@ -71,6 +79,11 @@ pub struct Row {
 }
 
 impl Row {
+    /// The time it ran: on-CPU less steal.
+    fn ran(&self) -> u64 {
+        self.on_ns - self.steal_ns
+    }
+
     fn off(&self) -> u64 {
         self.run_ns + self.sleep_ns + self.disk_ns + self.other_ns
     }
@@ -116,6 +129,7 @@ pub fn interval(n: u32, records: &[Record], engine: &mut Engine, per_process: bo
                     name: t.comm.clone(),
                     alive_ns: alive,
                     on_ns: t.on_ns.unwrap_or(0),
+                    steal_ns: t.steal_ns.unwrap_or(0).min(t.on_ns.unwrap_or(0)),
                     run_ns: off.r,
                     sleep_ns: off.s,
                     disk_ns: off.d,
@@ -148,6 +162,7 @@ pub fn interval(n: u32, records: &[Record], engine: &mut Engine, per_process: bo
             p.threads += 1;
             p.alive_ns += t.alive_ns;
             p.on_ns += t.on_ns;
+            p.steal_ns += t.steal_ns;
             p.run_ns += t.run_ns;
             p.sleep_ns += t.sleep_ns;
             p.disk_ns += t.disk_ns;
@@ -171,7 +186,7 @@ pub fn sort(rows: &mut [Row], key: SortKey) {
         SortKey::Name => rows.sort_by(|a, b| a.name.cmp(&b.name).then(a.tid.cmp(&b.tid))),
         _ => rows.sort_by_key(|r| {
             let v = match key {
-                SortKey::On => r.on_ns,
+                SortKey::On => r.ran(),
                 SortKey::Off => r.off(),
                 SortKey::Runnable => r.run_ns,
                 SortKey::Sleep => r.sleep_ns,
@@ -203,7 +218,7 @@ pub fn render(iv: &Interval, title: &str, key: SortKey, per_process: bool, max_r
         key.word()
     )];
     let id = if per_process { "    PID THR" } else { "    TID" };
-    out.push(format!("{id} {:<16} {:>6} {:>6} {:>6} {:>6} {:>6}  BLOCKED IN", "NAME", "ON%", "RUNQ%", "SLEEP%", "DISK%", "OTHER%"));
+    out.push(format!("{id} {:<16} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  BLOCKED IN", "NAME", "ON%", "STEAL%", "RUNQ%", "SLEEP%", "DISK%", "OTHER%"));
     let mut rows = iv.rows.clone();
     sort(&mut rows, key);
     for r in rows.iter().take(max_rows) {
@@ -211,9 +226,10 @@ pub fn render(iv: &Interval, title: &str, key: SortKey, per_process: bool, max_r
         let blocked = r.blocked.as_ref().map_or_else(|| "-".to_string(), |(f, ns)| format!("{f} ({:.0} ms)", *ns as f64 / 1e6));
         let a = r.alive_ns;
         out.push(format!(
-            "{id} {:<16} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1}  {blocked}",
+            "{id} {:<16} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1}  {blocked}",
             r.name,
-            pct(r.on_ns, a),
+            pct(r.ran(), a),
+            pct(r.steal_ns, a),
             pct(r.run_ns, a),
             pct(r.sleep_ns, a),
             pct(r.disk_ns, a),
@@ -262,5 +278,16 @@ mod tests {
         let text = render(&iv, "pid 1 (x)", SortKey::Off, false, 2);
         assert_eq!(text.len(), 4, "{text:?}");
         assert!(text[0].ends_with(", 3 threads, by off"), "{}", text[0]);
+    }
+
+    #[test]
+    fn steal_is_its_own_share_not_the_threads_run() {
+        // 600 ms on-CPU of which the hypervisor took 150: ran 45%, steal 15%.
+        let r = Row { tid: 7, name: "spin".into(), alive_ns: 1_000_000_000, on_ns: 600_000_000, steal_ns: 150_000_000, run_ns: 400_000_000, ..Row::default() };
+        let iv = Interval { n: 1, start_ns: 0, end_ns: 1_000_000_000, rows: vec![r] };
+        let text = render(&iv, "pid 7 (spin)", SortKey::On, false, 10);
+        assert!(text[1].contains("ON% STEAL%  RUNQ%"), "{}", text[1]);
+        let w: Vec<&str> = text[2].split_whitespace().collect();
+        assert_eq!(w[2..6], ["45.0", "15.0", "40.0", "0.0"], "{}", text[2]);
     }
 }
