@@ -373,8 +373,9 @@ fn dump_names_each_threads_state() {
     // A dump is an instant: the waiter, asleep 99.9% of the time, can be
     // caught awake. Three dumps at most; one must name every state.
     let mut errors = Vec::new();
+    let copied = copied_stacks();
     for attempt in 1..=3 {
-        errors = dump_errors(&wl.pid());
+        errors = dump_errors(&wl.pid(), copied);
         eprintln!("dump {attempt}: {} errors", errors.len());
         if errors.is_empty() {
             break;
@@ -384,8 +385,21 @@ fn dump_names_each_threads_state() {
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
-/// One `wcdump --json` of the workload: what it named wrong.
-fn dump_errors(pid: &str) -> Vec<String> {
+/// Whether this kernel's task iterator cannot sleep (before 5.18): a
+/// blocked thread's user stack is then copied by wcdump after the
+/// iterator's pass, and a thread that ran in between is read at its next
+/// tick, running. The waiter runs every 20 ms; in the 5.10 guest under
+/// software emulation the pass and the copies take longer than that, and
+/// all three dumps read it running (docs/kernels.md).
+fn copied_stacks() -> bool {
+    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = rel.trim().split(['.', '-']).map(|x| x.parse::<u32>().unwrap_or(0));
+    (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (5, 18)
+}
+
+/// One `wcdump --json` of the workload: what it named wrong. `copied`:
+/// see copied_stacks.
+fn dump_errors(pid: &str, copied: bool) -> Vec<String> {
     let o = Command::new(util::bin("wcdump")).args(["--json", pid]).stderr(Stdio::inherit()).output().unwrap();
     assert!(o.status.success(), "wcdump failed");
     let v: Value = serde_json::from_slice(&o.stdout).expect("wcdump JSON");
@@ -398,6 +412,7 @@ fn dump_errors(pid: &str) -> Vec<String> {
         let want: &[&str] = match name {
             "mixer" | "shorty" | "lock1" | "lock2" | "writer" => &["running", "runnable", "sleeping", "disk"],
             "spin1" | "spin2" => &["running", "runnable"],
+            "waiter" if copied => &["sleeping", "running"],
             "waiter" => &["sleeping"],
             _ => &["running", "runnable", "sleeping", "disk"],
         };
@@ -415,7 +430,7 @@ fn dump_errors(pid: &str) -> Vec<String> {
 }
 
 /// `wallclock top` on the same workload: each thread's row adds up to its
-/// interval (on + runnable + sleeping + disk + other, 98-102%), the
+/// interval (on + steal + runnable + sleeping + disk + other, 98-102%), the
 /// spinners run or wait for a CPU, the waiter sleeps.
 #[test]
 fn top_shares_add_up() {
@@ -429,7 +444,7 @@ fn top_shares_add_up() {
     assert!(o.status.success(), "wctop failed");
     let text = String::from_utf8_lossy(&o.stdout);
     eprintln!("{text}");
-    // The last interval's rows: TID NAME ON% RUNQ% SLEEP% DISK% OTHER% ...
+    // The last interval's rows: TID NAME ON% STEAL% RUNQ% SLEEP% DISK% OTHER% ...
     let last = text.rsplit("wallclock top:").next().unwrap_or("");
     // Each row's shares add up to 98-102%, in a guest as here. (In a QEMU
     // guest with this machine busy they added up to 96.6-105.4% while
@@ -442,25 +457,25 @@ fn top_shares_add_up() {
     let mut rows = 0;
     for line in last.lines().skip(2) {
         let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 7 || f[0].parse::<u64>().is_err() {
+        if f.len() < 8 || f[0].parse::<u64>().is_err() {
             continue;
         }
         rows += 1;
-        let v: Vec<f64> = f[2..7].iter().map(|x| x.parse().unwrap_or(f64::NAN)).collect();
+        let v: Vec<f64> = f[2..8].iter().map(|x| x.parse().unwrap_or(f64::NAN)).collect();
         let sum: f64 = v.iter().sum();
         eprintln!("top {:8} shares add up to {sum:.1}%", f[1]);
         if !(lo..=hi).contains(&sum) {
             errors.push(format!("{}: its shares add up to {sum:.1}%", f[1]));
         }
         match f[1] {
-            "spin1" | "spin2" if v[0] + v[1] < 90.0 => errors.push(format!("{}: on + runnable {:.1}%", f[1], v[0] + v[1])),
+            "spin1" | "spin2" if v[0] + v[1] + v[2] < 90.0 => errors.push(format!("{}: on + steal + runnable {:.1}%", f[1], v[0] + v[1] + v[2])),
             // The waiter sleeps and, woken, waits for a CPU behind the two
             // spinners: on a loaded machine that wait is long and real
             // (a 5.10 guest: 79.5% sleeping, 18.1% runnable in one
             // interval; this machine at load 9: 88.3% sleeping), so the
             // bound is on its sleep and run-queue time together, sleep
             // still most of it.
-            "waiter" if v[2] + v[1] < 90.0 || v[2] < 50.0 => errors.push(format!("waiter: sleeping {:.1}%, runnable {:.1}%", v[2], v[1])),
+            "waiter" if v[3] + v[2] < 90.0 || v[3] < 50.0 => errors.push(format!("waiter: sleeping {:.1}%, runnable {:.1}%", v[3], v[2])),
             _ => {}
         }
     }
