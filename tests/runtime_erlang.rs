@@ -149,7 +149,7 @@ fn burn_against_its_clock(run: &Run, what: &str) -> String {
 /// caller (burner skipped, see below) and from `[Erlang process stack]`,
 /// and the heaviest stacks for a message.
 fn burn_figures(run: &Run) -> (f64, u64, u64, u64, u64, String) {
-    let on: Vec<_> = run.stacks.iter().filter(|s| s.kind == "on").collect();
+    let on: Vec<_> = run.stacks.iter().filter(|s| s.kind == "on" && !s.is_steal()).collect();
     let all: u64 = on.iter().map(|s| s.ns).sum();
     let burn: u64 = on.iter().filter(|s| s.frames.iter().any(|f| f.contains("wc:burn/2"))).map(|s| s.ns).sum();
     let top = {
@@ -181,7 +181,7 @@ fn erlang_named_with_jpperf_and_with_no_flag() {
     eprintln!("erlang: {fig}; {clock}");
 
     let perf = run("runtime_erlang_perf", &["+JPperf", "true"]);
-    let on: Vec<_> = perf.stacks.iter().filter(|s| s.kind == "on").collect();
+    let on: Vec<_> = perf.stacks.iter().filter(|s| s.kind == "on" && !s.is_steal()).collect();
     let all: u64 = on.iter().map(|s| s.ns).sum();
     let burn: u64 = on.iter().filter(|s| s.frames.iter().any(|f| f.contains("wc:burn/2"))).map(|s| s.ns).sum();
     let top = {

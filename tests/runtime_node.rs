@@ -48,10 +48,10 @@ fn attach(name: &str, pid: u32, secs: u32) -> Run {
 }
 
 /// The on-CPU stacks of the main thread of `pid` (any node process when
-/// None): its tid is its pid.
+/// None): its tid is its pid. Not its steal (see `Run::on_cpu`).
 fn main_on_cpu(r: &Run, pid: Option<u64>) -> Vec<&Stack> {
     let node = |s: &Stack| r.comms.get(&s.tid).is_some_and(|c| c == "node");
-    r.stacks.iter().filter(|s| s.kind == "on" && s.tid == s.pid && pid.is_none_or(|p| s.pid == p) && node(s)).collect()
+    r.stacks.iter().filter(|s| s.kind == "on" && !s.is_steal() && s.tid == s.pid && pid.is_none_or(|p| s.pid == p) && node(s)).collect()
 }
 
 fn pct(v: &[&Stack], pred: impl Fn(&Stack) -> bool) -> f64 {

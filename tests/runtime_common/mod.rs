@@ -22,6 +22,13 @@ pub struct Stack {
     pub ns: u64,
 }
 
+impl Stack {
+    /// The stack that stands for a thread's steal (see `Run::on_cpu`).
+    pub fn is_steal(&self) -> bool {
+        self.frames == ["[steal]"]
+    }
+}
+
 /// A profiled run: what the program printed, what wallclock said, the
 /// thread names by tid, the stacks and the report's text.
 pub struct Run {
@@ -33,9 +40,14 @@ pub struct Run {
 }
 
 impl Run {
-    /// The on-CPU stacks of the threads named `comm`.
+    /// The on-CPU stacks of the threads named `comm`: the time they ran.
+    /// Not their `[steal]` stack, the part of their on-CPU time a busy
+    /// host's hypervisor took from the vCPU, in no function: counted in,
+    /// JVM spinners with 8.6% and 10.6% of their on-CPU time in `[steal]`
+    /// were "87.8%" and "87.7% whole and named" (90 asked) in a fresh run
+    /// here, their heaviest stacks whole.
     pub fn on_cpu<'a>(&'a self, comm: &'a str) -> impl Iterator<Item = &'a Stack> + 'a {
-        self.stacks.iter().filter(move |s| s.kind == "on" && self.comms.get(&s.tid).map(String::as_str) == Some(comm))
+        self.stacks.iter().filter(move |s| s.kind == "on" && !s.is_steal() && self.comms.get(&s.tid).map(String::as_str) == Some(comm))
     }
 
     /// Of the on-CPU time of the threads named `comm`, the percentage in
