@@ -385,16 +385,15 @@ fn dump_names_each_threads_state() {
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
-/// Whether this kernel's task iterator cannot sleep (before 5.18): a
+/// Whether wcdump's task iterator cannot sleep here (before 5.18, or
+/// WALLCLOCK_KERNEL_LACKS=sleepable_iter), as wcdump itself decides: a
 /// blocked thread's user stack is then copied by wcdump after the
 /// iterator's pass, and a thread that ran in between is read at its next
 /// tick, running. The waiter runs every 20 ms; in the 5.10 guest under
 /// software emulation the pass and the copies take longer than that, and
 /// all three dumps read it running (docs/kernels.md).
 fn copied_stacks() -> bool {
-    let rel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut v = rel.trim().split(['.', '-']).map(|x| x.parse::<u32>().unwrap_or(0));
-    (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (5, 18)
+    !wallclock_capture::kernel::Kernel::get().sleepable_iter
 }
 
 /// One `wcdump --json` of the workload: what it named wrong. `copied`:
