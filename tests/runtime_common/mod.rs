@@ -25,7 +25,7 @@ pub struct Stack {
 impl Stack {
     /// The stack that stands for a thread's steal (see `Run::on_cpu`).
     pub fn is_steal(&self) -> bool {
-        self.frames == ["[steal]"]
+        self.frames == [wallclock_stream::accounting::STEAL_FRAME]
     }
 }
 

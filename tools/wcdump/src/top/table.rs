@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use stacksym::Engine;
+use wallclock_stream::accounting::sampled_on_ns;
 use wallclock_stream::{Frame, Record, State};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -66,9 +67,10 @@ pub struct Row {
     pub threads: u32,
     pub name: String,
     pub alive_ns: u64,
-    /// On-CPU time, steal included.
-    pub on_ns: u64,
-    /// The part of `on_ns` the hypervisor (or interrupts) took.
+    /// The time it ran: on-CPU time less steal.
+    pub ran_ns: u64,
+    /// The rest of its on-CPU time, what the hypervisor (or interrupts)
+    /// took.
     pub steal_ns: u64,
     pub run_ns: u64,
     pub sleep_ns: u64,
@@ -79,11 +81,6 @@ pub struct Row {
 }
 
 impl Row {
-    /// The time it ran: on-CPU less steal.
-    fn ran(&self) -> u64 {
-        self.on_ns - self.steal_ns
-    }
-
     fn off(&self) -> u64 {
         self.run_ns + self.sleep_ns + self.disk_ns + self.other_ns
     }
@@ -120,6 +117,7 @@ pub fn interval(n: u32, records: &[Record], engine: &mut Engine, per_process: bo
             }
             Record::Thread(t) => {
                 let off = t.off_ns.unwrap_or_default();
+                let ran = sampled_on_ns(t).unwrap_or(0);
                 let alive = t.end_ns.unwrap_or(end_ns).saturating_sub(t.start_ns.unwrap_or(start_ns));
                 let row = rows.entry(t.tid).or_default();
                 *row = Row {
@@ -128,8 +126,8 @@ pub fn interval(n: u32, records: &[Record], engine: &mut Engine, per_process: bo
                     threads: 1,
                     name: t.comm.clone(),
                     alive_ns: alive,
-                    on_ns: t.on_ns.unwrap_or(0),
-                    steal_ns: t.steal_ns.unwrap_or(0).min(t.on_ns.unwrap_or(0)),
+                    ran_ns: ran,
+                    steal_ns: t.on_ns.unwrap_or(0) - ran,
                     run_ns: off.r,
                     sleep_ns: off.s,
                     disk_ns: off.d,
@@ -161,7 +159,7 @@ pub fn interval(n: u32, records: &[Record], engine: &mut Engine, per_process: bo
             }
             p.threads += 1;
             p.alive_ns += t.alive_ns;
-            p.on_ns += t.on_ns;
+            p.ran_ns += t.ran_ns;
             p.steal_ns += t.steal_ns;
             p.run_ns += t.run_ns;
             p.sleep_ns += t.sleep_ns;
@@ -186,7 +184,7 @@ pub fn sort(rows: &mut [Row], key: SortKey) {
         SortKey::Name => rows.sort_by(|a, b| a.name.cmp(&b.name).then(a.tid.cmp(&b.tid))),
         _ => rows.sort_by_key(|r| {
             let v = match key {
-                SortKey::On => r.ran(),
+                SortKey::On => r.ran_ns,
                 SortKey::Off => r.off(),
                 SortKey::Runnable => r.run_ns,
                 SortKey::Sleep => r.sleep_ns,
@@ -228,7 +226,7 @@ pub fn render(iv: &Interval, title: &str, key: SortKey, per_process: bool, max_r
         out.push(format!(
             "{id} {:<16} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1} {:>6.1}  {blocked}",
             r.name,
-            pct(r.ran(), a),
+            pct(r.ran_ns, a),
             pct(r.steal_ns, a),
             pct(r.run_ns, a),
             pct(r.sleep_ns, a),
@@ -264,7 +262,7 @@ mod tests {
 
     #[test]
     fn rows_sort_by_the_chosen_share() {
-        let row = |tid, on_ns, sleep_ns, disk_ns| Row { tid, name: format!("t{tid}"), alive_ns: 100, on_ns, sleep_ns, disk_ns, ..Row::default() };
+        let row = |tid, ran_ns, sleep_ns, disk_ns| Row { tid, name: format!("t{tid}"), alive_ns: 100, ran_ns, sleep_ns, disk_ns, ..Row::default() };
         let mut rows = vec![row(3, 10, 90, 0), row(1, 50, 0, 50), row(2, 90, 10, 0)];
         sort(&mut rows, SortKey::On);
         assert_eq!(rows.iter().map(|r| r.tid).collect::<Vec<_>>(), [2, 1, 3]);
@@ -283,7 +281,7 @@ mod tests {
     #[test]
     fn steal_is_its_own_share_not_the_threads_run() {
         // 600 ms on-CPU of which the hypervisor took 150: ran 45%, steal 15%.
-        let r = Row { tid: 7, name: "spin".into(), alive_ns: 1_000_000_000, on_ns: 600_000_000, steal_ns: 150_000_000, run_ns: 400_000_000, ..Row::default() };
+        let r = Row { tid: 7, name: "spin".into(), alive_ns: 1_000_000_000, ran_ns: 450_000_000, steal_ns: 150_000_000, run_ns: 400_000_000, ..Row::default() };
         let iv = Interval { n: 1, start_ns: 0, end_ns: 1_000_000_000, rows: vec![r] };
         let text = render(&iv, "pid 7 (spin)", SortKey::On, false, 10);
         assert!(text[1].contains("ON% STEAL%  RUNQ%"), "{}", text[1]);
