@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use serde_json::Value;
+use wallclock_stream::{Reader, ReaderOptions, Record};
 
 /// (id, kind, wall ns, cpu ns) per call, from the program's stdout.
 fn calls(stdout: &str) -> Vec<(u64, String, u64, u64)> {
@@ -28,6 +29,23 @@ fn calls(stdout: &str) -> Vec<(u64, String, u64, u64)> {
 fn percentile(sorted: &[u64], q: f64) -> u64 {
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The most the hypervisor (and interrupts) took from the program's
+/// threads in the whole run: each thread's `steal_ns` as the capture
+/// measured it (its largest, where two tools wrote the thread). The
+/// program's CPU clocks leave it out; a span's on-CPU time (its wall less
+/// its blocks) holds what of it fell inside the span.
+fn threads_steal_ns(stream: &std::path::Path) -> u64 {
+    let text = std::fs::read(stream).unwrap();
+    let mut by_tid: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in Reader::new(&text[..], "run.stream", ReaderOptions::default()) {
+        if let Record::Thread(t) = r.unwrap() {
+            let e = by_tid.entry(t.tid).or_default();
+            *e = (*e).max(t.steal_ns.unwrap_or(0));
+        }
+    }
+    by_tid.values().sum()
 }
 
 /// `1.53 ms`, `816 us`, `12.0 s`, `950 ns` as ns.
@@ -127,6 +145,10 @@ fn slow_spans_agree_with_the_program() {
     let cpu: u64 = slow.iter().map(|c| c.3).sum();
     let wall = slow.iter().map(|c| spans[&(c.0 as i64)].0).sum::<f64>() as u64;
     let true_on = cpu as f64 * 100.0 / wall as f64;
+    // Steal is on-CPU time in a span, not in the program's clocks: the
+    // tool's share may be over the program's by at most the threads' steal
+    // (a CI run with the host busy took 10-20% of a spinning vCPU).
+    let steal = threads_steal_ns(&dir.join("run.stream")) as f64 * 100.0 / wall as f64;
     let split = sec[3];
     let pct = |key: &str| -> f64 {
         let i = split.find(key).unwrap_or_else(|| panic!("no {key} in {split}"));
@@ -137,9 +159,10 @@ fn slow_spans_agree_with_the_program() {
     };
     let on = pct("on-CPU");
     let off = pct("runnable") + pct("sleeping") + pct("uninterruptible") + pct("other");
-    eprintln!("slow calls: {} of 80, on-CPU {on:.1}% (program {true_on:.1}%), off-CPU {off:.1}%", slow.len());
-    assert!((on - true_on).abs() <= 3.0, "on-CPU {on}% vs the program's {true_on:.1}%: {split}");
-    assert!((off - (100.0 - true_on)).abs() <= 3.0, "off-CPU {off}% vs the program's {:.1}%", 100.0 - true_on);
+    eprintln!("slow calls: {} of 80, on-CPU {on:.1}% (program {true_on:.1}%, threads' steal {steal:.1}%), off-CPU {off:.1}%", slow.len());
+    let near = |got: f64, want: f64| got >= want - 3.0 && got <= want + 3.0 + steal;
+    assert!(near(on, true_on), "on-CPU {on}% vs the program's {true_on:.1}% (+ steal {steal:.1}%): {split}");
+    assert!(near(100.0 - off, true_on), "off-CPU {off}% vs the program's {:.1}% (- steal {steal:.1}%)", 100.0 - true_on);
     // Each slow-kind call asked nanosleep for 10 ms: at least that much of
     // its time sleeps (S ends at the wake-up, after the timer fired).
     let naps = slow.iter().filter(|c| c.1 == "slow").count() as f64;
@@ -159,7 +182,7 @@ fn slow_spans_agree_with_the_program() {
     let total = by_kind.values().sum::<f64>();
     let f_on = by_kind.get("on").copied().unwrap_or(0.0) * 100.0 / total;
     eprintln!("spans.folded: {:.1} ms, on-CPU {f_on:.1}%", total / 1e3);
-    assert!((f_on - true_on).abs() <= 3.0, "folded on-CPU {f_on:.1}% vs the program's {true_on:.1}%");
+    assert!(near(f_on, true_on), "folded on-CPU {f_on:.1}% vs the program's {true_on:.1}% (+ steal {steal:.1}%)");
     assert!((total * 1e3 - wall as f64).abs() <= 0.03 * wall as f64 + 1e6, "folded total {total} us vs the slow spans' {wall} ns");
     assert!(dir.join("run.spans.svg").is_file());
 
