@@ -29,6 +29,7 @@ mod addrs;
 pub mod background;
 pub mod binary;
 pub mod cli;
+pub mod clocks;
 pub mod cruntime;
 pub mod fasthash;
 pub mod fastjson;

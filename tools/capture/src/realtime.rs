@@ -2,6 +2,8 @@
 //! the instant the tool was launched, the realtime of a monotonic
 //! instant, local time for messages.
 
+pub use wallclock_stream::clocks::{clock_pair, monotonic_ns, realtime_ns};
+
 /// CLOCK_REALTIME when the process started, taken by the loader's
 /// initializers before `main`: +DURATION counts from there, not from
 /// wherever the tool got round to reading its flags. Less the time the
@@ -54,14 +56,6 @@ pub fn launched() -> Option<u64> {
     }
 }
 
-/// CLOCK_REALTIME, ns since the epoch.
-pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The realtime ns of a CLOCK_MONOTONIC instant (both clocks are slewed
 /// alike; only a step of the realtime clock in between moves this).
 pub fn realtime_of(mono: u64) -> u64 {
@@ -73,23 +67,6 @@ pub fn realtime_of(mono: u64) -> u64 {
 pub fn monotonic_of(at: u64) -> u64 {
     let (m, r) = clock_pair();
     (m as i128 + at as i128 - r as i128).max(0) as u64
-}
-
-/// A pair of readings (CLOCK_MONOTONIC, CLOCK_REALTIME) taken together:
-/// the tightest of three (a preemption between two reads on a loaded
-/// machine would put milliseconds between them), the monotonic one at
-/// the middle of its bracket.
-pub fn clock_pair() -> (u64, u64) {
-    let mut best = (u64::MAX, 0, 0);
-    for _ in 0..3 {
-        let a = monotonic_ns();
-        let r = realtime_ns();
-        let b = monotonic_ns();
-        if b - a < best.0 {
-            best = (b - a, a + (b - a) / 2, r);
-        }
-    }
-    (best.1, best.2)
 }
 
 /// Realtime ns as local `YYYY-MM-DD HH:MM:SS.mmm`, for messages.
@@ -111,13 +88,5 @@ pub fn local_time(real: u64) -> String {
         tm.tm_sec,
         real % 1_000_000_000 / 1_000_000
     )
-}
-
-/// CLOCK_MONOTONIC now, ns: the clock the BPF side and the stream use.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: ts is a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

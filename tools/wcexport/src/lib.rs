@@ -133,30 +133,14 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-/// Nanoseconds to add to CLOCK_MONOTONIC to get UTC, now.
-///
-/// The UTC clock is read between two reads of the monotonic one, and the
-/// tightest of a few such brackets is kept: a thread preempted between
-/// two plain reads (a loaded machine, a busy hypervisor) would shift the
-/// profile's start by the time it waited, and `--every`'s windows, each
-/// exported with its own offset, would no longer meet end to end.
+/// Nanoseconds to add to CLOCK_MONOTONIC to get UTC, now: the two read
+/// together ([`wallclock_stream::clocks::clock_pair`]). Two plain reads
+/// with a preemption between them would shift the profile's start by the
+/// wait, and `--every`'s windows, each exported with its own offset,
+/// would no longer meet end to end.
 pub fn monotonic_to_utc_ns() -> i64 {
-    let now = |clock| {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: clock_gettime writes the timespec it is given.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-    };
-    let mut best = (i64::MAX, 0);
-    for _ in 0..5 {
-        let before = now(libc::CLOCK_MONOTONIC);
-        let utc = now(libc::CLOCK_REALTIME);
-        let after = now(libc::CLOCK_MONOTONIC);
-        if after - before < best.0 {
-            best = (after - before, utc - before - (after - before) / 2);
-        }
-    }
-    best.1
+    let (mono, real) = wallclock_stream::clocks::clock_pair();
+    real as i64 - mono as i64
 }
 
 /// The profile of the input; `offset` converts its clock to UTC.
