@@ -29,6 +29,25 @@ pub fn leaf_regs(ip: u64, sp: u64, fp: u64, lr: u64) -> Regs {
     }
 }
 
+/// After a frame-pointer step out of the frame whose record was at `fp`:
+/// on arm64, V8's JSEntry (the builtin C++ calls JavaScript through)
+/// pushes its 18 callee-saved registers (x19-x28, d8-d15) *before* its
+/// frame record, so its caller's sp is 144 bytes above where a plain
+/// frame-pointer step leaves it (`EntryFrameConstants::
+/// kDirectCallerSPOffset`, frame-constants-arm64.h), and the C++
+/// caller's CFI, read from the wrong sp, walked into data. It is told by
+/// the two words V8 pushes below the record: the frame type (ENTRY or
+/// CONSTRUCT_ENTRY, marked as 2 or 4), then 0. x86-64's JSEntry keeps
+/// its record at the top, as a plain frame does: nothing to do there.
+pub fn past_v8_entry_frame(fp: u64, regs: &mut Regs, read: impl Fn(u64) -> Result<u64, ()>) {
+    #[cfg(target_arch = "aarch64")]
+    if regs.sp() == fp.wrapping_add(16) && matches!(read(fp.wrapping_sub(8)), Ok(2 | 4)) && read(fp.wrapping_sub(16)) == Ok(0) {
+        regs.set_sp(fp + 16 + 18 * 8);
+    }
+    #[cfg(target_arch = "x86_64")]
+    let _ = (fp, regs, read);
+}
+
 /// The frame pointer (rbp, x29) by one name.
 pub trait FramePointer {
     fn frame_pointer(&self) -> u64;

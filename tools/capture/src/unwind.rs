@@ -329,11 +329,15 @@ fn walk(p: &mut Proc, rt: &mut Runtimes, pid: u32, mut addr: FrameAddress, regs:
                 }
             }
         }
+        let fp = regs.frame_pointer();
         match p.unwinder.unwind_frame(addr, regs, &mut p.cache, &mut { read }) {
-            Ok(Some(r)) => match FrameAddress::from_return_address(r) {
-                Some(next) => addr = next,
-                None => return (out, true),
-            },
+            Ok(Some(r)) => {
+                crate::arch::past_v8_entry_frame(fp, regs, read);
+                match FrameAddress::from_return_address(r) {
+                    Some(next) => addr = next,
+                    None => return (out, true),
+                }
+            }
             Ok(None) => {
                 if let Some(root) = chain_end_caller(p, regs, &read) {
                     out.push(root);
