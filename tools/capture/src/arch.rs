@@ -42,7 +42,7 @@ pub fn leaf_regs(ip: u64, sp: u64, fp: u64, lr: u64) -> Regs {
 pub fn past_v8_entry_frame(fp: u64, regs: &mut Regs, read: impl Fn(u64) -> Result<u64, ()>) {
     #[cfg(target_arch = "aarch64")]
     if regs.sp() == fp.wrapping_add(16) && matches!(read(fp.wrapping_sub(8)), Ok(2 | 4)) && read(fp.wrapping_sub(16)) == Ok(0) {
-        regs.set_sp(fp + 16 + 18 * 8);
+        regs.set_sp(fp.wrapping_add(16 + 18 * 8));
     }
     #[cfg(target_arch = "x86_64")]
     let _ = (fp, regs, read);

@@ -89,4 +89,3 @@ pub fn local_time(real: u64) -> String {
         real % 1_000_000_000 / 1_000_000
     )
 }
-
