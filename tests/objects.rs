@@ -29,21 +29,13 @@ struct Own {
     port: u64,
 }
 
-/// Each thread's time runnable (waiting for a CPU), from the capture's
-/// `thread` records (the largest where two tools wrote one): a wait by
-/// the thread's own clock holds the time it waited for a CPU once woken
-/// (the locker and heaplock run at nice 19, and a busy machine keeps them
-/// off a CPU for a tenth of their wait), which is the CPU's, not the
-/// object's, and is shown as runnable.
-fn runnable_ns(stream: &str) -> BTreeMap<u64, u64> {
-    let mut r: BTreeMap<u64, u64> = BTreeMap::new();
-    for v in stream.lines().filter(|l| l.contains("\"thread\"")).filter_map(|l| serde_json::from_str::<Value>(l).ok()) {
-        if let (Some("thread"), Some(tid)) = (v["type"].as_str(), v["tid"].as_u64()) {
-            let e = r.entry(tid).or_default();
-            *e = (*e).max(v["off_ns"]["R"].as_u64().unwrap_or(0));
-        }
-    }
-    r
+/// Each thread's time runnable (waiting for a CPU), as the capture
+/// measured it: a wait by the thread's own clock holds the time it waited
+/// for a CPU once woken (the locker and heaplock run at nice 19, and a
+/// busy machine keeps them off a CPU for a tenth of their wait), which is
+/// the CPU's, not the object's, and is shown as runnable.
+fn runnable_ns(stream: &str) -> BTreeMap<u32, u64> {
+    util::per_thread(stream, |t| t.off_ns.as_ref().map_or(0, |o| o.r))
 }
 
 fn own(stdout: &str) -> Vec<Own> {
@@ -121,7 +113,7 @@ fn each_wait_is_under_its_object() {
     for o in &threads {
         let is_own = expected(o, d);
         let objs = by.get(&o.tid).unwrap_or_else(|| panic!("no off-CPU stacks of {} ({})", o.name, o.tid));
-        let r = runnable.get(&o.tid).copied().unwrap_or(0);
+        let r = runnable.get(&(o.tid as u32)).copied().unwrap_or(0);
         let off: u64 = objs.values().sum();
         let mine: u64 = objs.iter().filter(|(n, _)| is_own(n)).map(|(_, v)| v).sum();
         let others: u64 = objs.iter().filter(|(n, _)| !n.is_empty() && !is_own(n)).map(|(_, v)| v).sum();
@@ -189,7 +181,7 @@ fn each_wait_is_under_its_object() {
     let heap_lock = json["waited_on"].as_array().unwrap().iter().find(|w| w["object"] == "lock in settle_account").unwrap();
     assert!(heap_lock["raw"][0].as_str().is_some_and(|r| r.starts_with("lock 0x")), "the heap lock's address: {heap_lock}");
     let in_report = heap_lock["threads"].as_array().unwrap().iter().find(|t| t["tid"] == heap.tid).map_or(0, |t| t["ns"].as_u64().unwrap());
-    let r = runnable.get(&heap.tid).copied().unwrap_or(0);
+    let r = runnable.get(&(heap.tid as u32)).copied().unwrap_or(0);
     assert!(in_report as f64 >= 0.95 * heap.wait_ns.saturating_sub(r) as f64, "heaplock: {in_report} ns under its lock in the report of {} ns waited, {r} ns of it runnable", heap.wait_ns);
 }
 
@@ -236,7 +228,7 @@ fn trace_slices_name_their_object() {
         let objs = by.get(&o.tid).unwrap_or_else(|| panic!("no off-CPU slices of {} ({})", o.name, o.tid));
         let mine: f64 = objs.iter().filter(|(n, _)| is_own(n)).map(|(_, v)| v).sum();
         let off: f64 = objs.values().sum();
-        let wait_us = o.wait_ns.saturating_sub(runnable.get(&o.tid).copied().unwrap_or(0)) as f64 / 1e3;
+        let wait_us = o.wait_ns.saturating_sub(runnable.get(&(o.tid as u32)).copied().unwrap_or(0)) as f64 / 1e3;
         eprintln!("{}: waited {:.3} s by its clock less its runnable time, {:.3} s of slices naming its object: {objs:?}", o.name, wait_us / 1e6, mine / 1e6);
         assert!(o.wait_ns > 1_500_000_000, "{} waited only {} ns", o.name, o.wait_ns);
         let others: f64 = objs.iter().filter(|(n, _)| !n.is_empty() && !is_own(n)).map(|(_, v)| v).sum();

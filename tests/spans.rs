@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use serde_json::Value;
-use wallclock_stream::{Reader, ReaderOptions, Record};
 
 /// (id, kind, wall ns, cpu ns) per call, from the program's stdout.
 fn calls(stdout: &str) -> Vec<(u64, String, u64, u64)> {
@@ -29,23 +28,6 @@ fn calls(stdout: &str) -> Vec<(u64, String, u64, u64)> {
 fn percentile(sorted: &[u64], q: f64) -> u64 {
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// The most the hypervisor (and interrupts) took from the program's
-/// threads in the whole run: each thread's `steal_ns` as the capture
-/// measured it (its largest, where two tools wrote the thread). The
-/// program's CPU clocks leave it out; a span's on-CPU time (its wall less
-/// its blocks) holds what of it fell inside the span.
-fn threads_steal_ns(stream: &std::path::Path) -> u64 {
-    let text = std::fs::read(stream).unwrap();
-    let mut by_tid: BTreeMap<u32, u64> = BTreeMap::new();
-    for r in Reader::new(&text[..], "run.stream", ReaderOptions::default()) {
-        if let Record::Thread(t) = r.unwrap() {
-            let e = by_tid.entry(t.tid).or_default();
-            *e = (*e).max(t.steal_ns.unwrap_or(0));
-        }
-    }
-    by_tid.values().sum()
 }
 
 /// `1.53 ms`, `816 us`, `12.0 s`, `950 ns` as ns.
@@ -148,7 +130,10 @@ fn slow_spans_agree_with_the_program() {
     // Steal is on-CPU time in a span, not in the program's clocks: the
     // tool's share may be over the program's by at most the threads' steal
     // (a CI run with the host busy took 10-20% of a spinning vCPU).
-    let steal = threads_steal_ns(&dir.join("run.stream")) as f64 * 100.0 / wall as f64;
+    // The most the hypervisor (and interrupts) took from the program's
+    // threads in the whole run, as the capture measured it.
+    let stream = std::fs::read_to_string(dir.join("run.stream")).unwrap();
+    let steal = util::per_thread(&stream, |t| t.steal_ns.unwrap_or(0)).values().sum::<u64>() as f64 * 100.0 / wall as f64;
     let split = sec[3];
     let pct = |key: &str| -> f64 {
         let i = split.find(key).unwrap_or_else(|| panic!("no {key} in {split}"));

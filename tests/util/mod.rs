@@ -308,6 +308,20 @@ pub fn resolved(text: &str) -> String {
     out
 }
 
+/// One figure of each thread's `thread` records in a stream, by tid: the
+/// largest, where two tools wrote the thread (oncputime's record has no
+/// off-CPU time, offcputime's has it all).
+pub fn per_thread(stream: &str, figure: impl Fn(&wallclock_stream::Thread) -> u64) -> std::collections::BTreeMap<u32, u64> {
+    let mut by_tid = std::collections::BTreeMap::new();
+    for r in wallclock_stream::Reader::new(stream.as_bytes(), "per_thread", Default::default()) {
+        if let wallclock_stream::Record::Thread(t) = r.expect("a valid stream") {
+            let e = by_tid.entry(t.tid).or_insert(0);
+            *e = figure(&t).max(*e);
+        }
+    }
+    by_tid
+}
+
 /// What a loaded machine does to a thread that sleeps: a thread sleeps
 /// 10 ms at a time and keeps the longest overshoot (the wait for a CPU
 /// after the timer fired) until `stop`. Timing tests derive their margins
