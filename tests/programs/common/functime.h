@@ -23,7 +23,7 @@
 /* With functime_log set, every call is kept too (its wall interval and
  * CPU time), so that a program attached to in the middle of its run can
  * give its figures for the capture's window alone (fstat_window). */
-struct fcall { unsigned long long w0, w1, cpu; };
+struct fcall { unsigned long long w0, w1, cpu, c0; };
 struct fstat {
 	const char *name;
 	unsigned long long cpu, wall, calls;
@@ -49,7 +49,9 @@ static struct fstat *fstat_of(struct fstat *f, int *nf, const char *name)
 	return &f[(*nf)++];
 }
 
-static void fstat_add(struct fstat *s, unsigned long long w0, unsigned long long w1, unsigned long long cpu)
+/* c0: the thread's CPU clock at the call's start (thread_cpu_window). */
+static void fstat_add(struct fstat *s, unsigned long long w0, unsigned long long w1, unsigned long long cpu,
+		      unsigned long long c0)
 {
 	s->cpu += cpu;
 	s->wall += w1 - w0;
@@ -64,7 +66,7 @@ static void fstat_add(struct fstat *s, unsigned long long w0, unsigned long long
 		s->log = l;
 		s->cap = cap;
 	}
-	s->log[s->nlog++] = (struct fcall){ w0, w1, cpu };
+	s->log[s->nlog++] = (struct fcall){ w0, w1, cpu, c0 };
 }
 
 /* s's wall and CPU time inside [a, b) (CLOCK_MONOTONIC): a call across
@@ -85,6 +87,31 @@ __attribute__((unused)) static void fstat_window(const struct fstat *s, unsigned
 	*wall = w;
 }
 
+/* The thread's whole CPU clock over [a, b) (CLOCK_MONOTONIC), its loops
+ * and clock reads included, which its functions' figures leave out: the
+ * clock from the start of its first call inside the window to the end of
+ * its last (f[0..nf)'s logs), at that rate over the window. 0 when no
+ * call lies wholly inside (a thread in one long call: its functions'
+ * figures are then the whole of it). */
+__attribute__((unused)) static unsigned long long thread_cpu_window(const struct fstat *f, int nf, unsigned long long a,
+								    unsigned long long b)
+{
+	const struct fcall *first = NULL, *last = NULL;
+	for (int j = 0; j < nf; j++)
+		for (unsigned long i = 0; i < f[j].nlog; i++) {
+			const struct fcall *k = &f[j].log[i];
+			if (k->w0 < a || k->w1 > b)
+				continue;
+			if (!first || k->w0 < first->w0)
+				first = k;
+			if (!last || k->w1 > last->w1)
+				last = k;
+		}
+	if (!first || last->w1 <= first->w0)
+		return 0;
+	return (unsigned long long)((double)(last->c0 + last->cpu - first->c0) * (b - a) / (last->w1 - first->w0));
+}
+
 /* Wall clock first at the start, last at the end: reading the CPU clock
  * is a system call, and a thread is preempted at a system call's exit
  * more than anywhere; read before the wall clock at the start, a thread
@@ -93,7 +120,7 @@ __attribute__((unused)) static void fstat_window(const struct fstat *s, unsigned
 #define BEGIN unsigned long long w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID)
 #define END(t, n) do { struct fstat *s_ = fstat_of((t)->f, &(t)->nf, n); \
 	unsigned long long c1_ = now(CLOCK_THREAD_CPUTIME_ID); \
-	fstat_add(s_, w0, now(CLOCK_MONOTONIC), c1_ - c0); } while (0)
+	fstat_add(s_, w0, now(CLOCK_MONOTONIC), c1_ - c0, c0); } while (0)
 #define TIMED(t, n, body) do { BEGIN; body; END(t, n); } while (0)
 
 #endif
