@@ -39,17 +39,13 @@ fn coverage(t: &Value) -> f64 {
 
 /// A thread's on-CPU time less steal against its CPU clock over the
 /// window, in points of the window. `truth` is the workload's figures
-/// for the thread in that window: its whole CPU clock (`cpu_ns`, its
-/// loops and clock reads included: under emulation the system calls
-/// around the functions' own clock reads were 2.5 points of shorty's
-/// time), or, for a thread in one call all along, its functions'.
+/// for the thread in that window: `cpu_ns`, its whole CPU clock, its
+/// loops and clock reads included (under emulation the system calls
+/// around its functions' own clock reads were 2.5 points of shorty's
+/// time).
 fn on_error(t: &Value, truth: &Value) -> f64 {
     let alive = u(&t["end_ns"]).saturating_sub(u(&t["start_ns"])).max(1) as f64;
-    let funcs: u64 = truth["funcs"].as_object().map(|f| f.values().map(|f| u(&f["cpu_ns"])).sum()).unwrap_or(0);
-    let clock = match u(&truth["cpu_ns"]) {
-        0 => funcs,
-        c => c,
-    };
+    let clock = u(&truth["cpu_ns"]);
     let ran = u(&t["on_ns"]) as f64 - u(&t["steal_ns"]) as f64;
     100.0 * (ran - clock as f64) / alive
 }

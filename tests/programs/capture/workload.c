@@ -204,8 +204,7 @@ static void *start(void *a)
 static void wake(int sig) { (void)sig; }
 
 /* "windows":[{"start_ns":..,"end_ns":..,"threads":[{"name","tid","cpu_ns","funcs"}]}]
- * (cpu_ns: the thread's CPU clock over the window, thread_cpu_window; 0
- * where it has no call wholly inside) */
+ * (cpu_ns: the thread's whole CPU clock over the window, thread_cpu_window) */
 static void print_windows(const char *path)
 {
 	FILE *f = NULL;
