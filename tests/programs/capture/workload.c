@@ -96,10 +96,10 @@ NOINLINE void disk_write_fsync(struct thr *t, int fd)
 	memset(buf, t->nf, sizeof buf);
 	if (write(fd, buf, sizeof buf) < 0 || fdatasync(fd) < 0)
 		perror("write");
-	/* Back to the start past 8 MiB: inside the timed body, as every
-	 * system call of the writer's loop (its CPU clock is the truth the
-	 * thread's on-CPU time is held to; on a tmpfs, under emulation, an
-	 * lseek a call outside was 2 points of it). */
+	/* Back to the start past 8 MiB, inside the timed body: every
+	 * system call of the writer's loop is in its function's figures.
+	 * Outside, on the arm64 guest's tmpfs, one lseek a call was 2
+	 * points of the thread's time, in no function. */
 	if (lseek(fd, 0, SEEK_CUR) > (8 << 20))
 		lseek(fd, 0, SEEK_SET);
 	END(t, "disk_write_fsync");

@@ -20,9 +20,10 @@
 #define NOINLINE __attribute__((noinline))
 #define MAXF 4
 
-/* With functime_log set, every call is kept too (its wall interval and
- * CPU time), so that a program attached to in the middle of its run can
- * give its figures for the capture's window alone (fstat_window). */
+/* With functime_log set, every call is kept too (its wall interval, its
+ * CPU time and the thread's CPU clock at its start), so that a program
+ * attached to in the middle of its run can give its figures for the
+ * capture's window alone (fstat_window, thread_cpu_window). */
 struct fcall { unsigned long long w0, w1, cpu, c0; };
 struct fstat {
 	const char *name;
