@@ -82,7 +82,16 @@ fn slow_spans_agree_with_the_program() {
     // shorter; it is longer by the probes' cost and the printf after the
     // second read, and by any wait for a CPU in the span: that wait is the
     // span's own runnable time, so the margin is what the machine did to
-    // this call, not a constant a preempted call could cross.
+    // this call, not a constant a preempted call could cross. It can also
+    // hold time the hypervisor took from the running vCPU outside the two
+    // reads: in a fresh-clone run a mutex call's span (5.12 ms by the
+    // program) held 915 us on-CPU against the 43-52 us of the others,
+    // 0.89 ms past its call after its last clock read, nothing runnable.
+    // A span's steal is not measured, only a thread's: what the spans are
+    // longer by past the margin, all together, may be at most the
+    // threads' steal in the run.
+    let stream = std::fs::read_to_string(dir.join("run.stream")).unwrap();
+    let stolen_ns = util::per_thread(&stream, |t| t.steal_ns.unwrap_or(0)).values().sum::<u64>() as f64;
     let trace: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("run.trace.json")).unwrap()).unwrap();
     let ev = trace["traceEvents"].as_array().unwrap();
     let us = |v: &Value| v.as_f64().unwrap_or(0.0) * 1e3;
@@ -92,13 +101,19 @@ fn slow_spans_agree_with_the_program() {
         .map(|e| (e["args"]["arg0"].as_i64().unwrap(), (us(&e["dur"]), us(&e["args"]["runnable_us"]))))
         .collect();
     let mut captured = Vec::new();
+    let (mut past, mut longer) = (0.0, Vec::new());
     for (id, kind, wall, _) in &truth {
         let &(dur, runq) = spans.get(&(*id as i64)).unwrap_or_else(|| panic!("no span for call {id}"));
         let wall = *wall as f64;
         assert!(dur + 20e3 >= wall, "call {id} ({kind}): span {dur} ns shorter than the program's {wall} ns");
-        assert!(dur <= wall + 0.5e6 + runq, "call {id} ({kind}): span {dur} ns vs the program's {wall} ns (+0.5 ms + its runnable {runq} ns)");
+        if dur > wall + 0.5e6 + runq {
+            past += dur - (wall + 0.5e6 + runq);
+            longer.push(format!("call {id} ({kind}): span {dur} ns vs the program's {wall} ns (+0.5 ms + its runnable {runq} ns)"));
+        }
         captured.push(dur.round() as u64);
     }
+    eprintln!("spans past their calls' margin: {} ns in all, the threads' steal {stolen_ns} ns", past.round());
+    assert!(past <= stolen_ns, "spans longer than their calls by {} ns past the margin, the threads' steal {stolen_ns} ns:\n{}", past.round(), longer.join("\n"));
     captured.sort_unstable();
     // The report's percentiles are those of the spans it was given (nearest
     // rank), printed to 4 digits.
@@ -132,8 +147,7 @@ fn slow_spans_agree_with_the_program() {
     // (a CI run with the host busy took 10-20% of a spinning vCPU).
     // The most the hypervisor (and interrupts) took from the program's
     // threads in the whole run, as the capture measured it.
-    let stream = std::fs::read_to_string(dir.join("run.stream")).unwrap();
-    let steal = util::per_thread(&stream, |t| t.steal_ns.unwrap_or(0)).values().sum::<u64>() as f64 * 100.0 / wall as f64;
+    let steal = stolen_ns * 100.0 / wall as f64;
     let split = sec[3];
     let pct = |key: &str| -> f64 {
         let i = split.find(key).unwrap_or_else(|| panic!("no {key} in {split}"));
