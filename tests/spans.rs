@@ -106,8 +106,9 @@ fn slow_spans_agree_with_the_program() {
         let &(dur, runq) = spans.get(&(*id as i64)).unwrap_or_else(|| panic!("no span for call {id}"));
         let wall = *wall as f64;
         assert!(dur + 20e3 >= wall, "call {id} ({kind}): span {dur} ns shorter than the program's {wall} ns");
-        if dur > wall + 0.5e6 + runq {
-            past += dur - (wall + 0.5e6 + runq);
+        let margin = wall + 0.5e6 + runq;
+        if dur > margin {
+            past += dur - margin;
             longer.push(format!("call {id} ({kind}): span {dur} ns vs the program's {wall} ns (+0.5 ms + its runnable {runq} ns)"));
         }
         captured.push(dur.round() as u64);

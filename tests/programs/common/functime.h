@@ -99,14 +99,26 @@ __attribute__((unused)) static void fstat_window(const struct fstat *s, unsigned
 	*wall = w;
 }
 
+/* The CPU time of f[0..nf)'s calls inside [a, b) (fstat_window's, summed). */
+static double funcs_cpu_window(const struct fstat *f, int nf, unsigned long long a, unsigned long long b)
+{
+	double sum = 0;
+	for (int j = 0; j < nf; j++) {
+		unsigned long long cpu, wall;
+		fstat_window(&f[j], a, b, &cpu, &wall);
+		sum += cpu;
+	}
+	return sum;
+}
+
 /* The thread's whole CPU clock over [a, b) (CLOCK_MONOTONIC), its loops
  * and clock reads included, which its functions' figures leave out:
  * read from its clock, from the start of its first call inside the
  * window to the end of its last (f[0..nf)'s logs, calls one after the
  * other), plus its functions' figures for the window's edges before and
- * after those (fstat_window: the calls across an edge, prorated). Its
- * functions' figures alone where no call lies wholly inside (a thread in
- * one long call). */
+ * after those (the calls across an edge, prorated). Its functions'
+ * figures alone where no call lies wholly inside (a thread in one long
+ * call). */
 __attribute__((unused)) static unsigned long long thread_cpu_window(const struct fstat *f, int nf, unsigned long long a,
 								    unsigned long long b)
 {
@@ -121,23 +133,10 @@ __attribute__((unused)) static unsigned long long thread_cpu_window(const struct
 			if (!last || k->w1 > last->w1)
 				last = k;
 		}
-	double sum = 0;
-	unsigned long long cpu, wall;
-	if (!first) {
-		for (int j = 0; j < nf; j++) {
-			fstat_window(&f[j], a, b, &cpu, &wall);
-			sum += cpu;
-		}
-		return sum;
-	}
-	sum = last->c0 + last->cpu - first->c0;
-	for (int j = 0; j < nf; j++) {
-		fstat_window(&f[j], a, first->w0, &cpu, &wall);
-		sum += cpu;
-		fstat_window(&f[j], last->w1, b, &cpu, &wall);
-		sum += cpu;
-	}
-	return sum;
+	if (!first)
+		return funcs_cpu_window(f, nf, a, b);
+	return last->c0 + last->cpu - first->c0 + funcs_cpu_window(f, nf, a, first->w0) +
+	       funcs_cpu_window(f, nf, last->w1, b);
 }
 
 /* Wall clock first at the start, last at the end: reading the CPU clock
