@@ -19,6 +19,9 @@
 //! - the threads are named as Ruby named them (`Thread#name=`);
 //! - their waits for the GVL are under a `[GIL]` frame (as CPython's).
 //!
+//! And Ruby 3.3 built from source into its executable (no libruby), run
+//! with YJIT, attached by pid with no flag: the same, through YJIT's code.
+//!
 //! Root (BPF) and ruby are needed; the test skips, saying so, without them.
 
 mod runtime_common;
@@ -80,6 +83,51 @@ fn experimentals_ruby_34_attached_with_no_flag() {
 fn ubuntus_ruby_32_attached_with_no_flag() {
     let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f.starts_with("libc.so.6+0x") || f == "clone3") && !s.frames.iter().any(|f| f == "[truncated]");
     chroot_ruby("noble", "ruby3.2", "ruby3.2", "3.2", rooted, |f| f == "rb_vm_exec");
+}
+
+/// Ruby 3.3 built from its source with Ruby's own defaults and YJIT (the
+/// interpreter in the `ruby` executable, no libruby, as `./configure &&
+/// make install` and ruby-build with `--disable-shared` build it; built by
+/// scripts/build-ruby into target/ruby-yjit), run with YJIT on
+/// (`RUBY_YJIT_ENABLE=1`, as Rails 7.2+ turns it on) and attached by pid
+/// with no flag: its execution context found in the executable's own TLS,
+/// the stacks walked through YJIT's code (no unwind table, no frame
+/// pointer) whole, and the same checks as 3.1's; the methods YJIT compiled
+/// run in it (`rb::[YJIT code]` under them).
+#[test]
+fn ruby_built_in_with_yjit_attached_with_no_flag() {
+    if util::skip_without_root("Ruby capture") {
+        return;
+    }
+    let ruby = util::root().join("target/ruby-yjit/bin/ruby");
+    if !ruby.exists() {
+        util::missing(&format!("no {}", ruby.display()), "scripts/setup --tests builds it (scripts/build-ruby)", "WALLCLOCK_SKIP_RUNTIMES");
+        return;
+    }
+    let name = "runtime_ruby_yjit";
+    let dir = util::scratch(name);
+    let there = dir.join("prog");
+    std::fs::create_dir_all(&there).unwrap();
+    let mut cmd = std::process::Command::new(&ruby);
+    cmd.arg(util::root().join("tests/programs/ruby/work.rb")).arg("3").arg(there.join("go")).env("RUBY_YJIT_ENABLE", "1");
+    let r = runtime_common::attach_go(&dir, cmd, &there, "ruby with YJIT");
+    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
+    let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f == "clone3") && !s.frames.iter().any(|f| f == "[truncated]");
+    check("ruby 3.3 built in, YJIT", &r, &dir, rooted, |f| f == "rb_vm_exec" || f == "vm_exec_core");
+    // YJIT ran the workers' methods (not all of crunch's time: its loop
+    // leaves YJIT's code for the interpreter, a side exit, and the
+    // method's frame stays interpreted to its return), and the stacks
+    // through its code are whole.
+    for name in ["worker-1", "worker-2"] {
+        let t = thread(&r, name);
+        let all = ns(&t, |_| true);
+        let jit = ns(&t, |s| has(s, "rb::[YJIT code]"));
+        let jit_whole = ns(&t, |s| has(s, "rb::[YJIT code]") && rooted(s));
+        let pct = jit as f64 * 100.0 / all as f64;
+        assert!(pct >= 10.0, "{name}: {pct:.1}% of its time in YJIT's code:\n{}", top(&t, |_| true));
+        assert!(jit_whole as f64 >= 0.95 * jit as f64, "{name}: {jit_whole} of {jit} ns through YJIT's code whole:\n{}", top(&t, |s| has(s, "rb::[YJIT code]") && !rooted(s)));
+        eprintln!("ruby 3.3 built in, YJIT {name}: {pct:.1}% of its time in YJIT's code, {:.1}% of that whole", jit_whole as f64 * 100.0 / jit as f64);
+    }
 }
 
 /// A stack from the chroot's stripped libc's unnamed `clone3`, not cut.
@@ -148,7 +196,7 @@ fn check(label: &str, r: &Run, dir: &std::path::Path, rooted: impl Fn(&Stack) ->
     // methods (the program's threads, `<main>` and its blocks included;
     // Ruby's own timer thread runs none), and the reader's cost per stack.
     let all: u64 = r.stacks.iter().map(|s| s.ns).sum();
-    let named: u64 = r.stacks.iter().filter(|s| s.frames.iter().any(|f| f.starts_with("rb::") && f != "rb::[unreadable frame]")).map(|s| s.ns).sum();
+    let named: u64 = r.stacks.iter().filter(|s| s.frames.iter().any(|f| f.starts_with("rb::") && !f.starts_with("rb::["))).map(|s| s.ns).sum();
     let st = stats(dir);
     let (rns, rst) = (st.get("ruby_read_ns").copied().unwrap_or(0), st.get("ruby_stacks").copied().unwrap_or(0));
     assert!(rst > 0, "{label}: no ruby_stacks in the capture's stats: {st:?}");

@@ -216,22 +216,30 @@ pub fn past_launchers(pid: u32, most: std::time::Duration) {
 /// files in; the program waits for the file `go` there, written once both
 /// capture tools are attached, and the capture ends with it.
 pub fn attach_cmd_in_chroot(name: &str, root: &Path, prepare: impl FnOnce(&Path, &str) -> Vec<String>) -> Run {
-    use std::io::{BufRead, BufReader, Read};
-    use std::process::Stdio;
     let dir = util::scratch(name);
-    let prefix = dir.join("p");
     let suite = root.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("chroot-")).expect("a target/chroot-SUITE folder").to_string();
     let inside = format!("/tmp/wc-test-{name}");
     let there = root.join(&inside[1..]);
     let _ = std::fs::remove_dir_all(&there);
     std::fs::create_dir_all(&there).unwrap();
     let argv = prepare(&there, &inside);
-    let target = Command::new(util::root().join("scripts/chroot"))
-        .args(["run", &suite])
-        .args(&argv)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the chroot's program");
+    let mut cmd = Command::new(util::root().join("scripts/chroot"));
+    cmd.args(["run", &suite]).args(&argv);
+    let r = attach_go(&dir, cmd, &there, &format!("{argv:?} in {}", root.display()));
+    let _ = std::fs::remove_dir_all(&there);
+    r
+}
+
+/// `wallclock -F 199 PID`, no flag, on the program `cmd` starts (`what`
+/// in errors), attached by pid once it has exec'd past its launchers;
+/// the program waits for the file `go` in `there`, written once both
+/// capture tools are attached, and the capture ends with it. Its
+/// stream and report go in `dir`.
+pub fn attach_go(dir: &Path, mut cmd: Command, there: &Path, what: &str) -> Run {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let prefix = dir.join("p");
+    let target = cmd.stdout(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
     past_launchers(target.id(), std::time::Duration::from_secs(20));
     let mut child = Command::new("bash")
         .arg(util::root().join("scripts/wallclock"))
@@ -251,12 +259,11 @@ pub fn attach_cmd_in_chroot(name: &str, root: &Path, prepare: impl FnOnce(&Path,
     }
     std::fs::write(there.join("go"), "").unwrap();
     let out = target.wait_with_output().unwrap();
-    assert!(out.status.success(), "{argv:?} failed in {}", root.display());
+    assert!(out.status.success(), "{what} failed");
     let mut rest = String::new();
     err.read_to_string(&mut rest).unwrap();
     assert!(child.wait().unwrap().success(), "wallclock PID failed: {said}{rest}");
-    let _ = std::fs::remove_dir_all(&there);
-    read_run(&dir, String::from_utf8_lossy(&out.stdout).into_owned(), format!("{said}{rest}"))
+    read_run(dir, String::from_utf8_lossy(&out.stdout).into_owned(), format!("{said}{rest}"))
 }
 
 /// The capture's stats counts, both capture tools' summed (the merged

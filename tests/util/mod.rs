@@ -95,10 +95,16 @@ pub fn build_c(src: &str, dir: &Path, name: &str) -> PathBuf {
 }
 
 /// Compile the C program `src` (relative to the repository) into
-/// `dir/name` with these gcc flags.
+/// `dir/name` with these gcc flags, unless `dir/name` is already that
+/// build (see [`built_already`]).
 pub fn build_c_with(src: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let out = dir.join(name);
+    let said = dir.join(format!(".{name}.flags"));
+    let flags_said = flags.join(" ");
+    if built_already(&out, &said, &flags_said, &root().join(src)) {
+        return out;
+    }
     // Built under a name of its own, then renamed into place: two tests
     // of one binary building the same program at once must not write the
     // file the other is running (ETXTBSY).
@@ -112,7 +118,25 @@ pub fn build_c_with(src: &str, dir: &Path, name: &str, flags: &[&str]) -> PathBu
         .expect("gcc");
     assert!(st.success(), "building {src} failed");
     std::fs::rename(&tmp, &out).unwrap();
+    std::fs::write(&said, flags_said).unwrap();
     out
+}
+
+/// Whether `out` was built with `flags` (as `said` records) after `src`,
+/// the headers the programs share (tests/programs/common) and the
+/// running test binary were last changed. Each test of the kernel
+/// matrix's guests is a process of its own, and gcc takes 30 s there
+/// under emulation: the guests (and the tests here) reuse one build.
+fn built_already(out: &Path, said: &Path, flags: &str, src: &Path) -> bool {
+    let changed = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let Some(built) = changed(out) else { return false };
+    if std::fs::read_to_string(said).ok().as_deref() != Some(flags) {
+        return false;
+    }
+    let mut inputs = vec![src.to_path_buf()];
+    inputs.extend(std::env::current_exe().ok());
+    inputs.extend(std::fs::read_dir(root().join("tests/programs/common")).into_iter().flatten().flatten().map(|e| e.path()));
+    inputs.iter().all(|p| changed(p).is_some_and(|t| t < built))
 }
 
 /// The demo workload (scripts/demo/workload.c: six threads that print

@@ -13,6 +13,12 @@
 //! memory above it read from the live thread: what is there (the frames
 //! that started the thread) does not change while the thread lives.
 //!
+//! YJIT's code (3.3 and 3.4 on x86-64) has no unwind table and no frame
+//! pointer: its frame is stepped over by what its entry pushes
+//! ([`yjit_frame`]) and named `rb::[YJIT code]`. YJIT keeps the control
+//! frames as the interpreter does, so the Ruby frames it runs are read
+//! the same way and go above the interpreter frame that entered it.
+//!
 //! One `rb_vm_exec` call runs the frames from the innermost up to the first
 //! marked FINISH (pushed by C: a thread's block, a block yielded by a C
 //! method): those runs go in order above the `rb_vm_exec` frames, innermost
@@ -27,7 +33,7 @@ use libbpf_rs::MapFlags;
 use wallclock_stream::{Frame, NamedAddr, NAMED_ADDR_BASE};
 
 use crate::event::WcEvent;
-use crate::runtimes::{BpfMaps, Runtime};
+use crate::runtimes::{At, BpfMaps, Runtime, Step};
 use reader::Vm;
 
 /// bpf/ruby.bpf.h's marker of the slot that holds the VM stack's bounds.
@@ -67,12 +73,39 @@ pub struct Ruby {
     read_ns: u64,
     /// Stacks waiting for the GVL (a `[GIL]` frame, as CPython's).
     gvl: u64,
+    /// Frames of YJIT's code walked.
+    yjit: u64,
     /// The joined stack's buffer and the ranges its last join wrote.
     buf: Vec<u8>,
     dirty: Vec<(usize, usize)>,
 }
 
 const UNREAD: &str = "rb::[unreadable frame]";
+/// A frame of YJIT's code: the Ruby frames it runs are read from the VM
+/// and go above the interpreter's frame that entered it.
+const YJIT: &str = "rb::[YJIT code]";
+
+/// The caller of a frame of YJIT's code at `at` (pc, sp, rbp): its return
+/// address (into the interpreter, `vm`), sp and rbp. YJIT's entry
+/// (Ruby 3.3 and 3.4, x86-64: `gen_entry_prologue`) pushes three registers
+/// (`cpush` of CFP, EC and SP, 24 bytes) below the return address, 16
+/// more around a few calls (`duphash`'s alignment), and leaves rbp as the
+/// interpreter had it; with `--yjit-perf` it first pushes rbp and points
+/// rbp at it, a frame pointer's frame. The return address must lie in the
+/// interpreter's code, or no caller is taken.
+fn yjit_frame(at: At, read: &dyn Fn(u64) -> Option<u64>, vm: &dyn Fn(u64) -> bool) -> Option<(u64, u64, u64)> {
+    if cfg!(not(target_arch = "x86_64")) {
+        return None;
+    }
+    if at.bp > at.sp && at.bp - at.sp <= 64 {
+        if let (Some(ret), Some(bp)) = (read(at.bp + 8), read(at.bp)) {
+            if vm(ret) {
+                return Some((ret, at.bp + 16, bp));
+            }
+        }
+    }
+    [24, 40].into_iter().find_map(|off| read(at.sp + off).filter(|&r| vm(r)).map(|ret| (ret, at.sp + off + 8, at.bp)))
+}
 
 /// bpf/ruby.bpf.h's `struct wc_rbcfg`.
 #[repr(C)]
@@ -168,12 +201,28 @@ impl Runtime for Ruby {
         v
     }
 
+    /// A frame of YJIT's code (code outside every file, in a Ruby
+    /// process): see [`yjit_frame`]. Other code there (no caller found in
+    /// the interpreter) is left to the frame-pointer walk.
+    fn step(&mut self, pid: u32, at: At, read: &dyn Fn(u64) -> Option<u64>, _in_files: &dyn Fn(u64) -> bool) -> Step {
+        let Some(p) = self.procs.get_mut(&pid) else { return Step::NotMine };
+        let vm = |a: u64| p.vm.mapped.iter().any(|&(s, e)| a >= s && a < e);
+        let Some((ret, sp, bp)) = yjit_frame(at, read, &vm) else { return Step::NotMine };
+        self.yjit += 1;
+        Step::Frame { ret, sp, bp, name: Some(p.address(YJIT.to_string(), None, None)) }
+    }
+
+    /// The frames this reader named (a Ruby frame, YJIT's code).
+    fn is_code(&self, pid: u32, a: u64) -> bool {
+        a >= NAMED_ADDR_BASE && self.procs.contains_key(&pid)
+    }
+
     /// The counts of the stats record (none without a Ruby process).
     fn stats(&self) -> Vec<(String, u64)> {
         if self.procs.is_empty() {
             return Vec::new();
         }
-        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread), ("ruby_gvl_stacks", self.gvl)];
+        let v = [("ruby_stacks", self.stacks), ("ruby_read_ns", self.read_ns), ("ruby_joined_stacks", self.joined), ("ruby_unread_frames", self.unread), ("ruby_gvl_stacks", self.gvl), ("ruby_yjit_frames", self.yjit)];
         v.into_iter().map(|(k, n)| (k.to_string(), n)).collect()
     }
 }
@@ -343,4 +392,35 @@ fn address_of(key: &str, line: Option<u32>) -> u64 {
         h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
     }
     NAMED_ADDR_BASE | (h & 0x000f_ffff_ffff_fff0)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// Memory of these (address, word) pairs.
+    fn mem(words: Vec<(u64, u64)>) -> impl Fn(u64) -> Option<u64> {
+        move |a| words.iter().find(|w| w.0 == a).map(|w| w.1)
+    }
+
+    #[test]
+    fn yjit_frames_are_stepped_over_what_their_entry_pushed() {
+        let vm = |a: u64| (0x5000..0x6000).contains(&a);
+        let (sp, pc) = (0x7000_0000, 0x1234_0000);
+        let at = |bp| At { pc, leaf: false, sp, bp };
+        // CFP, EC and SP pushed, then the return into the interpreter; rbp
+        // left as it was.
+        let read = mem(vec![(sp, 0x9000_0000), (sp + 8, 0x9000_0008), (sp + 16, 0x9000_0010), (sp + 24, 0x5100)]);
+        assert_eq!(yjit_frame(at(0x42), &read, &vm), Some((0x5100, sp + 32, 0x42)));
+        // 16 more bytes pushed around a call.
+        let read = mem(vec![(sp + 24, 0x9000_0000), (sp + 40, 0x5200)]);
+        assert_eq!(yjit_frame(at(0x42), &read, &vm), Some((0x5200, sp + 48, 0x42)));
+        // --yjit-perf: rbp points at the caller's rbp, pushed first.
+        let bp = sp + 32;
+        let read = mem(vec![(bp, 0x7000_1000), (bp + 8, 0x5300), (sp + 24, 0x5400)]);
+        assert_eq!(yjit_frame(at(bp), &read, &vm), Some((0x5300, bp + 16, 0x7000_1000)));
+        // No word returns into the interpreter: no caller taken.
+        let read = mem(vec![(sp + 24, 0x1234), (sp + 40, 0x9999)]);
+        assert_eq!(yjit_frame(at(0x42), &read, &vm), None);
+    }
 }

@@ -18,6 +18,9 @@
 //! dynamic symbols are read, and where 3.3's build no longer exports
 //! `ruby_current_ec` and `rb_vm_exec`, they are found in the code of
 //! functions it does export (`rb_thread_current`, `rb_iseq_eval_main`).
+//! A Ruby built into its executable (no `--enable-shared`) keeps its
+//! symbol table: `ruby_current_ec` is in the executable's own TLS block
+//! (module 1), its version in `ruby_api_version`.
 
 use std::collections::HashMap;
 
@@ -105,12 +108,13 @@ pub struct Vm {
     /// Its minor version (3.N) and that version's layout.
     pub minor: u32,
     pub layout: Layout,
-    /// libruby's TLS module id and `ruby_current_ec`'s offset in its block.
+    /// The TLS module id of libruby (or of the executable Ruby is built
+    /// into: 1) and `ruby_current_ec`'s offset in its block.
     pub modid: u64,
     pub dtpoff: u64,
     /// Where `rb_vm_exec` lies: the native frames that run Ruby frames.
     pub vm_exec: (u64, u64),
-    /// libruby's mappings.
+    /// The mappings of libruby (or of the executable it is built into).
     pub mapped: Vec<(u64, u64)>,
     /// Its wrappers of pthread's waits (`rb_native_cond_wait`, ...).
     pub native_waits: Vec<(u64, u64)>,
@@ -134,14 +138,22 @@ pub fn libruby_minor(path: &str) -> Option<u32> {
 
 impl Vm {
     /// The Ruby of `pid` (Err: none, one whose frames are not read, or
-    /// not started far enough for its TLS module id to be set).
+    /// not started far enough for its TLS module id to be set): a
+    /// `libruby-3.N.so` (distributions' and ruby-build's builds), else the
+    /// executable itself when it is a `ruby*` with Ruby built in (Ruby's
+    /// own default, `./configure && make install`; ruby-build with
+    /// `--disable-shared`).
     pub fn find(pid: u32) -> Result<Vm, String> {
         let maps = wallclock_stream::procmaps::read(pid).ok_or_else(|| format!("pid {pid}: its maps cannot be read"))?;
-        let mine: Vec<_> = maps.into_iter().map(|m| m.entry).filter(|m| libruby_minor(&m.path).is_some()).collect();
-        let first = mine.first().ok_or_else(|| format!("pid {pid}: no libruby-3.N mapped"))?;
-        let path = first.path.clone();
-        let minor = libruby_minor(&path).unwrap_or(0);
-        let layout = layout(minor).ok_or_else(|| format!("pid {pid}: runs Ruby 3.{minor}, whose frames are not walked (the capture reads {})", read_said()))?;
+        let entries: Vec<_> = maps.into_iter().map(|m| m.entry).collect();
+        let lib = entries.iter().find(|m| libruby_minor(&m.path).is_some()).map(|m| m.path.clone());
+        let exe = || std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.to_string_lossy().into_owned()).filter(|p| p.rsplit('/').next().unwrap_or("").starts_with("ruby"));
+        let (path, built_in) = match lib {
+            Some(p) => (p, false),
+            None => (exe().ok_or_else(|| format!("pid {pid}: no libruby-3.N mapped"))?, true),
+        };
+        let mine: Vec<_> = entries.into_iter().filter(|m| m.path == path).collect();
+        let first = mine.first().ok_or_else(|| format!("pid {pid}: {path} is not mapped"))?;
         // Through the process's own root first (a container's file).
         let data = crate::elf::map_file(&format!("/proc/{pid}/root{path}"))
             .or_else(|| crate::elf::map_file(&path))
@@ -150,23 +162,46 @@ impl Vm {
         let segments: Vec<(u64, u64, u64)> = obj.segments().map(|s| (s.file_range().0, s.address(), s.file_range().1)).collect();
         let bias = crate::elf::load_bias(&segments, first.start, first.offset).ok_or_else(|| format!("{path}: no segment holds {:#x}", first.offset))?;
         let (mut ec, mut vm_exec, mut id2str, mut native_waits) = (None, None, None, Vec::new());
-        let (mut thread_current, mut eval_main) = (None, None);
-        for s in obj.dynamic_symbols() {
+        let (mut thread_current, mut eval_main, mut api_version, mut symbols) = (None, None, None, None);
+        // A library is stripped (its exported symbols only); an
+        // executable keeps its own table unless stripped too.
+        let table = if built_in { Some(obj.symbols()) } else { None };
+        for s in obj.dynamic_symbols().chain(table.into_iter().flatten()) {
             match s.name_bytes() {
                 Ok(b"ruby_current_ec") => ec = Some((s.index(), s.address())),
                 Ok(b"rb_vm_exec") => vm_exec = Some((s.address(), s.address() + s.size().max(1))),
                 Ok(b"rb_id2str") => id2str = Some(s.address()),
                 Ok(b"rb_thread_current") => thread_current = Some(s.address()),
                 Ok(b"rb_iseq_eval_main") => eval_main = Some(s.address()),
+                Ok(b"ruby_api_version") => api_version = Some(s.address()),
+                Ok(b"ruby_global_symbols") => symbols = Some(s.address()),
                 Ok(n) if n.starts_with(b"rb_native_cond_") || n.starts_with(b"rb_native_mutex_") => native_waits.push((s.address() + bias, s.address() + bias + s.size().max(1))),
                 _ => {}
             }
         }
-        // The GOT slot the loader fills with libruby's module id, and the
-        // variable's offset in libruby's TLS block: by the exported
-        // symbol's relocation (3.1), else (3.3: not exported) from the
-        // general-dynamic TLS access of `rb_thread_current` (GET_EC()).
+        let minor = match libruby_minor(&path) {
+            Some(m) => m,
+            // `ruby_api_version`: {3, N, 0}.
+            None => {
+                let a = api_version.ok_or_else(|| format!("{path}: no libruby-3.N mapped and no ruby_api_version in it"))?;
+                let mut b = [0u8; 8];
+                read_mem(pid, a + bias, &mut b)?;
+                let (major, minor) = (u32::from_le_bytes(b[..4].try_into().unwrap()), u32::from_le_bytes(b[4..].try_into().unwrap()));
+                if major != 3 {
+                    return Err(format!("pid {pid}: runs Ruby {major}.{minor}, whose frames are not walked (the capture reads {})", read_said()));
+                }
+                minor
+            }
+        };
+        let layout = layout(minor).ok_or_else(|| format!("pid {pid}: runs Ruby 3.{minor}, whose frames are not walked (the capture reads {})", read_said()))?;
+        // Where `ruby_current_ec` lies: the module id and the offset in
+        // its TLS block. The executable's own TLS is module 1, the
+        // variable's value its offset there. A library's module id is in
+        // a GOT slot the loader fills: the exported symbol's relocation
+        // (3.1), else (3.3: not exported) the general-dynamic TLS access
+        // of `rb_thread_current` (GET_EC()) names the slot.
         let (got, dtpoff) = match ec {
+            _ if built_in => (None, ec.map(|e| e.1).ok_or_else(|| format!("{path}: no ruby_current_ec in its symbols (stripped?)"))?),
             Some((index, dtpoff)) => {
                 let got = obj
                     .dynamic_relocations()
@@ -175,19 +210,21 @@ impl Vm {
                     .find(|(_, r)| r.flags() == object::RelocationFlags::Elf { r_type: object::elf::R_X86_64_DTPMOD64 } && r.target() == object::RelocationTarget::Symbol(index))
                     .map(|(off, _)| off)
                     .ok_or_else(|| format!("{path}: no TLS module slot for ruby_current_ec"))?;
-                (got, dtpoff)
+                (Some(got), dtpoff)
             }
-            None => thread_current.and_then(|a| tls_of_current_ec(&obj, a)).ok_or_else(|| format!("{path}: neither ruby_current_ec nor its TLS access in rb_thread_current"))?,
+            None => thread_current.and_then(|a| tls_of_current_ec(&obj, a)).map(|(g, o)| (Some(g), o)).ok_or_else(|| format!("{path}: neither ruby_current_ec nor its TLS access in rb_thread_current"))?,
         };
         // The VM's instruction loop: its symbol (3.1), else (3.3: static)
         // the function `rb_iseq_eval_main` ends by jumping to (vm_exec),
         // its extent from the unwind table.
         let vm_exec = vm_exec.or_else(|| eval_main.and_then(|a| tail_callee(&obj, a))).ok_or_else(|| format!("{path}: neither rb_vm_exec nor rb_iseq_eval_main's tail call"))?;
         let vm_exec = (vm_exec.0 + bias, vm_exec.1 + bias);
-        let symbols = id2str.and_then(|a| global_symbols(&obj, a)).map(|a| a + bias);
-        let mapped = mine.iter().filter(|m| m.path == path).map(|m| (m.start, m.end)).collect();
-        let mut vm = Vm { pid, minor, layout, modid: 0, dtpoff, vm_exec, mapped, native_waits, symbols, ids: HashMap::new() };
-        vm.modid = vm.u64(got + bias)?;
+        let symbols = symbols.or_else(|| id2str.and_then(|a| global_symbols(&obj, a))).map(|a| a + bias);
+        let mapped = mine.iter().map(|m| (m.start, m.end)).collect();
+        let mut vm = Vm { pid, minor, layout, modid: 1, dtpoff, vm_exec, mapped, native_waits, symbols, ids: HashMap::new() };
+        if let Some(got) = got {
+            vm.modid = vm.u64(got + bias)?;
+        }
         if vm.modid == 0 || vm.modid > 4096 {
             return Err(format!("pid {pid}: libruby's TLS module id is {} (not yet loaded?)", vm.modid));
         }
@@ -195,14 +232,7 @@ impl Vm {
     }
 
     pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-        // SAFETY: one local iovec over `buf`, which outlives the call.
-        let n = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        if n != buf.len() as isize {
-            return Err(format!("pid {}: cannot read {} bytes at {addr:#x}", self.pid, buf.len()));
-        }
-        Ok(())
+        read_mem(self.pid, addr, buf)
     }
 
     /// An object's first three words (an iseq's flags, wrapper and body;
@@ -307,6 +337,18 @@ impl Vm {
         let unit = self.array_at(self.u64(syms + 16)?, serial / ID_ENTRY_UNIT)?;
         self.string(self.array_at(unit, (serial % ID_ENTRY_UNIT) * 2)?)
     }
+}
+
+/// `buf.len()` bytes of `pid`'s memory at `addr`.
+fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> Result<(), String> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: one local iovec over `buf`, which outlives the call.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n != buf.len() as isize {
+        return Err(format!("pid {pid}: cannot read {} bytes at {addr:#x}", buf.len()));
+    }
+    Ok(())
 }
 
 /// `ruby_global_symbols`'s link-time address, from `rb_id2str`'s code: it
