@@ -53,11 +53,22 @@ static __always_inline __u64 py_mix(__u64 h, __u64 v)
 	return h * 0xff51afd7ed558ccdULL;
 }
 
-/* The thread state of `tid`: listed by user space, else (a thread born
- * since its last look, whose first stacks matter as much as the others)
- * found in the interpreter's list here and remembered. */
+/* The thread state of `tid` (the current task): from its TLS where the
+ * config says so (a thread-safe PHP: the thread's TSRM block, which the
+ * executable's `_tsrm_ls_cache` holds at tls_off from the thread
+ * pointer, plus the executor globals' offset in it); else listed by
+ * user space, else (a thread born since its last look, whose first
+ * stacks matter as much as the others) found in the interpreter's list
+ * here and remembered. */
 static __always_inline __u64 py_tstate(__u32 tid, struct wc_pycfg *c)
 {
+	if (c->tls_add) {
+		struct task_struct *cur = current_task();
+		__u64 tp = WC_TASK_TP(cur), ls = 0;
+		if (!tp || bpf_probe_read_user(&ls, 8, (void *)(tp + c->tls_off)) || !ls)
+			return 0;
+		return ls + c->tls_add;
+	}
 	__u64 *ts = bpf_map_lookup_elem(&py_threads, &tid);
 	if (ts)
 		return *ts;

@@ -191,6 +191,12 @@ struct wc_pycfg {
 	__u32 tstate_tid;
 	__u32 tstate_next;
 	__u32 span; /* at most WC_PY_SPAN */
+	/* A thread's state read from its TLS instead (a thread-safe PHP's
+	 * executor globals, per thread): the word at tls_off from the
+	 * thread pointer (the executable's static TLS), plus tls_add
+	 * (tls_add 0: not done). */
+	__u64 tls_off;
+	__u64 tls_add;
 };
 
 /* One Python frame as read at the stack's moment, innermost first. */

@@ -4,7 +4,8 @@
 //! and PHP 8.3, 8.4 and 8.5 CLI (Ubuntu 24.04's php8.3-cli in
 //! target/chroot-noble; Debian forky's php8.4-cli and experimental's
 //! php8.5-cli in target/chroot-forky; as in a container) attached by pid
-//! with no flag.
+//! with no flag; and a thread-safe (ZTS) PHP 8.2 built from source,
+//! attached by pid with no flag.
 //!
 //! - Plain (no opcache in the CLI, Debian's default): the PHP functions
 //!   are named with their callers (`php::{main}` -> `php::work` ->
@@ -98,6 +99,35 @@ fn ubuntus_php_83_attached_with_no_flag() {
 #[test]
 fn experimentals_php_85_attached_with_no_flag() {
     chroot_php("forky", "php8.5", "php8.5-cli/experimental", "8.5");
+}
+
+/// A thread-safe (ZTS) PHP 8.2 CLI built from source (scripts/build-php
+/// into target/php-zts, named `php` as the official Docker images name
+/// theirs), attached by pid with no flag: its version from its module API
+/// number, its executor globals found per thread (through its TLS, not
+/// the `executor_globals` an NTS build exports), and the same checks as
+/// Debian's 8.2.
+#[test]
+fn thread_safe_php_attached_with_no_flag() {
+    if util::skip_without_root("PHP capture") {
+        return;
+    }
+    let php = util::root().join("target/php-zts/bin/php");
+    if !php.exists() {
+        util::missing(&format!("no {}", php.display()), "scripts/setup --tests builds it (scripts/build-php)", "WALLCLOCK_SKIP_RUNTIMES");
+        return;
+    }
+    let name = "runtime_php_zts";
+    let dir = util::scratch(name);
+    let there = dir.join("prog");
+    std::fs::create_dir_all(&there).unwrap();
+    let mut cmd = std::process::Command::new(&php);
+    cmd.arg(util::root().join("tests/programs/php/work.php")).arg("3").arg(there.join("go"));
+    let r = runtime_common::attach_go(&dir, cmd, &there, "the ZTS php");
+    assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
+    let clocks: Value = r.stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no clocks printed: {}", r.stdout));
+    let outside = |s: &Stack| has(s, "php::{main}") && !has(s, "php::work");
+    check("php 8.2 ZTS", &r, &clocks, &dir, outside);
 }
 
 /// `suite`'s chroot's `bin` (of `package`, PHP `version`) running

@@ -208,7 +208,7 @@ pub fn advice<'a>(stacks: impl Iterator<Item = &'a Stack>, read: Read<'_>) -> Ve
             add("dotnet", "DOTNET_PerfMapEnabled=1", e.unnamed_jit, &what, "start it with DOTNET_PerfMapEnabled=1 to name its methods");
         }
         if e.php && e.php_frames.0 == 0 {
-            let what = format!("runs PHP whose frames are not walked ({}, NTS builds)", read_said(read, "php", "PHP"));
+            let what = format!("runs PHP whose frames are not walked ({})", read_said(read, "php", "PHP"));
             add("php", "", e.interp, &what, "its functions show as the interpreter's loop (execute_ex)");
         } else if e.php {
             let what = "has opcache JIT code without names (its PHP functions are named, php::...)";

@@ -8,8 +8,12 @@
 //! `executor_globals`, its frame pointer `current_execute_data`, a
 //! frame's code its `func`, its instruction its `opline`, its flags the
 //! call-info half of `This.u1.type_info`, its previous
-//! `prev_execute_data`. PHP's CLI runs its script on the main thread only
-//! (an NTS build): `py_threads` lists that thread alone.
+//! `prev_execute_data`. An NTS build's CLI runs its script on the main
+//! thread only: `py_threads` lists that thread alone. A thread-safe (ZTS)
+//! build has one set of globals per thread, in the thread's TSRM block:
+//! `py_cfg` says where the thread's TLS points to it (`tls_off`) and the
+//! globals' offset in it (`tls_add`), and the BPF side finds each
+//! thread's from its thread pointer.
 //!
 //! One `execute_ex` call runs the frames from the innermost up to the
 //! first one marked `ZEND_CALL_TOP` (called from C: `zend_execute`, or
@@ -97,12 +101,15 @@ impl Runtime for Php {
                 self.not_php.insert(pid, exe);
                 continue;
             };
-            let c = config(&ex.layout);
+            let c = config(&ex.layout, ex.zts);
             if cfg.update(&pid.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).is_err() {
                 continue;
             }
-            // The main thread's "thread state" is the globals themselves.
-            let _ = threads.update(&pid.to_ne_bytes(), &ex.globals.to_ne_bytes(), MapFlags::ANY);
+            // An NTS build's main thread: its "thread state" is the
+            // globals themselves (a ZTS build's are found per thread).
+            if ex.zts.is_none() {
+                let _ = threads.update(&pid.to_ne_bytes(), &ex.globals.to_ne_bytes(), MapFlags::ANY);
+            }
             self.procs.insert(pid, Proc { ex, addr: HashMap::new(), names: Vec::new() });
             found = true;
         }
@@ -239,9 +246,9 @@ fn address_of(key: &str, line: Option<u32>) -> u64 {
     NAMED_ADDR_BASE | (h & 0x000f_ffff_ffff_fff0)
 }
 
-/// Where PHP keeps its frame chain (in version `layout`), for the BPF
-/// walker.
-fn config(layout: &reader::Layout) -> crate::event::WcPycfg {
+/// Where PHP keeps its frame chain (in version `layout`; a thread-safe
+/// build's per thread, `zts`), for the BPF walker.
+fn config(layout: &reader::Layout, zts: Option<reader::Zts>) -> crate::event::WcPycfg {
     use reader::*;
     crate::event::WcPycfg {
         frame: layout.current_execute_data as u32,
@@ -256,6 +263,8 @@ fn config(layout: &reader::Layout) -> crate::event::WcPycfg {
         tstate_tid: 0,
         tstate_next: 0,
         span: (EX_PREV + 8) as u32,
+        tls_off: zts.map_or(0, |z| z.tpoff),
+        tls_add: zts.map_or(0, |z| z.globals_offset),
     }
 }
 

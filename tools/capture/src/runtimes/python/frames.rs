@@ -334,6 +334,8 @@ fn config(it: &Interpreter) -> crate::event::WcPycfg {
         tstate_tid: o.tstate_native_thread_id as u32,
         tstate_next: o.tstate_next as u32,
         span: span as u32,
+        tls_off: 0,
+        tls_add: 0,
     }
 }
 

@@ -185,7 +185,7 @@ impl Vm {
             None => {
                 let a = api_version.ok_or_else(|| format!("{path}: no libruby-3.N mapped and no ruby_api_version in it"))?;
                 let mut b = [0u8; 8];
-                read_mem(pid, a + bias, &mut b)?;
+                crate::procmem::Mem { pid }.read(a + bias, &mut b)?;
                 let (major, minor) = (u32::from_le_bytes(b[..4].try_into().unwrap()), u32::from_le_bytes(b[4..].try_into().unwrap()));
                 if major != 3 {
                     return Err(format!("pid {pid}: runs Ruby {major}.{minor}, whose frames are not walked (the capture reads {})", read_said()));
@@ -232,7 +232,7 @@ impl Vm {
     }
 
     pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-        read_mem(self.pid, addr, buf)
+        crate::procmem::Mem { pid: self.pid }.read(addr, buf)
     }
 
     /// An object's first three words (an iseq's flags, wrapper and body;
@@ -337,18 +337,6 @@ impl Vm {
         let unit = self.array_at(self.u64(syms + 16)?, serial / ID_ENTRY_UNIT)?;
         self.string(self.array_at(unit, (serial % ID_ENTRY_UNIT) * 2)?)
     }
-}
-
-/// `buf.len()` bytes of `pid`'s memory at `addr`.
-fn read_mem(pid: u32, addr: u64, buf: &mut [u8]) -> Result<(), String> {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: one local iovec over `buf`, which outlives the call.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n != buf.len() as isize {
-        return Err(format!("pid {pid}: cannot read {} bytes at {addr:#x}", buf.len()));
-    }
-    Ok(())
 }
 
 /// `ruby_global_symbols`'s link-time address, from `rb_id2str`'s code: it
