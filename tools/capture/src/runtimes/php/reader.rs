@@ -227,8 +227,10 @@ impl Executor {
         }
         let mem = crate::procmem::Mem { pid };
         // The version: the executable's name (Debian's `php8.N`), else
-        // its build id (a `php` built from source).
-        let id = build_id(&data);
+        // its build id (a `php` built from source), which also says
+        // whether a build without `executor_globals` is thread-safe (a
+        // scan of the file: only where needed).
+        let id = if php8_minor(&path).is_none() || globals.is_none() { build_id(&data) } else { None };
         let minor = match php8_minor(&path) {
             Some(m) => m,
             None => {
