@@ -92,7 +92,9 @@ const YJIT: &str = "rb::[YJIT code]";
 /// more around a few calls (`duphash`'s alignment), and leaves rbp as the
 /// interpreter had it; with `--yjit-perf` it first pushes rbp and points
 /// rbp at it, a frame pointer's frame. The return address must lie in the
-/// interpreter's code, or no caller is taken.
+/// interpreter's code, or no caller is taken (3.4 pushes its stack-temp
+/// registers around a few calls too: such a frame is left to the
+/// frame-pointer walk, as before).
 fn yjit_frame(at: At, read: &dyn Fn(u64) -> Option<u64>, vm: &dyn Fn(u64) -> bool) -> Option<(u64, u64, u64)> {
     if cfg!(not(target_arch = "x86_64")) {
         return None;
