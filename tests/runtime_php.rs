@@ -24,7 +24,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{attach_in_chroot, debian_chroot, have, ns, profile, stats, top, Run, Stack};
+use runtime_common::{attach_built, attach_in_chroot, debian_chroot, have, ns, profile, stats, top, Run, Stack};
 use serde_json::Value;
 
 fn run(name: &str, flags: &[&str]) -> (Run, Value) {
@@ -112,18 +112,7 @@ fn thread_safe_php_attached_with_no_flag() {
     if util::skip_without_root("PHP capture") {
         return;
     }
-    let php = util::root().join("target/php-zts/bin/php");
-    if !php.exists() {
-        util::missing(&format!("no {}", php.display()), "scripts/setup --tests builds it (scripts/build-php)", "WALLCLOCK_SKIP_RUNTIMES");
-        return;
-    }
-    let name = "runtime_php_zts";
-    let dir = util::scratch(name);
-    let there = dir.join("prog");
-    std::fs::create_dir_all(&there).unwrap();
-    let mut cmd = std::process::Command::new(&php);
-    cmd.arg(util::root().join("tests/programs/php/work.php")).arg("3").arg(there.join("go"));
-    let r = runtime_common::attach_go(&dir, cmd, &there, "the ZTS php");
+    let Some((r, dir)) = attach_built("runtime_php_zts", "target/php-zts/bin/php", "build-php", "tests/programs/php/work.php", "3", &[]) else { return };
     assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
     let clocks: Value = r.stdout.lines().rev().find_map(|l| serde_json::from_str(l).ok()).unwrap_or_else(|| panic!("no clocks printed: {}", r.stdout));
     let outside = |s: &Stack| has(s, "php::{main}") && !has(s, "php::work");

@@ -27,7 +27,7 @@
 mod runtime_common;
 mod util;
 
-use runtime_common::{attach_in_chroot, debian_chroot, have, ns, profile, stats, top, Run, Stack};
+use runtime_common::{attach_built, attach_in_chroot, debian_chroot, have, ns, profile, stats, top, Run, Stack};
 use serde_json::Value;
 
 fn thread<'a>(r: &'a Run, name: &str) -> Vec<&'a Stack> {
@@ -99,18 +99,8 @@ fn ruby_built_in_with_yjit_attached_with_no_flag() {
     if util::skip_without_root("Ruby capture") {
         return;
     }
-    let ruby = util::root().join("target/ruby-yjit/bin/ruby");
-    if !ruby.exists() {
-        util::missing(&format!("no {}", ruby.display()), "scripts/setup --tests builds it (scripts/build-ruby)", "WALLCLOCK_SKIP_RUNTIMES");
-        return;
-    }
-    let name = "runtime_ruby_yjit";
-    let dir = util::scratch(name);
-    let there = dir.join("prog");
-    std::fs::create_dir_all(&there).unwrap();
-    let mut cmd = std::process::Command::new(&ruby);
-    cmd.arg(util::root().join("tests/programs/ruby/work.rb")).arg("3").arg(there.join("go")).env("RUBY_YJIT_ENABLE", "1");
-    let r = runtime_common::attach_go(&dir, cmd, &there, "ruby with YJIT");
+    let built = attach_built("runtime_ruby_yjit", "target/ruby-yjit/bin/ruby", "build-ruby", "tests/programs/ruby/work.rb", "3", &[("RUBY_YJIT_ENABLE", "1")]);
+    let Some((r, dir)) = built else { return };
     assert!(!r.stderr.contains("not walked") && !r.report.contains("not walked"), "{}\n{}", r.stderr, r.report);
     let rooted = |s: &Stack| s.frames.first().is_some_and(|f| f == "clone3") && !s.frames.iter().any(|f| f == "[truncated]");
     check("ruby 3.3 built in, YJIT", &r, &dir, rooted, |f| f == "rb_vm_exec" || f == "vm_exec_core");

@@ -191,6 +191,27 @@ pub fn attach_in_chroot(name: &str, root: &Path, interp: &str, program: &str, se
     })
 }
 
+/// `wallclock -F 199 PID`, no flag, on `program` (a file of
+/// tests/programs) run by the interpreter at `interp` (relative to the
+/// repository: one built from source by scripts/`builder`, which
+/// scripts/setup --tests runs) as `interp PROGRAM SECONDS GO` with `env`,
+/// attached by its pid (see `attach_go`); with its scratch folder. None,
+/// said, where it is not built.
+pub fn attach_built(name: &str, interp: &str, builder: &str, program: &str, secs: &str, env: &[(&str, &str)]) -> Option<(Run, std::path::PathBuf)> {
+    let bin = util::root().join(interp);
+    if !bin.exists() {
+        util::missing(&format!("no {}", bin.display()), &format!("scripts/setup --tests builds it (scripts/{builder})"), "WALLCLOCK_SKIP_RUNTIMES");
+        return None;
+    }
+    let dir = util::scratch(name);
+    let there = dir.join("prog");
+    std::fs::create_dir_all(&there).unwrap();
+    let mut cmd = Command::new(&bin);
+    cmd.arg(util::root().join(program)).arg(secs).arg(there.join("go")).envs(env.iter().copied());
+    let r = attach_go(&dir, cmd, &there, interp);
+    Some((r, dir))
+}
+
 /// Waits (`most` at most) until `pid` has exec'd past the shells and
 /// launchers that start a program (`scripts/chroot run`'s unshare and
 /// chroot, erl's script, erlexec), so that a test attaches to the program
