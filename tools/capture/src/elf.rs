@@ -106,6 +106,16 @@ pub fn load_bias(segments: &[(u64, u64, u64)], start: u64, offset: u64) -> Optio
     Some((start + poff).wrapping_sub(offset).wrapping_sub(pvaddr))
 }
 
+/// `n` bytes of `obj`'s `.text` at link-time address `a` (what a reader
+/// decodes to find a variable a function uses).
+pub fn code_at<'a>(obj: &'a object::File, a: u64, n: u64) -> Option<&'a [u8]> {
+    use object::{Object, ObjectSection};
+    let text = obj.section_by_name(".text")?;
+    let d = text.data().ok()?;
+    let off = a.checked_sub(text.address())? as usize;
+    d.get(off..off.checked_add(n as usize)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSegment, ObjectSymbol};
 
 /// `zend_execute_data`: `opline`, `func`, `This.u1.type_info` (its high
 /// half: the call-info flags), `prev_execute_data`.
@@ -178,10 +178,7 @@ fn tsrm_tpoff(data: &[u8], obj: &object::File, mem: &crate::procmem::Mem, bias: 
         return None;
     }
     if let Some(f) = tcb_offset {
-        let text = obj.section_by_name(".text")?;
-        let d = text.data().ok()?;
-        let c = d.get(f.checked_sub(text.address())? as usize..)?.get(..8)?;
-        match *c {
+        match *crate::elf::code_at(obj, f, 8)? {
             [0x48, 0xc7, 0xc0, a, b, e, g, 0xc3] => return Some(i64::from(i32::from_le_bytes([a, b, e, g])) as u64),
             [0x48, 0x8b, 0x05, a, b, e, g, _] => {
                 let slot = (f + 7).wrapping_add_signed(i64::from(i32::from_le_bytes([a, b, e, g])));

@@ -26,6 +26,8 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
+use crate::elf::code_at;
+
 /// rb_iseq_t: its constant body.
 const ISEQ_BODY: u64 = 16;
 /// rb_iseq_constant_body: location.pathobj, .label, .first_lineno.
@@ -343,17 +345,11 @@ impl Vm {
 /// jumps to `lookup_id_str`, whose first compare of the serial is with the
 /// table's `last_id` (`cmp %edi, last_id(%rip)`).
 fn global_symbols(obj: &object::File, id2str: u64) -> Option<u64> {
-    let text = obj.section_by_name(".text")?;
-    let code = |a: u64, n: u64| -> Option<&[u8]> {
-        let d = text.data().ok()?;
-        let off = a.checked_sub(text.address())? as usize;
-        d.get(off..off + n as usize)
-    };
-    let c = code(id2str, 32)?;
+    let c = code_at(obj, id2str, 32)?;
     let j = c.iter().position(|&b| b == 0xe9)?;
     let rel = i32::from_le_bytes(c.get(j + 1..j + 5)?.try_into().ok()?);
     let target = (id2str + j as u64 + 5).wrapping_add(rel as i64 as u64);
-    let t = code(target, 160)?;
+    let t = code_at(obj, target, 160)?;
     let k = t.windows(2).position(|w| w == [0x39, 0x3d])?;
     let disp = i32::from_le_bytes(t.get(k + 2..k + 6)?.try_into().ok()?);
     Some((target + k as u64 + 6).wrapping_add(disp as i64 as u64))
@@ -405,14 +401,6 @@ fn tail_callee(obj: &object::File, func: u64) -> Option<(u64, u64)> {
         let (s, e) = extent(target)?;
         (s == target && !(start..end).contains(&target)).then_some((s, e))
     })
-}
-
-/// `n` bytes of `.text` at link-time address `a`.
-fn code_at<'a>(obj: &'a object::File, a: u64, n: u64) -> Option<&'a [u8]> {
-    let text = obj.section_by_name(".text")?;
-    let d = text.data().ok()?;
-    let off = a.checked_sub(text.address())? as usize;
-    d.get(off..off + n as usize)
 }
 
 /// `n` bytes of the file's data at link-time address `a` (any section
